@@ -1,0 +1,1 @@
+"""Thin client for the memd daemon. Imports only msgpack and the standard library."""

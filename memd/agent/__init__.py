@@ -1,0 +1,1 @@
+"""Restricted sub-agents: tools, permission policies, the read-only shell, the runner."""

@@ -1,0 +1,1 @@
+"""Compaction of a full context window."""

@@ -1,0 +1,387 @@
+"""memd's configuration: one frozen dataclass tree, loaded once at the entry point.
+
+Precedence, lowest to highest:
+
+1. the defaults written in the dataclasses below (the numbers from SPEC.md);
+2. the YAML file (``--config``, else ``$MEMD_CONFIG``, else ``~/.config/memd/config.yaml``;
+   a missing default file is fine, a missing named file is an error);
+3. environment overrides for paths (``MEMD_PROJECTS_ROOT``, ``MEMD_STATE_DIR``,
+   ``MEMD_RUNTIME_DIR``; ``CLAUDE_CONFIG_DIR`` moves the Claude tree as Claude Code does);
+4. command-line overrides (``--set section.key=value``).
+
+Validation collects every problem before failing, so one :class:`ConfigError` names each bad
+key and what it expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from memd.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    """Where memd reads and writes. Empty strings mean "derive from the environment"."""
+
+    claude_dir: str = ""  # default: $CLAUDE_CONFIG_DIR or ~/.claude
+    projects_root: str = ""  # default: <claude_dir>/projects
+    state_dir: str = ""  # default: $XDG_STATE_HOME/memd or ~/.local/state/memd
+    # The socket's directory is not a file key: clients must find it without reading this
+    # file, so it comes from $MEMD_RUNTIME_DIR or $XDG_RUNTIME_DIR only.
+
+
+@dataclass(frozen=True)
+class TranscriptsConfig:
+    active_window_hours: float = 24.0  # R-T6: sessions modified this recently are parsed at start
+    watch_step_ms: int = 10  # watchfiles poll step; 10 ms delivers an append in ~16 ms
+    watch_debounce_ms: int = 50
+    max_line_bytes: int = 64 * 1024 * 1024  # a longer line is counted as bad and skipped
+    evict_idle_minutes: float = 30.0  # drop parsed conversations of idle sessions from memory
+
+
+@dataclass(frozen=True)
+class SessionNotesConfig:
+    enabled: bool = True
+    init_tokens: int = 10_000  # R-S3
+    update_tokens: int = 5_000
+    tool_calls_between_updates: int = 3
+    section_tokens: int = 2_000  # R-S5
+    total_tokens: int = 12_000
+    wait_timeout_s: float = 15.0  # R-S8
+    stale_after_s: float = 60.0
+    max_concurrent: int = 2  # R-S6 global limit across sessions
+    strategy: Literal["delta", "full"] = "delta"
+    overlap_messages: int = 4
+    chunk_tokens: int = 60_000
+    max_turns: int = 6
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    default_context_window: int = 200_000
+    default_max_output_tokens: int = 32_000
+    max_output_reserve: int = 20_000  # R-C1: window - min(max_output, this)
+    buffer_tokens: int = 13_000
+    max_consecutive_failures: int = 3
+    keep_min_tokens: int = 10_000  # R-C2
+    keep_min_text_messages: int = 5
+    keep_max_tokens: int = 40_000
+    section_max_chars: int = 8_000
+    ptl_max_retries: int = 3  # R-C4
+    ptl_drop_fraction: float = 0.2
+    restore_max_files: int = 5  # R-C5
+    restore_max_tokens: int = 50_000
+    microcompact_keep_recent: int = 5  # R-C6
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    auto_memory: bool = True
+    team: bool = False
+    index_max_lines: int = 200  # R-M2
+    index_max_bytes: int = 25_000
+    scan_max_files: int = 200  # R-M4
+    frontmatter_lines: int = 30
+    recall_max: int = 5  # R-M6
+    recall_timeout_s: float = 3.0
+    extraction_quiet_s: float = 30.0  # R-M3: quiet period after an answer with no tool calls
+    extraction_max_turns: int = 4
+
+
+@dataclass(frozen=True)
+class DreamConfig:
+    auto_dream: bool = True
+    min_hours: float = 24.0  # R-D1
+    scan_throttle_minutes: float = 10.0
+    min_sessions: int = 5
+    lock_stale_minutes: float = 60.0  # R-D2
+    snapshots_kept: int = 5  # R-B3
+    max_turns: int = 30
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    """Model per job kind (R-B7)."""
+
+    session_notes: str = "claude-sonnet-4-5"
+    memory_extract: str = "claude-sonnet-4-5"
+    recall: str = "claude-haiku-4-5"
+    compact: str = "claude-sonnet-4-5"
+    dream: str = "claude-sonnet-4-5"
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    provider: Literal["anthropic", "bedrock", "vertex"] = "anthropic"
+    base_url: str = ""  # empty: the SDK's default or $ANTHROPIC_BASE_URL
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    timeout_s: float = 120.0
+    max_concurrent: int = 2
+    max_output_tokens: int = 8_192
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """Cost guard for background work (R-B1). 0 means unlimited."""
+
+    tokens_per_hour: int = 2_000_000
+    tokens_per_day: int = 20_000_000
+    backoff_initial_s: float = 30.0
+    backoff_max_s: float = 3_600.0
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    ignore_projects: tuple[str, ...] = ()  # globs on project paths or slugs (R-B4)
+    redact_secrets: bool = True
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    injection_max_bytes: int = 8_192  # R-B5
+    timeout_ms: int = 1_500
+
+
+@dataclass(frozen=True)
+class IPCConfig:
+    max_frame_bytes: int = 16 * 1024 * 1024
+    request_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    shutdown_grace_s: float = 10.0
+    state_flush_s: float = 2.0
+    stall_after_minutes: float = 30.0  # R-B8
+
+
+@dataclass(frozen=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    transcripts: TranscriptsConfig = field(default_factory=TranscriptsConfig)
+    session_notes: SessionNotesConfig = field(default_factory=SessionNotesConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    dream: DreamConfig = field(default_factory=DreamConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    hook: HookConfig = field(default_factory=HookConfig)
+    ipc: IPCConfig = field(default_factory=IPCConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+
+
+@dataclass(frozen=True)
+class ResolvedPaths:
+    """Concrete directories, derived once from :class:`PathsConfig` and the environment."""
+
+    claude_dir: Path
+    projects_root: Path
+    state_dir: Path
+    runtime_dir: Path
+    config_file: Path | None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.runtime_dir / "memd.sock"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.runtime_dir / "memd.lock"
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    config: Config
+    paths: ResolvedPaths
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def default_config_file(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
+    return Path(base) / "memd" / "config.yaml"
+
+
+def load_config(
+    *,
+    config_file: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LoadedConfig:
+    """Load and validate the configuration; raise :class:`ConfigError` listing every problem."""
+    env = os.environ if env is None else env
+    named = config_file or env.get("MEMD_CONFIG") or None
+    path = Path(named).expanduser() if named else default_config_file(env)
+    raw: dict[str, Any] = {}
+    if path.exists():
+        raw = _read_yaml(path)
+    elif named:
+        raise ConfigError(
+            f"config file {path} does not exist (named by "
+            f"{'--config' if config_file else 'MEMD_CONFIG'}); create it or drop the option"
+        )
+    problems: list[str] = []
+    for dotted, value in (overrides or {}).items():
+        _apply_override(raw, dotted, value, problems)
+    config = _build(Config, raw, "", problems)
+    if problems:
+        where = f" in {path}" if path.exists() else ""
+        raise ConfigError("invalid configuration" + where + ":\n  " + "\n  ".join(problems))
+    assert isinstance(config, Config)
+    return LoadedConfig(config, resolve_paths(config.paths, env, path if path.exists() else None))
+
+
+def parse_config_text(text: str) -> Config:
+    """Validate YAML text into a Config (used by tests and ``memdctl config --check``)."""
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise ConfigError("the config file must be a YAML mapping of sections")
+    problems: list[str] = []
+    config = _build(Config, data, "", problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    assert isinstance(config, Config)
+    return config
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must be a YAML mapping of sections (e.g. 'session_notes:')")
+    return data
+
+
+def _apply_override(raw: dict[str, Any], dotted: str, value: str, problems: list[str]) -> None:
+    parts = dotted.split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            problems.append(f"{dotted}: cannot set a key below a non-section value")
+            return
+        node = child
+    node[parts[-1]] = yaml.safe_load(value) if value else value
+
+
+def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
+    if not isinstance(data, dict):
+        problems.append(f"{prefix.rstrip('.') or '(top level)'}: expected a section (mapping)")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            problems.append(
+                f"{prefix}{key}: unknown key (known here: {', '.join(sorted(known))})"
+            )
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        hint = hints[f.name]
+        name = prefix + f.name
+        if dataclasses.is_dataclass(hint):
+            values[f.name] = _build(hint, data[f.name], name + ".", problems)
+            continue
+        ok, value, expected = _coerce(hint, data[f.name])
+        if ok:
+            values[f.name] = value
+        else:
+            problems.append(f"{name}: expected {expected}, got {data[f.name]!r}")
+    for name, value in values.items():
+        problem = _range_problem(name, value)
+        if problem:
+            problems.append(prefix + problem)
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any) -> tuple[bool, Any, str]:
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        return isinstance(value, bool), value, "true or false"
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return ok, value, "a whole number"
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return ok, float(value) if ok else value, "a number"
+    if hint is str:
+        return isinstance(value, str), value, "a string"
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        return value in choices, value, "one of " + ", ".join(map(repr, choices))
+    if origin is tuple:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return ok, tuple(value) if ok else value, "a list of strings"
+    if origin in (types.UnionType, typing.Union):  # pragma: no cover - no such keys yet
+        for arm in typing.get_args(hint):
+            ok, coerced, _ = _coerce(arm, value)
+            if ok:
+                return True, coerced, ""
+        return False, value, str(hint)
+    raise TypeError(f"config field type {hint!r} has no validator")  # pragma: no cover
+
+
+def _range_problem(name: str, value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value < 0:
+        return f"{name}: must not be negative, got {value}"
+    if name.endswith("_fraction") and not 0 < value < 1:
+        return f"{name}: must be between 0 and 1, got {value}"
+    return None
+
+
+def resolve_paths(
+    paths: PathsConfig, env: Mapping[str, str], config_file: Path | None
+) -> ResolvedPaths:
+    """Derive concrete directories. Env overrides beat the file, as documented above."""
+    home = Path(env.get("HOME") or Path.home())
+
+    def expand(p: str) -> Path:
+        return Path(p.replace("~", str(home), 1) if p.startswith("~") else p)
+
+    claude = expand(
+        env.get("MEMD_CLAUDE_DIR") or paths.claude_dir or env.get("CLAUDE_CONFIG_DIR") or "~/.claude"
+    )
+    projects = expand(env.get("MEMD_PROJECTS_ROOT") or paths.projects_root or str(claude / "projects"))
+    state_base = env.get("XDG_STATE_HOME") or str(home / ".local" / "state")
+    state = expand(env.get("MEMD_STATE_DIR") or paths.state_dir or str(Path(state_base) / "memd"))
+    from memd_client.paths import default_runtime_dir
+
+    runtime = default_runtime_dir(env)
+    return ResolvedPaths(claude, projects, state, runtime, config_file)
+
+
+def config_as_dict(config: Config) -> dict[str, Any]:
+    """Plain data for ``memdctl config`` (tuples become lists)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return list(value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    result = plain(dataclasses.asdict(config))
+    assert isinstance(result, dict)
+    return result

@@ -1,0 +1,1 @@
+"""The daemon process: composition root, signals, single-instance lock, watcher."""

@@ -1,0 +1,111 @@
+"""memd's exception tree.
+
+Expected outcomes (a gate that stays closed, a denied tool call, a busy lock) are return
+values, not exceptions. Exceptions are for things that stop the unit of work at hand:
+
+    MemdError
+    ├── ConfigError            the configuration is invalid; names every bad key
+    ├── StartupError           the daemon cannot start (another instance, unusable dirs)
+    ├── TranscriptError        a transcript cannot be read at all (not a bad line: those are counted)
+    ├── StateError             persisted state is unreadable
+    ├── NotFound               a named session, project or file does not exist
+    ├── LLMError               a model call failed; raised only by memd.llm.client
+    │   ├── LLMDisabled            no API key / provider not configured
+    │   ├── PromptTooLong          carries the token figures when the API states them
+    │   ├── RateLimited            carries retry_after seconds when the API sends one
+    │   ├── Overloaded             529
+    │   ├── Unavailable            5xx, connection errors, timeouts
+    │   ├── AuthenticationFailed   401/403: retrying will not help
+    │   ├── QuotaExceeded          billing/credit errors: retrying will not help
+    │   └── BadRequest             any other 4xx: our request was wrong
+    ├── BudgetExhausted        the cost guard refuses background work until resume_at
+    └── AgentError             a sub-agent run ended without doing its job (turn limit, timeout)
+"""
+
+from __future__ import annotations
+
+
+class MemdError(Exception):
+    """Base of every error memd raises on purpose."""
+
+
+class ConfigError(MemdError):
+    pass
+
+
+class StartupError(MemdError):
+    pass
+
+
+class TranscriptError(MemdError):
+    pass
+
+
+class StateError(MemdError):
+    pass
+
+
+class NotFound(MemdError):
+    pass
+
+
+class LLMError(MemdError):
+    """A model call failed. ``retryable`` tells the scheduler whether backing off can help."""
+
+    retryable: bool = False
+
+
+class LLMDisabled(LLMError):
+    pass
+
+
+class PromptTooLong(LLMError):
+    def __init__(self, message: str, *, actual: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.actual = actual
+        self.limit = limit
+
+    @property
+    def gap(self) -> int | None:
+        """Tokens over the limit, when the API said both figures."""
+        if self.actual is None or self.limit is None:
+            return None
+        return max(0, self.actual - self.limit)
+
+
+class RateLimited(LLMError):
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Overloaded(LLMError):
+    retryable = True
+
+
+class Unavailable(LLMError):
+    retryable = True
+
+
+class AuthenticationFailed(LLMError):
+    pass
+
+
+class QuotaExceeded(LLMError):
+    pass
+
+
+class BadRequest(LLMError):
+    pass
+
+
+class BudgetExhausted(MemdError):
+    def __init__(self, message: str, *, resume_at: float):
+        super().__init__(message)
+        self.resume_at = resume_at
+
+
+class AgentError(MemdError):
+    pass

@@ -1,0 +1,1 @@
+"""The Unix-socket server and the method table."""

@@ -1,0 +1,1 @@
+"""Persistent typed memories (memdir) and recall."""

@@ -1,0 +1,1 @@
+"""Per-session working notes (session memory)."""

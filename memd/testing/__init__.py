@@ -1,0 +1,1 @@
+"""Test support shipped with memd (used by tests/ and bench/)."""

@@ -1,0 +1,1 @@
+"""Reading Claude Code transcripts: parsing, tailing, rebuilding the active conversation."""
