@@ -290,9 +290,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in known:
-            problems.append(
-                f"{prefix}{key}: unknown key (known here: {', '.join(sorted(known))})"
-            )
+            problems.append(f"{prefix}{key}: unknown key (known here: {', '.join(sorted(known))})")
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
@@ -300,7 +298,9 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
         hint = hints[f.name]
         name = prefix + f.name
         if dataclasses.is_dataclass(hint):
-            values[f.name] = _build(hint, data[f.name], name + ".", problems)
+            values[f.name] = _build(
+                typing.cast(type[Any], hint), data[f.name], name + ".", problems
+            )
             continue
         ok, value, expected = _coerce(hint, data[f.name])
         if ok:
@@ -361,9 +361,14 @@ def resolve_paths(
         return Path(p.replace("~", str(home), 1) if p.startswith("~") else p)
 
     claude = expand(
-        env.get("MEMD_CLAUDE_DIR") or paths.claude_dir or env.get("CLAUDE_CONFIG_DIR") or "~/.claude"
+        env.get("MEMD_CLAUDE_DIR")
+        or paths.claude_dir
+        or env.get("CLAUDE_CONFIG_DIR")
+        or "~/.claude"
     )
-    projects = expand(env.get("MEMD_PROJECTS_ROOT") or paths.projects_root or str(claude / "projects"))
+    projects = expand(
+        env.get("MEMD_PROJECTS_ROOT") or paths.projects_root or str(claude / "projects")
+    )
     state_base = env.get("XDG_STATE_HOME") or str(home / ".local" / "state")
     state = expand(env.get("MEMD_STATE_DIR") or paths.state_dir or str(Path(state_base) / "memd"))
     from memd_client.paths import default_runtime_dir

@@ -6,7 +6,7 @@ values, not exceptions. Exceptions are for things that stop the unit of work at 
     MemdError
     ├── ConfigError            the configuration is invalid; names every bad key
     ├── StartupError           the daemon cannot start (another instance, unusable dirs)
-    ├── TranscriptError        a transcript cannot be read at all (not a bad line: those are counted)
+    ├── TranscriptError        a transcript cannot be read at all (bad lines are only counted)
     ├── StateError             persisted state is unreadable
     ├── NotFound               a named session, project or file does not exist
     ├── LLMError               a model call failed; raised only by memd.llm.client

@@ -1,0 +1,231 @@
+"""``memdctl``: see what memd is doing and ask it for things.
+
+Exit codes: 0 success; 1 the daemon answered with an error; 2 usage error; 3 the daemon is
+not running (or not reachable); 4 the named thing was not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memd_client.client import Client
+from memd_client.errors import DaemonNotRunning, MemdClientError, RemoteError
+
+EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_DOWN, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
+
+EPILOG = """\
+exit codes: 0 ok, 1 the daemon reported an error, 2 usage error, 3 daemon not running,
+4 not found. Every command takes --json for machine-readable output.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    common.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="daemon socket (default: $MEMD_SOCKET or the standard path)",
+    )
+    common.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="memdctl",
+        description="Inspect and steer the memd daemon.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub.add_parser("status", parents=[common], help="health, sessions and what is queued")
+    p = sub.add_parser("sessions", parents=[common], help="list every known session, newest first")
+    p.add_argument("--project", help="only sessions of this project folder")
+    p.add_argument("--limit", type=int, default=0, help="at most this many")
+    p = sub.add_parser("session", parents=[common], help="one session in detail")
+    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+    sub.add_parser("config", parents=[common], help="print the effective configuration")
+    sub.add_parser("reload", parents=[common], help="reload the config file (like SIGHUP)")
+    p = sub.add_parser(
+        "install-service",
+        parents=[common],
+        help="install the systemd user unit (Linux) or launchd agent (macOS)",
+    )
+    p.add_argument(
+        "--no-start", action="store_true", help="write the unit but do not enable/start it"
+    )
+    p.add_argument("--print", action="store_true", help="print the unit instead of installing it")
+    return parser
+
+
+LOCAL_COMMANDS = {"install-service"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in LOCAL_COMMANDS:
+        return cmd_install_service(args)
+    command: Callable[[Client, argparse.Namespace], int] = COMMANDS[args.command]
+    try:
+        with Client(Path(args.socket) if args.socket else None, timeout=args.timeout) as client:
+            return command(client, args)
+    except DaemonNotRunning as exc:
+        print(f"memdctl: {exc}", file=sys.stderr)
+        return EXIT_DOWN
+    except RemoteError as exc:
+        print(f"memdctl: {exc.message}", file=sys.stderr)
+        return EXIT_NOT_FOUND if exc.code == "not_found" else EXIT_REMOTE
+    except MemdClientError as exc:
+        print(f"memdctl: {exc}", file=sys.stderr)
+        return EXIT_DOWN
+
+
+def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(render(data))
+    return EXIT_OK
+
+
+def cmd_status(client: Client, args: argparse.Namespace) -> int:
+    return _emit(args, client.call("status"), render_status)
+
+
+def cmd_sessions(client: Client, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.project:
+        params["project"] = args.project
+    return _emit(args, client.call("sessions", params), render_sessions)
+
+
+def cmd_session(client: Client, args: argparse.Namespace) -> int:
+    return _emit(args, client.call("session", {"session": args.session_id}), render_session)
+
+
+def cmd_config(client: Client, args: argparse.Namespace) -> int:
+    return _emit(args, client.call("config"), render_config)
+
+
+def cmd_reload(client: Client, args: argparse.Namespace) -> int:
+    result = client.call("reload")
+    _emit(args, result, lambda r: str(r["result"]))
+    return EXIT_OK if result["result"] == "reloaded" else EXIT_REMOTE
+
+
+def cmd_install_service(args: argparse.Namespace) -> int:
+    from memd_client import service
+
+    try:
+        plan = service.plan_service(Path.home(), service.find_memd())
+    except FileNotFoundError as exc:
+        print(f"memdctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.print:
+        print(plan.text, end="")
+        return EXIT_OK
+    try:
+        done = service.install(plan, start=not args.no_start)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"memdctl: installing the {plan.kind} service failed: {exc}", file=sys.stderr)
+        return EXIT_REMOTE
+    return _emit(
+        args,
+        {"kind": plan.kind, "path": str(plan.path), "done": done},
+        lambda r: "\n".join(r["done"]),
+    )
+
+
+COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
+    "status": cmd_status,
+    "sessions": cmd_sessions,
+    "session": cmd_session,
+    "config": cmd_config,
+    "reload": cmd_reload,
+}
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def _k(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def render_status(s: dict[str, Any]) -> str:
+    d, ing, llm = s["daemon"], s["ingest"], s["llm"]
+    lines = [
+        f"memd {d['version']}  pid {d['pid']}  up {d['uptime_s']:.0f}s  "
+        f"rss {d['rss_bytes'] / 2**20:.1f} MiB",
+        f"socket    {d['socket']}",
+        f"projects  {d['projects_root']}",
+        f"model     {'enabled (' + llm['provider'] + ')' if llm['enabled'] else llm['reason']}",
+        f"sessions  {ing['sessions']} known, {ing['parsed']} parsed, {ing['in_memory']} in memory; "
+        f"{ing['queued']} queued for reading",
+        f"ingest    {ing['bytes_parsed'] / 2**20:.1f} MiB in {ing['lines']} lines, "
+        f"{ing['bad_lines']} bad lines skipped",
+        f"errors    {s['errors_last_hour']} in the last hour"
+        + (f" (last: {s['last_error']})" if s["last_error"] else ""),
+    ]
+    if s["sessions"]:
+        lines += ["", render_sessions(s["sessions"])]
+    return "\n".join(lines)
+
+
+def render_sessions(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no sessions yet (memd watches Claude Code transcripts as they are written)"
+    out = [f"{'SESSION':<10} {'CONTEXT':>16} {'MSGS':>5} {'LAST ACTIVITY':<26} PROJECT"]
+    for r in rows:
+        ctx = "-" if not r["parsed"] else f"{_k(r['context_tokens'])}/{_k(r['compact_threshold'])}"
+        if r["context_stale"]:
+            ctx += "*"
+        out.append(
+            f"{r['session_id'][:8]:<10} {ctx:>16} {r['message_count']:>5} "
+            f"{r['last_activity']:<26} {r['project']}"
+        )
+    if any(r["context_stale"] for r in rows):
+        out.append("* estimated: compacted since the last model response")
+    return "\n".join(out)
+
+
+def render_session(r: dict[str, Any]) -> str:
+    keys = [
+        "session_id", "project", "cwd", "path", "message_count", "context_tokens",
+        "context_from_usage", "context_estimated_tail", "context_stale", "compact_threshold",
+        "last_activity", "boundaries_seen", "tool_uses", "turn_ends", "bytes_parsed", "offset",
+        "size", "lines", "bad_lines",
+    ]  # fmt: skip
+    lines = [f"{k:<24} {r.get(k)}" for k in keys]
+    for b in r.get("boundaries", []):
+        lines.append(f"{'boundary':<24} {b}")
+    return "\n".join(lines)
+
+
+def render_config(c: dict[str, Any]) -> str:
+    lines = [f"# {k}: {v}" for k, v in c["paths"].items()]
+    for section, values in c["config"].items():
+        lines.append(f"{section}:")
+        lines += _yaml_lines(values, "  ")
+    return "\n".join(lines)
+
+
+def _yaml_lines(values: dict[str, Any], indent: str) -> list[str]:
+    out: list[str] = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.append(f"{indent}{key}:")
+            out += _yaml_lines(value, indent + "  ")
+        else:
+            out.append(f"{indent}{key}: {json.dumps(value)}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

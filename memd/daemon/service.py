@@ -1,0 +1,256 @@
+"""The composition root: one task group owns every long-running task of the daemon.
+
+Start order (each step waits for the previous one's ``task_status.started()``): signal
+handling, the watcher, the ingest worker, the IPC server; then READY is sent, the startup
+scan runs in the background, and the daemon serves until a signal asks it to stop.
+
+Shutdown is phased and bounded: stop accepting connections and watching, let queued work
+finish within the grace period, cancel what is left, save state (shielded), exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from memd.config import LoadedConfig
+from memd.daemon.notify import Notifier
+from memd.daemon.queues import CoalescingQueue
+from memd.daemon.sessions import SessionRegistry
+from memd.daemon.watch import run_watcher
+from memd.errors import ConfigError, StartupError
+from memd.ipc.server import Server, run_server
+from memd.state import load_sessions, save_sessions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Health:
+    """Errors seen by background work, for ``status`` (R-B8)."""
+
+    errors: list[tuple[float, str]] = field(default_factory=list)
+
+    def record(self, message: str) -> None:
+        now = time.time()
+        self.errors = [(t, m) for t, m in self.errors if now - t < 3600.0][-99:]
+        self.errors.append((now, message))
+
+    def last_hour(self) -> list[tuple[float, str]]:
+        now = time.time()
+        return [(t, m) for t, m in self.errors if now - t < 3600.0]
+
+
+class Daemon:
+    """Everything the method table needs, built once from the loaded config."""
+
+    def __init__(self, loaded: LoadedConfig, *, env: dict[str, str]) -> None:
+        self.loaded = loaded
+        self.env = env
+        self.started_at = time.time()
+        self.state_file = loaded.paths.state_dir / "sessions.json"
+        self.registry = SessionRegistry(
+            loaded.paths.projects_root,
+            loaded.config.transcripts,
+            load_sessions(self.state_file),
+            started_at=self.started_at,
+        )
+        self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
+        self.notifier = Notifier(env)
+        self.health = Health()
+        self.state_changed = anyio.Event()
+        self.registry.add_listener(lambda _state: self.state_changed.set())
+        self.stopping = anyio.Event()
+        self.stop_watching = anyio.Event()
+        self.reloads = 0
+        self.server: Server | None = None
+
+    @property
+    def config(self) -> LoadedConfig:
+        return self.loaded
+
+    # -- reload (SIGHUP and `memdctl reload` share this path) -----------------------------------
+
+    def reload(self) -> str:
+        from memd.config import load_config
+
+        try:
+            fresh = load_config(
+                config_file=str(self.loaded.paths.config_file)
+                if self.loaded.paths.config_file
+                else None,
+                env=self.env,
+            )
+        except ConfigError as exc:
+            log.error("config reload failed, keeping the running config: %s", exc)
+            return f"reload failed: {exc}"
+        if fresh.paths != self.loaded.paths:
+            log.warning("paths changed in the config; they take effect after a restart")
+            fresh = LoadedConfig(fresh.config, self.loaded.paths)
+        self.loaded = fresh
+        self.registry.config = fresh.config.transcripts
+        self.reloads += 1
+        log.info("configuration reloaded")
+        return "reloaded"
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def save_state(self) -> None:
+        save_sessions(self.state_file, self.registry.snapshot_for_save())
+        self.registry.dirty = False
+
+
+async def run_daemon(
+    daemon: Daemon, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    from memd.ipc.handlers import method_table
+
+    paths = daemon.loaded.paths
+    _prepare_dirs(paths.state_dir)
+    cfg = daemon.loaded.config
+    async with anyio.create_task_group() as tg:
+        await tg.start(_run_signals, daemon)
+        await tg.start(
+            partial(
+                run_watcher,
+                paths.projects_root,
+                cfg.transcripts,
+                daemon.ingest_queue,
+                stop=daemon.stop_watching,
+            )
+        )
+        work = anyio.CancelScope()
+        tg.start_soon(_run_background, daemon, work)
+        daemon.server = await tg.start(
+            partial(
+                run_server,
+                paths.socket_path,
+                method_table(daemon),
+                max_frame_bytes=cfg.ipc.max_frame_bytes,
+                request_timeout=cfg.ipc.request_timeout_s,
+            )
+        )
+        daemon.notifier.ready(f"serving on {paths.socket_path}")
+        log.info("memd %s ready on %s (pid %d)", _version(), paths.socket_path, os.getpid())
+        task_status.started()
+        await daemon.stopping.wait()
+        await _shutdown(daemon, tg, work)
+
+
+async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> None:
+    """Stop intake, drain under the grace period, cancel the rest, save state, return."""
+    grace = daemon.loaded.config.daemon.shutdown_grace_s
+    daemon.notifier.stopping()
+    log.info("shutting down (grace %.0fs)", grace)
+    daemon.stop_watching.set()
+    if daemon.server is not None:
+        daemon.server.stop_accepting()
+    with anyio.move_on_after(grace) as drained:
+        await daemon.ingest_queue.wait_idle()
+        if daemon.server is not None:
+            await daemon.server.wait_idle()
+    if drained.cancelled_caught:
+        log.warning("grace period over; cancelling unfinished work")
+    work.cancel()
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(daemon.save_state)
+    log.info("state saved to %s; bye", daemon.state_file)
+    tg.cancel_scope.cancel()
+
+
+async def _run_signals(
+    daemon: Daemon, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        task_status.started()
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                daemon.reload()
+                continue
+            log.info("received %s", signal.Signals(signum).name)
+            daemon.stopping.set()
+            return
+
+
+async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
+    with scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_run_ingest, daemon)
+            tg.start_soon(_run_state_flusher, daemon)
+            tg.start_soon(_run_startup_scan, daemon)
+            tg.start_soon(_run_maintenance, daemon)
+            if daemon.notifier.watchdog_interval:
+                tg.start_soon(_run_watchdog, daemon)
+
+
+async def _run_startup_scan(daemon: Daemon) -> None:
+    """Stat the whole history, queue the active sessions; once more shortly after, to close
+    the gap between the scan and the watcher's first event."""
+    for delay in (0.0, 1.0):
+        await anyio.sleep(delay)
+        wanted = await anyio.to_thread.run_sync(daemon.registry.discover)
+        for path in wanted:
+            daemon.ingest_queue.mark_nowait(path)
+        daemon.state_changed.set()
+    stats = daemon.registry.statistics()
+    daemon.notifier.status(f"{stats.sessions} sessions known, {stats.parsed} parsed")
+    log.info("startup scan: %d sessions known, %d queued", stats.sessions, len(wanted))
+
+
+async def _run_ingest(daemon: Daemon) -> None:
+    while True:
+        path = await daemon.ingest_queue.get()
+        try:
+            await daemon.registry.ingest(path)
+        except OSError as exc:
+            daemon.health.record(f"cannot read {path}: {exc}")
+            log.warning("cannot read %s: %s", path, exc)
+        finally:
+            daemon.ingest_queue.done(path)
+
+
+async def _run_state_flusher(daemon: Daemon) -> None:
+    """Save state a moment after it changes; an idle daemon never wakes up for this."""
+    while True:
+        await daemon.state_changed.wait()
+        await anyio.sleep(daemon.loaded.config.daemon.state_flush_s)
+        daemon.state_changed = anyio.Event()
+        await anyio.to_thread.run_sync(daemon.save_state)
+
+
+async def _run_maintenance(daemon: Daemon) -> None:
+    while True:
+        await anyio.sleep(60.0)
+        idle = daemon.loaded.config.transcripts.evict_idle_minutes * 60.0
+        daemon.registry.evict_idle(idle)
+        await anyio.to_thread.run_sync(daemon.registry.forget_missing)
+
+
+async def _run_watchdog(daemon: Daemon) -> None:
+    interval = daemon.notifier.watchdog_interval or 10.0
+    while True:
+        daemon.notifier.watchdog()
+        await anyio.sleep(interval)
+
+
+def _prepare_dirs(state_dir: Path) -> None:
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot create the state directory {state_dir}: {exc.strerror}"
+        ) from exc
+
+
+def _version() -> str:
+    from memd import __version__
+
+    return __version__

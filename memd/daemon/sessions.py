@@ -1,0 +1,316 @@
+"""The session registry: every main transcript under the projects root, and what it holds.
+
+Startup is cheap (R-T6): transcripts are stat-ed, and only the ones modified within the active
+window are parsed. A session's conversation is kept in memory while it is in use and rebuilt
+from the file when it is needed again after an eviction or a restart ("rehydration"); tailing
+always resumes from the saved byte offset (R-T3).
+
+Threading: the file work of one session runs in a worker thread under that session's lock;
+the published :class:`SessionState` is replaced as a whole, so readers on the event loop never
+see a half-updated record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from memd.config import TranscriptsConfig
+from memd.state import SessionState
+from memd.transcript.conversation import Conversation
+from memd.transcript.parse import BadLine, parse_line
+from memd.transcript.tail import TailPosition, read_appended
+
+log = logging.getLogger(__name__)
+
+GrowthListener = Callable[[SessionState], None]
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    project: str
+    session_id: str
+
+
+def session_key_for(projects_root: Path, path: Path) -> SessionKey | None:
+    """``<root>/<project>/<session>.jsonl`` names a main transcript; anything else does not.
+
+    Sub-agent transcripts (``<session>/subagents/…``) and the old ``agent-*.jsonl`` layout are
+    not main conversations (R-T1).
+    """
+    try:
+        rel = path.relative_to(projects_root)
+    except ValueError:
+        return None
+    if len(rel.parts) != 2 or rel.suffix != ".jsonl" or rel.name.startswith("agent-"):
+        return None
+    return SessionKey(rel.parts[0], rel.stem)
+
+
+def is_active(mtime: float, started_at: float, window_hours: float) -> bool:
+    return mtime >= started_at or mtime >= started_at - window_hours * 3600.0
+
+
+@dataclass(frozen=True)
+class RegistryStats:
+    sessions: int
+    parsed: int
+    in_memory: int
+    bytes_parsed: int
+    bytes_rehydrated: int
+    lines: int
+    bad_lines: int
+
+
+class SessionRegistry:
+    def __init__(
+        self,
+        projects_root: Path,
+        config: TranscriptsConfig,
+        saved: dict[str, SessionState],
+        *,
+        started_at: float | None = None,
+    ) -> None:
+        self.projects_root = projects_root
+        self.config = config
+        self.started_at = time.time() if started_at is None else started_at
+        self._states: dict[str, SessionState] = dict(saved)
+        self._conversations: dict[str, Conversation] = {}
+        self._last_used: dict[str, float] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._listeners: list[GrowthListener] = []
+        self._bytes_rehydrated = 0
+        self.dirty = False
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> SessionState | None:
+        for state in self._states.values():
+            if state.session_id == session_id:
+                return state
+        return None
+
+    def find(self, prefix: str) -> list[SessionState]:
+        """Sessions whose id starts with ``prefix`` (so users can type a short id)."""
+        return [s for s in self._states.values() if s.session_id.startswith(prefix)]
+
+    def states(self) -> Iterator[SessionState]:
+        return iter(list(self._states.values()))
+
+    def snapshot_for_save(self) -> dict[str, SessionState]:
+        return dict(self._states)
+
+    def statistics(self) -> RegistryStats:
+        states = list(self._states.values())
+        return RegistryStats(
+            sessions=len(states),
+            parsed=sum(s.parsed for s in states),
+            in_memory=len(self._conversations),
+            bytes_parsed=sum(s.bytes_parsed for s in states),
+            bytes_rehydrated=self._bytes_rehydrated,
+            lines=sum(s.lines for s in states),
+            bad_lines=sum(s.bad_lines for s in states),
+        )
+
+    def add_listener(self, listener: GrowthListener) -> None:
+        self._listeners.append(listener)
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    def discover(self) -> list[Path]:
+        """Stat every main transcript; register new ones; return those that need reading.
+
+        Synchronous: call it in a worker thread.
+        """
+        wanted: list[Path] = []
+        try:
+            projects = list(os.scandir(self.projects_root))
+        except FileNotFoundError:
+            return wanted
+        for project in projects:
+            if not project.is_dir(follow_symlinks=False):
+                continue
+            try:
+                entries = list(os.scandir(project.path))
+            except OSError:
+                continue
+            for entry in entries:
+                path = Path(entry.path)
+                if self._needs_read(path, entry):
+                    wanted.append(path)
+        return wanted
+
+    def _needs_read(self, path: Path, entry: os.DirEntry[str]) -> bool:
+        key = session_key_for(self.projects_root, path)
+        if key is None or not entry.is_file(follow_symlinks=False):
+            return False
+        st = entry.stat(follow_symlinks=False)
+        state = self._states.get(str(path))
+        if state is None:
+            state = SessionState(key.session_id, key.project, str(path))
+            self._states[str(path)] = state
+            self.dirty = True
+        changed = st.st_size != state.offset or st.st_ino != state.inode
+        if state.parsed:
+            return changed
+        return is_active(st.st_mtime, self.started_at, self.config.active_window_hours)
+
+    def forget_missing(self) -> int:
+        """Drop sessions whose transcript is gone (Claude Code's cleanup deletes old ones)."""
+        gone = [key for key in self._states if not Path(key).exists()]
+        for key in gone:
+            del self._states[key]
+            self._conversations.pop(key, None)
+        if gone:
+            self.dirty = True
+        return len(gone)
+
+    # -- ingest --------------------------------------------------------------------------------
+
+    def lock_for(self, path: str) -> anyio.Lock:
+        lock = self._locks.get(path)
+        if lock is None:
+            lock = self._locks[path] = anyio.Lock()
+        return lock
+
+    async def ingest(self, path: Path) -> SessionState | None:
+        """Read what was appended to ``path``; publish new figures; notify listeners on growth."""
+        key = session_key_for(self.projects_root, path)
+        if key is None:
+            return None
+        async with self.lock_for(str(path)):
+            before = self._states.get(str(path)) or SessionState(
+                key.session_id, key.project, str(path)
+            )
+            after = await anyio.to_thread.run_sync(self._ingest_sync, before)
+        if after is None:
+            return None
+        grew = after.offset != before.offset or after.resets != before.resets
+        self._states[str(path)] = after
+        self._last_used[str(path)] = time.monotonic()
+        self.dirty = True
+        if grew:
+            for listener in self._listeners:
+                listener(after)
+        return after
+
+    async def conversation(self, state: SessionState) -> Conversation:
+        """The in-memory conversation of a session, rebuilt from its file if it was evicted."""
+        async with self.lock_for(state.path):
+            conv = self._conversations.get(state.path)
+            if conv is None:
+                conv = await anyio.to_thread.run_sync(self._rehydrate, state)
+            self._last_used[state.path] = time.monotonic()
+            return conv
+
+    def _ingest_sync(self, before: SessionState) -> SessionState | None:
+        path = Path(before.path)
+        conv = self._conversations.get(before.path)
+        if conv is None and before.offset > 0:
+            conv = self._rehydrate(before)
+        try:
+            read = read_appended(path, TailPosition(before.offset, before.inode, before.size))
+        except FileNotFoundError:
+            return None
+        state = dataclasses.replace(before, boundaries=list(before.boundaries))
+        if read.reset:
+            log.info("%s was truncated or replaced; reading it again from the start", path)
+            conv = None
+            state = SessionState(
+                before.session_id,
+                before.project,
+                before.path,
+                resets=before.resets + 1,
+                bytes_parsed=before.bytes_parsed,
+            )
+        if conv is None:
+            conv = Conversation()
+        consumed = read.position.offset - (0 if read.reset else before.offset)
+        state.bytes_parsed += max(0, consumed)
+        state.lines += len(read.lines)
+        state.bad_lines += _feed(conv, read.lines, path)
+        state.inode, state.offset, state.size = (
+            read.position.inode,
+            read.position.offset,
+            read.position.size,
+        )
+        state.mtime = _mtime(path)
+        state.parsed = True
+        self._conversations[before.path] = conv
+        _publish_figures(conv, state)
+        return state
+
+    def _rehydrate(self, state: SessionState) -> Conversation:
+        """Re-read a file up to the saved offset (not counted as newly parsed bytes)."""
+        conv = Conversation()
+        if state.offset > 0:
+            read = read_appended(Path(state.path), TailPosition(0, 0, 0), max_bytes=state.offset)
+            lines = read.lines
+            if read.position.offset > state.offset:  # never read past what was ingested
+                lines = _lines_within(lines, state.offset)
+            self._bytes_rehydrated += min(read.position.offset, state.offset)
+            _feed(conv, lines, Path(state.path))
+        self._conversations[state.path] = conv
+        return conv
+
+    def evict_idle(self, idle_seconds: float) -> int:
+        """Drop in-memory conversations unused for ``idle_seconds``; figures stay."""
+        now = time.monotonic()
+        idle = [p for p, t in self._last_used.items() if now - t >= idle_seconds]
+        for path in idle:
+            self._conversations.pop(path, None)
+            self._last_used.pop(path, None)
+        return len(idle)
+
+
+def _feed(conv: Conversation, lines: list[bytes], path: Path) -> int:
+    bad = 0
+    for line in lines:
+        try:
+            entry = parse_line(line)
+        except BadLine as exc:
+            bad += 1
+            log.debug("skipping a bad line in %s: %s", path, exc)
+            continue
+        if entry is not None:
+            conv.add(entry)
+    return bad
+
+
+def _lines_within(lines: list[bytes], limit: int) -> list[bytes]:
+    out, total = [], 0
+    for line in lines:
+        total += len(line) + 1
+        if total > limit:
+            break
+        out.append(line)
+    return out
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _publish_figures(conv: Conversation, state: SessionState) -> None:
+    figure = conv.context()
+    state.context_tokens = figure.tokens
+    state.context_from_usage = figure.from_usage
+    state.context_estimated_tail = figure.estimated_tail
+    state.context_stale = figure.stale
+    state.message_count = conv.message_count
+    state.boundaries = [dataclasses.asdict(b) for b in conv.boundaries]
+    state.tool_uses = conv.tool_use_count
+    state.turn_ends = conv.turn_ends
+    state.last_timestamp = conv.last_timestamp or ""
+    state.last_uuid = conv.last_uuid or ""
+    state.cwd = conv.cwd or state.cwd

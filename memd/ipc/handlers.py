@@ -1,0 +1,201 @@
+"""The daemon's method table: one small function per IPC method.
+
+Each handler takes the request's ``params`` map and returns plain data (msgpack-able). Bad
+params raise :class:`InvalidParams`; an unknown session raises :class:`NotFound`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from memd import __version__
+from memd.config import config_as_dict
+from memd.errors import NotFound
+from memd.ipc.server import InvalidParams
+from memd.state import SessionState
+from memd_client.protocol import hello_result
+
+if TYPE_CHECKING:
+    from memd.daemon.service import Daemon
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+def method_table(daemon: Daemon) -> dict[str, Handler]:
+    """The explicit method table (no registries): name → handler bound to ``daemon``."""
+
+    async def hello(params: dict[str, Any]) -> Any:
+        """Protocol handshake. Result: protocol version, daemon version, pid."""
+        return {**hello_result(), "version": __version__, "pid": os.getpid()}
+
+    async def status(params: dict[str, Any]) -> Any:
+        """Health at a glance. Params: ``limit`` (sessions listed, default 20)."""
+        return status_result(daemon, limit=_int(params, "limit", 20))
+
+    async def sessions(params: dict[str, Any]) -> Any:
+        """Every known session, newest first. Params: ``project`` (folder name filter),
+        ``limit`` (default all)."""
+        project = _str(params, "project", "")
+        limit = _int(params, "limit", 0)
+        rows = [s for s in daemon.registry.states() if not project or s.project == project]
+        rows.sort(key=lambda s: s.mtime, reverse=True)
+        return [session_row(daemon, s) for s in (rows[:limit] if limit else rows)]
+
+    async def session(params: dict[str, Any]) -> Any:
+        """One session in full. Params: ``session`` (id or unique prefix). Errors: not_found."""
+        state = find_session(daemon, _str(params, "session", None))
+        return {**session_row(daemon, state), "boundaries": state.boundaries}
+
+    async def config(params: dict[str, Any]) -> Any:
+        """The effective configuration and the resolved paths."""
+        paths = daemon.loaded.paths
+        return {
+            "config": config_as_dict(daemon.loaded.config),
+            "paths": {
+                "config_file": str(paths.config_file) if paths.config_file else None,
+                "projects_root": str(paths.projects_root),
+                "state_dir": str(paths.state_dir),
+                "socket": str(paths.socket_path),
+            },
+        }
+
+    async def reload(params: dict[str, Any]) -> Any:
+        """Reload the config file (the same path as SIGHUP). Result: outcome text."""
+        return {"result": daemon.reload()}
+
+    return {
+        "hello": hello,
+        "status": status,
+        "sessions": sessions,
+        "session": session,
+        "config": config,
+        "reload": reload,
+    }
+
+
+def find_session(daemon: Daemon, ident: str | None) -> SessionState:
+    if not ident:
+        raise InvalidParams("'session' is required: a session id or a unique prefix of one")
+    exact = daemon.registry.get(ident)
+    if exact is not None:
+        return exact
+    matches = daemon.registry.find(ident)
+    if not matches:
+        raise NotFound(f"no session {ident!r}; `memdctl sessions` lists the known ones")
+    if len(matches) > 1:
+        raise InvalidParams(f"{ident!r} matches {len(matches)} sessions; give more of the id")
+    return matches[0]
+
+
+def compact_threshold(daemon: Daemon) -> int:
+    c = daemon.loaded.config.compaction
+    effective = c.default_context_window - min(c.default_max_output_tokens, c.max_output_reserve)
+    return effective - c.buffer_tokens
+
+
+def session_row(daemon: Daemon, s: SessionState) -> dict[str, Any]:
+    return {
+        "session_id": s.session_id,
+        "project": s.project,
+        "path": s.path,
+        "cwd": s.cwd,
+        "parsed": s.parsed,
+        "message_count": s.message_count,
+        "context_tokens": s.context_tokens,
+        "context_from_usage": s.context_from_usage,
+        "context_estimated_tail": s.context_estimated_tail,
+        "context_stale": s.context_stale,
+        "compact_threshold": compact_threshold(daemon),
+        "last_activity": _iso(s.mtime),
+        "last_timestamp": s.last_timestamp,
+        "boundaries_seen": len(s.boundaries),
+        "tool_uses": s.tool_uses,
+        "turn_ends": s.turn_ends,
+        "bytes_parsed": s.bytes_parsed,
+        "offset": s.offset,
+        "size": s.size,
+        "lines": s.lines,
+        "bad_lines": s.bad_lines,
+    }
+
+
+def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
+    reg = daemon.registry.statistics()
+    queue = daemon.ingest_queue.statistics()
+    rows = sorted(daemon.registry.states(), key=lambda s: s.mtime, reverse=True)
+    errors = daemon.health.last_hour()
+    return {
+        "daemon": {
+            "version": __version__,
+            "pid": os.getpid(),
+            "started_at": _iso(daemon.started_at),
+            "uptime_s": round(time.time() - daemon.started_at, 1),
+            "rss_bytes": _rss_bytes(),
+            "socket": str(daemon.loaded.paths.socket_path),
+            "projects_root": str(daemon.loaded.paths.projects_root),
+            "state_dir": str(daemon.loaded.paths.state_dir),
+            "reloads": daemon.reloads,
+        },
+        "llm": llm_status(daemon),
+        "ingest": {
+            "sessions": reg.sessions,
+            "parsed": reg.parsed,
+            "in_memory": reg.in_memory,
+            "bytes_parsed": reg.bytes_parsed,
+            "bytes_rehydrated": reg.bytes_rehydrated,
+            "lines": reg.lines,
+            "bad_lines": reg.bad_lines,
+            "queued": queue.queued,
+            "running": queue.running,
+        },
+        "errors_last_hour": len(errors),
+        "last_error": errors[-1][1] if errors else None,
+        "sessions": [session_row(daemon, s) for s in rows[:limit]],
+    }
+
+
+def llm_status(daemon: Daemon) -> dict[str, Any]:
+    key_env = daemon.loaded.config.llm.api_key_env
+    provider = daemon.loaded.config.llm.provider
+    if provider == "anthropic" and not daemon.env.get(key_env):
+        return {
+            "enabled": False,
+            "reason": f"disabled: no API key (set {key_env} to enable notes, recall, compaction)",
+            "provider": provider,
+        }
+    return {"enabled": True, "reason": None, "provider": provider}
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _iso(ts: float) -> str:
+    if not ts:
+        return ""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def _str(params: dict[str, Any], key: str, default: str | None) -> str | None:
+    value = params.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise InvalidParams(f"'{key}' must be a string, got {type(value).__name__}")
+    return value
+
+
+def _int(params: dict[str, Any], key: str, default: int) -> int:
+    value = params.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidParams(f"'{key}' must be a non-negative integer, got {value!r}")
+    return value

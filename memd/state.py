@@ -1,0 +1,81 @@
+"""Persisted per-session ingest state: offsets, counters and token figures.
+
+One JSON document under the state dir, replaced atomically. It is a cache of what was read,
+never the only copy of anything: if it is lost or unreadable, memd re-reads the transcripts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from memd.atomic import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+
+
+@dataclass
+class SessionState:
+    """What memd knows about one main transcript. Mutable; owned by the session registry."""
+
+    session_id: str
+    project: str  # the project folder name (the cwd slug)
+    path: str  # absolute transcript path
+    inode: int = 0
+    offset: int = 0  # bytes of complete lines consumed
+    size: int = 0  # file size at the last stat
+    mtime: float = 0.0
+    bytes_parsed: int = 0  # bytes read by tailing since this state began (not re-reads)
+    lines: int = 0
+    bad_lines: int = 0
+    resets: int = 0  # truncations or replacements seen
+    message_count: int = 0
+    context_tokens: int = 0
+    context_from_usage: int = 0
+    context_estimated_tail: int = 0
+    context_stale: bool = False
+    boundaries: list[dict[str, Any]] = field(default_factory=list)
+    tool_uses: int = 0
+    turn_ends: int = 0
+    last_timestamp: str = ""
+    last_uuid: str = ""
+    cwd: str = ""
+    parsed: bool = False  # has memd ever read this file?
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionState:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def load_sessions(path: Path) -> dict[str, SessionState]:
+    """Read the state file; a missing file is an empty state, a broken one is logged and ignored."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        doc = json.loads(raw)
+        if doc.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown state version {doc.get('version')!r}")
+        return {key: SessionState.from_dict(value) for key, value in doc["sessions"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        backup = path.with_suffix(".corrupt")
+        path.replace(backup)
+        log.warning(
+            "state file %s was unreadable (%s); moved it to %s and will re-read transcripts",
+            path,
+            exc,
+            backup,
+        )
+        return {}
+
+
+def save_sessions(path: Path, sessions: dict[str, SessionState]) -> None:
+    doc = {"version": STATE_VERSION, "sessions": {k: asdict(v) for k, v in sessions.items()}}
+    write_text_atomic(path, json.dumps(doc, separators=(",", ":")))

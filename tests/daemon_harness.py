@@ -1,0 +1,112 @@
+"""Run the real ``memd`` as a subprocess in a throwaway home, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memd_client.client import Client
+from memd_client.errors import MemdClientError
+
+T = TypeVar("T")
+
+
+@dataclass
+class Home:
+    """A fake user: HOME, a short runtime dir for the socket, and the env to run memd in."""
+
+    root: Path
+    runtime: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def projects(self) -> Path:
+        return self.root / ".claude" / "projects"
+
+    @property
+    def socket(self) -> Path:
+        return self.runtime / "memd" / "memd.sock"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".local" / "state" / "memd"
+
+    def client(self, timeout: float = 5.0) -> Client:
+        return Client(self.socket, timeout=timeout)
+
+
+@contextmanager
+def fake_home(tmp_path: Path, **extra_env: str) -> Iterator[Home]:
+    # AF_UNIX paths are limited to ~107 bytes, and pytest's tmp_path can be long.
+    runtime = Path(tempfile.mkdtemp(prefix="memd-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMD_", "XDG_"))}
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    env.pop("NOTIFY_SOCKET", None)
+    env.update(HOME=str(tmp_path), XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1")
+    env.update(extra_env)
+    try:
+        yield Home(tmp_path, runtime, env)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def start_memd(home: Home, *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start memd and wait until it answers ``hello``."""
+    stderr = open(log or home.root / "memd.log", "ab")  # noqa: SIM115 - owned by the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memd.daemon.main", "-v", *args],
+        env=home.env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+    stderr.close()
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"memd exited with {proc.returncode}: {read_log(home)}")
+        try:
+            with home.client(timeout=1.0) as c:
+                c.call("hello")
+            return True
+        except MemdClientError:
+            return False
+
+    wait_for(ready, timeout=20.0, what="memd to answer hello")
+    return proc
+
+
+def stop_memd(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=timeout)
+
+
+def read_log(home: Home) -> str:
+    path = home.root / "memd.log"
+    return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+def wait_for(check: Callable[[], T | bool | None], *, timeout: float, what: str) -> T:
+    """Poll an external process's observable state until ``check`` is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def call(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
+    with home.client() as c:
+        return c.call(method, params or {})
