@@ -61,16 +61,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-start", action="store_true", help="write the unit but do not enable/start it"
     )
     p.add_argument("--print", action="store_true", help="print the unit instead of installing it")
+    p = sub.add_parser(
+        "install-hooks",
+        parents=[common],
+        help="add memd's hooks to Claude Code's settings.json (idempotent, keeps a backup)",
+    )
+    p.add_argument(
+        "--settings",
+        metavar="FILE",
+        help="settings file (default: $CLAUDE_CONFIG_DIR/settings.json or ~/.claude/settings.json)",
+    )
     return parser
 
 
-LOCAL_COMMANDS = {"install-service"}
+LOCAL_COMMANDS = {"install-service", "install-hooks"}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in LOCAL_COMMANDS:
+    if args.command == "install-service":
         return cmd_install_service(args)
+    if args.command == "install-hooks":
+        return cmd_install_hooks(args)
     command: Callable[[Client, argparse.Namespace], int] = COMMANDS[args.command]
     try:
         with Client(Path(args.socket) if args.socket else None, timeout=args.timeout) as client:
@@ -140,6 +152,27 @@ def cmd_install_service(args: argparse.Namespace) -> int:
         {"kind": plan.kind, "path": str(plan.path), "done": done},
         lambda r: "\n".join(r["done"]),
     )
+
+
+def cmd_install_hooks(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+
+    from memd_client.hooks_install import install_hooks
+
+    claude = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    settings = Path(args.settings) if args.settings else claude / "settings.json"
+    beside = Path(sys.executable).parent / "memd-hook"
+    command = str(beside) if beside.exists() else shutil.which("memd-hook")
+    if command is None:
+        print("memdctl: cannot find the memd-hook command; install memd-client", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        done = install_hooks(settings, command)
+    except (OSError, ValueError) as exc:
+        print(f"memdctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return _emit(args, {"settings": str(settings), "done": done}, lambda r: "\n".join(r["done"]))
 
 
 COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {

@@ -1,0 +1,244 @@
+"""End to end: the real ``memd`` process, real transcripts appended line by line, memdctl.
+
+These start subprocesses; they wait on the daemon's observable state (status replies) with
+deadlines, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.transcript.conversation import Conversation
+from memd.transcript.parse import BadLine, parse_line
+from tests.conftest import TRANSCRIPTS
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+
+pytestmark = pytest.mark.slow
+
+SLUG = "-home-user-proj"
+SOURCES = [
+    TRANSCRIPTS / "spotter" / "short.jsonl",
+    TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl",
+]
+
+
+def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", *args],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def status_json(home: Home) -> dict[str, Any]:
+    done = memdctl(home, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def session_row(home: Home, session_id: str) -> dict[str, Any] | None:
+    rows = call(home, "sessions")
+    return next((r for r in rows if r["session_id"] == session_id), None)
+
+
+def expected_figures(data: bytes) -> tuple[int, int]:
+    """Message count and context tokens of ``data`` by memd's own parser, in process."""
+    conv = Conversation()
+    for line in data.splitlines():
+        try:
+            entry = parse_line(line)
+        except BadLine:
+            continue
+        if entry is not None:
+            conv.add(entry)
+    return conv.message_count, conv.context().tokens
+
+
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+def test_status_follows_transcripts_as_they_grow(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            status = status_json(home)
+            assert status["llm"]["enabled"] is False
+            assert "no API key" in status["llm"]["reason"]
+            project = home.projects / SLUG
+            project.mkdir(parents=True, exist_ok=True)
+            for source in SOURCES:
+                target = project / f"{source.stem}.jsonl"
+                written = b""
+                lines = source.read_bytes().splitlines(keepends=True)
+                for i, line in enumerate(lines):
+                    append(target, line)
+                    written += line
+                    size = len(written)
+
+                    def caught_up(sid: str = source.stem, size: int = size) -> bool:
+                        row = session_row(home, sid)
+                        return row is not None and row["offset"] == size
+
+                    start = time.monotonic()
+                    wait_for(caught_up, timeout=2.0, what=f"{target.name} line {i + 1}")
+                    assert time.monotonic() - start < 2.0
+                    if i % 10 == 0 or i == len(lines) - 1:
+                        row = next(
+                            r for r in status_json(home)["sessions"] if r["session_id"] == source.stem
+                        )
+                        assert (row["message_count"], row["context_tokens"]) == expected_figures(
+                            written
+                        )
+                assert session_row(home, source.stem)["bytes_parsed"] == len(written)  # type: ignore[index]
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_restart_resumes_from_saved_offsets(tmp_path: Path) -> None:
+    source = SOURCES[1]
+    data = source.read_bytes()
+    half = data.rfind(b"\n", 0, len(data) // 2) + 1
+    with fake_home(tmp_path) as home:
+        project = home.projects / SLUG
+        project.mkdir(parents=True)
+        target = project / "s1.jsonl"
+        target.write_bytes(data[:half])
+        proc = start_memd(home)
+        wait_for(lambda: (session_row(home, "s1") or {}).get("offset") == half, timeout=10, what="ingest")
+        assert stop_memd(proc) == 0, read_log(home)
+        saved = json.loads((home.state_dir / "sessions.json").read_text())
+        assert saved["sessions"][str(target)]["offset"] == half
+
+        proc = start_memd(home)
+        try:
+            row = wait_for(lambda: session_row(home, "s1"), timeout=10, what="session listed")
+            assert row["bytes_parsed"] == half  # nothing was parsed twice
+            append(target, data[half:])
+            wait_for(
+                lambda: (session_row(home, "s1") or {}).get("offset") == len(data),
+                timeout=10,
+                what="the rest of the file",
+            )
+            row = session_row(home, "s1")
+            assert row is not None
+            assert row["bytes_parsed"] == len(data)
+            assert (row["message_count"], row["context_tokens"]) == expected_figures(data)
+            ingest = call(home, "status")["ingest"]
+            assert ingest["bytes_parsed"] == len(data)
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_second_instance_names_the_running_one(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            second = subprocess.run(
+                [sys.executable, "-m", "memd.daemon.main"],
+                env=home.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert second.returncode == 3
+            assert f"pid {proc.pid}" in second.stderr
+            assert str(home.socket) in second.stderr
+            assert call(home, "hello")["pid"] == proc.pid  # the first one is unharmed
+        finally:
+            assert stop_memd(proc) == 0
+
+
+def test_bad_lines_are_counted_and_replaced_files_reread(tmp_path: Path) -> None:
+    source = SOURCES[0]
+    lines = source.read_bytes().splitlines(keepends=True)
+    with fake_home(tmp_path) as home:
+        project = home.projects / SLUG
+        project.mkdir(parents=True)
+        target = project / "s2.jsonl"
+        proc = start_memd(home)
+        try:
+            target.write_bytes(lines[0] + b"{not json\n" + b"".join(lines[1:5]))
+            wait_for(
+                lambda: (session_row(home, "s2") or {}).get("offset") == target.stat().st_size,
+                timeout=5,
+                what="ingest with a bad line",
+            )
+            row = session_row(home, "s2")
+            assert row is not None and row["bad_lines"] == 1
+            assert row["message_count"] == expected_figures(target.read_bytes())[0]
+            # Replace the file with a shorter one (new inode): memd starts over.
+            replacement = project / "s2.tmp"
+            replacement.write_bytes(b"".join(lines[:3]))
+            os.replace(replacement, target)
+            wait_for(
+                lambda: (session_row(home, "s2") or {}).get("offset") == target.stat().st_size,
+                timeout=5,
+                what="re-read after replacement",
+            )
+            row = session_row(home, "s2")
+            assert row is not None
+            assert row["message_count"] == expected_figures(target.read_bytes())[0]
+        finally:
+            assert stop_memd(proc) == 0
+
+
+def test_memdctl_when_daemon_is_down(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        done = memdctl(home, "status")
+        assert done.returncode == 3
+        assert "not running" in done.stderr
+        assert "memd" in done.stderr
+
+
+def test_sighup_reloads_config(tmp_path: Path) -> None:
+    cfg = tmp_path / ".config" / "memd" / "config.yaml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text("session_notes:\n  init_tokens: 11111\n")
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            assert call(home, "config")["config"]["session_notes"]["init_tokens"] == 11111
+            cfg.write_text("session_notes:\n  init_tokens: 22222\n")
+            proc.send_signal(signal.SIGHUP)
+            wait_for(
+                lambda: call(home, "config")["config"]["session_notes"]["init_tokens"] == 22222,
+                timeout=5,
+                what="reload",
+            )
+            cfg.write_text("session_notes:\n  init_tokens: nope\n")
+            done = memdctl(home, "reload")
+            assert done.returncode == 1
+            assert "init_tokens" in done.stdout + done.stderr
+            assert call(home, "config")["config"]["session_notes"]["init_tokens"] == 22222
+        finally:
+            assert stop_memd(proc) == 0
+
+
+def test_bad_config_fails_fast_naming_the_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("transcripts:\n  watch_step_ms: soon\n  colour: blue\n")
+    with fake_home(tmp_path) as home:
+        done = subprocess.run(
+            [sys.executable, "-m", "memd.daemon.main", "--config", str(cfg)],
+            env=home.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 2
+        assert "transcripts.watch_step_ms: expected a whole number" in done.stderr
+        assert "transcripts.colour: unknown key" in done.stderr

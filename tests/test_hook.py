@@ -1,0 +1,118 @@
+"""The Claude Code hook command fails open, and install-hooks merges idempotently."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memd_client.hook import render
+from memd_client.hooks_install import install_hooks, merge_hooks
+
+EVENTS = [
+    {"hook_event_name": "SessionStart", "source": "startup", "session_id": "s", "cwd": "/x"},
+    {"hook_event_name": "UserPromptSubmit", "prompt": "how do I run the tests?", "session_id": "s"},
+    {"hook_event_name": "Stop", "stop_hook_active": False, "session_id": "s"},
+]
+
+
+def run_hook(stdin: bytes, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[bytes], float]:
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "memd_client.hook"],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        timeout=30,
+    )
+    return done, time.monotonic() - start
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: e["hook_event_name"])
+def test_daemon_down_exits_zero_quickly_with_no_output(
+    tmp_path: Path, event: dict[str, Any]
+) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "MEMD_SOCKET": str(tmp_path / "nothing.sock"),
+        "HOME": str(tmp_path),
+    }
+    done, elapsed = run_hook(json.dumps(event).encode(), env)
+    assert done.returncode == 0
+    assert done.stdout == b"" and done.stderr == b""
+    assert elapsed < 0.3 * 5  # generous on a loaded CI box; bench/hook.py measures it properly
+
+
+@pytest.mark.parametrize("stdin", [b"", b"not json", b"[1,2]", b'{"hook_event_name": "Nope"}'])
+def test_garbage_stdin_is_ignored(tmp_path: Path, stdin: bytes) -> None:
+    env = {"PATH": "/usr/bin:/bin", "MEMD_SOCKET": str(tmp_path / "nothing.sock")}
+    done, _ = run_hook(stdin, env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_render_uses_the_hooks_json_format() -> None:
+    out = render("UserPromptSubmit", {"additionalContext": "remember: tests use pytest"})
+    assert out is not None
+    assert json.loads(out) == {
+        "hookSpecificOutput": {
+            "hookEventName": "UserPromptSubmit",
+            "additionalContext": "remember: tests use pytest",
+        }
+    }
+    assert render("Stop", {"additionalContext": ""}) is None
+    assert render("Stop", None) is None
+
+
+def test_install_hooks_keeps_user_hooks_and_is_idempotent(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    mine = {"matcher": "Bash", "hooks": [{"type": "command", "command": "my-linter"}]}
+    settings.write_text(json.dumps({"model": "opus", "hooks": {"PreToolUse": [mine]}}))
+    done = install_hooks(settings, "/bin/memd-hook")
+    assert any("backed up" in line for line in done)
+    data = json.loads(settings.read_text())
+    assert data["model"] == "opus"
+    assert data["hooks"]["PreToolUse"] == [mine]
+    for event in ("SessionStart", "UserPromptSubmit", "Stop"):
+        commands = [h["command"] for g in data["hooks"][event] for h in g["hooks"]]
+        assert commands == ["/bin/memd-hook"]
+    assert data["hooks"]["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
+    before = settings.read_text()
+    assert install_hooks(settings, "/bin/memd-hook") == [
+        f"memd hooks already present in {settings}"
+    ]
+    assert settings.read_text() == before
+    backup = json.loads((tmp_path / "settings.json.memd-backup").read_text())
+    assert backup == {"model": "opus", "hooks": {"PreToolUse": [mine]}}
+
+
+def test_install_hooks_refuses_broken_settings(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    settings.write_text("{broken")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        install_hooks(settings, "/bin/memd-hook")
+    assert settings.read_text() == "{broken"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["model", "env", "permissions", "x"]), json_values))
+def test_merge_keeps_everything_else(settings: dict[str, Any]) -> None:
+    merged, changed = merge_hooks(settings, "/bin/memd-hook")
+    assert changed == ["SessionStart", "UserPromptSubmit", "Stop"]
+    assert {k: v for k, v in merged.items() if k != "hooks"} == settings
+    again, changed_again = merge_hooks(merged, "/bin/memd-hook")
+    assert again == merged and changed_again == []
