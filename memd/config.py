@@ -113,11 +113,11 @@ class DreamConfig:
 class ModelsConfig:
     """Model per job kind (R-B7)."""
 
-    session_notes: str = "claude-sonnet-4-5"
-    memory_extract: str = "claude-sonnet-4-5"
+    session_notes: str = "claude-sonnet-4-6"
+    memory_extract: str = "claude-sonnet-4-6"
     recall: str = "claude-haiku-4-5"
-    compact: str = "claude-sonnet-4-5"
-    dream: str = "claude-sonnet-4-5"
+    compact: str = "claude-sonnet-4-6"
+    dream: str = "claude-sonnet-4-6"
 
 
 @dataclass(frozen=True)
