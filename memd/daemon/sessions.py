@@ -23,14 +23,16 @@ from pathlib import Path
 import anyio
 
 from memd.config import TranscriptsConfig
+from memd.errors import NotFound
 from memd.state import SessionState
 from memd.transcript.conversation import Conversation
 from memd.transcript.parse import BadLine, parse_line
-from memd.transcript.tail import TailPosition, read_appended
+from memd.transcript.tail import LineSplitter, TailPosition, read_appended
 
 log = logging.getLogger(__name__)
 
 GrowthListener = Callable[[SessionState], None]
+REHYDRATE_STEP = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -202,45 +204,48 @@ class SessionRegistry:
         return after
 
     async def conversation(self, state: SessionState) -> Conversation:
-        """The in-memory conversation of a session, rebuilt from its file if it was evicted."""
-        async with self.lock_for(state.path):
-            conv = self._conversations.get(state.path)
-            if conv is None:
-                conv = await anyio.to_thread.run_sync(self._rehydrate, state)
-            self._last_used[state.path] = time.monotonic()
-            return conv
+        """The session's conversation, caught up with its file (rebuilt if it was evicted).
+
+        The caller must not mutate it, and should use it before the next ingest of the session.
+        """
+        fresh = await self.ingest(Path(state.path))
+        conv = self._conversations.get((fresh or state).path)
+        if conv is None:
+            raise NotFound(f"the transcript of session {state.session_id} is gone")
+        return conv
 
     def _ingest_sync(self, before: SessionState) -> SessionState | None:
         path = Path(before.path)
         conv = self._conversations.get(before.path)
         if conv is None and before.offset > 0:
             conv = self._rehydrate(before)
-        try:
-            read = read_appended(path, TailPosition(before.offset, before.inode, before.size))
-        except FileNotFoundError:
-            return None
         state = dataclasses.replace(before, boundaries=list(before.boundaries))
-        if read.reset:
-            log.info("%s was truncated or replaced; reading it again from the start", path)
-            conv = None
-            state = SessionState(
-                before.session_id,
-                before.project,
-                before.path,
-                resets=before.resets + 1,
-                bytes_parsed=before.bytes_parsed,
-            )
-        if conv is None:
-            conv = Conversation()
-        consumed = read.position.offset - (0 if read.reset else before.offset)
-        state.bytes_parsed += max(0, consumed)
-        state.lines += len(read.lines)
-        state.bad_lines += _feed(conv, read.lines, path)
-        state.inode, state.offset, state.size = (
-            read.position.inode,
-            read.position.offset,
-            read.position.size,
-        )
+        position = TailPosition(before.offset, before.inode, before.size)
+        while True:
+            try:
+                read = read_appended(path, position, max_line_bytes=self.config.max_line_bytes)
+            except FileNotFoundError:
+                return None
+            if read.reset:
+                log.info("%s was truncated or replaced; reading it again from the start", path)
+                conv = None
+                state = SessionState(
+                    before.session_id,
+                    before.project,
+                    before.path,
+                    resets=state.resets + 1,
+                    bytes_parsed=state.bytes_parsed,
+                )
+                position = TailPosition(0, 0, 0)
+            if conv is None:
+                conv = Conversation()
+            state.bytes_parsed += read.position.offset - position.offset
+            state.lines += len(read.lines)
+            state.bad_lines += _feed(conv, read.lines, path) + read.skipped
+            position = read.position
+            if not read.more:
+                break
+        state.inode, state.offset, state.size = position.inode, position.offset, position.size
         state.mtime = _mtime(path)
         state.parsed = True
         self._conversations[before.path] = conv
@@ -248,15 +253,21 @@ class SessionRegistry:
         return state
 
     def _rehydrate(self, state: SessionState) -> Conversation:
-        """Re-read a file up to the saved offset (not counted as newly parsed bytes)."""
+        """Re-read a file up to the saved offset (not counted as newly parsed bytes).
+
+        The offset always sits at a line boundary, so the bytes before it are whole lines.
+        """
         conv = Conversation()
-        if state.offset > 0:
-            read = read_appended(Path(state.path), TailPosition(0, 0, 0), max_bytes=state.offset)
-            lines = read.lines
-            if read.position.offset > state.offset:  # never read past what was ingested
-                lines = _lines_within(lines, state.offset)
-            self._bytes_rehydrated += min(read.position.offset, state.offset)
-            _feed(conv, lines, Path(state.path))
+        splitter = LineSplitter(self.config.max_line_bytes)
+        remaining = state.offset
+        with Path(state.path).open("rb") as f:
+            while remaining > 0:
+                chunk = f.read(min(REHYDRATE_STEP, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                self._bytes_rehydrated += len(chunk)
+                _feed(conv, splitter.feed(chunk), Path(state.path))
         self._conversations[state.path] = conv
         return conv
 
@@ -282,16 +293,6 @@ def _feed(conv: Conversation, lines: list[bytes], path: Path) -> int:
         if entry is not None:
             conv.add(entry)
     return bad
-
-
-def _lines_within(lines: list[bytes], limit: int) -> list[bytes]:
-    out, total = [], 0
-    for line in lines:
-        total += len(line) + 1
-        if total > limit:
-            break
-        out.append(line)
-    return out
 
 
 def _mtime(path: Path) -> float:

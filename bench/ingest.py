@@ -1,0 +1,148 @@
+"""Cold ingest of transcripts: memd's pipeline against a bare read-and-decode baseline.
+
+    python3 bench/ingest.py [--rounds 5] [PATH ...]
+
+PATHs are transcript files or folders (default: the shared corpus). Both sides run in this
+process, alternating, and the best round of each counts (the machine is shared):
+
+* baseline: read each file, split it into lines and decode every line with the fastest
+  general-purpose JSON decoder available (msgspec untyped or orjson, whichever is faster here),
+  building nothing else;
+* memd: ``read_appended`` (8 MiB steps) + ``parse_line`` + ``Conversation.add`` for every
+  line, then ``context()`` and ``message_count`` once per file, as the daemon does after a read.
+
+Prints MB/s for both and the ratio; the target is memd >= 50% of the baseline. The same
+ingest followed by ``api_messages()`` (decoding the contents on the active chain, what
+compaction and note extraction need) is timed too, for information.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO)]
+
+import msgspec  # noqa: E402
+
+from memd import tokens  # noqa: E402
+from memd.transcript.conversation import Conversation  # noqa: E402
+from memd.transcript.tail import TailPosition, read_appended  # noqa: E402
+
+CORPUS = REPO.parent / "shared" / "data" / "transcripts"
+TARGET = 0.5
+
+Decoder = Callable[[bytes], object]
+
+
+def transcripts(paths: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        found.extend(sorted(path.rglob("*.jsonl")) if path.is_dir() else [path])
+    return found
+
+
+def general_decoders() -> dict[str, Decoder]:
+    decoders: dict[str, Decoder] = {"msgspec (untyped)": msgspec.json.Decoder().decode}
+    try:
+        import orjson
+    except ImportError:
+        return decoders
+    decoders["orjson"] = orjson.loads
+    return decoders
+
+
+def baseline(files: list[Path], decode: Decoder) -> int:
+    lines = 0
+    for path in files:
+        for line in path.read_bytes().split(b"\n"):
+            if line:
+                decode(line)
+                lines += 1
+    return lines
+
+
+def ingest(files: list[Path]) -> int:
+    entries = 0
+    for path in files:
+        conversation = Conversation(sidechain="subagents" in path.parts)
+        position: TailPosition | None = None
+        while True:
+            read = read_appended(path, position)
+            conversation.add_lines(read.lines)
+            position = read.position
+            if not read.more:
+                break
+        conversation.context()
+        _ = conversation.message_count
+        entries += conversation.entry_count
+    return entries
+
+
+def build_messages(files: list[Path]) -> int:
+    messages = 0
+    for path in files:
+        conversation = Conversation(sidechain="subagents" in path.parts)
+        conversation.add_lines(read_appended(path).lines)
+        messages += len(conversation.api_messages())
+    return messages
+
+
+def seconds(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def best_interleaved(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Best time of each run over ``rounds``, taking turns so load bursts hit all alike."""
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(rounds):
+        for name, run in runs.items():
+            best[name] = min(best[name], seconds(run))
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", type=Path, default=[CORPUS])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    files = transcripts(args.paths)
+    total = sum(path.stat().st_size for path in files)
+    megabytes = total / 1e6
+
+    start = time.perf_counter()
+    tokens.estimate_text("load the tokenizer before timing")
+    load = time.perf_counter() - start
+
+    decoders = general_decoders()
+    runs: dict[str, Callable[[], object]] = {
+        name: functools.partial(baseline, files, decode) for name, decode in decoders.items()
+    }
+    runs["memd"] = lambda: ingest(files)
+    runs["memd + api_messages"] = lambda: build_messages(files)
+    best = best_interleaved(runs, args.rounds)
+    fastest = min(decoders, key=lambda name: best[name])
+    lines = baseline(files, decoders[fastest])
+
+    print(f"corpus: {len(files)} files, {megabytes:.1f} MB, {lines} lines (best of {args.rounds})")
+    print(f"tokenizer load (once per process): {load * 1e3:.0f} ms")
+    for name in decoders:
+        print(f"  read + decode, {name:18}: {megabytes / best[name]:6.0f} MB/s")
+    print(f"baseline = read + {fastest}:     {megabytes / best[fastest]:6.0f} MB/s")
+    print(f"memd (tail + parse + conversation): {megabytes / best['memd']:6.0f} MB/s")
+    ratio = best[fastest] / best["memd"]
+    verdict = "meets" if ratio >= TARGET else "MISSES"
+    print(f"ratio memd/baseline: {ratio:.0%} ({verdict} the {TARGET:.0%} target)")
+    with_messages = best["memd + api_messages"]
+    print(f"memd + api_messages() of every file: {megabytes / with_messages:6.0f} MB/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+"""The active conversation of one transcript, rebuilt the way Claude Code does (R-T4, R-T5).
+
+:class:`Conversation` is fed one parsed entry at a time (:meth:`Conversation.add` is cheap:
+a few dict inserts) and answers, at any moment, what the model currently sees:
+
+* :meth:`~Conversation.active_chain`: from the newest entry, follow ``parentUuid`` back to a
+  root; a ``compact_boundary`` is a root (what came before is no longer in context), and a
+  parent that is missing from the file is treated as one. Parallel tool calls make the
+  transcript a little tree — each tool_use line gets its own tool_result child, and the walk
+  passes through only one of them — so the other lines of each response on the chain, and
+  the tool results answering them, are taken back in (FORMAT.md §6).
+* :meth:`~Conversation.messages` / :meth:`~Conversation.api_messages`: that chain as
+  Messages-API messages.
+* :meth:`~Conversation.context`: the context size (R-T5).
+
+Derived values are computed on demand in O(chain length) and cached until the next
+:meth:`~Conversation.add`. Sidechain (sub-agent) entries never enter a main conversation; a
+sub-agent's own transcript is read with ``Conversation(sidechain=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from memd.tokens import estimate_content
+from memd.transcript.messages import ApiMessage, MessageLines, group_lines, to_message
+from memd.transcript.model import AssistantEntry, Entry, SystemEntry, UserEntry, decode_content
+from memd.transcript.parse import BadLine, parse_line
+
+
+@dataclass(frozen=True)
+class ContextFigure:
+    """Tokens in the model's context (R-T5).
+
+    ``tokens = from_usage + estimated_tail``: the last real response's API usage (prompt +
+    its output) plus an estimate of what was added after it. ``stale`` when a compaction
+    happened and no response has reported a size since; ``tokens`` is then an estimate of
+    what follows the boundary.
+    """
+
+    tokens: int
+    from_usage: int
+    estimated_tail: int
+    stale: bool
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A ``compact_boundary`` seen in the transcript, with the context just before it."""
+
+    uuid: str
+    trigger: str | None
+    pre_tokens: int | None  # Claude Code's own figure, from compactMetadata
+    timestamp: str | None
+    logical_parent_uuid: str | None
+    context_before: ContextFigure
+
+
+@dataclass(frozen=True)
+class _Derived:
+    chain: tuple[Entry, ...]
+    groups: tuple[MessageLines, ...]
+
+
+class Conversation:
+    """The incrementally built conversation of one transcript file.
+
+    Not thread-safe: one owner at a time (the daemon holds the session's lock). After a
+    :class:`~memd.transcript.tail.TailRead` with ``reset``, start a new one.
+    """
+
+    def __init__(self, *, sidechain: bool = False) -> None:
+        self.sidechain = sidechain
+        self.bad_lines = 0
+        self.duplicates = 0
+        self.turn_ends = 0
+        self.last_timestamp: str | None = None
+        self.cwd: str | None = None
+        self.session_id: str | None = None
+        self._entries: dict[str, Entry] = {}
+        self._seq: dict[str, int] = {}
+        self._leaf: str | None = None
+        self._response_lines: dict[str, list[str]] = {}  # message.id -> line uuids
+        self._results_by_parent: dict[str, list[str]] = {}  # tool_result lines by parent
+        self._boundaries: list[Boundary] = []
+        self._estimates: dict[str, int] = {}
+        self._derived: _Derived | None = None
+        self._context: ContextFigure | None = None
+        self._messages: list[ApiMessage] | None = None
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def add(self, entry: Entry) -> None:
+        """Take in the next entry of the file (in file order)."""
+        if entry.is_sidechain and not self.sidechain:
+            return
+        if entry.uuid in self._entries:
+            self.duplicates += 1
+            return
+        if isinstance(entry, SystemEntry):
+            self._note_system(entry)
+        self._index(entry)
+        self._derived = None
+        self._context = None
+        self._messages = None
+
+    def add_lines(self, lines: Iterable[bytes]) -> None:
+        """Parse and add raw JSONL lines; lines that are not JSON objects count as bad."""
+        for line in lines:
+            try:
+                entry = parse_line(line)
+            except BadLine:
+                self.bad_lines += 1
+                continue
+            if entry is not None:
+                self.add(entry)
+
+    def count_bad_lines(self, count: int) -> None:
+        """Record lines dropped before parsing (e.g. longer than the tailer's limit)."""
+        self.bad_lines += count
+
+    def _note_system(self, entry: SystemEntry) -> None:
+        if entry.is_turn_end:
+            self.turn_ends += 1
+        if entry.is_compact_boundary:
+            boundary = Boundary(
+                uuid=entry.uuid,
+                trigger=entry.compact_trigger,
+                pre_tokens=entry.pre_tokens,
+                timestamp=entry.timestamp,
+                logical_parent_uuid=entry.logical_parent_uuid,
+                context_before=self.context(),
+            )
+            self._boundaries.append(boundary)
+
+    def _index(self, entry: Entry) -> None:
+        uuid = entry.uuid
+        self._seq[uuid] = len(self._entries)
+        self._entries[uuid] = entry
+        self._leaf = uuid
+        if entry.timestamp is not None and (
+            self.last_timestamp is None or entry.timestamp > self.last_timestamp
+        ):
+            self.last_timestamp = entry.timestamp
+        if entry.cwd is not None:
+            self.cwd = entry.cwd
+        if entry.session_id is not None:
+            self.session_id = entry.session_id
+        if isinstance(entry, AssistantEntry):
+            self._response_lines.setdefault(entry.message_id, []).append(uuid)
+        elif isinstance(entry, UserEntry) and entry.tool_result_ids and entry.parent_uuid:
+            self._results_by_parent.setdefault(entry.parent_uuid, []).append(uuid)
+
+    # -- the active chain --------------------------------------------------------------------
+
+    @property
+    def last_uuid(self) -> str | None:
+        """The newest conversation entry (the leaf the active chain starts from)."""
+        return self._leaf
+
+    @property
+    def entry_count(self) -> int:
+        return len(self._entries)
+
+    def active_chain(self) -> tuple[Entry, ...]:
+        """The entries in the model's context, oldest first (progress/system links included)."""
+        return self._derive().chain
+
+    def _derive(self) -> _Derived:
+        if self._derived is None:
+            chain = self._chain()
+            self._derived = _Derived(chain, tuple(group_lines(chain)))
+        return self._derived
+
+    def _chain(self) -> tuple[Entry, ...]:
+        spine, on_spine = self._spine()
+        extra = self._recovered(spine, on_spine)
+        if not extra:
+            return tuple(spine)
+        merged = {entry.uuid: entry for entry in (*spine, *extra)}
+        return tuple(sorted(merged.values(), key=lambda entry: self._seq[entry.uuid]))
+
+    def _spine(self) -> tuple[list[Entry], set[str]]:
+        spine: list[Entry] = []
+        seen: set[str] = set()
+        current = self._leaf
+        while current is not None and current not in seen:
+            entry = self._entries.get(current)
+            if entry is None:
+                break
+            seen.add(current)
+            spine.append(entry)
+            if isinstance(entry, SystemEntry) and entry.is_compact_boundary:
+                break
+            current = entry.parent_uuid
+        spine.reverse()
+        return spine, seen
+
+    def _recovered(self, spine: list[Entry], on_spine: set[str]) -> list[Entry]:
+        """Lines of the chain's responses that the walk missed, and their tool results."""
+        extra: list[Entry] = []
+        responses = {e.message_id for e in spine if isinstance(e, AssistantEntry)}
+        for message_id in responses:
+            lines = self._response_lines[message_id]
+            tool_ids: set[str] = set()
+            for uuid in lines:
+                line = self._entries[uuid]
+                assert isinstance(line, AssistantEntry)
+                tool_ids.update(line.tool_use_ids)
+                if uuid not in on_spine:
+                    extra.append(line)
+            for uuid in lines:
+                for result_uuid in self._results_by_parent.get(uuid, ()):
+                    result = self._entries[result_uuid]
+                    assert isinstance(result, UserEntry)
+                    if result_uuid not in on_spine and tool_ids.intersection(
+                        result.tool_result_ids
+                    ):
+                        extra.append(result)
+        return extra
+
+    # -- messages ------------------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        """The number of API messages in :meth:`api_messages` (no content is decoded)."""
+        return len(self._derive().groups)
+
+    def messages(self) -> list[ApiMessage]:
+        """The active chain as API messages, each with the uuids of its transcript lines.
+
+        Lines of one response (one ``message.id``) form one assistant message even when tool
+        results were written between them; consecutive user lines form one user message with
+        its tool results first. Progress, system and synthetic entries are left out; the
+        compaction summary is kept (it is in context).
+        """
+        if self._messages is None:
+            self._messages = [to_message(group) for group in self._derive().groups]
+        return list(self._messages)
+
+    def api_messages(self) -> list[dict[str, Any]]:
+        """:meth:`messages` as plain ``{"role", "content"}`` dicts for the Messages API."""
+        return [message.to_api() for message in self.messages()]
+
+    # -- context size --------------------------------------------------------------------------
+
+    def context(self) -> ContextFigure:
+        """The session's context size now (R-T5); cached until the next :meth:`add`."""
+        if self._context is None:
+            self._context = self._measure(self.active_chain())
+        return self._context
+
+    def _measure(self, chain: tuple[Entry, ...]) -> ContextFigure:
+        last = _last_response(chain)
+        if last is None:
+            tail = sum(self._estimate(entry) for entry in chain)
+            root = chain[0] if chain else None
+            stale = isinstance(root, SystemEntry) and root.is_compact_boundary
+            return ContextFigure(tail, 0, tail, stale)
+        lines = [e for e in chain if isinstance(e, AssistantEntry) and e.message_id == last]
+        usage = lines[-1].usage
+        prompt = usage.prompt_tokens if usage is not None else 0
+        output = max((e.usage.output_tokens for e in lines if e.usage is not None), default=0)
+        first = next(i for i, entry in enumerate(chain) if entry is lines[0])
+        tail = sum(
+            self._estimate(entry)
+            for entry in chain[first + 1 :]
+            if not (isinstance(entry, AssistantEntry) and entry.message_id == last)
+        )
+        return ContextFigure(prompt + output + tail, prompt + output, tail, False)
+
+    def _estimate(self, entry: Entry) -> int:
+        """Tokens of an entry's content if it reaches the model, else 0 (cached per entry)."""
+        if isinstance(entry, UserEntry) or (
+            isinstance(entry, AssistantEntry) and not entry.synthetic
+        ):
+            cached = self._estimates.get(entry.uuid)
+            if cached is None:
+                cached = estimate_content(decode_content(entry.content))
+                self._estimates[entry.uuid] = cached
+            return cached
+        return 0
+
+    # -- counters for triggers -------------------------------------------------------------------
+
+    @property
+    def boundaries(self) -> tuple[Boundary, ...]:
+        """Every compact boundary seen, oldest first."""
+        return tuple(self._boundaries)
+
+    @property
+    def tool_use_count(self) -> int:
+        """Tool calls made by the model on the active chain."""
+        return sum(len(e.tool_use_ids) for e in self._responses())
+
+    def tool_calls_since(self, uuid: str | None) -> int:
+        """Tool calls on the active chain after the entry ``uuid``.
+
+        When ``uuid`` is None or no longer on the chain (e.g. compacted away), every tool call
+        on the chain counts.
+        """
+        chain = self.active_chain()
+        start = next((i for i, e in enumerate(chain) if e.uuid == uuid), -1) + 1
+        return sum(
+            len(e.tool_use_ids)
+            for e in chain[start:]
+            if isinstance(e, AssistantEntry) and not e.synthetic
+        )
+
+    @property
+    def last_assistant_has_tool_calls(self) -> bool:
+        """Whether the latest real response on the chain called a tool (no natural pause)."""
+        last = _last_response(self.active_chain())
+        return any(e.tool_use_ids for e in self._responses() if e.message_id == last)
+
+    def pending_tool_use_ids(self) -> frozenset[str]:
+        """Tool calls on the active chain that have no tool_result yet."""
+        chain = self.active_chain()
+        called = {i for e in self._responses() for i in e.tool_use_ids}
+        answered = {i for e in chain if isinstance(e, UserEntry) for i in e.tool_result_ids}
+        return frozenset(called - answered)
+
+    def _responses(self) -> list[AssistantEntry]:
+        return [e for e in self.active_chain() if isinstance(e, AssistantEntry) and not e.synthetic]
+
+
+def _last_response(chain: tuple[Entry, ...]) -> str | None:
+    """``message.id`` of the last real (non-synthetic) response on the chain."""
+    for entry in reversed(chain):
+        if isinstance(entry, AssistantEntry) and not entry.synthetic:
+            return entry.message_id
+    return None

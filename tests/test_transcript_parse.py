@@ -1,0 +1,266 @@
+"""Parsing transcript lines into typed entries."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memd.transcript.model import (
+    AssistantEntry,
+    AttachmentEntry,
+    Entry,
+    ProgressEntry,
+    SystemEntry,
+    UserEntry,
+    content_blocks,
+    decode_content,
+)
+from memd.transcript.parse import BadLine, parse_line
+from tests.conftest import TRANSCRIPTS, all_transcripts
+
+KINDS: dict[str, type[Entry]] = {
+    "user": UserEntry,
+    "assistant": AssistantEntry,
+    "system": SystemEntry,
+    "progress": ProgressEntry,
+    "attachment": AttachmentEntry,
+}
+
+
+def _line(value: dict[str, Any]) -> bytes:
+    return json.dumps(value).encode()
+
+
+@pytest.mark.parametrize("path", all_transcripts(), ids=lambda p: str(p.relative_to(TRANSCRIPTS)))
+def test_every_corpus_line_parses_to_what_the_json_says(path: Path) -> None:
+    kinds: Counter[str] = Counter()
+    for raw in path.read_bytes().splitlines():
+        expected = json.loads(raw)
+        entry = parse_line(raw)
+        kind = expected.get("type")
+        if kind not in KINDS or "uuid" not in expected:
+            assert entry is None
+            continue
+        kinds[kind] += 1
+        assert isinstance(entry, KINDS[kind])
+        assert entry.uuid == expected["uuid"]
+        assert entry.parent_uuid == expected.get("parentUuid")
+        assert entry.is_sidechain == bool(expected.get("isSidechain"))
+        if isinstance(entry, UserEntry | AssistantEntry):
+            _check_message(entry, expected["message"])
+        if isinstance(entry, SystemEntry) and entry.is_compact_boundary:
+            assert entry.pre_tokens == expected["compactMetadata"]["preTokens"]
+            assert entry.logical_parent_uuid == expected["logicalParentUuid"]
+    assert kinds["user"] and kinds["assistant"]
+
+
+def _check_message(entry: UserEntry | AssistantEntry, message: dict[str, Any]) -> None:
+    content = message["content"]
+    assert decode_content(entry.content) == content
+    blocks = content if isinstance(content, list) else []
+    if isinstance(entry, UserEntry):
+        ids = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        assert list(entry.tool_result_ids) == ids
+        return
+    assert list(entry.tool_use_ids) == [b["id"] for b in blocks if b.get("type") == "tool_use"]
+    assert entry.message_id == message["id"]
+    assert entry.synthetic == (message["model"] == "<synthetic>")
+    assert entry.usage is not None
+    usage = message["usage"]
+    assert entry.usage.prompt_tokens == (
+        usage["input_tokens"]
+        + usage.get("cache_creation_input_tokens", 0)
+        + usage.get("cache_read_input_tokens", 0)
+    )
+    assert entry.usage.output_tokens == usage["output_tokens"]
+
+
+def test_the_entry_keeps_only_the_content_not_the_tool_use_result() -> None:
+    huge = "x" * 100_000
+    entry = parse_line(
+        _line(
+            {
+                "type": "user",
+                "uuid": "u",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}],
+                },
+                "toolUseResult": {"originalFile": huge},
+            }
+        )
+    )
+    assert isinstance(entry, UserEntry)
+    assert len(bytes(entry.content)) < 100
+    assert entry.tool_result_ids == ("t",)
+    assert not any(huge in str(value) for value in msgspec.structs.asdict(entry).values())
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}},
+        {"type": "summary", "summary": "A title", "leafUuid": "x"},
+        {"type": "some-future-type", "uuid": "u", "parentUuid": None},
+        {"type": "user", "message": {"role": "user", "content": "no uuid"}},
+        {"uuid": "u"},
+    ],
+)
+def test_lines_memd_does_not_use_parse_to_none(value: dict[str, Any]) -> None:
+    assert parse_line(_line(value)) is None
+
+
+@pytest.mark.parametrize("line", [b"", b"   ", b"\r"])
+def test_blank_lines_parse_to_none(line: bytes) -> None:
+    assert parse_line(line) is None
+
+
+@pytest.mark.parametrize("line", [b"[1, 2]", b'"text"', b"42", b"null", b'{"type": "user"', b"{x}"])
+def test_a_line_that_is_not_a_json_object_is_a_bad_line(line: bytes) -> None:
+    with pytest.raises(BadLine):
+        parse_line(line)
+
+
+def test_unknown_fields_are_ignored() -> None:
+    entry = parse_line(
+        _line(
+            {
+                "type": "progress",
+                "uuid": "p",
+                "parentUuid": "a",
+                "future": {"x": [1]},
+                "data": {"type": "hook_progress"},
+            }
+        )
+    )
+    assert entry == ProgressEntry(uuid="p", parent_uuid="a")
+
+
+def test_a_known_field_of_an_unexpected_type_is_dropped_not_the_entry() -> None:
+    entry = parse_line(
+        _line(
+            {
+                "type": "assistant",
+                "uuid": "a",
+                "parentUuid": 7,
+                "isSidechain": "no",
+                "message": {
+                    "id": "msg_1",
+                    "model": "claude",
+                    "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}],
+                    "usage": {
+                        "input_tokens": "many",
+                        "output_tokens": 5,
+                        "cache_read_input_tokens": 10,
+                    },
+                },
+            }
+        )
+    )
+    assert isinstance(entry, AssistantEntry)
+    assert entry.parent_uuid is None and not entry.is_sidechain
+    assert entry.usage is not None
+    assert (entry.usage.prompt_tokens, entry.usage.output_tokens) == (10, 5)
+    assert entry.tool_use_ids == ("t1",)
+
+
+def test_null_and_missing_values_take_defaults() -> None:
+    entry = parse_line(
+        _line(
+            {
+                "type": "assistant",
+                "uuid": "a",
+                "message": {"content": None, "usage": {"input_tokens": None}},
+            }
+        )
+    )
+    assert isinstance(entry, AssistantEntry)
+    assert entry.message_id == "a"  # no message.id: the line is its own response
+    assert entry.usage is not None and entry.usage.prompt_tokens == 0
+    assert content_blocks(entry.content) == []
+
+
+def test_system_entries_carry_boundary_and_turn_end_facts() -> None:
+    boundary = parse_line(
+        _line(
+            {
+                "type": "system",
+                "subtype": "compact_boundary",
+                "uuid": "b",
+                "parentUuid": None,
+                "logicalParentUuid": "x",
+                "compactMetadata": {"trigger": "auto", "preTokens": 167094},
+            }
+        )
+    )
+    assert isinstance(boundary, SystemEntry)
+    assert boundary.is_compact_boundary and not boundary.is_turn_end
+    assert (boundary.compact_trigger, boundary.pre_tokens) == ("auto", 167094)
+    turn = parse_line(_line({"type": "system", "subtype": "turn_duration", "uuid": "t"}))
+    assert isinstance(turn, SystemEntry) and turn.is_turn_end
+
+
+def test_a_plain_string_content_becomes_one_text_block() -> None:
+    entry = parse_line(_line({"type": "user", "uuid": "u", "message": {"content": "hello"}}))
+    assert isinstance(entry, UserEntry)
+    assert content_blocks(entry.content) == [{"type": "text", "text": "hello"}]
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_field_names = st.sampled_from(
+    [
+        "uuid",
+        "parentUuid",
+        "isSidechain",
+        "isMeta",
+        "message",
+        "usage",
+        "content",
+        "id",
+        "model",
+        "subtype",
+        "compactMetadata",
+        "preTokens",
+        "timestamp",
+        "type",
+        "input_tokens",
+    ]
+)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    kind=st.sampled_from([*KINDS, "summary", "other"]),
+    fields=st.dictionaries(_field_names | st.text(max_size=8), _json, max_size=8),
+    message=st.dictionaries(_field_names, _json, max_size=6),
+)
+def test_any_json_object_parses_without_error(
+    kind: str, fields: dict[str, Any], message: dict[str, Any]
+) -> None:
+    value = {**fields, "type": kind, "message": message}
+    entry = parse_line(_line(value))
+    if entry is not None:
+        assert isinstance(entry, KINDS[kind])
+        assert isinstance(entry.uuid, str)
+
+
+@settings(deadline=None)
+@given(data=st.binary(max_size=200))
+def test_arbitrary_bytes_are_an_entry_none_or_a_bad_line(data: bytes) -> None:
+    try:
+        parse_line(data)
+    except BadLine:
+        pass
