@@ -1,0 +1,222 @@
+"""Searching files for the Grep and Glob tools: in Python, bounded, inside checked roots.
+
+The walk never descends into a linked directory, and a linked file is only visited when the
+caller's ``follow`` function resolves it to a path the policy lets the agent read; so a link
+inside the allowed area that points out of it is skipped, not read. FIFOs, devices and
+sockets are never opened (they could block forever), and ``.git`` directories are skipped.
+
+Pure parts: :func:`glob_regex` and :func:`split_glob_root`. The rest blocks and runs in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from memd.agent.files import FileLimits, Problem, open_regular
+
+GrepMode = Literal["files_with_matches", "content", "count"]
+GREP_MODES: tuple[GrepMode, ...] = ("files_with_matches", "content", "count")
+Follow = Callable[[str], str | None]  # a link's resolved path if it may be read, else None
+
+_GLOB_CHARS = frozenset("*?[{")
+_SKIPPED_DIRS = frozenset({".git"})
+_SNIFF_BYTES = 8192
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure
+
+
+def glob_regex(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
+    """Compile a glob over ``/``-separated relative paths.
+
+    ``*`` and ``?`` stay within one name, ``**`` spans directories (``**/`` also matches
+    none), ``[abc]``/``[!abc]`` are classes, ``{a,b}`` alternatives.
+    """
+    flags = re.IGNORECASE if ignore_case else 0
+    return re.compile(_translate(pattern) + r"\Z", flags | re.DOTALL)
+
+
+def _translate(pattern: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        char = pattern[i]
+        i += 1
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and (end := pattern.find("]", i + 1)) != -1:
+            body = pattern[i:end]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+        elif char == "{" and (end := pattern.find("}", i)) != -1 and "{" not in pattern[i:end]:
+            choices = pattern[i:end].split(",")
+            out.append("(?:" + "|".join(_translate(choice) for choice in choices) + ")")
+            i = end + 1
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def split_glob_root(pattern: str) -> tuple[str, str]:
+    """Split an absolute pattern into its fixed directory and the glob below it.
+
+    ``/a/b/**/*.md`` gives ``("/a/b", "**/*.md")``; a relative pattern gives ``("", …)``.
+    """
+    if not pattern.startswith("/"):
+        return "", pattern
+    parts = pattern.split("/")
+    fixed: list[str] = []
+    for index, part in enumerate(parts):
+        if _GLOB_CHARS & set(part):
+            return "/".join(fixed) or "/", "/".join(parts[index:])
+        fixed.append(part)
+    head, _, tail = pattern.rpartition("/")
+    return head or "/", tail
+
+
+# ---------------------------------------------------------------------------------------------
+# Walking and searching (blocking)
+
+
+@dataclass(frozen=True)
+class Found:
+    shown: str  # the path as found under the root
+    real: str  # the path to open (a link's resolved target)
+
+
+@dataclass(frozen=True)
+class Walk:
+    found: tuple[Found, ...]
+    stopped: bool  # the entry limit was reached
+
+
+def walk(root: str, *, follow: Follow, max_entries: int) -> Walk:
+    """Every regular file below ``root`` (itself resolved and allowed), sorted by path."""
+    found: list[Found] = []
+    visited = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED_DIRS)
+        for name in sorted(filenames):
+            visited += 1
+            if visited > max_entries:
+                return Walk(tuple(found), True)
+            item = _admit(os.path.join(dirpath, name), follow)
+            if item is not None:
+                found.append(item)
+    return Walk(tuple(found), False)
+
+
+def _admit(path: str, follow: Follow) -> Found | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    real = path
+    if stat.S_ISLNK(st.st_mode):
+        resolved = follow(path)
+        if resolved is None:
+            return None
+        real = resolved
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+    return Found(path, real) if stat.S_ISREG(st.st_mode) else None
+
+
+def glob_files(
+    root: str, pattern: str, *, follow: Follow, limits: FileLimits, ignore_case: bool
+) -> str:
+    """Files below ``root`` matching ``pattern``, newest first."""
+    regex = glob_regex(pattern, ignore_case=ignore_case)
+    walked = walk(root, follow=follow, max_entries=limits.grep_max_files)
+    matches = [f for f in walked.found if regex.match(os.path.relpath(f.shown, root))]
+    matches.sort(key=lambda f: (-_mtime(f.real), f.shown))
+    lines = [f.shown for f in matches[: limits.glob_max_results]]
+    if len(matches) > limits.glob_max_results:
+        lines.append(f"[{len(matches) - limits.glob_max_results} more not shown; narrow it]")
+    if walked.stopped:
+        lines.append(f"[stopped after {limits.grep_max_files} files; search a smaller path]")
+    return "\n".join(lines) if lines else f"No files match {pattern} under {root}"
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def grep_files(
+    files: tuple[Found, ...],
+    regex: re.Pattern[str],
+    *,
+    mode: GrepMode,
+    limits: FileLimits,
+) -> str:
+    """Search ``files`` line by line and report in ``mode``."""
+    lines: list[str] = []
+    cut = False
+    for item in files:
+        matches = _matching_lines(item.real, regex, limits)
+        if not matches:
+            continue
+        match mode:
+            case "files_with_matches":
+                lines.append(item.shown)
+            case "count":
+                lines.append(f"{item.shown}:{len(matches)}")
+            case "content":
+                for number, text in matches:
+                    lines.append(f"{item.shown}:{number}:{text[: limits.grep_max_line_chars]}")
+        if len(lines) > limits.grep_max_results:
+            cut = True
+            lines = lines[: limits.grep_max_results]
+            break
+    if cut:
+        lines.append(f"[results cut at {limits.grep_max_results}; narrow the pattern or path]")
+    return "\n".join(lines) if lines else "No matches found"
+
+
+def _matching_lines(path: str, regex: re.Pattern[str], limits: FileLimits) -> list[tuple[int, str]]:
+    handle = open_regular(path)
+    if isinstance(handle, Problem):
+        return []
+    with handle:
+        data = handle.read(limits.grep_max_file_bytes + 1)
+    if len(data) > limits.grep_max_file_bytes or b"\0" in data[:_SNIFF_BYTES]:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    return [
+        (number, line) for number, line in enumerate(text.splitlines(), 1) if regex.search(line)
+    ]
+
+
+def filter_glob(
+    found: tuple[Found, ...], pattern: str, *, root: str, ignore_case: bool
+) -> tuple[Found, ...]:
+    """Keep files matching a Grep ``glob``: a pattern without ``/`` matches the file name at
+    any depth, one with ``/`` the path below ``root``."""
+    regex = glob_regex(pattern, ignore_case=ignore_case)
+    if "/" in pattern:
+        return tuple(f for f in found if regex.match(os.path.relpath(f.shown, root)))
+    return tuple(f for f in found if regex.match(os.path.basename(f.shown)))
