@@ -1,0 +1,137 @@
+"""Time as a seam: the real clock for the daemon, a fake one for tests.
+
+Everything that schedules by time (the cost guard's budget windows and backoff, the ledger's
+timestamps, agent run records) takes a :class:`Clock` instead of calling :mod:`time` so tests
+can move an hour forward in a microsecond.
+
+``now()`` is wall time (seconds since the epoch): it is persisted and shown to users.
+``monotonic()`` never goes backwards: use it for durations. :class:`FakeClock` advances both
+together, so ``until - now()`` is a valid sleep duration on either clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+import anyio.lowlevel
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Wall-clock seconds since the epoch."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin; never decreases."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Return after ``seconds`` of this clock's time (at once when ``seconds <= 0``)."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(0.0, seconds))
+
+
+@dataclass(eq=False)
+class _Sleeper:
+    deadline: float  # on the monotonic scale
+    order: int
+    event: anyio.Event = field(default_factory=anyio.Event)
+
+
+class FakeClock:
+    """A clock that moves only when a test says so.
+
+    ``advance`` wakes every sleeper whose deadline has been reached, in deadline order. Tests
+    that drive a scheduler wait for it to go to sleep with :meth:`wait_for_sleepers` and then
+    jump to the next deadline with :meth:`advance_to_next`, so no real time passes and the
+    interleaving is the same on every run.
+    """
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._wall_origin = start
+        self._elapsed = 0.0
+        self._sleepers: list[_Sleeper] = []
+        self._count = 0
+        self._changed: anyio.Event | None = None
+
+    def now(self) -> float:
+        return self._wall_origin + self._elapsed
+
+    def monotonic(self) -> float:
+        return self._elapsed
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        self._count += 1
+        sleeper = _Sleeper(self._elapsed + seconds, self._count)
+        self._sleepers.append(sleeper)
+        self._notify()
+        try:
+            await sleeper.event.wait()
+        finally:
+            if sleeper in self._sleepers:  # cancelled before its deadline
+                self._sleepers.remove(sleeper)
+                self._notify()
+
+    @property
+    def sleepers(self) -> int:
+        """How many tasks are sleeping on this clock now."""
+        return len(self._sleepers)
+
+    def next_deadline(self) -> float | None:
+        """Wall time at which the earliest sleeper wakes, or None when nobody sleeps."""
+        if not self._sleepers:
+            return None
+        return self._wall_origin + min(s.deadline for s in self._sleepers)
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward and wake every sleeper whose deadline has come."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self._elapsed += seconds
+        due = sorted(
+            (s for s in self._sleepers if s.deadline <= self._elapsed),
+            key=lambda s: (s.deadline, s.order),
+        )
+        for sleeper in due:
+            self._sleepers.remove(sleeper)
+            sleeper.event.set()
+        if due:
+            self._notify()
+
+    def advance_to_next(self) -> bool:
+        """Jump to the earliest sleeper's deadline and wake it; False when nobody sleeps."""
+        deadline = self.next_deadline()
+        if deadline is None:
+            return False
+        self.advance(max(0.0, deadline - self.now()))
+        return True
+
+    async def wait_for_sleepers(self, count: int = 1) -> None:
+        """Return once at least ``count`` tasks sleep on this clock."""
+        while len(self._sleepers) < count:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None

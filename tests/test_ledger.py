@@ -1,0 +1,194 @@
+"""The usage ledger: weighting, windows, bounded history and persistence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memd.clock import FakeClock
+from memd.llm.client import Usage
+from memd.llm.ledger import (
+    DAY_S,
+    HOUR_S,
+    LEDGER_FILE,
+    MAX_RAW_RECORDS,
+    RETENTION_S,
+    Ledger,
+    Tokens,
+    billed_tokens,
+    run_ledger_flusher,
+    window_frees_at,
+    window_spent,
+)
+
+START = 1_700_000_000.0
+
+
+def usage(inp: int = 0, out: int = 0, write: int = 0, read: int = 0) -> Usage:
+    return Usage(inp, out, write, read)
+
+
+def test_billed_tokens_weights_cache_reads_and_writes() -> None:
+    assert billed_tokens(usage(1000, 200, 1000, 1000)) == 1000 + 200 + 1250 + 100
+    # fractions round up: a call never counts as cheaper than it was
+    assert billed_tokens(usage(write=1)) == 2
+    assert billed_tokens(usage(read=1)) == 1
+    assert billed_tokens(usage()) == 0
+
+
+def test_totals_by_kind_and_project(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger(tmp_path / LEDGER_FILE, clock)
+    ledger.record("session_notes", usage(100, 10), project="alpha", session="s1")
+    ledger.record("session_notes", usage(50, 5, read=100), project="beta", session="s2")
+    ledger.record("dream", usage(1000, 100, write=400), project="alpha")
+    stats = ledger.statistics()
+    by_kind = {t.name: t.tokens for t in stats.by_kind}
+    by_project = {t.name: t.tokens for t in stats.by_project}
+    assert by_kind["session_notes"] == Tokens(150, 15, 0, 100, 175, 2)
+    assert by_kind["dream"] == Tokens(1000, 100, 400, 0, 1600, 1)
+    assert by_project["alpha"].billed == 110 + 1600
+    assert by_project["beta"].billed == 65
+    assert stats.total.calls == 3
+    assert stats.last_hour == stats.total
+    assert stats.as_dict()["by_kind"]["dream"]["billed"] == 1600
+
+
+def test_rolling_windows_follow_the_clock(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger(tmp_path / LEDGER_FILE, clock)
+    ledger.record("memory_extract", usage(1000), project="p")
+    clock.advance(HOUR_S - 1)
+    ledger.record("memory_extract", usage(10), project="p")
+    assert ledger.spent(HOUR_S) == 1010
+    clock.advance(1)  # the first call is now exactly one hour old: out of the hour window
+    assert ledger.spent(HOUR_S) == 10
+    assert ledger.spent(DAY_S) == 1010
+    clock.advance(DAY_S)
+    stats = ledger.statistics()
+    assert stats.last_hour.calls == 0
+    assert stats.last_day.calls == 0
+    assert stats.total.billed == 1010
+
+
+def test_window_frees_when_enough_spend_has_left() -> None:
+    points = [(0.0, 600), (100.0, 300), (200.0, 300)]
+    # 1200 spent in the hour; under a limit of 1000 the first call must leave (at 3600)
+    assert window_frees_at(points, 250.0, HOUR_S, 1000) == 3600.0
+    # under 500, the first two must leave
+    assert window_frees_at(points, 250.0, HOUR_S, 500) == 3700.0
+    assert window_frees_at(points, 250.0, HOUR_S, 1201) is None
+    assert window_frees_at(points, 250.0, HOUR_S, 0) is None  # unlimited
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 5_000)), min_size=0, max_size=30),
+    st.integers(1, 20_000),
+    st.integers(0, 12_000),
+)
+def test_frees_at_is_the_first_moment_under_the_limit(
+    raw: list[tuple[int, int]], limit: int, now: int
+) -> None:
+    points = [(float(at), billed) for at, billed in raw if at <= now]
+    window = 3600.0
+    frees = window_frees_at(points, float(now), window, limit)
+    if window_spent(points, float(now), window) < limit:
+        assert frees is None
+        return
+    assert frees is not None
+    assert frees > now
+    assert window_spent(points, frees, window) < limit
+    assert window_spent(points, frees - 0.5, window) >= limit
+
+
+def test_round_trip_through_the_state_dir(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger.load(tmp_path, clock)
+    ledger.record("compact", usage(500, 50, 20, 30), project="p", session="s", model="m")
+    clock.advance(3 * HOUR_S)  # old enough to be folded into an hourly bucket on save
+    ledger.record("recall", usage(7, 3), project="q", session="t", model="h")
+    ledger.save()
+    assert [p.name for p in tmp_path.iterdir()] == [LEDGER_FILE]  # no temp files left
+
+    again = Ledger.load(tmp_path, clock)
+    assert again.statistics() == ledger.statistics()
+    assert [(r.kind, r.session, r.model) for r in again.records()] == [("recall", "t", "h")]
+    assert again.spent(DAY_S) == ledger.spent(DAY_S) == 500 + 50 + 25 + 3 + 10
+
+
+def test_a_corrupt_file_is_moved_aside_and_the_ledger_starts_empty(tmp_path: Path) -> None:
+    (tmp_path / LEDGER_FILE).write_text('{"version": 1, "records": [[1, "bogus"')
+    ledger = Ledger.load(tmp_path, FakeClock(START))
+    assert ledger.statistics().total.calls == 0
+    assert (tmp_path / (LEDGER_FILE + ".corrupt")).exists()
+    assert not (tmp_path / LEDGER_FILE).exists()
+
+
+def test_unknown_job_kind_in_the_file_is_refused(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger.load(tmp_path, clock)
+    ledger.record("dream", usage(1), project="p")
+    ledger.save()
+    data = json.loads((tmp_path / LEDGER_FILE).read_text())
+    data["records"][0][1] = "mining"
+    (tmp_path / LEDGER_FILE).write_text(json.dumps(data))
+    assert Ledger.load(tmp_path, clock).statistics().total.calls == 0
+
+
+def test_history_stays_bounded_and_totals_survive(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger(tmp_path / LEDGER_FILE, clock)
+    calls = 0
+    for _ in range(int(RETENTION_S / HOUR_S) + 48):  # every hour for longer than retention
+        for _ in range(5):
+            ledger.record("session_notes", usage(100), project="p")
+            calls += 1
+        clock.advance(HOUR_S)
+    ledger.save()
+    size = (tmp_path / LEDGER_FILE).stat().st_size
+    for _ in range(48):
+        for _ in range(5):
+            ledger.record("session_notes", usage(100), project="p")
+            calls += 1
+        clock.advance(HOUR_S)
+    ledger.save()
+    # retention keeps the number of buckets fixed: the file does not grow with time
+    assert (tmp_path / LEDGER_FILE).stat().st_size <= size + 64
+    stats = ledger.statistics()
+    assert stats.total.calls == calls
+    # the calls of the last 23 hours (the 24th is exactly a day old), bucketed or not
+    assert stats.last_day.calls == 23 * 5
+    assert len(ledger.records()) <= 3 * 5
+
+
+def test_too_many_recent_records_are_folded(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger(tmp_path / LEDGER_FILE, clock)
+    for _ in range(MAX_RAW_RECORDS + 10):
+        ledger.record("recall", usage(1), project="p")
+    assert len(ledger.records()) <= MAX_RAW_RECORDS
+    assert ledger.spent(HOUR_S) == MAX_RAW_RECORDS + 10
+
+
+@pytest.mark.anyio
+async def test_flusher_writes_on_interval_and_on_shutdown(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger.load(tmp_path, clock)
+    path = tmp_path / LEDGER_FILE
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(run_ledger_flusher, ledger, clock, 2.0)
+            ledger.record("dream", usage(1), project="p")
+            await clock.wait_for_sleepers()
+            assert not path.exists()
+            clock.advance(2.0)
+            await clock.wait_for_sleepers()
+            assert Ledger.load(tmp_path, clock).statistics().total.calls == 1
+            ledger.record("dream", usage(1), project="p")
+            tg.cancel_scope.cancel()
+    assert Ledger.load(tmp_path, clock).statistics().total.calls == 2
