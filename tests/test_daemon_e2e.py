@@ -75,9 +75,14 @@ def test_status_follows_transcripts_as_they_grow(tmp_path: Path) -> None:
     with fake_home(tmp_path) as home:
         proc = start_memd(home)
         try:
-            status = status_json(home)
+            status = wait_for(
+                lambda: (s := status_json(home))["llm"]["reason"].startswith("disabled") and s,
+                timeout=10,
+                what="the model client to be set up",
+            )
             assert status["llm"]["enabled"] is False
             assert "no API key" in status["llm"]["reason"]
+            assert "ANTHROPIC_API_KEY" in status["llm"]["reason"]
             project = home.projects / SLUG
             project.mkdir(parents=True, exist_ok=True)
             for source in SOURCES:
@@ -98,7 +103,9 @@ def test_status_follows_transcripts_as_they_grow(tmp_path: Path) -> None:
                     assert time.monotonic() - start < 2.0
                     if i % 10 == 0 or i == len(lines) - 1:
                         row = next(
-                            r for r in status_json(home)["sessions"] if r["session_id"] == source.stem
+                            r
+                            for r in status_json(home)["sessions"]
+                            if r["session_id"] == source.stem
                         )
                         assert (row["message_count"], row["context_tokens"]) == expected_figures(
                             written
@@ -118,7 +125,9 @@ def test_restart_resumes_from_saved_offsets(tmp_path: Path) -> None:
         target = project / "s1.jsonl"
         target.write_bytes(data[:half])
         proc = start_memd(home)
-        wait_for(lambda: (session_row(home, "s1") or {}).get("offset") == half, timeout=10, what="ingest")
+        wait_for(
+            lambda: (session_row(home, "s1") or {}).get("offset") == half, timeout=10, what="ingest"
+        )
         assert stop_memd(proc) == 0, read_log(home)
         saved = json.loads((home.state_dir / "sessions.json").read_text())
         assert saved["sessions"][str(target)]["offset"] == half
@@ -242,3 +251,21 @@ def test_bad_config_fails_fast_naming_the_key(tmp_path: Path) -> None:
         assert done.returncode == 2
         assert "transcripts.watch_step_ms: expected a whole number" in done.stderr
         assert "transcripts.colour: unknown key" in done.stderr
+
+
+def test_llm_enabled_with_a_key_and_usage_shown(tmp_path: Path) -> None:
+    with fake_home(
+        tmp_path, ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL="http://127.0.0.1:9"
+    ) as home:
+        proc = start_memd(home)
+        try:
+            status = wait_for(
+                lambda: (s := call(home, "status"))["llm"]["enabled"] and s,
+                timeout=20,
+                what="the model client to load",
+            )
+            assert status["llm"]["provider"] == "anthropic"
+            assert "usage" in status and "guard" in status
+            assert "test-key" not in json.dumps(status)
+        finally:
+            assert stop_memd(proc) == 0

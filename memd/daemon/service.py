@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from memd.clock import SystemClock
 from memd.config import LoadedConfig
 from memd.daemon.notify import Notifier
 from memd.daemon.queues import CoalescingQueue
@@ -28,9 +29,15 @@ from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
 from memd.errors import ConfigError, StartupError
 from memd.ipc.server import Server, run_server
+from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.guard import CostGuard
+from memd.llm.ledger import Ledger, run_ledger_flusher
 from memd.state import load_sessions, save_sessions
 
 log = logging.getLogger(__name__)
+
+LEDGER_FILE = "usage-ledger.json"
+LEDGER_FLUSH_S = 30.0
 
 
 @dataclass
@@ -72,6 +79,11 @@ class Daemon:
         self.stop_watching = anyio.Event()
         self.reloads = 0
         self.server: Server | None = None
+        self.clock = SystemClock()
+        # Opened in the background after start-up: importing the SDK costs ~1.5 s.
+        self.llm: LLM | Disabled | None = None
+        self.ledger = Ledger(loaded.paths.state_dir / LEDGER_FILE, self.clock)
+        self.guard = CostGuard(loaded.config.budget, self.ledger, self.clock)
 
     @property
     def config(self) -> LoadedConfig:
@@ -97,6 +109,7 @@ class Daemon:
             fresh = LoadedConfig(fresh.config, self.loaded.paths)
         self.loaded = fresh
         self.registry.config = fresh.config.transcripts
+        self.guard.reconfigure(fresh.config.budget)
         self.reloads += 1
         log.info("configuration reloaded")
         return "reloaded"
@@ -116,6 +129,8 @@ async def run_daemon(
     paths = daemon.loaded.paths
     _prepare_dirs(paths.state_dir)
     cfg = daemon.loaded.config
+    daemon.ledger = await anyio.to_thread.run_sync(Ledger.load, paths.state_dir, daemon.clock)
+    daemon.guard = CostGuard(cfg.budget, daemon.ledger, daemon.clock)
     async with anyio.create_task_group() as tg:
         await tg.start(_run_signals, daemon)
         await tg.start(
@@ -162,6 +177,8 @@ async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> N
     work.cancel()
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(daemon.save_state)
+        if daemon.llm is not None:
+            await close_llm(daemon.llm)
     log.info("state saved to %s; bye", daemon.state_file)
     tg.cancel_scope.cancel()
 
@@ -187,8 +204,25 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
             tg.start_soon(_run_state_flusher, daemon)
             tg.start_soon(_run_startup_scan, daemon)
             tg.start_soon(_run_maintenance, daemon)
+            tg.start_soon(_open_llm, daemon)
+            await tg.start(
+                run_ledger_flusher,
+                daemon.ledger,
+                daemon.clock,
+                LEDGER_FLUSH_S,  # it flushes once more when cancelled at shutdown
+            )
             if daemon.notifier.watchdog_interval:
                 tg.start_soon(_run_watchdog, daemon)
+
+
+async def _open_llm(daemon: Daemon) -> None:
+    """Import the SDK and build the client off the event loop, after the daemon serves."""
+    llm = await anyio.to_thread.run_sync(open_llm, daemon.loaded.config.llm, daemon.env)
+    daemon.llm = llm
+    if isinstance(llm, Disabled):
+        log.warning("model features are off: %s", llm.reason)
+    else:
+        log.info("model client ready (%s)", daemon.loaded.config.llm.provider)
 
 
 async def _run_startup_scan(daemon: Daemon) -> None:

@@ -18,6 +18,7 @@ from memd import __version__
 from memd.config import config_as_dict
 from memd.errors import NotFound
 from memd.ipc.server import InvalidParams
+from memd.llm.client import Disabled
 from memd.state import SessionState
 from memd_client.protocol import hello_result
 
@@ -154,6 +155,8 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
             "queued": queue.queued,
             "running": queue.running,
         },
+        "usage": daemon.ledger.statistics().as_dict(),
+        "guard": daemon.guard.statistics().as_dict(),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
         "sessions": [session_row(daemon, s) for s in rows[:limit]],
@@ -161,14 +164,16 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
 
 
 def llm_status(daemon: Daemon) -> dict[str, Any]:
-    key_env = daemon.loaded.config.llm.api_key_env
     provider = daemon.loaded.config.llm.provider
-    if provider == "anthropic" and not daemon.env.get(key_env):
+    llm = daemon.llm
+    if llm is None:
         return {
             "enabled": False,
-            "reason": f"disabled: no API key (set {key_env} to enable notes, recall, compaction)",
+            "reason": "starting: the model client is loading",
             "provider": provider,
         }
+    if isinstance(llm, Disabled):
+        return {"enabled": False, "reason": f"disabled: {llm.reason}", "provider": provider}
     return {"enabled": True, "reason": None, "provider": provider}
 
 
