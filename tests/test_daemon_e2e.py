@@ -142,8 +142,9 @@ def test_restart_resumes_from_saved_offsets(tmp_path: Path) -> None:
                 timeout=10,
                 what="the rest of the file",
             )
-            row = session_row(home, "s1")
-            assert row is not None
+            final = session_row(home, "s1")
+            assert final is not None
+            row = final
             assert row["bytes_parsed"] == len(data)
             assert (row["message_count"], row["context_tokens"]) == expected_figures(data)
             ingest = call(home, "status")["ingest"]

@@ -1,0 +1,166 @@
+"""YAML frontmatter of memory topic files: tolerant parsing and rendering (R-M1).
+
+A topic file looks like::
+
+    ---
+    name: Debugging patterns
+    description: Token rotation and DB connection troubleshooting
+    type: reference
+    ---
+
+    ## Auth token issues
+    ...
+
+Parsing never raises: whatever is wrong (no frontmatter, an unclosed block, invalid YAML, a
+type outside {user, feedback, project, reference}) is reported in ``Document.problems`` and the
+fields that could be read are kept. Invalid YAML falls back to reading plain ``key: value``
+lines, because the commonest breakage is an unquoted colon inside a description.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import yaml
+
+MemoryType = Literal["user", "feedback", "project", "reference"]
+MEMORY_TYPES: tuple[MemoryType, ...] = get_args(MemoryType)
+
+_FENCE = "---"
+_KNOWN = ("name", "description", "type")
+_PLAIN_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)\s*:\s?(.*)$")
+_SPACES = re.compile(r"\s+")
+# The C build of the same safe loader when PyYAML has it: ~10x faster on frontmatter.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class Frontmatter:
+    """The fields memd uses; any other keys are kept in ``extra`` in file order."""
+
+    name: str | None = None
+    description: str | None = None
+    type: MemoryType | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed topic file. ``problems`` is empty when the frontmatter is complete and valid."""
+
+    meta: Frontmatter
+    body: str
+    has_frontmatter: bool
+    problems: tuple[str, ...] = field(default=())
+
+
+def parse_memory_type(value: object) -> MemoryType | None:
+    """The memory type named by ``value`` (case and spaces ignored), else ``None``."""
+    if not isinstance(value, str):
+        return None
+    wanted = value.strip().lower()
+    for kind in MEMORY_TYPES:
+        if kind == wanted:
+            return kind
+    return None
+
+
+def parse_document(text: str) -> Document:
+    """Split ``text`` into frontmatter and body; report, never raise, what is wrong.
+
+    ``text`` may be only the head of a file (the scan reads 30 lines): a block that does not
+    close within it is reported as unclosed and its lines are still read.
+    """
+    lines = text.removeprefix("\ufeff").splitlines(keepends=True)
+    if not lines or lines[0].strip() != _FENCE:
+        return Document(Frontmatter(), text, False, ("no frontmatter",))
+    close = next((i for i in range(1, len(lines)) if lines[i].strip() in (_FENCE, "...")), None)
+    problems: list[str] = []
+    if close is None:
+        problems.append("frontmatter is not closed with '---'")
+        block, body = "".join(lines[1:]), ""
+    else:
+        block, body = "".join(lines[1:close]), "".join(lines[close + 1 :])
+    raw = _load_block(block, problems)
+    meta = _meta_from(raw, problems)
+    return Document(meta, body.removeprefix("\n"), True, tuple(problems))
+
+
+def _load_block(block: str, problems: list[str]) -> Mapping[str, Any]:
+    try:
+        loaded = yaml.load(block, Loader=_SAFE_LOADER) if block.strip() else {}
+    except (yaml.YAMLError, RecursionError) as exc:
+        problems.append(f"frontmatter is not valid YAML ({_first_line(exc)}); read line by line")
+        return _plain_pairs(block)
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        problems.append("frontmatter is not a mapping of keys to values")
+        return {}
+    return {str(key): value for key, value in loaded.items()}
+
+
+def _plain_pairs(block: str) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    for line in block.splitlines():
+        match = _PLAIN_LINE.match(line)
+        if match:
+            value = match.group(2).strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            pairs.setdefault(match.group(1), value)
+    return pairs
+
+
+def _first_line(exc: Exception) -> str:
+    problem = getattr(exc, "problem", None)
+    lines = str(problem or exc).splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _meta_from(raw: Mapping[str, Any], problems: list[str]) -> Frontmatter:
+    name = _one_line(raw.get("name"), "name", problems)
+    description = _one_line(raw.get("description"), "description", problems)
+    kind = parse_memory_type(raw.get("type"))
+    if "type" not in raw:
+        problems.append("no type (expected one of " + ", ".join(MEMORY_TYPES) + ")")
+    elif kind is None:
+        problems.append(f"type {raw.get('type')!r} is not one of " + ", ".join(MEMORY_TYPES))
+    if description is None:
+        problems.append("no description")
+    extra = tuple((k, v) for k, v in raw.items() if k not in _KNOWN)
+    return Frontmatter(name, description, kind, extra)
+
+
+def _one_line(value: object, key: str, problems: list[str]) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, list | dict):
+        problems.append(f"{key} should be a single line of text")
+        return None
+    text = normalize_line(str(value))
+    return text or None
+
+
+def normalize_line(text: str) -> str:
+    """Collapse all whitespace (newlines included) to single spaces and trim."""
+    return _SPACES.sub(" ", text).strip()
+
+
+def render_document(meta: Frontmatter, body: str) -> str:
+    """Frontmatter block, a blank line, then ``body``; parses back to the same fields."""
+    data: dict[str, Any] = {}
+    if meta.name is not None:
+        data["name"] = normalize_line(meta.name)
+    if meta.description is not None:
+        data["description"] = normalize_line(meta.description)
+    if meta.type is not None:
+        data["type"] = meta.type
+    for key, value in meta.extra:
+        if key not in _KNOWN:
+            data[key] = value
+    block = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1 << 30) if data else ""
+    return f"{_FENCE}\n{block}{_FENCE}\n\n{body}"

@@ -1,0 +1,149 @@
+"""Scanning a memory dir for topic files (R-M4) and the selector's manifest (R-M5).
+
+Every ``*.md`` below the memory dir except index files (``MEMORY.md``) is a topic file. For
+each, only the head (the first 30 lines, which hold the frontmatter) is read, and the mtime is
+taken from the same open file descriptor: one open, lazy line reads, one ``fstat``. Reading
+every head and then sorting costs half the system calls of stat-sort-read for the common
+case of a few hundred files. The newest 200 are kept.
+
+The head is also capped in bytes (:data:`HEAD_MAX_BYTES`), so a file without line breaks
+cannot make the scan read it whole. Hidden directories (``.git``, snapshots) and symlinked
+directories are not entered.
+
+This is a blocking I/O shell: call it from a worker thread (``anyio.to_thread.run_sync``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from memd.memory.frontmatter import Document, MemoryType, parse_document
+from memd.memory.paths import INDEX_FILENAME
+
+DEFAULT_MAX_FILES = 200
+DEFAULT_HEAD_LINES = 30
+HEAD_MAX_BYTES = 64 * 1024
+_READ_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class MemoryHeader:
+    """What the scan knows about one topic file without reading all of it."""
+
+    path: Path
+    relative: str  # POSIX path relative to the memory dir, e.g. "team/ci.md"
+    mtime_ms: int
+    name: str | None
+    description: str | None
+    type: MemoryType | None
+    body_head: str  # the part of the body inside the head lines (used by the lexical ranker)
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Head:
+    """The first lines of a file, its mtime, and how many bytes were read from the disk."""
+
+    text: str
+    mtime_ms: int
+    bytes_read: int
+
+
+def read_head(path: Path, *, max_lines: int = DEFAULT_HEAD_LINES) -> Head:
+    """Read at most ``max_lines`` lines (and :data:`HEAD_MAX_BYTES`) and the mtime, in one open.
+
+    Raises ``OSError`` as ``open`` does (a file removed since the listing, a permission error).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    with io.FileIO(fd, "r", closefd=True) as raw:
+        mtime_ms = os.fstat(raw.fileno()).st_mtime_ns // 1_000_000
+        reader = io.BufferedReader(raw, buffer_size=_READ_CHUNK)
+        lines: list[bytes] = []
+        budget = HEAD_MAX_BYTES
+        while len(lines) < max_lines and budget > 0:
+            line = reader.readline(budget)
+            if not line:
+                break
+            lines.append(line)
+            budget -= len(line)
+        bytes_read = raw.tell()
+    return Head(b"".join(lines).decode("utf-8", errors="replace"), mtime_ms, bytes_read)
+
+
+def header_from_head(path: Path, relative: str, head: Head) -> MemoryHeader:
+    """Pure: the header fields from a file's head."""
+    document: Document = parse_document(head.text)
+    meta = document.meta
+    return MemoryHeader(
+        path=path,
+        relative=relative,
+        mtime_ms=head.mtime_ms,
+        name=meta.name,
+        description=meta.description,
+        type=meta.type,
+        body_head=document.body,
+        problems=document.problems,
+    )
+
+
+def list_topic_files(memory_dir: Path) -> list[tuple[Path, str]]:
+    """``(path, relative POSIX path)`` of every topic file below ``memory_dir``, unsorted."""
+    found: list[tuple[Path, str]] = []
+    for folder, dirnames, filenames in os.walk(memory_dir):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        base = Path(folder)
+        for filename in filenames:
+            if not filename.endswith(".md") or filename == INDEX_FILENAME:
+                continue
+            if filename.startswith("."):
+                continue  # editor swap files and our own atomic-write temp files
+            path = base / filename
+            found.append((path, path.relative_to(memory_dir).as_posix()))
+    return found
+
+
+def scan_memories(
+    memory_dir: Path,
+    *,
+    max_files: int = DEFAULT_MAX_FILES,
+    head_lines: int = DEFAULT_HEAD_LINES,
+) -> list[MemoryHeader]:
+    """Headers of the newest ``max_files`` topic files, newest first (ties by path).
+
+    A missing memory dir scans as empty. Files that vanish or cannot be read are skipped.
+    """
+    headers: list[MemoryHeader] = []
+    for path, relative in list_topic_files(memory_dir):
+        try:
+            head = read_head(path, max_lines=head_lines)
+        except OSError:
+            continue
+        headers.append(header_from_head(path, relative, head))
+    return newest_first(headers)[:max_files]
+
+
+def newest_first(headers: Iterable[MemoryHeader]) -> list[MemoryHeader]:
+    return sorted(headers, key=lambda h: (-h.mtime_ms, h.relative))
+
+
+def iso_mtime(mtime_ms: int) -> str:
+    """``2026-03-15T10:30:00.000Z``: UTC with milliseconds, as JavaScript prints dates."""
+    moment = datetime.fromtimestamp(mtime_ms // 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{mtime_ms % 1000:03d}Z"
+
+
+def manifest_line(header: MemoryHeader) -> str:
+    """``- [type] relative/path.md (ISO-8601 mtime): description`` (tag and text optional)."""
+    tag = f"[{header.type}] " if header.type else ""
+    line = f"- {tag}{header.relative} ({iso_mtime(header.mtime_ms)})"
+    return f"{line}: {header.description}" if header.description else line
+
+
+def format_manifest(headers: Sequence[MemoryHeader]) -> str:
+    """One manifest line per header, in the given order."""
+    return "\n".join(manifest_line(h) for h in headers)

@@ -1,0 +1,189 @@
+"""Search terms from free text, for the lexical ranker: pure, cached, model-free.
+
+``analyze`` turns text into stemmed terms:
+
+* words are runs of letters and digits (``.`` and ``/`` separate words, so a path gives its
+  parts); identifiers are split on ``_`` and ``-`` and on camelCase humps
+  (``parseHTTPHeader`` -> ``parse``, ``http``, ``header``), and a
+  joined compound is kept too (``parsehttpheader``), so ``getUserName`` in a memory matches
+  both "get user name" and ``get_user_name`` in a query;
+* English stopwords and one-letter tokens are dropped;
+* a handful of common developer abbreviations also emit their long form (``db`` ->
+  ``database``), in documents and queries alike, so either spelling finds the other;
+* a light suffix stemmer maps ``cache/caches/cached/caching`` to one term. It is not Porter:
+  it only needs to be consistent between documents and queries.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+_WORD = re.compile(r"[^\W_]+(?:[_\-][^\W_]+)*")
+_SEPARATORS = re.compile(r"[_\-]")
+_PART = re.compile(r"[^\W_\d]+|\d+")
+_HUMP = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[^\W\d_A-Za-z]+|\d+")
+
+_STOPWORD_TEXT = """\
+    a about above after again against all also am an and any are as at be because been
+    before being below between both but by can could did do does doing done down during each
+    else etc few for from further get got had has have having he her here hers him his how
+    i if in into is it its itself just let like me more most my no nor not now of off on once
+    only or other our ours out over own same she should so some such than that the their them
+    then there these they this those through to too under until up us very via was we were what
+    when where which while who whom why will with would you your yours don doesn didn isn aren
+    wasn weren won shouldn couldn wouldn"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+ABBREVIATIONS: dict[str, str] = {
+    "db": "database",
+    "repo": "repository",
+    "cfg": "configuration",
+    "conf": "configuration",
+    "config": "configuration",
+    "auth": "authentication",
+    "env": "environment",
+    "k8s": "kubernetes",
+    "js": "javascript",
+    "ts": "typescript",
+    "py": "python",
+    "deps": "dependencies",
+    "dep": "dependency",
+    "msg": "message",
+    "err": "error",
+    "dir": "directory",
+    "pkg": "package",
+    "impl": "implementation",
+    "perf": "performance",
+    "doc": "documentation",
+    "docs": "documentation",
+    "prod": "production",
+    "dev": "development",
+    "tmp": "temporary",
+    "pr": "pull request",
+    "ci": "continuous integration",
+}
+
+_VOWELS = frozenset("aeiouy")
+_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("izations", "ize"),
+    ("ization", "ize"),
+    ("urations", "ur"),
+    ("uration", "ur"),
+    ("ations", "at"),
+    ("ation", "at"),
+    ("ments", ""),
+    ("ment", ""),
+    ("nesses", ""),
+    ("ness", ""),
+)
+
+_WARNING_TEXT = """\
+    gotcha gotchas warning warn caveat pitfall careful beware never avoid
+    trap footgun quirk broken breaks break bug buggy fails failure fail flaky hang hangs danger
+    dangerous mistake wrong instead"""
+WARNING_CUES = frozenset(_WARNING_TEXT.split())
+_WARNING_PHRASES = ("don't", "do not", "must not", "watch out", "doesn't work", "does not work")
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light, consistent English suffix stripper (lowercase input)."""
+    if len(word) <= 2 or not word.isalpha():
+        return word
+    for suffix, replacement in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return _tidy(word[: -len(suffix)] + replacement)
+    if len(word) > 3:
+        word = _strip_plural(word)
+    for suffix in ("ing", "ed"):
+        rest = word[: -len(suffix)]
+        if word.endswith(suffix) and len(rest) >= 2 and _VOWELS.intersection(rest):
+            if suffix == "ed" and rest.endswith("e"):
+                break  # need, feed, speed: the "ed" is part of the word
+            word = rest
+            if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]
+            break
+    return _tidy(word)
+
+
+def _strip_plural(word: str) -> str:
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith(("xes", "ches", "shes", "zes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def _tidy(word: str) -> str:
+    if len(word) > 2 and word.endswith("e"):
+        word = word[:-1]
+    if len(word) > 3 and word.endswith("y"):
+        word = word[:-1] + "i"
+    return word
+
+
+def split_identifier(word: str) -> list[str]:
+    """``parseHTTPHeader_v2`` -> ``["parse", "HTTP", "Header", "v", "2"]`` (case kept)."""
+    parts: list[str] = []
+    for piece in _SEPARATORS.split(word):
+        parts.extend(_HUMP.findall(piece))
+    return parts
+
+
+@lru_cache(maxsize=8192)
+def analyze(text: str) -> tuple[str, ...]:
+    """Stemmed search terms of ``text``, in order, with repeats (see the module docstring)."""
+    terms: list[str] = []
+    for word in _WORD.findall(text):
+        terms.extend(_word_terms(word))
+    return tuple(terms)
+
+
+@lru_cache(maxsize=65536)
+def _word_terms(word: str) -> tuple[str, ...]:
+    parts = [p.lower() for p in split_identifier(word)]
+    terms: list[str] = []
+    if len(parts) > 1:
+        _add(terms, "".join(parts))
+    for part in parts:
+        _add(terms, part)
+    return tuple(terms)
+
+
+def _add(terms: list[str], token: str) -> None:
+    if len(token) < 2 or token in STOPWORDS:
+        return
+    terms.append(stem(token))
+    long_form = ABBREVIATIONS.get(token)
+    if long_form is not None:
+        terms.extend(stem(w) for w in long_form.split())
+
+
+def terms_of(query: str) -> dict[str, float]:
+    """Query terms with their weights (each distinct term counts once)."""
+    return dict.fromkeys(analyze(query), 1.0)
+
+
+def mentions_warning(text: str, *, strong_only: bool = False) -> bool:
+    """Whether ``text`` reads like a warning or gotcha rather than plain usage notes.
+
+    ``strong_only`` looks only for explicit cues (warning, gotcha, never, do not…), for long
+    texts such as a body where a word like "bug" is often just a topic.
+    """
+    lowered = text.lower()
+    if any(phrase in lowered for phrase in _WARNING_PHRASES):
+        return True
+    cues = _STRONG_STEMS if strong_only else _WARNING_STEMS
+    return any(stem(word) in cues for word in _PART.findall(lowered))
+
+
+_WARNING_STEMS = frozenset(stem(word) for word in WARNING_CUES)
+_STRONG_STEMS = frozenset(
+    stem(word) for word in ("gotcha", "warning", "caveat", "pitfall", "beware", "never", "footgun")
+)
