@@ -66,7 +66,9 @@ def bare_python_floor() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--old", type=int, default=5000, help="old transcripts to stat, not parse")
     ap.add_argument("--idle", type=float, default=10.0, help="idle window in seconds")
     ap.add_argument("--set", action="append", default=[], help="memd --set KEY=VALUE")
@@ -75,7 +77,9 @@ def main() -> None:
     runtime = Path(tempfile.mkdtemp(prefix="mb-", dir="/tmp"))
     try:
         active = build_history(home / ".claude" / "projects", args.old)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMD_", "XDG_"))}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMD_", "XDG_"))
+        }
         env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime))
         sock = runtime / "memd" / "memd.sock"
         t0 = time.perf_counter()
@@ -85,7 +89,8 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            serving = parsed = None
+            serving: float | None = None
+            parsed: float | None = None
             while parsed is None:
                 try:
                     with Client(sock, timeout=2.0) as c:
@@ -105,13 +110,16 @@ def main() -> None:
             time.sleep(args.idle)
             cpu1, w1 = cpu_seconds(proc.pid), time.perf_counter()
             rss = rss_mib(proc.pid)
+            assert serving is not None
         finally:
             proc.terminate()
             proc.wait(30)
         floor = bare_python_floor()
         print(f"history: {args.old} old transcripts (stat only) + {active} active (parsed)")
         print(f"python -c pass:            {floor * 1000:8.1f} ms")
-        print(f"memd serving (hello):      {serving * 1000:8.1f} ms  ({serving / floor:.1f}x python)")
+        print(
+            f"memd serving (hello):      {serving * 1000:8.1f} ms  ({serving / floor:.1f}x python)"
+        )
         print(f"memd active sessions read: {parsed * 1000:8.1f} ms")
         print(f"idle CPU over {args.idle:.0f}s:        {(cpu1 - cpu0) / (w1 - w0) * 100:8.3f} %")
         print(f"idle RSS:                  {rss:8.1f} MiB")
