@@ -270,3 +270,29 @@ def test_llm_enabled_with_a_key_and_usage_shown(tmp_path: Path) -> None:
             assert "test-key" not in json.dumps(status)
         finally:
             assert stop_memd(proc) == 0
+
+
+def test_memd_own_files_and_subagents_are_never_sessions(tmp_path: Path) -> None:
+    """R-B2: notes, memories and sub-agent transcripts under the projects root stay out."""
+    source = SOURCES[0]
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            project = home.projects / SLUG
+            notes = project / "s3" / "session-memory" / "summary.md"
+            notes.parent.mkdir(parents=True)
+            notes.write_text("# Session Title\n_t_\n")
+            memory = project / "memory" / "MEMORY.md"
+            memory.parent.mkdir(parents=True)
+            memory.write_text("- [a](a.md) — b\n")
+            sub = project / "s3" / "subagents" / "agent-a1.jsonl"
+            sub.parent.mkdir(parents=True)
+            sub.write_bytes(source.read_bytes())
+            (project / "agent-0123abcd.jsonl").write_bytes(source.read_bytes())
+            # A real session written last: once it is listed, the others had their chance.
+            (project / "s3.jsonl").write_bytes(source.read_bytes())
+            wait_for(lambda: session_row(home, "s3"), timeout=5, what="the real session")
+            ids = [r["session_id"] for r in call(home, "sessions")]
+            assert ids == ["s3"]
+        finally:
+            assert stop_memd(proc) == 0
