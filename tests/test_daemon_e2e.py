@@ -296,3 +296,20 @@ def test_memd_own_files_and_subagents_are_never_sessions(tmp_path: Path) -> None
             assert ids == ["s3"]
         finally:
             assert stop_memd(proc) == 0
+
+
+def test_memdctl_status_text_names_what_is_disabled(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            wait_for(
+                lambda: call(home, "status")["llm"]["reason"].startswith("disabled"),
+                timeout=10,
+                what="the model client to be set up",
+            )
+            done = memdctl(home, "status")
+            assert done.returncode == 0, done.stderr
+            assert "disabled: no API key" in done.stdout
+            assert "budget    hour:" in done.stdout
+        finally:
+            assert stop_memd(proc) == 0

@@ -10,6 +10,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -205,10 +206,50 @@ def render_status(s: dict[str, Any]) -> str:
         f"{ing['bad_lines']} bad lines skipped",
         f"errors    {s['errors_last_hour']} in the last hour"
         + (f" (last: {s['last_error']})" if s["last_error"] else ""),
+        *render_spend(s.get("usage"), s.get("guard")),
     ]
     if s["sessions"]:
         lines += ["", render_sessions(s["sessions"])]
     return "\n".join(lines)
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def render_spend(usage: dict[str, Any] | None, guard: dict[str, Any] | None) -> list[str]:
+    """Token spend, budget left and back-off state (R-A4, R-B1, R-B8)."""
+    if not usage or not guard:
+        return []
+    hour, day = guard["budget"]["hour"], guard["budget"]["day"]
+
+    def left(window: dict[str, Any]) -> str:
+        if not window["limit"]:
+            return "unlimited"
+        return f"{_k(max(0, window['limit'] - window['spent']))} left of {_k(window['limit'])}"
+
+    lines = [
+        f"tokens    last hour {_k(usage['last_hour']['billed'])} billed in "
+        f"{usage['last_hour']['calls']} calls; today {_k(usage['last_day']['billed'])}",
+        f"budget    hour: {left(hour)}; day: {left(day)}",
+    ]
+    if guard["budget"]["paused_until"]:
+        lines.append(
+            "PAUSED    background work waits for budget until "
+            + _when(guard["budget"]["paused_until"])
+        )
+    if guard.get("account_blocked"):
+        lines.append(f"BLOCKED   {guard['account_blocked']}")
+    for kind, k in guard["kinds"].items():
+        if k["consecutive_failures"] or k["parked"]:
+            lines.append(
+                f"backoff   {kind}: {k['consecutive_failures']} failures in a row, next try "
+                f"{_when(k['next_retry_at'])}; last error: {k['last_error']}"
+                + (f"; {len(k['parked'])} parked" if k["parked"] else "")
+            )
+    return lines
 
 
 def render_sessions(rows: list[dict[str, Any]]) -> str:
