@@ -82,6 +82,7 @@ class CompactionConfig:
     restore_max_files: int = 5  # R-C5
     restore_max_tokens: int = 50_000
     microcompact_keep_recent: int = 5  # R-C6
+    summary_max_tokens: int = 20_000  # R-C3: the summary's own output budget
 
 
 @dataclass(frozen=True)

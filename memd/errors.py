@@ -18,6 +18,7 @@ values, not exceptions. Exceptions are for things that stop the unit of work at 
     │   ├── AuthenticationFailed   401/403: retrying will not help
     │   ├── QuotaExceeded          billing/credit errors: retrying will not help
     │   └── BadRequest             any other 4xx: our request was wrong
+    ├── CompactionFailed       a full compaction produced no summary (still too long, empty reply)
     ├── BudgetExhausted        the cost guard refuses background work until resume_at
     └── AgentError             a sub-agent run ended without doing its job (turn limit, timeout)
 """
@@ -98,6 +99,10 @@ class QuotaExceeded(LLMError):
 
 
 class BadRequest(LLMError):
+    pass
+
+
+class CompactionFailed(MemdError):
     pass
 
 
