@@ -51,6 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, help="at most this many")
     p = sub.add_parser("session", parents=[common], help="one session in detail")
     p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+    p = sub.add_parser("compact", parents=[common], help="compact a session (see --dry-run)")
+    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show the level that would be used, tokens before/after and the cut; no model call",
+    )
+    p.add_argument("--context-window", type=int, help="the model's window (default from config)")
+    p.add_argument("--max-output", type=int, help="the model's max output tokens")
     sub.add_parser("config", parents=[common], help="print the effective configuration")
     sub.add_parser("reload", parents=[common], help="reload the config file (like SIGHUP)")
     p = sub.add_parser(
@@ -122,6 +131,15 @@ def cmd_session(client: Client, args: argparse.Namespace) -> int:
     return _emit(args, client.call("session", {"session": args.session_id}), render_session)
 
 
+def cmd_compact(client: Client, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"session": args.session_id, "dry_run": args.dry_run}
+    if args.context_window:
+        params["context_window"] = args.context_window
+    if args.max_output:
+        params["max_output_tokens"] = args.max_output
+    return _emit(args, client.call("compact", params), render_compact)
+
+
 def cmd_config(client: Client, args: argparse.Namespace) -> int:
     return _emit(args, client.call("config"), render_config)
 
@@ -181,6 +199,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "sessions": cmd_sessions,
     "session": cmd_session,
     "config": cmd_config,
+    "compact": cmd_compact,
     "reload": cmd_reload,
 }
 
@@ -280,6 +299,30 @@ def render_session(r: dict[str, Any]) -> str:
     for b in r.get("boundaries", []):
         lines.append(f"{'boundary':<24} {b}")
     return "\n".join(lines)
+
+
+def render_compact(r: dict[str, Any]) -> str:
+    if r.get("dry_run"):
+        head = f"would use level {r['level']}: {_k(r['tokens_before'])} tokens now"
+        if r["level"] == 1:
+            return (
+                f"{head} -> {_k(r['tokens_after'])} after (no model call)\n"
+                f"cut before message {r['cut_index']}: {r['dropped_messages']} replaced by the "
+                f"notes, {r['kept_messages']} kept"
+                + (
+                    f"; sections cut: {', '.join(r['truncated_sections'])}"
+                    if r["truncated_sections"]
+                    else ""
+                )
+            )
+        return f"{head}; level 1 does not apply: {r['reason']} (a summary call would be needed)"
+    if not r.get("compacted"):
+        return f"not compacted: {r['reason']}"
+    return (
+        f"level {r['level']}: {_k(r['tokens_before'])} -> {_k(r['tokens_after'])} tokens, "
+        f"{r['api_calls']} API calls, {len(r['messages'])} messages, "
+        f"{len(r['restore']['files'])} files to restore"
+    )
 
 
 def render_config(c: dict[str, Any]) -> str:

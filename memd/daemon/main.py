@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded.paths.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         with hold_instance_lock(loaded.paths.lock_path, loaded.paths.socket_path):
-            daemon = Daemon(loaded, env=dict(os.environ))
+            daemon = Daemon.load(loaded, env=dict(os.environ))
             anyio.run(run_daemon, daemon)
     except StartupError as exc:
         print(f"memd: {exc}", file=sys.stderr)

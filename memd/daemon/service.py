@@ -21,7 +21,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from memd.clock import SystemClock
+from memd.clock import Clock, SystemClock
+from memd.compaction.service import CompactionService
 from memd.config import LoadedConfig
 from memd.daemon.notify import Notifier
 from memd.daemon.queues import CoalescingQueue
@@ -32,11 +33,11 @@ from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger, run_ledger_flusher
-from memd.state import load_sessions, save_sessions
+from memd.state import SessionState, load_sessions, save_sessions
 
 log = logging.getLogger(__name__)
 
-LEDGER_FILE = "usage-ledger.json"
+SESSIONS_FILE = "sessions.json"
 LEDGER_FLUSH_S = 30.0
 
 
@@ -59,15 +60,37 @@ class Health:
 class Daemon:
     """Everything the method table needs, built once from the loaded config."""
 
-    def __init__(self, loaded: LoadedConfig, *, env: dict[str, str]) -> None:
+    @classmethod
+    def load(cls, loaded: LoadedConfig, *, env: dict[str, str]) -> Daemon:
+        """Read persisted state and build the daemon (blocking: call before the loop runs)."""
+        _prepare_dirs(loaded.paths.state_dir)
+        clock = SystemClock()
+        return cls(
+            loaded,
+            env=env,
+            clock=clock,
+            sessions=load_sessions(loaded.paths.state_dir / SESSIONS_FILE),
+            ledger=Ledger.load(loaded.paths.state_dir, clock),
+        )
+
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        *,
+        env: dict[str, str],
+        clock: Clock,
+        sessions: dict[str, SessionState],
+        ledger: Ledger,
+    ) -> None:
         self.loaded = loaded
         self.env = env
+        self.clock = clock
         self.started_at = time.time()
-        self.state_file = loaded.paths.state_dir / "sessions.json"
+        self.state_file = loaded.paths.state_dir / SESSIONS_FILE
         self.registry = SessionRegistry(
             loaded.paths.projects_root,
             loaded.config.transcripts,
-            load_sessions(self.state_file),
+            sessions,
             started_at=self.started_at,
         )
         self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
@@ -79,11 +102,17 @@ class Daemon:
         self.stop_watching = anyio.Event()
         self.reloads = 0
         self.server: Server | None = None
-        self.clock = SystemClock()
         # Opened in the background after start-up: importing the SDK costs ~1.5 s.
         self.llm: LLM | Disabled | None = None
-        self.ledger = Ledger(loaded.paths.state_dir / LEDGER_FILE, self.clock)
+        self.ledger = ledger
         self.guard = CostGuard(loaded.config.budget, self.ledger, self.clock)
+        self.compaction = CompactionService(
+            loaded.config,
+            loaded.paths.state_dir,
+            home=Path(env.get("HOME") or Path.home()),
+            ledger=self.ledger,
+            get_llm=lambda: self.llm,
+        )
 
     @property
     def config(self) -> LoadedConfig:
@@ -109,6 +138,7 @@ class Daemon:
             fresh = LoadedConfig(fresh.config, self.loaded.paths)
         self.loaded = fresh
         self.registry.config = fresh.config.transcripts
+        self.compaction.config = fresh.config
         self.guard.reconfigure(fresh.config.budget)
         self.reloads += 1
         log.info("configuration reloaded")
@@ -127,10 +157,7 @@ async def run_daemon(
     from memd.ipc.handlers import method_table
 
     paths = daemon.loaded.paths
-    _prepare_dirs(paths.state_dir)
     cfg = daemon.loaded.config
-    daemon.ledger = await anyio.to_thread.run_sync(Ledger.load, paths.state_dir, daemon.clock)
-    daemon.guard = CostGuard(cfg.budget, daemon.ledger, daemon.clock)
     async with anyio.create_task_group() as tg:
         await tg.start(_run_signals, daemon)
         await tg.start(

@@ -10,22 +10,20 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memd import __version__
 from memd.config import config_as_dict
-from memd.errors import NotFound
-from memd.ipc.server import InvalidParams
+from memd.ipc.compaction_methods import compaction_methods
+from memd.ipc.params import find_session, int_param, opt_str
+from memd.ipc.server import Handler
 from memd.llm.client import Disabled
 from memd.state import SessionState
 from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
-
-Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 def method_table(daemon: Daemon) -> dict[str, Handler]:
@@ -37,20 +35,20 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
 
     async def status(params: dict[str, Any]) -> Any:
         """Health at a glance. Params: ``limit`` (sessions listed, default 20)."""
-        return status_result(daemon, limit=_int(params, "limit", 20))
+        return status_result(daemon, limit=int_param(params, "limit", 20))
 
     async def sessions(params: dict[str, Any]) -> Any:
         """Every known session, newest first. Params: ``project`` (folder name filter),
         ``limit`` (default all)."""
-        project = _str(params, "project", "")
-        limit = _int(params, "limit", 0)
+        project = opt_str(params, "project")
+        limit = int_param(params, "limit", 0)
         rows = [s for s in daemon.registry.states() if not project or s.project == project]
         rows.sort(key=lambda s: s.mtime, reverse=True)
         return [session_row(daemon, s) for s in (rows[:limit] if limit else rows)]
 
     async def session(params: dict[str, Any]) -> Any:
         """One session in full. Params: ``session`` (id or unique prefix). Errors: not_found."""
-        state = find_session(daemon, _str(params, "session", None))
+        state = find_session(daemon, opt_str(params, "session"))
         return {**session_row(daemon, state), "boundaries": state.boundaries}
 
     async def config(params: dict[str, Any]) -> Any:
@@ -77,21 +75,8 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         "session": session,
         "config": config,
         "reload": reload,
+        **compaction_methods(daemon),
     }
-
-
-def find_session(daemon: Daemon, ident: str | None) -> SessionState:
-    if not ident:
-        raise InvalidParams("'session' is required: a session id or a unique prefix of one")
-    exact = daemon.registry.get(ident)
-    if exact is not None:
-        return exact
-    matches = daemon.registry.find(ident)
-    if not matches:
-        raise NotFound(f"no session {ident!r}; `memdctl sessions` lists the known ones")
-    if len(matches) > 1:
-        raise InvalidParams(f"{ident!r} matches {len(matches)} sessions; give more of the id")
-    return matches[0]
 
 
 def compact_threshold(daemon: Daemon) -> int:
@@ -190,17 +175,3 @@ def _iso(ts: float) -> str:
     if not ts:
         return ""
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
-
-
-def _str(params: dict[str, Any], key: str, default: str | None) -> str | None:
-    value = params.get(key, default)
-    if value is not None and not isinstance(value, str):
-        raise InvalidParams(f"'{key}' must be a string, got {type(value).__name__}")
-    return value
-
-
-def _int(params: dict[str, Any], key: str, default: int) -> int:
-    value = params.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidParams(f"'{key}' must be a non-negative integer, got {value!r}")
-    return value

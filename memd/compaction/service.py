@@ -1,0 +1,308 @@
+"""The compaction service: what the ``should_compact``, ``compact`` and ``microcompact``
+methods do, around the pure ladder in :mod:`memd.compaction.strategy`.
+
+It owns the per-session circuit breakers (persisted), waits for an in-flight notes extraction
+before level 1 (R-S8), gathers what the client must restore (R-C5) and records what a
+compaction cost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from memd.atomic import write_text_atomic
+from memd.compaction.message import Msg, to_api
+from memd.compaction.microcompact import microcompact
+from memd.compaction.session_memory import FallThrough, compact_with_notes
+from memd.compaction.strategy import NotesInput, Outcome, compact, files_to_restore
+from memd.compaction.threshold import BreakerState, Trigger, auto_compact_threshold, should_compact
+from memd.config import Config
+from memd.errors import CompactionFailed, LLMDisabled, LLMError
+from memd.llm.client import LLM, Disabled, Usage
+from memd.llm.ledger import Ledger
+from memd.tokens import estimate_content
+from memd.transcript.conversation import Conversation
+
+log = logging.getLogger(__name__)
+
+BREAKERS_FILE = "compaction-breakers.json"
+CLAUDE_MD_NAMES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
+
+NotesProvider = Callable[[str], Awaitable[NotesInput | None]]
+ExtractionWaiter = Callable[[str], Awaitable[None]]
+IndexProvider = Callable[[str], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class Window:
+    """The model's context window and output reserve, as the client states them."""
+
+    context_window: int
+    max_output_tokens: int
+
+
+def messages_of(conv: Conversation) -> list[Msg]:
+    """A session's active conversation as compaction input, with token estimates."""
+    return [
+        Msg.of(
+            m.role,
+            m.content,
+            uuid=m.last_uuid,
+            line_uuids=m.uuids,
+            tokens=estimate_content(m.content),
+        )
+        for m in conv.messages()
+    ]
+
+
+def messages_from_client(raw: Sequence[Any]) -> list[Msg]:
+    """Decode a client-supplied API message list; raises ValueError naming the bad entry."""
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ValueError(f"messages[{i}] must be a map with 'role' and 'content'")
+        try:
+            msg = Msg.from_api(item)
+        except ValueError as exc:
+            raise ValueError(f"messages[{i}]: {exc}") from None
+        out.append(
+            Msg.of(msg.role, msg.content, uuid=msg.uuid, tokens=estimate_content(list(msg.content)))
+        )
+    return out
+
+
+def session_start_context(cwd: Path | None, home: Path) -> list[dict[str, str]]:
+    """CLAUDE.md files that start every session: the user's, then the project's, root first."""
+    found: list[Path] = [home / ".claude" / "CLAUDE.md"]
+    if cwd is not None:
+        chain = [cwd, *cwd.parents]
+        for directory in reversed(chain):
+            found += [directory / name for name in CLAUDE_MD_NAMES]
+    out = []
+    for path in dict.fromkeys(found):
+        try:
+            out.append({"path": str(path), "content": path.read_text(encoding="utf-8")})
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
+class CompactionService:
+    def __init__(
+        self,
+        config: Config,
+        state_dir: Path,
+        *,
+        home: Path,
+        ledger: Ledger,
+        get_llm: Callable[[], LLM | Disabled | None],
+    ) -> None:
+        self.config = config
+        self.home = home
+        self.ledger = ledger
+        self.get_llm = get_llm
+        self.notes_for: NotesProvider | None = None
+        self.wait_extraction: ExtractionWaiter | None = None
+        self.memory_index_for: IndexProvider | None = None
+        self._breakers_path = state_dir / BREAKERS_FILE
+        self._breakers: dict[str, BreakerState] = _load_breakers(self._breakers_path)
+
+    def window(self, params: dict[str, Any]) -> Window:
+        c = self.config.compaction
+        return Window(
+            int(params.get("context_window") or c.default_context_window),
+            int(params.get("max_output_tokens") or c.default_max_output_tokens),
+        )
+
+    def threshold(self, window: Window) -> int:
+        return auto_compact_threshold(
+            window.context_window, window.max_output_tokens, self.config.compaction
+        )
+
+    def should_compact(self, session_id: str, tokens: int, window: Window) -> dict[str, Any]:
+        decision = should_compact(
+            tokens, window.context_window, window.max_output_tokens, self.config.compaction
+        )
+        breaker = self._breakers.get(session_id, BreakerState())
+        allowed = breaker.allows("auto", self.config.compaction)
+        return {
+            "compact": decision.compact and allowed,
+            "tokens": tokens,
+            "threshold": decision.threshold,
+            "effective_window": decision.effective_window,
+            "tokens_left": decision.tokens_left,
+            "percent_of_threshold": round(decision.percent_of_threshold, 1),
+            "circuit_open": not allowed,
+            "consecutive_failures": breaker.consecutive_failures,
+        }
+
+    async def notes_input(self, session_id: str | None) -> NotesInput | None:
+        if session_id is None or self.notes_for is None:
+            return None
+        if self.wait_extraction is not None:
+            await self.wait_extraction(session_id)
+        return await self.notes_for(session_id)
+
+    async def dry_run(
+        self, msgs: list[Msg], session_id: str | None, window: Window
+    ) -> dict[str, Any]:
+        """Which level would serve, and where level 1 would cut; never calls a model."""
+        notes = await self.notes_input(session_id)
+        before = sum(m.tokens for m in msgs)
+        base = {"dry_run": True, "tokens_before": before, "threshold": self.threshold(window)}
+        if notes is None:
+            return {**base, "level": 2, "reason": "the session has no notes"}
+        level1 = compact_with_notes(
+            msgs,
+            notes=notes.notes,
+            template=notes.template,
+            last_summarized_uuid=notes.last_summarized_uuid,
+            threshold=self.threshold(window),
+            cfg=self.config.compaction,
+            estimate=estimate_content,
+        )
+        if isinstance(level1, FallThrough):
+            return {**base, "level": 2, "reason": level1.detail}
+        return {
+            **base,
+            "level": 1,
+            "tokens_after": level1.tokens_after,
+            "cut_index": level1.cut_index,
+            "kept_messages": level1.kept_count,
+            "dropped_messages": level1.cut_index,
+            "truncated_sections": list(level1.truncated_sections),
+        }
+
+    async def compact(
+        self,
+        msgs: list[Msg],
+        *,
+        session_id: str | None,
+        project: str,
+        window: Window,
+        trigger: Trigger,
+        custom_instructions: str | None,
+        cwd: Path | None,
+        transcript_path: str | None,
+    ) -> dict[str, Any]:
+        key = session_id or ""
+        breaker = self._breakers.get(key, BreakerState())
+        if key and not breaker.allows(trigger, self.config.compaction):
+            return {
+                "compacted": False,
+                "reason": f"auto-compaction stopped after {breaker.consecutive_failures} "
+                "failures in a row; a manual compaction still runs and resets it",
+            }
+        llm = self.get_llm()
+        try:
+            outcome = await compact(
+                msgs,
+                notes=await self.notes_input(session_id),
+                llm=llm if llm is not None and not isinstance(llm, Disabled) else None,
+                model=self.config.llm.models.compact,
+                threshold=self.threshold(window),
+                cfg=self.config.compaction,
+                estimate=estimate_content,
+                trigger=trigger,
+                custom_instructions=custom_instructions,
+                transcript_path=transcript_path,
+                summary_max_tokens=self.config.compaction.summary_max_tokens,
+                call_timeout=self.config.llm.timeout_s,
+            )
+        except LLMDisabled:
+            raise  # no model is not a failed compaction
+        except (CompactionFailed, LLMError):
+            if key:
+                await self._set_breaker(key, breaker.after_failure())
+            raise
+        if key:
+            await self._set_breaker(key, breaker.after_success())
+        self._record(outcome, project, key)
+        return await self._result(msgs, outcome, cwd)
+
+    async def _result(
+        self, before: list[Msg], outcome: Outcome, cwd: Path | None
+    ) -> dict[str, Any]:
+        restored = await files_to_restore(
+            before, outcome, estimate=estimate_content, cfg=self.config.compaction, cwd=cwd
+        )
+        index = await self.memory_index_for(str(cwd)) if self.memory_index_for and cwd else None
+        context = await anyio.to_thread.run_sync(session_start_context, cwd, self.home)
+        return {
+            "compacted": True,
+            "level": outcome.level,
+            "messages": to_api(outcome.messages),
+            "boundary": outcome.boundary.as_dict(),
+            "tokens_before": outcome.tokens_before,
+            "tokens_after": outcome.tokens_after,
+            "api_calls": outcome.spent.api_calls,
+            "spent": asdict(outcome.spent),
+            "level1_skipped": outcome.skipped_level1.detail if outcome.skipped_level1 else None,
+            "restore": {
+                "files": [asdict(f) for f in restored],
+                "claude_md": context,
+                "memory_index": index,
+            },
+        }
+
+    def microcompact(self, msgs: list[Msg], keep_recent: int | None) -> dict[str, Any]:
+        keep = (
+            self.config.compaction.microcompact_keep_recent if keep_recent is None else keep_recent
+        )
+        result = microcompact(msgs, keep_recent=keep, estimate=estimate_content)
+        return {
+            "messages": to_api(result.messages),
+            "cleared_tool_use_ids": list(result.cleared_ids),
+            "tokens_before": result.tokens_before,
+            "tokens_after": result.tokens_after,
+            "api_calls": 0,
+        }
+
+    def breaker_of(self, session_id: str) -> BreakerState:
+        return self._breakers.get(session_id, BreakerState())
+
+    def _record(self, outcome: Outcome, project: str, session: str) -> None:
+        spent = outcome.spent
+        if spent.api_calls:
+            usage = Usage(
+                spent.input_tokens,
+                spent.output_tokens,
+                spent.cache_creation_input_tokens,
+                spent.cache_read_input_tokens,
+            )
+            self.ledger.record("compact", usage, project=project, session=session)
+        log.info(
+            "compaction of %s: level %d, %d -> %d tokens, %d API calls",
+            session or "(client messages)",
+            outcome.level,
+            outcome.tokens_before,
+            outcome.tokens_after,
+            spent.api_calls,
+        )
+
+    async def _set_breaker(self, session_id: str, state: BreakerState) -> None:
+        self._breakers[session_id] = state
+        snapshot = {
+            k: v.consecutive_failures for k, v in self._breakers.items() if v.consecutive_failures
+        }
+        await anyio.to_thread.run_sync(write_text_atomic, self._breakers_path, json.dumps(snapshot))
+
+
+def _load_breakers(path: Path) -> dict[str, BreakerState]:
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): BreakerState(int(v)) for k, v in raw.items() if isinstance(v, int)}

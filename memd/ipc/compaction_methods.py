@@ -1,0 +1,83 @@
+"""IPC methods for compaction: ``should_compact``, ``compact``, ``microcompact``.
+
+A request names a session (messages are rebuilt from its transcript) or carries its own
+``messages`` in API format (with an optional ``session`` for the notes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memd.compaction.message import Msg
+from memd.compaction.service import messages_from_client, messages_of
+from memd.ipc.params import find_session, opt_int, opt_str
+from memd.ipc.server import Handler, InvalidParams
+from memd.state import SessionState
+
+if TYPE_CHECKING:
+    from memd.daemon.service import Daemon
+
+
+def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
+    svc = daemon.compaction
+
+    async def should_compact(params: dict[str, Any]) -> Any:
+        """Params: ``session``; optional ``tokens`` (else the session's live figure),
+        ``context_window``, ``max_output_tokens``. Result: compact (bool), threshold,
+        tokens_left, circuit state."""
+        state = find_session(daemon, opt_str(params, "session"))
+        tokens = opt_int(params, "tokens")
+        figure = state.context_tokens if tokens is None else tokens
+        return svc.should_compact(state.session_id, figure, svc.window(params))
+
+    async def compact(params: dict[str, Any]) -> Any:
+        """Params: ``session`` and/or ``messages`` (API format), ``context_window``,
+        ``max_output_tokens``, ``trigger`` (auto|manual), ``custom_instructions``, ``cwd``,
+        ``dry_run``. Result: the new messages, level, tokens before/after, API calls and
+        tokens spent, and what to restore. Errors: not_found, invalid_params, disabled (no
+        notes usable and no model), unavailable (the model failed)."""
+        state, msgs = await _input(daemon, params)
+        trigger = params.get("trigger", "manual")
+        if trigger not in ("auto", "manual"):
+            raise InvalidParams("'trigger' must be 'auto' or 'manual'")
+        window = svc.window(params)
+        sid = state.session_id if state else None
+        if params.get("dry_run"):
+            return await svc.dry_run(msgs, sid, window)
+        cwd = opt_str(params, "cwd") or (state.cwd if state else None)
+        return await svc.compact(
+            msgs,
+            session_id=sid,
+            project=state.project if state else "",
+            window=window,
+            trigger=trigger,
+            custom_instructions=opt_str(params, "custom_instructions"),
+            cwd=Path(cwd) if cwd else None,
+            transcript_path=state.path if state else None,
+        )
+
+    async def microcompact(params: dict[str, Any]) -> Any:
+        """Params: ``session`` or ``messages``, optional ``keep_recent``. Clears old tool
+        results to a placeholder, pairs kept valid; zero API calls."""
+        _, msgs = await _input(daemon, params)
+        return svc.microcompact(msgs, opt_int(params, "keep_recent"))
+
+    return {"should_compact": should_compact, "compact": compact, "microcompact": microcompact}
+
+
+async def _input(daemon: Daemon, params: dict[str, Any]) -> tuple[SessionState | None, list[Msg]]:
+    ident = opt_str(params, "session")
+    state = find_session(daemon, ident) if ident else None
+    raw = params.get("messages")
+    if raw is not None:
+        if not isinstance(raw, list) or not raw:
+            raise InvalidParams("'messages' must be a non-empty list of API messages")
+        try:
+            return state, messages_from_client(raw)
+        except ValueError as exc:
+            raise InvalidParams(str(exc)) from None
+    if state is None:
+        raise InvalidParams("give 'session' (a session id) or 'messages' (API format)")
+    conv = await daemon.registry.conversation(state)
+    return state, messages_of(conv)

@@ -1,0 +1,135 @@
+"""Compaction served by the real daemon: should_compact, compact (levels 1–3), microcompact,
+and ``memdctl compact --dry-run``, against a loopback Messages-API server process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.testing.api_rules import request_problems
+from memd.testing.loopback_process import LoopbackProcess
+from memd_client.errors import RemoteError
+from tests.conftest import TRANSCRIPTS
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+
+pytestmark = pytest.mark.slow
+
+SLUG = "-home-user-proj"
+BIG = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_0_full.jsonl"
+
+
+def install_session(home: Home, source: Path, sid: str) -> Path:
+    project = home.projects / SLUG
+    project.mkdir(parents=True, exist_ok=True)
+    target = project / f"{sid}.jsonl"
+    shutil.copyfile(source, target)
+    return target
+
+
+def wait_ingested(home: Home, sid: str, size: int) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        rows = call(home, "sessions")
+        row = next((r for r in rows if r["session_id"] == sid), None)
+        return row if row and row["offset"] == size else None
+
+    return wait_for(done, timeout=10, what=f"{sid} ingested")
+
+
+def valid(messages: list[dict[str, Any]]) -> list[str]:
+    return request_problems(
+        {"model": "m", "max_tokens": 10, "messages": messages}, strict_alternation=True
+    )
+
+
+def test_should_compact_and_microcompact_without_a_key(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        target = install_session(home, BIG, "s1")
+        proc = start_memd(home)
+        try:
+            row = wait_ingested(home, "s1", target.stat().st_size)
+            answer = call(home, "should_compact", {"session": "s1"})
+            assert answer["threshold"] == 200_000 - 20_000 - 13_000
+            assert answer["tokens"] == row["context_tokens"]
+            assert answer["compact"] is (row["context_tokens"] >= answer["threshold"])
+            small = call(
+                home,
+                "should_compact",
+                {"session": "s1", "tokens": 150_000, "context_window": 160_000},
+            )
+            assert small["compact"] is True and small["threshold"] == 160_000 - 20_000 - 13_000
+
+            micro = call(home, "microcompact", {"session": "s1", "keep_recent": 2})
+            assert micro["api_calls"] == 0
+            assert micro["tokens_after"] < micro["tokens_before"]
+            assert valid(micro["messages"]) == []
+
+            with pytest.raises(RemoteError) as info:
+                call(home, "compact", {"session": "s1"})
+            assert info.value.code == "disabled"
+            assert "model" in info.value.message
+
+            with pytest.raises(RemoteError) as bad:
+                call(home, "compact", {"messages": [{"role": "robot", "content": "x"}]})
+            assert bad.value.code == "invalid_params" and "messages[0]" in bad.value.message
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_full_compaction_through_the_daemon(tmp_path: Path) -> None:
+    with LoopbackProcess() as api:
+        api.add_script(
+            json.dumps(
+                {
+                    "reply": {
+                        "text": "<analysis>private</analysis><summary>1. Primary request: x</summary>"
+                    }
+                }
+            )
+        )
+        with fake_home(tmp_path, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=api.url) as home:
+            target = install_session(home, BIG, "s2")
+            proc = start_memd(home)
+            try:
+                wait_ingested(home, "s2", target.stat().st_size)
+                wait_for(
+                    lambda: call(home, "status")["llm"]["enabled"], timeout=20, what="model client"
+                )
+                result = call(home, "compact", {"session": "s2", "trigger": "manual"})
+                assert result["level"] == 2
+                assert result["api_calls"] == 1
+                assert result["tokens_after"] < result["tokens_before"]
+                assert valid(result["messages"]) == []
+                text = json.dumps(result["messages"])
+                assert "Primary request" in text and "private" not in text
+                sent = api.requests()
+                assert len(sent) == 1 and not sent[0]["body"].get("tools")
+                usage = call(home, "status")["usage"]
+                assert usage["by_kind"]["compact"]["calls"] == 1
+            finally:
+                assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        target = install_session(home, BIG, "s3")
+        proc = start_memd(home)
+        try:
+            wait_ingested(home, "s3", target.stat().st_size)
+            done = subprocess.run(
+                [sys.executable, "-m", "memd_client.cli", "compact", "s3", "--dry-run"],
+                env=home.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert done.returncode == 0, done.stderr
+            assert "would use level 2" in done.stdout
+            assert "no notes" in done.stdout
+        finally:
+            assert stop_memd(proc) == 0
