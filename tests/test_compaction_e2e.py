@@ -87,7 +87,8 @@ def test_full_compaction_through_the_daemon(tmp_path: Path) -> None:
             json.dumps(
                 {
                     "reply": {
-                        "text": "<analysis>private</analysis><summary>1. Primary request: x</summary>"
+                        "text": "<analysis>private</analysis>"
+                        "<summary>1. Primary request: x</summary>"
                     }
                 }
             )
