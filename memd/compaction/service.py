@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from memd.llm.client import LLM, Disabled, Usage
 from memd.llm.ledger import Ledger
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
+from memd.transcript.messages import ApiMessage
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +51,41 @@ class Window:
     max_output_tokens: int
 
 
-def messages_of(conv: Conversation) -> list[Msg]:
+class TokenCache:
+    """Token estimates of transcript messages, keyed by the uuids of their lines.
+
+    A message's lines never change once written, and a message that gains a line gets a new
+    key, so an entry is never stale. Tokenizing is ~40x slower than cutting a conversation,
+    so this is what keeps a level-1 compaction within a few milliseconds. Thread-safe.
+    """
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self._entries: OrderedDict[tuple[str, ...], int] = OrderedDict()
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def tokens(self, m: ApiMessage) -> int:
+        with self._lock:
+            hit = self._entries.get(m.uuids)
+            if hit is not None:
+                self._entries.move_to_end(m.uuids)
+                return hit
+        value = estimate_content(m.content)
+        with self._lock:
+            self._entries[m.uuids] = value
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def messages_of(conv: Conversation, cache: TokenCache | None = None) -> list[Msg]:
     """A session's active conversation as compaction input, with token estimates."""
+    count = cache.tokens if cache is not None else (lambda m: estimate_content(m.content))
     return [
-        Msg.of(
-            m.role,
-            m.content,
-            uuid=m.last_uuid,
-            line_uuids=m.uuids,
-            tokens=estimate_content(m.content),
-        )
+        Msg.of(m.role, m.content, uuid=m.last_uuid, line_uuids=m.uuids, tokens=count(m))
         for m in conv.messages()
     ]
 
@@ -111,8 +139,19 @@ class CompactionService:
         self.notes_for: NotesProvider | None = None
         self.wait_extraction: ExtractionWaiter | None = None
         self.memory_index_for: IndexProvider | None = None
+        self.tokens = TokenCache()
         self._breakers_path = state_dir / BREAKERS_FILE
         self._breakers: dict[str, BreakerState] = _load_breakers(self._breakers_path)
+
+    def input_of(self, conv: Conversation) -> list[Msg]:
+        """Compaction input for a session with cached estimates (blocking: run in a thread)."""
+        return messages_of(conv, self.tokens)
+
+    def wants_warming(self, context_tokens: int) -> bool:
+        """Sessions past half the threshold get their estimates computed ahead of time."""
+        c = self.config.compaction
+        default = Window(c.default_context_window, c.default_max_output_tokens)
+        return context_tokens >= self.threshold(default) // 2
 
     def window(self, params: dict[str, Any]) -> Window:
         c = self.config.compaction

@@ -28,7 +28,7 @@ from memd.daemon.notify import Notifier
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
-from memd.errors import ConfigError, StartupError
+from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import CostGuard
@@ -94,10 +94,11 @@ class Daemon:
             started_at=self.started_at,
         )
         self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
+        self.warm_queue: CoalescingQueue[Path] = CoalescingQueue()
         self.notifier = Notifier(env)
         self.health = Health()
         self.state_changed = anyio.Event()
-        self.registry.add_listener(lambda _state: self.state_changed.set())
+        self.registry.add_listener(self._on_growth)
         self.stopping = anyio.Event()
         self.stop_watching = anyio.Event()
         self.reloads = 0
@@ -117,6 +118,11 @@ class Daemon:
     @property
     def config(self) -> LoadedConfig:
         return self.loaded
+
+    def _on_growth(self, state: SessionState) -> None:
+        self.state_changed.set()
+        if self.compaction.wants_warming(state.context_tokens):
+            self.warm_queue.mark_nowait(Path(state.path))
 
     # -- reload (SIGHUP and `memdctl reload` share this path) -----------------------------------
 
@@ -228,6 +234,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
     with scope:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_run_ingest, daemon)
+            tg.start_soon(_run_compaction_warmer, daemon)
             tg.start_soon(_run_state_flusher, daemon)
             tg.start_soon(_run_startup_scan, daemon)
             tg.start_soon(_run_maintenance, daemon)
@@ -276,6 +283,20 @@ async def _run_ingest(daemon: Daemon) -> None:
             log.warning("cannot read %s: %s", path, exc)
         finally:
             daemon.ingest_queue.done(path)
+
+
+async def _run_compaction_warmer(daemon: Daemon) -> None:
+    """Tokenize large sessions' messages ahead of time, so a compaction request is fast."""
+    while True:
+        path = await daemon.warm_queue.get()
+        try:
+            state = daemon.registry.get_by_path(path)
+            if state is not None:
+                await daemon.registry.read(state, daemon.compaction.input_of)
+        except (OSError, NotFound) as exc:
+            log.debug("not warming %s: %s", path, exc)
+        finally:
+            daemon.warm_queue.done(path)
 
 
 async def _run_state_flusher(daemon: Daemon) -> None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 
@@ -32,6 +33,7 @@ from memd.transcript.tail import LineSplitter, TailPosition, read_appended
 log = logging.getLogger(__name__)
 
 GrowthListener = Callable[[SessionState], None]
+T = TypeVar("T")
 REHYDRATE_STEP = 8 * 1024 * 1024
 
 
@@ -98,6 +100,9 @@ class SessionRegistry:
             if state.session_id == session_id:
                 return state
         return None
+
+    def get_by_path(self, path: Path) -> SessionState | None:
+        return self._states.get(str(path))
 
     def find(self, prefix: str) -> list[SessionState]:
         """Sessions whose id starts with ``prefix`` (so users can type a short id)."""
@@ -213,6 +218,18 @@ class SessionRegistry:
         if conv is None:
             raise NotFound(f"the transcript of session {state.session_id} is gone")
         return conv
+
+    async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T:
+        """Catch the session up with its file, then run ``fn`` on its conversation in a worker
+        thread under the session's lock, so no ingest mutates it meanwhile."""
+        fresh = await self.ingest(Path(state.path))
+        path = (fresh or state).path
+        async with self.lock_for(path):
+            conv = self._conversations.get(path)
+            if conv is None:
+                raise NotFound(f"the transcript of session {state.session_id} is gone")
+            self._last_used[path] = time.monotonic()
+            return await anyio.to_thread.run_sync(fn, conv)
 
     def _ingest_sync(self, before: SessionState) -> SessionState | None:
         path = Path(before.path)

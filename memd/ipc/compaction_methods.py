@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memd.compaction.message import Msg
-from memd.compaction.service import messages_from_client, messages_of
+from memd.compaction.service import messages_from_client
 from memd.ipc.params import find_session, opt_int, opt_str
 from memd.ipc.server import Handler, InvalidParams
 from memd.state import SessionState
@@ -79,5 +79,4 @@ async def _input(daemon: Daemon, params: dict[str, Any]) -> tuple[SessionState |
             raise InvalidParams(str(exc)) from None
     if state is None:
         raise InvalidParams("give 'session' (a session id) or 'messages' (API format)")
-    conv = await daemon.registry.conversation(state)
-    return state, messages_of(conv)
+    return state, await daemon.registry.read(state, daemon.compaction.input_of)
