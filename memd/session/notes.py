@@ -1,0 +1,116 @@
+"""The notes file of a session: where it lives, reading and writing it, and its budgets.
+
+Path (R-S1): ``<projects_root>/<project slug>/<session id>/session-memory/summary.md``. Writes
+are atomic (R-S10): a reader, or a crash, sees the old file or the new one, never a mix.
+
+Budgets (R-S5): each section should stay near ``section_tokens`` and the whole file near
+``total_tokens``. :func:`analyze_budget` measures a notes text against them and
+:func:`budget_reminder` turns an overrun into the text appended to the extraction prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memd.atomic import write_text_atomic
+from memd.config import SessionNotesConfig
+from memd.session.template import parse_sections
+
+NOTES_DIR = "session-memory"
+NOTES_FILE = "summary.md"
+# Sections whose content matters most to the next context: kept when the file must shrink.
+PROTECTED_SECTIONS = ("Current State", "Errors & Corrections")
+
+Estimator = Callable[[str], int]
+
+
+def notes_path(projects_root: Path, project: str, session_id: str) -> Path:
+    return projects_root / project / session_id / NOTES_DIR / NOTES_FILE
+
+
+def read_notes(path: Path) -> str | None:
+    """The notes text, or None when the file does not exist yet (blocking)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def write_notes(path: Path, text: str) -> None:
+    """Replace the notes atomically; the file is private to the user (blocking)."""
+    write_text_atomic(path, text, mode=0o600)
+
+
+def ensure_notes(path: Path, template: str) -> tuple[str, bool]:
+    """The current notes, creating the file from ``template`` first when it is missing.
+
+    Returns ``(text, created)`` (blocking).
+    """
+    existing = read_notes(path)
+    if existing is not None:
+        return existing, False
+    write_notes(path, template)
+    return template, True
+
+
+@dataclass(frozen=True)
+class SectionSize:
+    name: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The notes measured against the per-section and total budgets."""
+
+    sections: tuple[SectionSize, ...]
+    total_tokens: int
+    section_limit: int
+    total_limit: int
+
+    @property
+    def oversize(self) -> tuple[SectionSize, ...]:
+        return tuple(s for s in self.sections if s.tokens > self.section_limit)
+
+    @property
+    def over_total(self) -> bool:
+        return self.total_tokens > self.total_limit
+
+
+def analyze_budget(
+    notes: str, template: str, config: SessionNotesConfig, estimate: Estimator
+) -> Budget:
+    """Token sizes of each section's body and of the whole file."""
+    sizes = tuple(
+        SectionSize(section.name, estimate(section.body))
+        for section in parse_sections(notes, template)
+    )
+    return Budget(sizes, estimate(notes), config.section_tokens, config.total_tokens)
+
+
+def budget_reminder(budget: Budget) -> str:
+    """The text appended to the extraction prompt; empty when the notes are within budget."""
+    if budget.over_total:
+        kept = " and ".join(f'"{name}"' for name in PROTECTED_SECTIONS)
+        listed = ", ".join(
+            f'"{s.name}" (~{s.tokens} tokens)'
+            for s in sorted(budget.sections, key=lambda s: -s.tokens)
+            if s.tokens > 0
+        )
+        return (
+            f"\n\nURGENT — the notes are about {budget.total_tokens} tokens, over the "
+            f"{budget.total_limit}-token limit for the whole file. In this update you must cut "
+            "them down hard: condense every section, drop details that no longer matter, "
+            f"merge old worklog lines into one-line summaries. Keep {kept} complete and "
+            f"accurate; shorten the others first. Sizes now: {listed}."
+        )
+    if budget.oversize:
+        listed = ", ".join(f'"{s.name}" (~{s.tokens} tokens)' for s in budget.oversize)
+        return (
+            f"\n\nNote: these sections are over the ~{budget.section_limit}-token limit per "
+            f"section: {listed}. While updating, shorten them: keep what is still relevant "
+            "and summarize or drop the rest."
+        )
+    return ""

@@ -1,0 +1,220 @@
+"""How one notes extraction goes once the scheduler decided it is due (R-S7, R-S10, R-B1).
+
+:meth:`JobRunner.attempt` waits through the cost guard, then for a slot under the global
+limiter, marks the run pending on disk, takes the conversation as it is now, runs
+:func:`memd.session.extract.extract_notes`, and records how it ended: the cursor and anchor
+after each chunk, the baseline and figures after a success, the error after a failure (with
+the guard told, so it backs off or parks). It is the isolation boundary of a background job:
+a failure is logged and recorded, never raised to the scheduler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import anyio
+import anyio.to_thread
+
+from memd.clock import Clock
+from memd.errors import LLMError, MemdError
+from memd.llm.client import LLM
+from memd.llm.guard import CostGuard, Go, Parked
+from memd.llm.ledger import Ledger, billed_tokens
+from memd.session.extract import (
+    ChunkDone,
+    Extracted,
+    NotesJob,
+    NotesSettings,
+    extract_notes,
+    load_setup,
+)
+from memd.session.store import (
+    ExtractionRecord,
+    ExtractionStore,
+    failed,
+    progressed,
+    started,
+    succeeded,
+)
+from memd.state import SessionState
+from memd.transcript.conversation import Conversation
+from memd.transcript.messages import ApiMessage
+
+log = logging.getLogger(__name__)
+
+Phase = Literal["queued", "waiting", "running"]
+
+
+class SessionSource(Protocol):
+    """Where sessions come from (``memd.daemon.sessions.SessionRegistry`` fits)."""
+
+    def get(self, session_id: str) -> SessionState | None: ...
+    async def conversation(self, state: SessionState) -> Conversation: ...
+    def lock_for(self, path: str) -> anyio.Lock: ...
+
+
+@dataclass
+class Slot:
+    """The live state of one session's worker (exists while the worker runs); the scheduler
+    reads it for status and waiting."""
+
+    session_id: str
+    phase: Phase = "queued"
+    waiting_reason: str | None = None
+    follow_up: bool = False
+    manual: bool = False
+    started_at: float | None = None  # monotonic start of the running extraction
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)  # current run ended
+    ended: anyio.Event = dataclasses.field(default_factory=anyio.Event)  # worker exited
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the update trigger needs from the conversation."""
+
+    context_tokens: int
+    tool_calls_since: int
+    last_turn_has_tool_calls: bool
+
+
+class JobRunner:
+    """Runs extractions for the scheduler; holds what every run needs."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        store: ExtractionStore,
+        source: SessionSource,
+        guard: CostGuard,
+        ledger: Ledger,
+        clock: Clock,
+        limiter: anyio.CapacityLimiter,
+    ) -> None:
+        self._llm = llm
+        self._store = store
+        self._source = source
+        self._guard = guard
+        self._ledger = ledger
+        self._clock = clock
+        self._limiter = limiter
+        self.failures = 0  # failed runs since start
+
+    async def figures(self, state: SessionState, cursor: str | None) -> Figures:
+        conv = await self._source.conversation(state)
+        async with self._source.lock_for(state.path):
+            return Figures(
+                conv.context().tokens,
+                conv.tool_calls_since(cursor),
+                conv.last_assistant_has_tool_calls,
+            )
+
+    async def attempt(self, slot: Slot, state: SessionState, settings: NotesSettings) -> bool:
+        """One guarded run; True when it failed in a way worth retrying after the backoff.
+
+        The pending mark goes on disk before waiting, so work held back by the budget or a
+        backoff is not lost to a restart either.
+        """
+        record = self._record(state.session_id, state.project)
+        await self._store.put(started(record, at=self._clock.now()))
+        subject, key = state.session_id, state.last_uuid
+        now = self._guard.check("session_notes", subject=subject, input_key=key)
+        slot.phase, slot.waiting_reason = "waiting", None if isinstance(now, Go) else now.reason
+        decision = await self._guard.wait_until_allowed(
+            "session_notes", subject=subject, input_key=key
+        )
+        if isinstance(decision, Parked):
+            await self.note_error(state, f"parked: {decision.error} ({decision.reason})")
+            return False
+        slot.waiting_reason = "concurrency limit"
+        async with self._limiter:
+            slot.phase, slot.waiting_reason = "running", None
+            slot.started_at, slot.done = self._clock.monotonic(), anyio.Event()
+            try:
+                return await self._run_job(state, settings)
+            finally:
+                slot.phase, slot.started_at = "queued", None
+                slot.done.set()
+
+    async def _run_job(self, state: SessionState, settings: NotesSettings) -> bool:
+        state = self._source.get(state.session_id) or state  # it may have grown meanwhile
+        record = self._record(state.session_id, state.project)
+        began = self._clock.monotonic()
+        try:
+            setup = await anyio.to_thread.run_sync(load_setup, settings)
+            job = await self._job(state, record)
+            result = await extract_notes(
+                self._llm,
+                setup,
+                job,
+                ledger=self._ledger,
+                clock=self._clock,
+                on_chunk=lambda done: self._progress(state.session_id, done),
+            )
+        except MemdError as exc:
+            return await self._failed(state, exc)
+        except Exception as exc:  # the isolation boundary of one background job
+            log.exception("session notes of %s: the extraction crashed", state.session_id)
+            await self._failed(state, exc)
+            return False
+        await self._succeeded(state, job, result, self._clock.monotonic() - began)
+        return False
+
+    async def _job(self, state: SessionState, record: ExtractionRecord) -> NotesJob:
+        conv = await self._source.conversation(state)
+        async with self._source.lock_for(state.path):
+            messages, tokens = await anyio.to_thread.run_sync(_read_conversation, conv)
+        cursor = record.covered_id or record.last_summarized_id
+        return NotesJob(state.session_id, state.project, messages, tokens, cursor)
+
+    async def _progress(self, session_id: str, done: ChunkDone) -> None:
+        record = self._record(session_id)
+        await self._store.put(
+            progressed(record, covered=done.covered_uuid, anchor=done.anchor_uuid)
+        )
+
+    async def _succeeded(
+        self, state: SessionState, job: NotesJob, result: Extracted, took: float
+    ) -> None:
+        cost = billed_tokens(result.usage)
+        record = succeeded(
+            self._record(state.session_id),
+            covered=result.covered_uuid,
+            anchor=result.anchor_uuid,
+            tokens=job.context_tokens,
+            at=self._clock.now(),
+            took=took,
+            cost=cost,
+        )
+        await self._store.put(record)
+        self._guard.record_success("session_notes", subject=state.session_id)
+        log.info(
+            "session notes of %s: %d request(s), %d billed tokens, %.1f s",
+            state.session_id,
+            result.requests,
+            cost,
+            took,
+        )
+
+    async def _failed(self, state: SessionState, exc: BaseException) -> bool:
+        self.failures += 1
+        self._guard.record_failure(
+            "session_notes", exc, subject=state.session_id, input_key=state.last_uuid
+        )
+        log.warning("session notes of %s failed: %s", state.session_id, exc)
+        await self.note_error(state, f"{type(exc).__name__}: {exc}")
+        return isinstance(exc, LLMError) and exc.retryable
+
+    async def note_error(self, state: SessionState, message: str) -> None:
+        record = self._record(state.session_id, state.project)
+        await self._store.put(failed(record, error=message, at=self._clock.now()))
+
+    def _record(self, session_id: str, project: str = "") -> ExtractionRecord:
+        return self._store.get(session_id) or ExtractionRecord(session_id, project)
+
+
+def _read_conversation(conv: Conversation) -> tuple[tuple[ApiMessage, ...], int]:
+    return tuple(conv.messages()), conv.context().tokens
