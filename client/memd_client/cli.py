@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, help="at most this many")
     p = sub.add_parser("session", parents=[common], help="one session in detail")
     p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+    p = sub.add_parser("notes", parents=[common], help="print a session's working notes")
+    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+    p = sub.add_parser(
+        "extract", parents=[common], help="update a session's notes now, ignoring the thresholds"
+    )
+    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+    p.add_argument("--no-wait", action="store_true", help="queue the run and return at once")
     p = sub.add_parser("compact", parents=[common], help="compact a session (see --dry-run)")
     p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
     p.add_argument(
@@ -131,6 +138,15 @@ def cmd_session(client: Client, args: argparse.Namespace) -> int:
     return _emit(args, client.call("session", {"session": args.session_id}), render_session)
 
 
+def cmd_notes(client: Client, args: argparse.Namespace) -> int:
+    return _emit(args, client.call("notes", {"session": args.session_id}), render_notes)
+
+
+def cmd_extract(client: Client, args: argparse.Namespace) -> int:
+    params = {"session": args.session_id, "wait": 0 if args.no_wait else 60}
+    return _emit(args, client.call("extract", params), render_notes_status)
+
+
 def cmd_compact(client: Client, args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"session": args.session_id, "dry_run": args.dry_run}
     if args.context_window:
@@ -200,6 +216,8 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "session": cmd_session,
     "config": cmd_config,
     "compact": cmd_compact,
+    "notes": cmd_notes,
+    "extract": cmd_extract,
     "reload": cmd_reload,
 }
 
@@ -298,6 +316,29 @@ def render_session(r: dict[str, Any]) -> str:
     lines = [f"{k:<24} {r.get(k)}" for k in keys]
     for b in r.get("boundaries", []):
         lines.append(f"{'boundary':<24} {b}")
+    return "\n".join(lines)
+
+
+def render_notes(v: dict[str, Any]) -> str:
+    if v["text"] is None:
+        st = v["status"]
+        return (
+            f"no notes yet for {v['session_id']} ({v['path']}); the first extraction starts at "
+            f"{_k(st['next_trigger_tokens'])} tokens of context (now {_k(st['context_tokens'])})"
+        )
+    return str(v["text"]).rstrip("\n")
+
+
+def render_notes_status(s: dict[str, Any]) -> str:
+    lines = [
+        f"session   {s['session_id']}  ({s['phase']})",
+        f"notes     {s['notes_path']}",
+        f"runs      {s['extractions']}, last at {_when(s['last_extracted_at'])}, "
+        f"{_k(s['last_cost_tokens'])} tokens billed",
+        f"next      at {_k(s['next_trigger_tokens'])} tokens ({s['next_trigger_condition']})",
+    ]
+    if s["last_error"]:
+        lines.append(f"error     {s['last_error']}")
     return "\n".join(lines)
 
 

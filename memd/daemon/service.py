@@ -23,8 +23,10 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from memd.clock import Clock, SystemClock
 from memd.compaction.service import CompactionService
+from memd.compaction.strategy import NotesInput
 from memd.config import LoadedConfig
 from memd.daemon.notify import Notifier
+from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
@@ -33,11 +35,15 @@ from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger, run_ledger_flusher
+from memd.session.extract import NotesSettings
+from memd.session.scheduler import NotesScheduler, run_notes_scheduler
+from memd.session.store import ExtractionStore
 from memd.state import SessionState, load_sessions, save_sessions
 
 log = logging.getLogger(__name__)
 
 SESSIONS_FILE = "sessions.json"
+NOTES_RUN_TIMEOUT_S = 300.0
 LEDGER_FLUSH_S = 30.0
 
 
@@ -71,6 +77,7 @@ class Daemon:
             clock=clock,
             sessions=load_sessions(loaded.paths.state_dir / SESSIONS_FILE),
             ledger=Ledger.load(loaded.paths.state_dir, clock),
+            notes_store=ExtractionStore.load(loaded.paths.state_dir),
         )
 
     def __init__(
@@ -81,6 +88,7 @@ class Daemon:
         clock: Clock,
         sessions: dict[str, SessionState],
         ledger: Ledger,
+        notes_store: ExtractionStore,
     ) -> None:
         self.loaded = loaded
         self.env = env
@@ -114,13 +122,37 @@ class Daemon:
             ledger=self.ledger,
             get_llm=lambda: self.llm,
         )
+        self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
+        self.notes = NotesScheduler(
+            notes_settings(loaded),
+            None,
+            store=notes_store,
+            source=self.registry,
+            guard=self.guard,
+            ledger=self.ledger,
+            clock=self.clock,
+            started_at=self.started_at,
+        )
+        self.compaction.notes_for = self._notes_input
+        self.compaction.wait_extraction = self._wait_extraction
 
     @property
     def config(self) -> LoadedConfig:
         return self.loaded
 
+    async def _notes_input(self, session_id: str) -> NotesInput | None:
+        view = await self.notes.read_notes(session_id)
+        if view.text is None:
+            return None
+        return NotesInput(view.text, view.template, view.last_summarized_id, view.path)
+
+    async def _wait_extraction(self, session_id: str) -> None:
+        await self.notes.wait_extraction(session_id)
+
     def _on_growth(self, state: SessionState) -> None:
         self.state_changed.set()
+        if self.optouts.reason(state.cwd) is None:
+            self.notes.notify_growth(state)
         if self.compaction.wants_warming(state.context_tokens):
             self.warm_queue.mark_nowait(Path(state.path))
 
@@ -145,6 +177,8 @@ class Daemon:
         self.loaded = fresh
         self.registry.config = fresh.config.transcripts
         self.compaction.config = fresh.config
+        self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
+        self.notes.reconfigure(notes_settings(fresh))
         self.guard.reconfigure(fresh.config.budget)
         self.reloads += 1
         log.info("configuration reloaded")
@@ -205,6 +239,7 @@ async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> N
         await daemon.ingest_queue.wait_idle()
         if daemon.server is not None:
             await daemon.server.wait_idle()
+        await daemon.notes.wait_idle()
     if drained.cancelled_caught:
         log.warning("grace period over; cancelling unfinished work")
     work.cancel()
@@ -239,6 +274,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
             tg.start_soon(_run_startup_scan, daemon)
             tg.start_soon(_run_maintenance, daemon)
             tg.start_soon(_open_llm, daemon)
+            tg.start_soon(run_notes_scheduler, daemon.notes)
             await tg.start(
                 run_ledger_flusher,
                 daemon.ledger,
@@ -253,6 +289,7 @@ async def _open_llm(daemon: Daemon) -> None:
     """Import the SDK and build the client off the event loop, after the daemon serves."""
     llm = await anyio.to_thread.run_sync(open_llm, daemon.loaded.config.llm, daemon.env)
     daemon.llm = llm
+    daemon.notes.set_llm(llm)
     if isinstance(llm, Disabled):
         log.warning("model features are off: %s", llm.reason)
     else:
@@ -321,6 +358,19 @@ async def _run_watchdog(daemon: Daemon) -> None:
     while True:
         daemon.notifier.watchdog()
         await anyio.sleep(interval)
+
+
+def notes_settings(loaded: LoadedConfig) -> NotesSettings:
+    cfg = loaded.config
+    return NotesSettings(
+        cfg.session_notes,
+        loaded.paths.projects_root,
+        loaded.paths.claude_dir,
+        cfg.llm.models.session_notes,
+        cfg.llm.max_output_tokens,
+        timeout_s=NOTES_RUN_TIMEOUT_S,
+        redact_secrets=cfg.privacy.redact_secrets,
+    )
 
 
 def _prepare_dirs(state_dir: Path) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from memd import __version__
 from memd.config import config_as_dict
 from memd.ipc.compaction_methods import compaction_methods
+from memd.ipc.notes_methods import notes_methods
 from memd.ipc.params import find_session, int_param, opt_str
 from memd.ipc.server import Handler
 from memd.llm.client import Disabled
@@ -49,7 +50,13 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
     async def session(params: dict[str, Any]) -> Any:
         """One session in full. Params: ``session`` (id or unique prefix). Errors: not_found."""
         state = find_session(daemon, opt_str(params, "session"))
-        return {**session_row(daemon, state), "boundaries": state.boundaries}
+        notes = daemon.notes.status(state.session_id)
+        return {
+            **session_row(daemon, state),
+            "boundaries": state.boundaries,
+            "notes": notes.as_dict() if notes else None,
+            "opted_out": daemon.optouts.reason(state.cwd),
+        }
 
     async def config(params: dict[str, Any]) -> Any:
         """The effective configuration and the resolved paths."""
@@ -76,6 +83,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         "config": config,
         "reload": reload,
         **compaction_methods(daemon),
+        **notes_methods(daemon),
     }
 
 
@@ -140,6 +148,7 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
             "queued": queue.queued,
             "running": queue.running,
         },
+        "notes": daemon.notes.statistics([s.session_id for s in rows[:limit]]).as_dict(),
         "usage": daemon.ledger.statistics().as_dict(),
         "guard": daemon.guard.statistics().as_dict(),
         "errors_last_hour": len(errors),

@@ -56,7 +56,7 @@ class NotesScheduler:
     def __init__(
         self,
         settings: NotesSettings,
-        llm: LLM | Disabled,
+        llm: LLM | Disabled | None,
         *,
         store: ExtractionStore,
         source: SessionSource,
@@ -66,26 +66,18 @@ class NotesScheduler:
         started_at: float | None = None,
     ) -> None:
         self.settings = settings
-        self._disabled = llm if isinstance(llm, Disabled) else None
         self._store = store
         self._source = source
         self._guard = guard
+        self._ledger = ledger
         self._clock = clock
         self._started_at = clock.now() if started_at is None else started_at
         self._limiter = anyio.CapacityLimiter(max(1, settings.config.max_concurrent))
-        self._runner = (
-            None
-            if isinstance(llm, Disabled)
-            else JobRunner(
-                llm,
-                store=store,
-                source=source,
-                guard=guard,
-                ledger=ledger,
-                clock=clock,
-                limiter=self._limiter,
-            )
-        )
+        self._disabled: Disabled | None = None
+        self._runner: JobRunner | None = None
+        self._llm_known = anyio.Event()
+        if llm is not None:
+            self.set_llm(llm)
         self._slots: dict[str, Slot] = {}  # queued or running workers
         self._to_start: list[Slot] = []  # slots whose worker the run task has yet to start
         self._wake = anyio.Event()
@@ -94,8 +86,26 @@ class NotesScheduler:
 
     # -- configuration -----------------------------------------------------------------------
 
+    def set_llm(self, llm: LLM | Disabled) -> None:
+        """The model client, once the daemon has opened it (the SDK loads in the background)."""
+        if isinstance(llm, Disabled):
+            self._disabled = llm
+        else:
+            self._runner = JobRunner(
+                llm,
+                store=self._store,
+                source=self._source,
+                guard=self._guard,
+                ledger=self._ledger,
+                clock=self._clock,
+                limiter=self._limiter,
+            )
+        self._llm_known.set()
+
     @property
     def disabled_reason(self) -> str | None:
+        if not self._llm_known.is_set():
+            return "starting: the model client is loading"
         if self._disabled is not None:
             return f"disabled: {self._disabled.reason}"
         if not self.settings.config.enabled:
@@ -263,6 +273,7 @@ class NotesScheduler:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Start workers as sessions are queued, until cancelled (cancelling them too)."""
+        await self._llm_known.wait()
         if self._runner is None:
             log.info("session notes: %s", self.disabled_reason)
             task_status.started()
