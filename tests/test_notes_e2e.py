@@ -1,0 +1,203 @@
+"""Session notes end to end: the real daemon, a real transcript appended line by line, the
+loopback Messages API answering with Edit calls, kill -9 in the middle of an extraction."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.session.template import DEFAULT_TEMPLATE, Intact, check_skeleton
+from memd.testing.loopback_process import LoopbackProcess
+from memd_client.errors import RemoteError
+from tests.conftest import TRANSCRIPTS
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+
+pytestmark = pytest.mark.slow
+
+SLUG = "-home-user-notes"
+SOURCE = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
+WORKLOG = "_One terse line per step: what was tried and what came of it._\n"
+PATH_RE = "The notes file is (?P<path>/\\S+?summary\\.md)"
+
+
+def script(delay_s: float = 0.0) -> str:
+    edit: dict[str, Any] = {
+        "tool_use": {
+            "name": "Edit",
+            "input": {
+                "file_path": "{path}",
+                "old_string": WORKLOG,
+                "new_string": WORKLOG + "- progress noted\n",
+            },
+        }
+    }
+    if delay_s:
+        edit["delay_s"] = delay_s
+    rules = [
+        {"when": {"tool": "Edit", "turn": "first", "match": PATH_RE}, "reply": edit},
+        {"when": {"turn": "after_tool"}, "reply": {"text": "Done."}},
+    ]
+    return "\n".join(json.dumps(r) for r in rules)
+
+
+def row(home: Home, sid: str) -> dict[str, Any] | None:
+    try:
+        result: dict[str, Any] = call(home, "session", {"session": sid})
+    except RemoteError:  # not listed yet
+        return None
+    return result
+
+
+def settled(home: Home, sid: str, size: int) -> dict[str, Any] | None:
+    r = row(home, sid)
+    if r is None or r["offset"] != size:
+        return None
+    notes = r["notes"]
+    return r if notes is None or notes["phase"] == "idle" else None
+
+
+class ExpectedTriggers:
+    """R-S3 restated from the raw JSON lines (tool calls, natural pauses) and the context
+    figure the daemon reports (checked against the raw usage elsewhere)."""
+
+    def __init__(self) -> None:
+        self.tool_ids: list[tuple[int, str]] = []  # (line, tool_use id), in order
+        self.last_response: tuple[str, bool] | None = None  # (message id, has tool calls)
+        self.extracted_at: tuple[int, int] | None = None  # (line, tokens)
+
+    def see(self, i: int, line: bytes) -> None:
+        entry = json.loads(line)
+        msg = entry.get("message") or {}
+        if entry.get("type") != "assistant" or entry.get("isSidechain"):
+            return
+        if msg.get("model") == "<synthetic>":
+            return
+        calls = [b["id"] for b in msg.get("content", []) if b.get("type") == "tool_use"]
+        self.tool_ids += [(i, c) for c in calls if c not in {t for _, t in self.tool_ids}]
+        same = self.last_response is not None and self.last_response[0] == msg.get("id")
+        had = self.last_response[1] if same and self.last_response else False
+        self.last_response = (str(msg.get("id")), had or bool(calls))
+
+    def due(self, i: int, context: int) -> bool:
+        if self.extracted_at is None:
+            return context >= 10_000
+        line, tokens = self.extracted_at
+        calls_since = sum(1 for at, _ in self.tool_ids if at > line)
+        pause = self.last_response is not None and not self.last_response[1]
+        return context - tokens >= 5_000 and (calls_since >= 3 or pause)
+
+
+def test_extractions_follow_rs3_and_keep_the_skeleton(tmp_path: Path) -> None:
+    with LoopbackProcess() as api:
+        api.add_script(script())
+        with fake_home(tmp_path, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=api.url) as home:
+            proc = start_memd(home)
+            try:
+                wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=20, what="llm")
+                project = home.projects / SLUG
+                project.mkdir(parents=True)
+                target = project / "n1.jsonl"
+                notes = project / "n1" / "session-memory" / "summary.md"
+                reads = start_reader(notes)
+                expected = ExpectedTriggers()
+                started: list[int] = []
+                wanted: list[int] = []
+                for i, line in enumerate(SOURCE.read_bytes().splitlines(keepends=True)):
+                    before = len(api.requests())
+                    with target.open("ab") as f:
+                        f.write(line)
+                    r = wait_for(
+                        lambda: settled(home, "n1", target.stat().st_size),
+                        timeout=20,
+                        what=f"line {i} settled",
+                    )
+                    expected.see(i, line)
+                    if expected.due(i, r["context_tokens"]):
+                        wanted.append(i)
+                        expected.extracted_at = (i, r["context_tokens"])
+                    if len(api.requests()) > before:
+                        started.append(i)
+                        assert check_skeleton(notes.read_text(), DEFAULT_TEMPLATE) == Intact()
+                assert started == wanted
+                assert len(started) >= 2
+                stop_reader(reads)
+                assert reads.bad == [] and reads.count > 0
+                assert notes.read_text().count("- progress noted") == len(started)
+            finally:
+                assert stop_memd(proc) == 0, read_log(home)
+
+
+class Reader(threading.Thread):
+    """Reads the notes file as fast as it can; any read that is not a whole file is bad."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.stop = threading.Event()
+        self.bad: list[str] = []
+        self.count = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                text = self.path.read_text()
+            except FileNotFoundError:
+                continue
+            self.count += 1
+            if check_skeleton(text, DEFAULT_TEMPLATE) != Intact():
+                self.bad.append(text)
+
+
+def start_reader(path: Path) -> Reader:
+    reader = Reader(path)
+    reader.start()
+    return reader
+
+
+def stop_reader(reader: Reader) -> None:
+    reader.stop.set()
+    reader.join(10)
+
+
+def test_kill_9_mid_extraction_keeps_notes_and_redoes_the_run(tmp_path: Path) -> None:
+    lines = SOURCE.read_bytes().splitlines(keepends=True)
+    with LoopbackProcess() as api:
+        api.add_script(script(delay_s=30.0))
+        with fake_home(tmp_path, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=api.url) as home:
+            project = home.projects / SLUG
+            project.mkdir(parents=True)
+            target = project / "n2.jsonl"
+            notes = project / "n2" / "session-memory" / "summary.md"
+            proc = start_memd(home)
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=20, what="llm")
+            target.write_bytes(b"".join(lines))
+            wait_for(
+                lambda: (row(home, "n2") or {}).get("notes", {}).get("phase") == "running",
+                timeout=20,
+                what="an extraction in flight",
+            )
+            wait_for(notes.exists, timeout=20, what="the notes file created from the template")
+            before = notes.read_text()
+            assert check_skeleton(before, DEFAULT_TEMPLATE) == Intact()
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            assert notes.read_text() == before  # nothing half-written
+
+            api.reset()
+            api.add_script(script())
+            proc = start_memd(home)
+            try:
+                wait_for(
+                    lambda: "- progress noted" in notes.read_text(),
+                    timeout=30,
+                    what="the interrupted extraction to run again",
+                )
+                assert check_skeleton(notes.read_text(), DEFAULT_TEMPLATE) == Intact()
+            finally:
+                assert stop_memd(proc) == 0, read_log(home)
