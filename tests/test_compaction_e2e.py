@@ -134,3 +134,54 @@ def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
             assert "no notes" in done.stdout
         finally:
             assert stop_memd(proc) == 0
+
+
+def seed_notes(home: Home, sid: str, source: Path, fraction: float) -> str:
+    """Notes and an extraction record as a past extraction would have left them."""
+    from memd.compaction.service import messages_of
+    from memd.session.store import ExtractionRecord
+    from memd.session.template import DEFAULT_TEMPLATE
+    from memd.transcript.conversation import Conversation
+
+    conv = Conversation()
+    conv.add_lines(source.read_bytes().splitlines())
+    msgs = messages_of(conv)
+    anchor = msgs[int(len(msgs) * fraction)].uuid
+    assert anchor is not None
+    notes = home.projects / SLUG / sid / "session-memory" / "summary.md"
+    notes.parent.mkdir(parents=True)
+    notes.write_text(
+        DEFAULT_TEMPLATE.replace(
+            "_What is being done right now, what is half-finished, and the very next step._\n",
+            "_What is being done right now, what is half-finished, and the very next step._\n"
+            "Wiring the matcher into the CLI; tests pass except test_cli_flags.\n",
+        )
+    )
+    record = ExtractionRecord(
+        sid, SLUG, last_summarized_id=anchor, covered_id=anchor, tokens_at_extraction=1
+    )
+    records = home.state_dir / "session-notes"
+    records.mkdir(parents=True)
+    (records / f"{sid}.json").write_text(json.dumps(record.to_json()))
+    return anchor
+
+
+def test_level1_compaction_needs_no_model(tmp_path: Path) -> None:
+    """No API key at all: the notes replace the old messages with zero API calls."""
+    with fake_home(tmp_path) as home:
+        target = install_session(home, BIG, "s4")
+        seed_notes(home, "s4", BIG, 0.7)
+        proc = start_memd(home)
+        try:
+            wait_ingested(home, "s4", target.stat().st_size)
+            dry = call(home, "compact", {"session": "s4", "dry_run": True, "trigger": "auto"})
+            assert dry["level"] == 1, dry
+            result = call(home, "compact", {"session": "s4", "trigger": "auto"})
+            assert result["level"] == 1 and result["api_calls"] == 0
+            assert result["tokens_after"] < result["tokens_before"]
+            assert result["tokens_after"] == dry["tokens_after"]
+            assert valid(result["messages"]) == []
+            assert "test_cli_flags" in json.dumps(result["messages"][0])
+            assert call(home, "status")["usage"]["total"]["calls"] == 0
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

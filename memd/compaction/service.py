@@ -190,7 +190,13 @@ class CompactionService:
         return await self.notes_for(session_id)
 
     async def dry_run(
-        self, msgs: list[Msg], session_id: str | None, window: Window
+        self,
+        msgs: list[Msg],
+        session_id: str | None,
+        window: Window,
+        *,
+        trigger: Trigger,
+        transcript_path: str | None,
     ) -> dict[str, Any]:
         """Which level would serve, and where level 1 would cut; never calls a model."""
         notes = await self.notes_input(session_id)
@@ -206,6 +212,9 @@ class CompactionService:
             threshold=self.threshold(window),
             cfg=self.config.compaction,
             estimate=estimate_content,
+            trigger=trigger,
+            notes_path=notes.notes_path,
+            transcript_path=transcript_path,
         )
         if isinstance(level1, FallThrough):
             return {**base, "level": 2, "reason": level1.detail}

@@ -44,7 +44,8 @@ def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
         window = svc.window(params)
         sid = state.session_id if state else None
         if params.get("dry_run"):
-            return await svc.dry_run(msgs, sid, window)
+            path = state.path if state else None
+            return await svc.dry_run(msgs, sid, window, trigger=trigger, transcript_path=path)
         cwd = opt_str(params, "cwd") or (state.cwd if state else None)
         return await svc.compact(
             msgs,
