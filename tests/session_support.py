@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from memd.config import SessionNotesConfig
+from memd.config import ModelsConfig, SessionNotesConfig
 from memd.session.extract import NotesSettings
 from memd.session.template import DEFAULT_SECTIONS
 from memd.state import SessionState
@@ -20,7 +20,7 @@ from memd.testing import loopback_replies as replies
 from memd.testing.loopback_replies import Reply
 from memd.transcript.conversation import Conversation
 
-MODEL = "claude-sonnet-4-5"
+MODEL = ModelsConfig().session_notes
 CURRENT_STATE_LINE = f"_{DEFAULT_SECTIONS[1][1]}_"
 
 

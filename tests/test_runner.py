@@ -81,7 +81,7 @@ def notes(tmp_path: Path) -> Path:
 def spec_for(tools: Mapping[str, Tool], **overrides: Any) -> AgentSpec:
     values: dict[str, Any] = {
         "kind": "session_notes",
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "system": SYSTEM,
         "tools": tools,
         "max_turns": 6,
