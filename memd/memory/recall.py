@@ -1,0 +1,346 @@
+"""Recall: the memories that help with a query, with their age and warnings (R-M6, R-M7).
+
+:func:`recall` scans the memory dir (in a worker thread), leaves out what the session has
+already been shown, and asks the fast model (``llm.models.recall``) to pick up to
+``memory.recall_max`` memories from the manifest. The lexical ranker
+(:func:`memd.memory.rank.rank_headers`) answers instead when
+
+* there is no model (no API key, or the client is still loading);
+* the cost guard says recalls are backing off or the account is blocked;
+* the call fails, or does not answer within the time left of ``memory.recall_timeout_s``;
+* the answer names no memory in any readable form.
+
+A recall never raises: whatever goes wrong, an answer (possibly empty) comes back, and
+:attr:`RecallResult.reason` says which method answered and why. A failed or timed-out model
+call is reported to the guard, so a slow or broken API makes the following recalls go
+straight to the ranker for the backoff period instead of making every prompt wait.
+
+Each result carries the memory's body (scrubbed of ``<private>`` spans and likely secrets:
+it goes into an agent's context, and from there to a model), its mtime in ISO-8601, its age
+as text, and for memories older than a day the freshness warning. The result carries the
+general caveat that memories can be stale.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, assert_never
+
+import anyio
+import anyio.to_thread
+
+from memd.clock import Clock
+from memd.config import Config
+from memd.errors import LLMError, Unavailable
+from memd.llm.client import LLM, Disabled, LLMReply
+from memd.llm.guard import CostGuard, Go, Parked, Wait, describe
+from memd.llm.ledger import Ledger
+from memd.memory.freshness import RECALL_CAVEAT, age_days, age_text, freshness_warning
+from memd.memory.frontmatter import MemoryType, parse_document
+from memd.memory.rank import (
+    build_selector_prompt,
+    doc_from_header,
+    is_tool_usage_reference,
+    parse_selection,
+    rank_headers,
+    selection_candidates,
+    selector_system,
+)
+from memd.memory.scan import MemoryHeader, iso_mtime, scan_memories
+from memd.privacy import scrub_text
+
+log = logging.getLogger(__name__)
+
+RecallMethod = Literal["model", "lexical", "none"]
+
+SELECTOR_MAX_TOKENS = 256
+MAX_CONTENT_BYTES = 16_000  # of one memory's file; the rest is left for a Read
+LEXICAL_RESERVE_S = 0.25  # kept back from the model (at most a quarter of the budget)
+_NOTHING_WORDS = ("none", "nothing", "no memor")
+
+
+@dataclass(frozen=True)
+class RecalledMemory:
+    path: str  # absolute
+    relative: str  # to the memory dir
+    name: str
+    type: MemoryType | None
+    description: str
+    content: str  # the body, scrubbed
+    content_truncated: bool
+    mtime: str  # ISO-8601, UTC
+    mtime_ms: int
+    age: str  # "today", "yesterday", "N days ago"
+    age_days: int
+    warning: str  # "" for memories a day old or newer
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    memories: tuple[RecalledMemory, ...]
+    method: RecallMethod
+    reason: str  # why this method answered
+    caveat: str
+    candidates: int  # memories the choice was made from
+    elapsed_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "memories": [m.as_dict() for m in self.memories],
+            "method": self.method,
+            "reason": self.reason,
+            "caveat": self.caveat,
+            "candidates": self.candidates,
+            "elapsed_ms": round(self.elapsed_s * 1000.0, 1),
+        }
+
+
+@dataclass(frozen=True)
+class _Choice:
+    headers: tuple[MemoryHeader, ...]
+    method: RecallMethod
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What choosing needs besides the query and the memories."""
+
+    llm: LLM | Disabled | None
+    cfg: Config
+    recent_tools: Sequence[str]
+    already_surfaced: Collection[str]
+    clock: Clock
+    guard: CostGuard | None
+    ledger: Ledger | None
+    project: str
+    session: str
+    deadline: float  # on the clock's monotonic scale
+
+
+async def recall(
+    query: str,
+    *,
+    memory_dir: Path,
+    llm: LLM | Disabled | None,
+    cfg: Config,
+    recent_tools: Sequence[str] = (),
+    already_surfaced: Collection[str] = (),
+    clock: Clock,
+    guard: CostGuard | None = None,
+    ledger: Ledger | None = None,
+    project: str = "",
+    session: str = "",
+    timeout_s: float | None = None,
+) -> RecallResult:
+    """Memories for ``query`` from ``memory_dir``; see the module docstring. Never raises
+    for a model, guard or file problem. ``timeout_s`` overrides ``memory.recall_timeout_s``.
+    """
+    started = clock.monotonic()
+    budget = cfg.memory.recall_timeout_s if timeout_s is None else timeout_s
+    scan = partial(
+        scan_memories,
+        memory_dir,
+        max_files=cfg.memory.scan_max_files,
+        head_lines=cfg.memory.frontmatter_lines,
+    )
+    try:
+        headers = await anyio.to_thread.run_sync(scan)
+    except OSError as exc:
+        return _empty(f"the memory dir cannot be scanned: {exc}", started, clock)
+    candidates = selection_candidates(headers, already_surfaced)
+    if not query.strip():
+        return _empty("the query is empty", started, clock, len(candidates))
+    if not candidates:
+        return _empty("no memories to choose from", started, clock)
+    context = _Context(
+        llm,
+        cfg,
+        tuple(recent_tools),
+        already_surfaced,
+        clock,
+        guard,
+        ledger,
+        project,
+        session,
+        started + budget,
+    )
+    choice = await _choose(query, headers, candidates, context)
+    now_ms = int(clock.now() * 1000)
+    load = partial(_load_all, choice.headers, now_ms, cfg.privacy.redact_secrets)
+    memories = await anyio.to_thread.run_sync(load)
+    elapsed = clock.monotonic() - started
+    return RecallResult(
+        memories, choice.method, choice.reason, RECALL_CAVEAT, len(candidates), elapsed
+    )
+
+
+def _empty(reason: str, started: float, clock: Clock, candidates: int = 0) -> RecallResult:
+    return RecallResult((), "none", reason, RECALL_CAVEAT, candidates, clock.monotonic() - started)
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing
+
+
+async def _choose(
+    query: str,
+    headers: Sequence[MemoryHeader],
+    candidates: Sequence[MemoryHeader],
+    context: _Context,
+) -> _Choice:
+    why = model_unavailable(context.llm, context.guard, context.project)
+    if why is None:
+        assert context.llm is not None and not isinstance(context.llm, Disabled)
+        picked = await _ask_model(context.llm, query, candidates, context)
+        if not isinstance(picked, str):
+            model = context.cfg.llm.models.recall
+            return _Choice(tuple(picked), "model", f"chosen by {model}")
+        why = picked
+    ranked = rank_headers(
+        headers,
+        query,
+        limit=context.cfg.memory.recall_max,
+        already_surfaced=context.already_surfaced,
+        recent_tools=context.recent_tools,
+    )
+    return _Choice(tuple(ranked), "lexical", f"lexical ranking: {why}")
+
+
+def model_unavailable(
+    llm: LLM | Disabled | None, guard: CostGuard | None, project: str
+) -> str | None:
+    """Why the model cannot be asked now, or ``None`` when it can."""
+    if llm is None:
+        return "the model client is still loading"
+    if isinstance(llm, Disabled):
+        return f"no model ({llm.reason})"
+    if guard is None:
+        return None
+    match guard.check("recall", subject=project):
+        case Go():
+            return None
+        case Wait(reason=reason):
+            return f"recalls are holding off ({reason})"
+        case Parked(error=error):
+            return f"the model is blocked ({error})"
+        case unreachable:
+            assert_never(unreachable)
+
+
+async def _ask_model(
+    llm: LLM, query: str, candidates: Sequence[MemoryHeader], context: _Context
+) -> list[MemoryHeader] | str:
+    """The memories the model picked, or why its answer cannot be used."""
+    left = context.deadline - context.clock.monotonic()
+    remaining = left - min(LEXICAL_RESERVE_S, left / 4)  # so the fallback still fits
+    if remaining <= 0:
+        return "no time was left for the model"
+    limit = context.cfg.memory.recall_max
+    prompt = build_selector_prompt(query, candidates, context.recent_tools)
+    reply: LLMReply | None = None
+    with anyio.move_on_after(remaining):
+        try:
+            reply = await llm.create_message(
+                model=context.cfg.llm.models.recall,
+                system=selector_system(limit),
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=SELECTOR_MAX_TOKENS,
+                timeout=remaining,
+            )
+        except LLMError as exc:
+            _failed(context, exc)
+            return f"the model call failed ({describe(exc)})"
+        except Exception as exc:  # a recall never raises: an unexpected crash degrades too
+            log.exception("recall: the model call crashed")
+            _failed(context, exc)
+            return f"the model call crashed ({type(exc).__name__})"
+    if reply is None:
+        _failed(context, Unavailable("the recall selection timed out"))
+        return f"the model did not answer within {remaining:.1f} s"
+    _succeeded(context, reply)
+    return _picked(reply.text, candidates, limit, context.recent_tools)
+
+
+def _picked(
+    text: str, candidates: Sequence[MemoryHeader], limit: int, recent_tools: Sequence[str]
+) -> list[MemoryHeader] | str:
+    by_key = {h.relative: h for h in candidates}
+    chosen = parse_selection(text, by_key.keys(), limit=limit)
+    if not chosen and not readable_selection(text):
+        return "the model's answer named no memories in a readable form"
+    picked = [by_key[key] for key in chosen]
+    # The selector is told the tool rule; this keeps a model that ignored it from breaking it.
+    return [h for h in picked if not is_tool_usage_reference(doc_from_header(h), recent_tools)]
+
+
+def readable_selection(text: str) -> bool:
+    """Whether an answer that named no known memory still reads as a selection (an empty
+    list, a list of unknown paths, or "none")."""
+    lowered = text.lower()
+    return "[" in text or ".md" in lowered or any(w in lowered for w in _NOTHING_WORDS)
+
+
+def _failed(context: _Context, error: BaseException) -> None:
+    if context.guard is not None:
+        context.guard.record_failure("recall", error, subject=context.project)
+
+
+def _succeeded(context: _Context, reply: LLMReply) -> None:
+    if context.ledger is not None:
+        context.ledger.record(
+            "recall",
+            reply.usage,
+            project=context.project,
+            session=context.session,
+            model=reply.model,
+        )
+    if context.guard is not None:
+        context.guard.record_success("recall", subject=context.project)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading the chosen memories (blocking: run in a worker thread)
+
+
+def _load_all(
+    headers: Sequence[MemoryHeader], now_ms: int, redact: bool
+) -> tuple[RecalledMemory, ...]:
+    loaded = (load_memory(h, now_ms, redact=redact) for h in headers)
+    return tuple(m for m in loaded if m is not None)
+
+
+def load_memory(header: MemoryHeader, now_ms: int, *, redact: bool = True) -> RecalledMemory | None:
+    """The whole memory behind ``header`` (its body cut at :data:`MAX_CONTENT_BYTES`), or
+    ``None`` when the file is gone or unreadable."""
+    try:
+        with header.path.open("rb") as handle:
+            raw = handle.read(MAX_CONTENT_BYTES + 1)
+    except OSError:
+        return None
+    truncated = len(raw) > MAX_CONTENT_BYTES
+    text = raw[:MAX_CONTENT_BYTES].decode("utf-8", errors="ignore")
+    document = parse_document(text)
+    meta = document.meta
+    mtime_ms = header.mtime_ms
+    return RecalledMemory(
+        path=str(header.path),
+        relative=header.relative,
+        name=scrub_text(meta.name or header.name or Path(header.relative).stem, secrets=redact),
+        type=meta.type or header.type,
+        description=scrub_text(meta.description or header.description or "", secrets=redact),
+        content=scrub_text(document.body.strip(), secrets=redact),
+        content_truncated=truncated,
+        mtime=iso_mtime(mtime_ms),
+        mtime_ms=mtime_ms,
+        age=age_text(mtime_ms, now_ms),
+        age_days=age_days(mtime_ms, now_ms),
+        warning=freshness_warning(mtime_ms, now_ms),
+    )

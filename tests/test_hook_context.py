@@ -1,0 +1,327 @@
+"""What the hook injects (R-I4, R-B5): the budgeting core, and each event shape end to end
+over a memory service (no model: the lexical ranker answers recalls)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memd.clock import FakeClock
+from memd.config import Config, HookConfig, MemoryConfig
+from memd.llm.client import Disabled
+from memd.llm.guard import CostGuard
+from memd.llm.ledger import Ledger
+from memd.memory.hook_context import (
+    CUT_NOTE,
+    fit,
+    head_lines,
+    hook_context,
+    hook_recall_timeout,
+    render_memory,
+    utf8_len,
+)
+from memd.memory.paths import memory_dir
+from memd.memory.service import MemoryService
+from memd.state import SessionState
+from memd.transcript.conversation import Conversation
+
+DAY = 86_400.0
+BUDGET = 8_192
+
+# ---------------------------------------------------------------------------------------------
+# fit (pure)
+
+NO_LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines splits on these
+lines = st.text(
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters=NO_LINE_BREAKS),
+    max_size=60,
+)
+sections = st.lists(st.lists(lines, min_size=1, max_size=12).map("\n".join), max_size=6)
+
+
+@given(sections, st.integers(min_value=0, max_value=2_000))
+def test_fit_never_exceeds_the_budget_and_keeps_priority_order(
+    parts: list[str], budget: int
+) -> None:
+    fitted = fit(parts, budget)
+    assert utf8_len(fitted.text) <= budget
+    assert list(fitted.included) == list(range(len(fitted.included)))  # a prefix, in order
+    whole = "\n\n".join(parts)
+    if utf8_len(whole) <= budget:
+        assert fitted.text == whole and not fitted.cut
+    elif parts and utf8_len(parts[0]) + utf8_len(CUT_NOTE) + 40 <= budget:
+        assert fitted.text.startswith(parts[0]) and fitted.cut  # the first section comes first
+    if not fitted.included:
+        assert fitted.text == ""  # never a note on its own
+
+
+@given(lines.filter(bool), st.lists(lines, min_size=1, max_size=20), st.integers(0, 400))
+def test_a_cut_section_ends_on_one_of_its_line_boundaries(
+    first: str, rest: list[str], budget: int
+) -> None:
+    section = "\n".join([first, *rest])
+    head = head_lines(section, budget)
+    assert utf8_len(head) <= budget
+    kept = head.split("\n") if head else []
+    assert kept == section.split("\n")[: len(kept)] or head == section.rstrip("\n")
+
+
+def test_fit_cuts_the_first_section_that_does_not_fit_and_counts_the_rest() -> None:
+    index = "INDEX\n" + "\n".join(f"- [m{n}](m{n}.md) — hook" for n in range(5))
+    big = "MEMORY A\n" + "\n".join(f"line {n}" for n in range(200))
+    fitted = fit([index, big, "MEMORY B"], 400)
+    assert fitted.text.startswith(index + "\n\nMEMORY A\nline 0")
+    assert fitted.text.endswith("[memd: cut to fit the 400-byte injection budget; 1 more left out]")
+    assert fitted.included == (0, 1) and fitted.cut and utf8_len(fitted.text) <= 400
+
+
+def test_render_memory_shows_age_warning_and_path() -> None:
+    text = render_memory(
+        {
+            "name": "Real DB",
+            "type": "feedback",
+            "age": "3 days ago",
+            "path": "/m/feedback.md",
+            "warning": "This memory was last updated 3 days ago.",
+            "content": "Use make test-db.",
+            "content_truncated": True,
+        }
+    )
+    assert text.splitlines() == [
+        "## Real DB (feedback memory, updated 3 days ago) — /m/feedback.md",
+        "Note: This memory was last updated 3 days ago.",
+        "Use make test-db.",
+        "[… the rest is in the file]",
+    ]
+
+
+def test_the_recall_inside_a_hook_fits_the_hooks_own_deadline() -> None:
+    assert hook_recall_timeout(Config()) == pytest.approx(1.2)
+    slow_hook = replace(Config(), hook=HookConfig(timeout_ms=10_000))
+    assert hook_recall_timeout(slow_hook) == 3.0
+    assert hook_recall_timeout(replace(Config(), hook=HookConfig(timeout_ms=100))) == 0.2
+
+
+# ---------------------------------------------------------------------------------------------
+# Events over a service
+
+
+class Fixture:
+    def __init__(self, tmp: Path, config: Config | None = None) -> None:
+        self.clock = FakeClock(start=time.time())
+        self.cwd = tmp / "work" / "proj"
+        self.cwd.mkdir(parents=True)
+        self.memory = memory_dir(tmp / "projects", self.cwd)
+        self.memory.mkdir(parents=True)
+        ledger = Ledger.load(tmp / "state", self.clock)
+        config = config or Config()
+        self.turn_ends: list[str] = []
+        self.service = MemoryService(
+            tmp / "projects",
+            tmp / "state",
+            config,
+            self.clock,
+            ledger,
+            CostGuard(config.budget, ledger, self.clock),
+            lambda: Disabled("no API key"),
+            self.conversation,
+        )
+
+    async def conversation(self, state: SessionState) -> Conversation:
+        return Conversation()
+
+    def memory_file(self, name: str, title: str, description: str, body: str, days: int) -> None:
+        kind = name.split("_")[0]
+        path = self.memory / name
+        path.write_text(
+            f"---\nname: {title}\ndescription: {description}\ntype: {kind}\n---\n\n{body}\n"
+        )
+        stamp = self.clock.now() - days * DAY - 60
+        os.utime(path, (stamp, stamp))
+
+    def event(self, name: str, **fields: Any) -> dict[str, Any]:
+        return {"hook_event_name": name, "session_id": "s1", "cwd": str(self.cwd), **fields}
+
+
+@pytest.mark.anyio
+async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path: Path) -> None:
+    world = Fixture(tmp_path)
+    (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md) — never mock Postgres\n")
+
+    async def notes_for(session_id: str) -> str | None:
+        return f"# Current State\nworking on {session_id}\n"
+
+    start = await hook_context(
+        "SessionStart",
+        world.event("SessionStart", source="startup"),
+        world.service,
+        notes_for=notes_for,
+        budget_bytes=BUDGET,
+    )
+    text = start["additionalContext"]
+    assert text is not None and "- [Real DB](feedback_db.md)" in text and str(world.memory) in text
+    assert "working on" not in text
+    resumed = await hook_context(
+        "SessionStart",
+        world.event("SessionStart", source="compact"),
+        world.service,
+        notes_for=notes_for,
+        budget_bytes=BUDGET,
+    )
+    both = resumed["additionalContext"]
+    assert both is not None and both.index("Real DB") < both.index("working on s1")
+    budget = utf8_len(both.split("\n\nWorking notes")[0]) + 80
+    tight = await hook_context(
+        "SessionStart",
+        world.event("SessionStart", source="resume"),
+        world.service,
+        notes_for=notes_for,
+        budget_bytes=budget,
+    )
+    cut = tight["additionalContext"]
+    assert cut is not None and utf8_len(cut) <= budget and "Real DB" in cut
+    assert "working on" not in cut and cut.endswith("injection budget]")
+    nothing = await hook_context(
+        "SessionStart",
+        world.event("SessionStart", source="resume"),
+        world.service,
+        notes_for=notes_for,
+        budget_bytes=40,
+    )
+    assert nothing == {"additionalContext": None}
+
+
+@pytest.mark.anyio
+async def test_session_start_without_memories_injects_nothing(tmp_path: Path) -> None:
+    world = Fixture(tmp_path)
+    result = await hook_context(
+        "SessionStart",
+        world.event("SessionStart", source="startup"),
+        world.service,
+        budget_bytes=BUDGET,
+    )
+    assert result == {"additionalContext": None}
+
+
+@pytest.mark.anyio
+async def test_prompt_submit_injects_recalled_memories_once_per_session(tmp_path: Path) -> None:
+    world = Fixture(tmp_path)
+    world.memory_file(
+        "feedback_db.md",
+        "Real DB in tests",
+        "Never mock Postgres in integration tests",
+        "Use make test-db.",
+        5,
+    )
+    world.memory_file(
+        "project_deploy.md", "Deploy day", "Deploys run on Tuesdays", "Frozen on Fridays.", 0
+    )
+    event = world.event("UserPromptSubmit", prompt="can I mock postgres in the integration tests?")
+    first = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    text = first["additionalContext"]
+    assert text is not None and utf8_len(text) <= BUDGET
+    assert "Real DB in tests (feedback memory, updated 5 days ago)" in text
+    assert "5 days ago" in text and "file:line" in text and "Use make test-db." in text
+    assert "stale" in text  # the general caveat
+    again = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    assert again == {"additionalContext": None}
+    other = await hook_context(
+        "UserPromptSubmit", {**event, "session_id": "s2"}, world.service, budget_bytes=BUDGET
+    )
+    assert other["additionalContext"] is not None
+
+
+@pytest.mark.anyio
+async def test_prompt_submit_degrades_to_the_best_memory_cut_under_a_small_budget(
+    tmp_path: Path,
+) -> None:
+    world = Fixture(tmp_path)
+    long_body = "\n".join(
+        f"step {n}: run make test-db before the integration tests" for n in range(80)
+    )
+    world.memory_file(
+        "feedback_db.md",
+        "Real DB in tests",
+        "Never mock Postgres in integration tests",
+        long_body,
+        2,
+    )
+    world.memory_file(
+        "feedback_db_reset.md",
+        "Reset the test DB",
+        "Postgres integration tests need a reset",
+        "make db-reset",
+        2,
+    )
+    event = world.event("UserPromptSubmit", prompt="postgres integration tests")
+    for budget in (1_400, 2_000, 3_000):
+        result = await hook_context(
+            "UserPromptSubmit",
+            {**event, "session_id": f"s{budget}"},
+            world.service,
+            budget_bytes=budget,
+        )
+        text = result["additionalContext"]
+        assert text is not None and utf8_len(text) <= budget
+        assert "cut to fit" in text and "step 0:" in text and "step 79:" not in text
+    squeezed = await hook_context(
+        "UserPromptSubmit", {**event, "session_id": "tiny"}, world.service, budget_bytes=900
+    )
+    text = squeezed["additionalContext"]
+    assert text is not None and utf8_len(text) <= 900 and "feedback_db.md" in text
+
+
+@pytest.mark.anyio
+async def test_stop_queues_an_extraction_and_injects_nothing(tmp_path: Path) -> None:
+    world = Fixture(tmp_path)
+    event = world.event("Stop", transcript_path="/t/-work-proj/s1.jsonl", stop_hook_active=False)
+    assert await hook_context("Stop", event, world.service, budget_bytes=BUDGET) == {
+        "additionalContext": None
+    }
+    assert world.service.statistics()["queued"] == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "event,fields",
+    [
+        ("SessionEnd", {"reason": "other"}),
+        ("UserPromptSubmit", {"prompt": "   "}),
+        ("UserPromptSubmit", {"prompt": "postgres", "cwd": "relative/dir"}),
+        ("SessionStart", {"cwd": None}),
+        ("PreCompact", {"trigger": "auto"}),
+    ],
+)
+async def test_other_events_and_bad_input_inject_nothing(
+    tmp_path: Path, event: str, fields: dict[str, Any]
+) -> None:
+    world = Fixture(tmp_path)
+    world.memory_file("feedback_db.md", "Real DB", "Never mock Postgres", "x", 0)
+    (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md)\n")
+    result = await hook_context(
+        event, world.event(event, **fields), world.service, budget_bytes=BUDGET
+    )
+    assert result == {"additionalContext": None}
+
+
+@pytest.mark.anyio
+async def test_memory_off_means_no_injection(tmp_path: Path) -> None:
+    config = replace(Config(), memory=MemoryConfig(auto_memory=False))
+    world = Fixture(tmp_path, config)
+    (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md)\n")
+    world.memory_file("feedback_db.md", "Real DB", "Never mock Postgres", "x", 0)
+    for event, fields in (
+        ("SessionStart", {"source": "startup"}),
+        ("UserPromptSubmit", {"prompt": "postgres"}),
+    ):
+        result = await hook_context(
+            event, world.event(event, **fields), world.service, budget_bytes=BUDGET
+        )
+        assert result == {"additionalContext": None}
