@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -58,6 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
     p.add_argument("--no-wait", action="store_true", help="queue the run and return at once")
+    p = sub.add_parser("memories", parents=[common], help="list a project's memories, newest first")
+    p.add_argument(
+        "project",
+        nargs="?",
+        help="project folder name or path (default: the project of the current directory)",
+    )
+    p = sub.add_parser(
+        "recall", parents=[common], help="the memories memd would recall for a query"
+    )
+    p.add_argument("query")
+    p.add_argument(
+        "--project",
+        metavar="DIR",
+        help="the project's directory (default: the current directory)",
+    )
     p = sub.add_parser("compact", parents=[common], help="compact a session (see --dry-run)")
     p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
     p.add_argument(
@@ -136,6 +152,16 @@ def cmd_sessions(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_session(client: Client, args: argparse.Namespace) -> int:
     return _emit(args, client.call("session", {"session": args.session_id}), render_session)
+
+
+def cmd_memories(client: Client, args: argparse.Namespace) -> int:
+    params = {"project": args.project} if args.project else {"cwd": os.getcwd()}
+    return _emit(args, client.call("memories", params), render_memories)
+
+
+def cmd_recall(client: Client, args: argparse.Namespace) -> int:
+    cwd = os.path.abspath(args.project) if args.project else os.getcwd()
+    return _emit(args, client.call("recall", {"query": args.query, "cwd": cwd}), render_recall)
 
 
 def cmd_notes(client: Client, args: argparse.Namespace) -> int:
@@ -217,6 +243,8 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "config": cmd_config,
     "compact": cmd_compact,
     "notes": cmd_notes,
+    "memories": cmd_memories,
+    "recall": cmd_recall,
     "extract": cmd_extract,
     "reload": cmd_reload,
 }
@@ -316,6 +344,36 @@ def render_session(r: dict[str, Any]) -> str:
     lines = [f"{k:<24} {r.get(k)}" for k in keys]
     for b in r.get("boundaries", []):
         lines.append(f"{'boundary':<24} {b}")
+    return "\n".join(lines)
+
+
+def render_memories(r: dict[str, Any]) -> str:
+    if r.get("opted_out"):
+        return f"memory is off for this project: {r['opted_out']}"
+    rows = r.get("memories") or r.get("rows") or []
+    if not rows:
+        return f"no memories yet in {r['memory_dir']}"
+    lines = [f"{r['memory_dir']}:"]
+    for m in rows:
+        lines.append(
+            f"  [{m.get('type') or '?'}] {m.get('relative') or m.get('path')} "
+            f"({m.get('age') or m.get('mtime')}): {m.get('description') or ''}"
+        )
+    return "\n".join(lines)
+
+
+def render_recall(r: dict[str, Any]) -> str:
+    if r.get("opted_out"):
+        return f"memory is off for this project: {r['opted_out']}"
+    found = r.get("memories") or []
+    head = f"{len(found)} memories ({r.get('method')}: {r.get('reason')})"
+    lines = [head]
+    for m in found:
+        lines.append(f"- {m.get('relative') or m.get('path')} [{m.get('type')}], {m.get('age')}")
+        if m.get("warning"):
+            lines.append(f"  {m['warning']}")
+    if r.get("caveat"):
+        lines += ["", str(r["caveat"])]
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger, run_ledger_flusher
+from memd.memory.service import MemoryService
 from memd.session.extract import NotesSettings
 from memd.session.scheduler import NotesScheduler, run_notes_scheduler
 from memd.session.store import ExtractionStore
@@ -135,6 +136,19 @@ class Daemon:
         )
         self.compaction.notes_for = self._notes_input
         self.compaction.wait_extraction = self._wait_extraction
+        self.memory = MemoryService(
+            loaded.paths.projects_root,
+            loaded.paths.state_dir,
+            loaded.config,
+            self.clock,
+            self.ledger,
+            self.guard,
+            lambda: self.llm,
+            self.registry.conversation,
+            session_of=self.registry.get,
+            home=env.get("HOME"),
+        )
+        self.compaction.memory_index_for = self._memory_index_text
 
     @property
     def config(self) -> LoadedConfig:
@@ -149,10 +163,24 @@ class Daemon:
     async def _wait_extraction(self, session_id: str) -> None:
         await self.notes.wait_extraction(session_id)
 
+    async def _memory_index_text(self, cwd: str) -> str | None:
+        index = await self.memory.index(cwd)
+        text = index.get("text")
+        return text if isinstance(text, str) and text else None
+
+    async def notes_text(self, session_id: str) -> str | None:
+        """The session's notes for the SessionStart hook on resume/compact, if any."""
+        try:
+            view = await self.notes.read_notes(session_id)
+        except NotFound:
+            return None
+        return None if view.empty else view.text
+
     def _on_growth(self, state: SessionState) -> None:
         self.state_changed.set()
         if self.optouts.reason(state.cwd) is None:
             self.notes.notify_growth(state)
+            self.memory.notify_growth(state)
         if self.compaction.wants_warming(state.context_tokens):
             self.warm_queue.mark_nowait(Path(state.path))
 
@@ -179,6 +207,7 @@ class Daemon:
         self.compaction.config = fresh.config
         self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
         self.notes.reconfigure(notes_settings(fresh))
+        self.memory.reconfigure(fresh.config)
         self.guard.reconfigure(fresh.config.budget)
         self.reloads += 1
         log.info("configuration reloaded")
@@ -240,6 +269,7 @@ async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> N
         if daemon.server is not None:
             await daemon.server.wait_idle()
         await daemon.notes.wait_idle()
+        await daemon.memory.wait_idle()
     if drained.cancelled_caught:
         log.warning("grace period over; cancelling unfinished work")
     work.cancel()
@@ -275,6 +305,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
             tg.start_soon(_run_maintenance, daemon)
             tg.start_soon(_open_llm, daemon)
             tg.start_soon(run_notes_scheduler, daemon.notes)
+            await tg.start(daemon.memory.run)
             await tg.start(
                 run_ledger_flusher,
                 daemon.ledger,
@@ -290,6 +321,7 @@ async def _open_llm(daemon: Daemon) -> None:
     llm = await anyio.to_thread.run_sync(open_llm, daemon.loaded.config.llm, daemon.env)
     daemon.llm = llm
     daemon.notes.set_llm(llm)
+    daemon.memory.llm_changed()
     if isinstance(llm, Disabled):
         log.warning("model features are off: %s", llm.reason)
     else:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from memd import __version__
 from memd.config import config_as_dict
 from memd.ipc.compaction_methods import compaction_methods
+from memd.ipc.memory_methods import memory_methods
 from memd.ipc.notes_methods import notes_methods
 from memd.ipc.params import find_session, int_param, opt_str
 from memd.ipc.server import Handler
@@ -84,6 +85,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         "reload": reload,
         **compaction_methods(daemon),
         **notes_methods(daemon),
+        **memory_methods(daemon),
     }
 
 
@@ -149,6 +151,7 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
             "running": queue.running,
         },
         "notes": daemon.notes.statistics([s.session_id for s in rows[:limit]]).as_dict(),
+        "memory": daemon.memory.statistics(),
         "usage": daemon.ledger.statistics().as_dict(),
         "guard": daemon.guard.statistics().as_dict(),
         "errors_last_hour": len(errors),

@@ -1,0 +1,71 @@
+"""IPC methods for persistent memory: ``memory_index``, ``memories``, ``recall``, ``hook``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from memd.ipc.params import opt_str, req_str, str_list
+from memd.ipc.server import Handler, InvalidParams
+from memd.memory.hook_context import hook_context
+
+if TYPE_CHECKING:
+    from memd.daemon.service import Daemon
+
+
+def _valid(call: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+    async def run() -> Any:
+        try:
+            return await call()
+        except ValueError as exc:  # the service's word for a bad cwd/project
+            raise InvalidParams(str(exc)) from None
+
+    return run
+
+
+def memory_methods(daemon: Daemon) -> dict[str, Handler]:
+    svc = daemon.memory
+
+    async def memory_index(params: dict[str, Any]) -> Any:
+        """Params: ``cwd`` (absolute). Result: the project's MEMORY.md as loaded into context
+        (200 lines / 25,000 bytes, cut at a line with a warning), its dir, opt-out."""
+        cwd = req_str(params, "cwd", "the session's absolute working directory")
+        return await _valid(lambda: svc.index(cwd))()
+
+    async def memories(params: dict[str, Any]) -> Any:
+        """Params: ``cwd`` or ``project`` (folder name or path). Result: manifest rows."""
+        cwd, project = opt_str(params, "cwd"), opt_str(params, "project")
+        return await _valid(lambda: svc.memories(cwd=cwd, project=project))()
+
+    async def recall(params: dict[str, Any]) -> Any:
+        """Params: ``query``, ``cwd``, optional ``session``, ``recent_tools``,
+        ``already_surfaced``. Result: up to 5 memories with age and freshness warnings, the
+        general caveat and which method answered. Never fails for model trouble."""
+        query = req_str(params, "query", "what the agent is about to do")
+        cwd = req_str(params, "cwd", "the session's absolute working directory")
+        return await _valid(
+            lambda: svc.recall(
+                query,
+                cwd,
+                opt_str(params, "session") or "",
+                str_list(params, "recent_tools"),
+                str_list(params, "already_surfaced"),
+            )
+        )()
+
+    async def hook(params: dict[str, Any]) -> Any:
+        """Params: ``event`` (a Claude Code hook event) and ``input`` (its stdin JSON).
+        Result: ``{"additionalContext": text or None}`` under the injection budget."""
+        event = req_str(params, "event", "the hook event name")
+        hook_input = params.get("input")
+        if not isinstance(hook_input, dict):
+            raise InvalidParams("'input' must be the hook's JSON object")
+        return await hook_context(
+            event,
+            hook_input,
+            svc,
+            notes_for=daemon.notes_text,
+            budget_bytes=daemon.loaded.config.hook.injection_max_bytes,
+        )
+
+    return {"memory_index": memory_index, "memories": memories, "recall": recall, "hook": hook}
