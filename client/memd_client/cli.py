@@ -11,13 +11,23 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from memd_client.client import Client
 from memd_client.errors import DaemonNotRunning, MemdClientError, RemoteError
+from memd_client.render import (
+    render_compact,
+    render_config,
+    render_memories,
+    render_notes,
+    render_notes_status,
+    render_recall,
+    render_session,
+    render_sessions,
+    render_status,
+)
 
 EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_DOWN, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
 
@@ -27,7 +37,7 @@ exit codes: 0 ok, 1 the daemon reported an error, 2 usage error, 3 daemon not ru
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     common.add_argument(
@@ -38,27 +48,37 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
     )
-    parser = argparse.ArgumentParser(
-        prog="memdctl",
-        description="Inspect and steer the memd daemon.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    return common
+
+
+def _session_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser("status", parents=[common], help="health, sessions and what is queued")
     p = sub.add_parser("sessions", parents=[common], help="list every known session, newest first")
     p.add_argument("--project", help="only sessions of this project folder")
     p.add_argument("--limit", type=int, default=0, help="at most this many")
-    p = sub.add_parser("session", parents=[common], help="one session in detail")
-    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
-    p = sub.add_parser("notes", parents=[common], help="print a session's working notes")
-    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
-    p = sub.add_parser(
-        "extract", parents=[common], help="update a session's notes now, ignoring the thresholds"
-    )
-    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
-    p.add_argument("--no-wait", action="store_true", help="queue the run and return at once")
+    for name, text in (
+        ("session", "one session in detail"),
+        ("notes", "print a session's working notes"),
+        ("extract", "update a session's notes now, ignoring the thresholds"),
+        ("compact", "compact a session (see --dry-run)"),
+    ):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+        if name == "extract":
+            p.add_argument("--no-wait", action="store_true", help="queue the run, return at once")
+        if name == "compact":
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="show the level that would serve, tokens before/after and the cut; no model",
+            )
+            p.add_argument(
+                "--context-window", type=int, help="the model's window (default: config)"
+            )
+            p.add_argument("--max-output", type=int, help="the model's max output tokens")
+
+
+def _memory_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("memories", parents=[common], help="list a project's memories, newest first")
     p.add_argument(
         "project",
@@ -70,19 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("query")
     p.add_argument(
-        "--project",
-        metavar="DIR",
-        help="the project's directory (default: the current directory)",
+        "--project", metavar="DIR", help="the project's directory (default: the current directory)"
     )
-    p = sub.add_parser("compact", parents=[common], help="compact a session (see --dry-run)")
-    p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="show the level that would be used, tokens before/after and the cut; no model call",
-    )
-    p.add_argument("--context-window", type=int, help="the model's window (default from config)")
-    p.add_argument("--max-output", type=int, help="the model's max output tokens")
+
+
+def _admin_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser("config", parents=[common], help="print the effective configuration")
     sub.add_parser("reload", parents=[common], help="reload the config file (like SIGHUP)")
     p = sub.add_parser(
@@ -90,9 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="install the systemd user unit (Linux) or launchd agent (macOS)",
     )
-    p.add_argument(
-        "--no-start", action="store_true", help="write the unit but do not enable/start it"
-    )
+    p.add_argument("--no-start", action="store_true", help="write the unit, do not start it")
     p.add_argument("--print", action="store_true", help="print the unit instead of installing it")
     p = sub.add_parser(
         "install-hooks",
@@ -104,6 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="settings file (default: $CLAUDE_CONFIG_DIR/settings.json or ~/.claude/settings.json)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="memdctl",
+        description="Inspect and steer the memd daemon.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _session_commands(sub, common)
+    _memory_commands(sub, common)
+    _admin_commands(sub, common)
     return parser
 
 
@@ -248,199 +273,6 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "extract": cmd_extract,
     "reload": cmd_reload,
 }
-
-
-# -- rendering ---------------------------------------------------------------------------------
-
-
-def _k(n: int) -> str:
-    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
-
-
-def render_status(s: dict[str, Any]) -> str:
-    d, ing, llm = s["daemon"], s["ingest"], s["llm"]
-    lines = [
-        f"memd {d['version']}  pid {d['pid']}  up {d['uptime_s']:.0f}s  "
-        f"rss {d['rss_bytes'] / 2**20:.1f} MiB",
-        f"socket    {d['socket']}",
-        f"projects  {d['projects_root']}",
-        f"model     {'enabled (' + llm['provider'] + ')' if llm['enabled'] else llm['reason']}",
-        f"sessions  {ing['sessions']} known, {ing['parsed']} parsed, {ing['in_memory']} in memory; "
-        f"{ing['queued']} queued for reading",
-        f"ingest    {ing['bytes_parsed'] / 2**20:.1f} MiB in {ing['lines']} lines, "
-        f"{ing['bad_lines']} bad lines skipped",
-        f"errors    {s['errors_last_hour']} in the last hour"
-        + (f" (last: {s['last_error']})" if s["last_error"] else ""),
-        *render_spend(s.get("usage"), s.get("guard")),
-    ]
-    if s["sessions"]:
-        lines += ["", render_sessions(s["sessions"])]
-    return "\n".join(lines)
-
-
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return time.strftime("%H:%M:%S", time.localtime(ts))
-
-
-def render_spend(usage: dict[str, Any] | None, guard: dict[str, Any] | None) -> list[str]:
-    """Token spend, budget left and back-off state (R-A4, R-B1, R-B8)."""
-    if not usage or not guard:
-        return []
-    hour, day = guard["budget"]["hour"], guard["budget"]["day"]
-
-    def left(window: dict[str, Any]) -> str:
-        if not window["limit"]:
-            return "unlimited"
-        return f"{_k(max(0, window['limit'] - window['spent']))} left of {_k(window['limit'])}"
-
-    lines = [
-        f"tokens    last hour {_k(usage['last_hour']['billed'])} billed in "
-        f"{usage['last_hour']['calls']} calls; today {_k(usage['last_day']['billed'])}",
-        f"budget    hour: {left(hour)}; day: {left(day)}",
-    ]
-    if guard["budget"]["paused_until"]:
-        lines.append(
-            "PAUSED    background work waits for budget until "
-            + _when(guard["budget"]["paused_until"])
-        )
-    if guard.get("account_blocked"):
-        lines.append(f"BLOCKED   {guard['account_blocked']}")
-    for kind, k in guard["kinds"].items():
-        if k["consecutive_failures"] or k["parked"]:
-            lines.append(
-                f"backoff   {kind}: {k['consecutive_failures']} failures in a row, next try "
-                f"{_when(k['next_retry_at'])}; last error: {k['last_error']}"
-                + (f"; {len(k['parked'])} parked" if k["parked"] else "")
-            )
-    return lines
-
-
-def render_sessions(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no sessions yet (memd watches Claude Code transcripts as they are written)"
-    out = [f"{'SESSION':<10} {'CONTEXT':>16} {'MSGS':>5} {'LAST ACTIVITY':<26} PROJECT"]
-    for r in rows:
-        ctx = "-" if not r["parsed"] else f"{_k(r['context_tokens'])}/{_k(r['compact_threshold'])}"
-        if r["context_stale"]:
-            ctx += "*"
-        out.append(
-            f"{r['session_id'][:8]:<10} {ctx:>16} {r['message_count']:>5} "
-            f"{r['last_activity']:<26} {r['project']}"
-        )
-    if any(r["context_stale"] for r in rows):
-        out.append("* estimated: compacted since the last model response")
-    return "\n".join(out)
-
-
-def render_session(r: dict[str, Any]) -> str:
-    keys = [
-        "session_id", "project", "cwd", "path", "message_count", "context_tokens",
-        "context_from_usage", "context_estimated_tail", "context_stale", "compact_threshold",
-        "last_activity", "boundaries_seen", "tool_uses", "turn_ends", "bytes_parsed", "offset",
-        "size", "lines", "bad_lines",
-    ]  # fmt: skip
-    lines = [f"{k:<24} {r.get(k)}" for k in keys]
-    for b in r.get("boundaries", []):
-        lines.append(f"{'boundary':<24} {b}")
-    return "\n".join(lines)
-
-
-def render_memories(r: dict[str, Any]) -> str:
-    if r.get("opted_out"):
-        return f"memory is off for this project: {r['opted_out']}"
-    rows = r.get("memories") or r.get("rows") or []
-    if not rows:
-        return f"no memories yet in {r['memory_dir']}"
-    lines = [f"{r['memory_dir']}:"]
-    for m in rows:
-        lines.append(
-            f"  [{m.get('type') or '?'}] {m.get('relative') or m.get('path')} "
-            f"({m.get('age') or m.get('mtime')}): {m.get('description') or ''}"
-        )
-    return "\n".join(lines)
-
-
-def render_recall(r: dict[str, Any]) -> str:
-    if r.get("opted_out"):
-        return f"memory is off for this project: {r['opted_out']}"
-    found = r.get("memories") or []
-    head = f"{len(found)} memories ({r.get('method')}: {r.get('reason')})"
-    lines = [head]
-    for m in found:
-        lines.append(f"- {m.get('relative') or m.get('path')} [{m.get('type')}], {m.get('age')}")
-        if m.get("warning"):
-            lines.append(f"  {m['warning']}")
-    if r.get("caveat"):
-        lines += ["", str(r["caveat"])]
-    return "\n".join(lines)
-
-
-def render_notes(v: dict[str, Any]) -> str:
-    if v["text"] is None:
-        st = v["status"]
-        return (
-            f"no notes yet for {v['session_id']} ({v['path']}); the first extraction starts at "
-            f"{_k(st['next_trigger_tokens'])} tokens of context (now {_k(st['context_tokens'])})"
-        )
-    return str(v["text"]).rstrip("\n")
-
-
-def render_notes_status(s: dict[str, Any]) -> str:
-    lines = [
-        f"session   {s['session_id']}  ({s['phase']})",
-        f"notes     {s['notes_path']}",
-        f"runs      {s['extractions']}, last at {_when(s['last_extracted_at'])}, "
-        f"{_k(s['last_cost_tokens'])} tokens billed",
-        f"next      at {_k(s['next_trigger_tokens'])} tokens ({s['next_trigger_condition']})",
-    ]
-    if s["last_error"]:
-        lines.append(f"error     {s['last_error']}")
-    return "\n".join(lines)
-
-
-def render_compact(r: dict[str, Any]) -> str:
-    if r.get("dry_run"):
-        head = f"would use level {r['level']}: {_k(r['tokens_before'])} tokens now"
-        if r["level"] == 1:
-            return (
-                f"{head} -> {_k(r['tokens_after'])} after (no model call)\n"
-                f"cut before message {r['cut_index']}: {r['dropped_messages']} replaced by the "
-                f"notes, {r['kept_messages']} kept"
-                + (
-                    f"; sections cut: {', '.join(r['truncated_sections'])}"
-                    if r["truncated_sections"]
-                    else ""
-                )
-            )
-        return f"{head}; level 1 does not apply: {r['reason']} (a summary call would be needed)"
-    if not r.get("compacted"):
-        return f"not compacted: {r['reason']}"
-    return (
-        f"level {r['level']}: {_k(r['tokens_before'])} -> {_k(r['tokens_after'])} tokens, "
-        f"{r['api_calls']} API calls, {len(r['messages'])} messages, "
-        f"{len(r['restore']['files'])} files to restore"
-    )
-
-
-def render_config(c: dict[str, Any]) -> str:
-    lines = [f"# {k}: {v}" for k, v in c["paths"].items()]
-    for section, values in c["config"].items():
-        lines.append(f"{section}:")
-        lines += _yaml_lines(values, "  ")
-    return "\n".join(lines)
-
-
-def _yaml_lines(values: dict[str, Any], indent: str) -> list[str]:
-    out: list[str] = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            out.append(f"{indent}{key}:")
-            out += _yaml_lines(value, indent + "  ")
-        else:
-            out.append(f"{indent}{key}: {json.dumps(value)}")
-    return out
 
 
 if __name__ == "__main__":

@@ -116,6 +116,12 @@ class Daemon:
         self.llm: LLM | Disabled | None = None
         self.ledger = ledger
         self.guard = CostGuard(loaded.config.budget, self.ledger, self.clock)
+        self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
+        self._build_features(notes_store)
+
+    def _build_features(self, notes_store: ExtractionStore) -> None:
+        """Compaction, session notes and memory, wired to each other and to the registry."""
+        loaded, env = self.loaded, self.env
         self.compaction = CompactionService(
             loaded.config,
             loaded.paths.state_dir,
@@ -123,7 +129,6 @@ class Daemon:
             ledger=self.ledger,
             get_llm=lambda: self.llm,
         )
-        self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
         self.notes = NotesScheduler(
             notes_settings(loaded),
             None,
