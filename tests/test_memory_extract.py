@@ -16,17 +16,10 @@ from memd.errors import LLMError
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.ledger import Ledger
 from memd.memory import prompts
-from memd.memory.extract import (
-    CursorStore,
-    ExtractSettings,
-    Job,
-    SessionCursor,
-    Skip,
-    extract_memories,
-    memory_write,
-    plan_extraction,
-)
+from memd.memory.cursors import CursorStore, SessionCursor
+from memd.memory.extract import ExtractSettings, extract_memories
 from memd.memory.index import parse_index
+from memd.memory.plan import Job, Skip, memory_write, plan_extraction
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_replies import Reply, When

@@ -19,7 +19,7 @@ from memd.errors import NotFound
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
-from memd.memory.extract import CursorStore
+from memd.memory.cursors import CursorStore
 from memd.memory.paths import memory_dir
 from memd.memory.service import MemoryService
 from memd.state import SessionState

@@ -1,16 +1,9 @@
 """Background memory extraction (R-M3): one session's new messages into the memory dir.
 
-After a completed turn the service plans a run with :func:`plan_extraction` (pure):
-
-* the *new part* is what follows the session's cursor, the last message an earlier run (or
-  skip) covered; a cursor compacted out of the conversation means all of it is new;
-* nothing new, or no answer yet, is a :class:`Skip` that leaves the cursor alone;
-* when the main agent itself wrote into the memory dir during that part (a Write, Edit,
-  MultiEdit or NotebookEdit call whose path is inside it), the run is skipped and the cursor
-  moves past it: the agent already did the remembering.
-
-:func:`extract_memories` then runs the restricted sub-agent on the new part (the request is
-built by :func:`memd.memory.prompts.build_request`: redacted, cut, placeholders for media).
+After a completed turn the service plans a run with :func:`memd.memory.plan.plan_extraction`
+(pure: the new part of the conversation, or a skip). :func:`extract_memories` then runs the
+restricted sub-agent on the new part (the request is built by
+:func:`memd.memory.prompts.build_request`: redacted, cut, placeholders for media).
 The agent may Read, Grep and Glob inside the memory dir, run read-only shell commands there,
 and Write or Edit only files inside it (:class:`~memd.agent.permissions.MemoryDirPolicy`, no
 delete).
@@ -20,18 +13,15 @@ wrote without an index line gets one. A run that fails, times out or is cancelle
 back from a snapshot taken before it (files it created are removed, files it changed are put
 back), so a retry starts from the same memory dir: never half-applied (R-A5).
 
-The per-session cursors live in one small JSON file under the state dir
-(:class:`CursorStore`), replaced atomically, with a *pending* mark for sessions whose turn
-end has not been handled yet: a restart neither loses nor repeats work.
+Where each session's new part starts is kept by :class:`memd.memory.cursors.CursorStore`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, assert_never
@@ -50,81 +40,15 @@ from memd.llm.ledger import Ledger
 from memd.memory import prompts
 from memd.memory.index import IndexEntry, load_index, parse_index
 from memd.memory.paths import INDEX_FILENAME
+from memd.memory.plan import Job
 from memd.memory.scan import format_manifest, scan_memories
 from memd.memory.store import MemoryStore
 from memd.privacy import scrub_text
-from memd.session.inputs import start_after
-from memd.transcript.messages import ApiMessage
 
 log = logging.getLogger(__name__)
 
-WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 EXTRACT_TOOLS = ("Read", "Grep", "Glob", "Shell", "Edit", "Write")
 SNAPSHOT_MAX_BYTES = 32 * 1024 * 1024
-CURSOR_FILE = "memory-extraction.json"
-FORMAT_VERSION = 1
-
-
-# ---------------------------------------------------------------------------------------------
-# Planning (pure)
-
-
-@dataclass(frozen=True)
-class Job:
-    """A run to do: the new messages, oldest first, and the last line they cover."""
-
-    new: tuple[ApiMessage, ...]
-    covered_uuid: str
-
-
-@dataclass(frozen=True)
-class Skip:
-    """No run. ``covered_uuid`` is where the cursor moves (``None``: it stays)."""
-
-    reason: str
-    covered_uuid: str | None = None
-
-
-Plan = Job | Skip
-
-
-def plan_extraction(
-    messages: Sequence[ApiMessage], cursor: str | None, memory_dirs: Sequence[str]
-) -> Plan:
-    """What to do for a session whose conversation is ``messages`` (see the module doc)."""
-    new = tuple(messages[start_after(messages, cursor) :])
-    if not new:
-        return Skip("nothing new since the last extraction")
-    if not any(m.role == "assistant" for m in new):
-        return Skip("the turn has no answer yet")
-    covered = new[-1].last_uuid
-    written = memory_write(new, memory_dirs)
-    if written is not None:
-        return Skip(f"the main agent wrote {written} itself", covered)
-    return Job(new, covered)
-
-
-def memory_write(messages: Iterable[ApiMessage], memory_dirs: Sequence[str]) -> str | None:
-    """The first path inside one of ``memory_dirs`` that a write tool call names, else None."""
-    roots = [os.path.normpath(d) for d in memory_dirs if d]
-    for message in messages:
-        if message.role != "assistant":
-            continue
-        for block in message.content:
-            if block.get("type") != "tool_use" or block.get("name") not in WRITE_TOOLS:
-                continue
-            args = block.get("input")
-            if not isinstance(args, dict):
-                continue
-            path = args.get("file_path") or args.get("notebook_path")
-            if isinstance(path, str) and path and any(_inside(path, root) for root in roots):
-                return path
-    return None
-
-
-def _inside(path: str, root: str) -> bool:
-    normal = os.path.normpath(path)
-    return normal == root or normal.startswith(root.rstrip("/") + "/")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,90 +301,3 @@ def index_missing(
         listed.add(name)
         added.append(name)
     return tuple(added)
-
-
-# ---------------------------------------------------------------------------------------------
-# Cursors
-
-
-@dataclass(frozen=True)
-class SessionCursor:
-    """What memd remembers about one session's memory extraction."""
-
-    session_id: str
-    project: str  # the transcript's project folder name
-    path: str  # the transcript
-    cwd: str
-    memory_dir: str
-    cursor: str | None = None  # the last message covered by a run or a skip
-    pending: bool = False  # a turn ended and has not been handled yet
-    updated_at: float = 0.0
-
-
-class CursorStore:
-    """All cursors, in one JSON file replaced atomically. Load it with :meth:`load`."""
-
-    def __init__(self, path: Path, records: dict[str, SessionCursor] | None = None) -> None:
-        self.path = path
-        self._records = dict(records or {})
-        self._lock = anyio.Lock()
-
-    @classmethod
-    def load(cls, state_dir: Path) -> CursorStore:
-        """Read the file (blocking); an unreadable one is moved aside and starts empty."""
-        path = state_dir / CURSOR_FILE
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return cls(path)
-        try:
-            return cls(path, decode_cursors(json.loads(raw)))
-        except (ValueError, TypeError, KeyError) as exc:
-            aside = path.with_name(path.name + ".corrupt")
-            log.warning("memory cursors %s are unreadable (%s); moved to %s", path, exc, aside)
-            path.replace(aside)
-            return cls(path)
-
-    def get(self, session_id: str) -> SessionCursor | None:
-        return self._records.get(session_id)
-
-    def pending(self) -> list[SessionCursor]:
-        return [r for r in self._records.values() if r.pending]
-
-    async def update(self, default: SessionCursor, **changes: Any) -> SessionCursor:
-        """Change one session's record (``default`` when it has none) and write the file.
-
-        The change is applied before anything is awaited, so concurrent updates never undo
-        each other; each write encodes the records as they are when it runs.
-        """
-        current = self._records.get(default.session_id, default)
-        record = replace(current, **changes)
-        self._records[record.session_id] = record
-        async with self._lock:
-            data = encode_cursors(self._records)
-            await anyio.to_thread.run_sync(write_atomic, self.path, data)
-        return record
-
-
-def encode_cursors(records: dict[str, SessionCursor]) -> bytes:
-    doc = {"version": FORMAT_VERSION, "sessions": {k: asdict(v) for k, v in records.items()}}
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-
-
-def decode_cursors(doc: Any) -> dict[str, SessionCursor]:
-    """Records from the decoded file; raises ``ValueError`` on anything unexpected."""
-    if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
-        raise ValueError("unknown format version")
-    sessions = doc["sessions"]
-    if not isinstance(sessions, dict):
-        raise ValueError("'sessions' is not a map")
-    known = {f.name for f in fields(SessionCursor)}
-    out: dict[str, SessionCursor] = {}
-    for key, raw in sessions.items():
-        if not isinstance(raw, dict):
-            raise ValueError(f"record {key!r} is not a map")
-        record = SessionCursor(**{k: v for k, v in raw.items() if k in known})
-        if not all(isinstance(v, str) for v in (record.session_id, record.path, record.memory_dir)):
-            raise ValueError(f"record {key!r} lacks its ids")
-        out[record.session_id] = record
-    return out

@@ -1,0 +1,288 @@
+"""The per-project memory-extraction worker (R-M3).
+
+Extraction runs once per project at a time (a :class:`CoalescingQueue` keyed by memory
+dir): the sessions of a project whose turns ended are handled one after the other, each
+through the cost guard. A failure keeps the session pending: a retryable one is queued
+again (the guard sleeps through the backoff), a parked one waits for the next turn end.
+Pending sessions are persisted with their cursors, so a restart resumes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, assert_never
+
+import anyio
+import anyio.to_thread
+
+from memd.clock import Clock
+from memd.config import Config
+from memd.daemon.queues import CoalescingQueue
+from memd.errors import MemdError, NotFound
+from memd.llm.client import LLM, Disabled
+from memd.llm.guard import CostGuard, Parked, Retry, describe
+from memd.llm.ledger import Ledger, billed_tokens
+from memd.memory.cursors import CursorStore, SessionCursor
+from memd.memory.extract import ExtractSettings, extract_memories
+from memd.memory.location import Location
+from memd.memory.plan import Job, Skip, plan_extraction
+from memd.state import SessionState
+from memd.transcript.conversation import Conversation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProjectRun:
+    at: float
+    outcome: str  # "extracted", "skipped", "failed", "parked"
+    session: str
+    detail: str
+    files: tuple[str, ...] = ()
+    tokens: int = 0
+    duration_s: float = 0.0
+
+
+@dataclass
+class _Project:
+    where: Location
+    sessions: dict[str, SessionState] = field(default_factory=dict)  # turn ended, not handled
+    phase: str = "idle"  # "waiting" (cost guard), "running"
+    waiting_reason: str | None = None
+    last_run: ProjectRun | None = None
+
+
+@dataclass(frozen=True)
+class ExtractionStats:
+    """The workers' part of ``memdctl status``."""
+
+    queued: int
+    running: int
+    waiting: int
+    pending_sessions: int
+    runs: dict[str, int]
+    last_error: dict[str, Any] | None
+    projects: dict[str, dict[str, Any]]
+
+
+class ExtractionJobs:
+    """The projects whose turns ended, their queue, and the workers that drain it."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        config: Callable[[], Config],
+        clock: Clock,
+        ledger: Ledger,
+        guard: CostGuard,
+        get_llm: Callable[[], LLM | Disabled | None],
+        conversation_of: Callable[[SessionState], Awaitable[Conversation]],
+    ) -> None:
+        self.state_dir = state_dir
+        self._config = config  # read per run: a running extraction finishes with the old one
+        self._clock = clock
+        self._ledger = ledger
+        self._guard = guard
+        self._get_llm = get_llm
+        self._conversation_of = conversation_of
+        self._queue: CoalescingQueue[str] = CoalescingQueue()
+        self._projects: dict[str, _Project] = {}
+        self._store: CursorStore | None = None
+        self._store_lock = anyio.Lock()
+        self._last_error: dict[str, Any] | None = None
+        self._runs: Counter[str] = Counter()
+
+    async def enqueue(self, where: Location, state: SessionState, cwd: str) -> None:
+        """Queue an extraction for the session's project, marking the session pending on disk."""
+        key = str(where.memory_dir)
+        project = self._projects.setdefault(key, _Project(where))
+        project.sessions[state.session_id] = state
+        store = await self.cursors()
+        await store.update(_cursor_for(state, cwd, key), pending=True, updated_at=self._clock.now())
+        self._queue.mark_nowait(key)
+
+    def llm_changed(self) -> None:
+        """The model client became available (or changed): run what waited for it."""
+        for key, project in self._projects.items():
+            if project.sessions:
+                self._queue.mark_nowait(key)
+
+    async def wait_idle(self) -> None:
+        """Wait until no extraction is queued or running."""
+        await self._queue.wait_idle()
+
+    async def cursors(self) -> CursorStore:
+        """The sessions' cursors, read from the state dir on first use."""
+        async with self._store_lock:
+            if self._store is None:
+                self._store = await anyio.to_thread.run_sync(CursorStore.load, self.state_dir)
+            return self._store
+
+    async def run_worker(self) -> None:
+        """Extract the projects the queue hands out, one at a time, until cancelled."""
+        while True:
+            key = await self._queue.get()
+            try:
+                await self._run_project(key)
+            except Exception as exc:  # the isolation boundary: the queue goes on
+                log.exception("memory extraction for %s crashed", key)
+                self.note_error(key, describe(exc))
+            finally:
+                self._queue.done(key)
+
+    async def _run_project(self, key: str) -> None:
+        project = self._projects.get(key)
+        if project is None or not project.sessions:
+            return
+        llm = self._get_llm()
+        if llm is None or isinstance(llm, Disabled):
+            project.waiting_reason = "the model client is loading" if llm is None else llm.reason
+            return  # kept pending; llm_changed() queues it again
+        project.phase, project.waiting_reason = "waiting", "cost guard"
+        pending = ",".join(
+            sorted(f"{s.session_id}:{s.last_uuid}" for s in project.sessions.values())
+        )
+        decision = await self._guard.wait_until_allowed(
+            "memory_extract", subject=key, input_key=pending
+        )
+        if isinstance(decision, Parked):
+            project.phase, project.waiting_reason = "idle", f"parked: {decision.reason}"
+            project.last_run = ProjectRun(self._clock.now(), "parked", "", decision.error)
+            return
+        project.phase, project.waiting_reason = "running", None
+        try:
+            for session_id in list(project.sessions):
+                state = project.sessions.pop(session_id, None)
+                if state is not None and not await self._run_session(key, project, state, llm):
+                    project.sessions.setdefault(session_id, state)
+                    break
+        finally:
+            project.phase = "idle"
+
+    async def _run_session(
+        self, key: str, project: _Project, state: SessionState, llm: LLM
+    ) -> bool:
+        """One session's extraction; False when it failed and must be tried again."""
+        began = self._clock.monotonic()
+        store = await self.cursors()
+        default = _cursor_for(state, state.cwd, key)
+        cursor = (store.get(state.session_id) or default).cursor
+        try:
+            conv = await self._conversation_of(state)
+            plan = plan_extraction(conv.messages(), cursor, project.where.aliases)
+            match plan:
+                case Skip(reason=reason, covered_uuid=covered):
+                    run = ProjectRun(self._clock.now(), "skipped", state.session_id, reason)
+                    covered = covered or cursor
+                case Job(covered_uuid=covered):
+                    run = await self._extract(llm, key, project, state, plan)
+                case unreachable:
+                    assert_never(unreachable)
+        except NotFound as exc:  # the transcript is gone: nothing left to extract
+            await self._covered(store, default, project, cursor)
+            self.note_error(key, f"session {state.session_id}: {exc}")
+            return True
+        except Exception as exc:  # the isolation boundary of one background job
+            if not isinstance(exc, MemdError):
+                log.exception("memory extraction for %s crashed", key)
+            return self._failed(key, project, state, exc)
+        self._runs[run.outcome] += 1
+        await self._covered(store, default, project, covered)
+        project.last_run = dataclasses.replace(run, duration_s=self._clock.monotonic() - began)
+        return True
+
+    async def _extract(
+        self, llm: LLM, key: str, project: _Project, state: SessionState, job: Job
+    ) -> ProjectRun:
+        config = self._config()
+        turns = config.memory.extraction_max_turns
+        settings = ExtractSettings(
+            model=config.llm.models.memory_extract,
+            max_turns=turns,
+            max_tokens=config.llm.max_output_tokens,
+            timeout_s=config.llm.timeout_s * max(1, turns),
+            index_max_lines=config.memory.index_max_lines,
+            index_max_bytes=config.memory.index_max_bytes,
+            scan_max_files=config.memory.scan_max_files,
+            redact_secrets=config.privacy.redact_secrets,
+        )
+        result = await extract_memories(
+            llm,
+            settings,
+            job,
+            memory_dir=project.where.memory_dir,
+            project=project.where.memory_dir.parent.name,
+            session=state.session_id,
+            ledger=self._ledger,
+            clock=self._clock,
+        )
+        self._guard.record_success("memory_extract", subject=key)
+        tokens = billed_tokens(result.usage)
+        log.info(
+            "memory extraction for %s (session %s): %s, %d turns, %d files, %d billed tokens",
+            key,
+            state.session_id,
+            result.outcome,
+            result.turns,
+            len(result.files_touched),
+            tokens,
+        )
+        detail = f"{result.outcome}: {result.summary}" if result.summary else result.outcome
+        return ProjectRun(
+            self._clock.now(), "extracted", state.session_id, detail, result.files_touched, tokens
+        )
+
+    async def _covered(
+        self, store: CursorStore, default: SessionCursor, project: _Project, cursor: str | None
+    ) -> None:
+        still = default.session_id in project.sessions  # a newer turn end arrived meanwhile
+        await store.update(default, cursor=cursor, pending=still, updated_at=self._clock.now())
+
+    def _failed(self, key: str, project: _Project, state: SessionState, exc: Exception) -> bool:
+        verdict = self._guard.record_failure(
+            "memory_extract", exc, subject=key, input_key=state.last_uuid
+        )
+        self._runs["failed"] += 1
+        message = describe(exc)
+        project.last_run = ProjectRun(self._clock.now(), "failed", state.session_id, message)
+        self.note_error(key, f"session {state.session_id}: {message}")
+        log.warning("memory extraction for %s failed: %s", key, message)
+        if isinstance(verdict, Retry):
+            self._queue.mark_nowait(key)  # runs again after the guard's backoff
+        return False
+
+    def note_error(self, key: str, message: str) -> None:
+        """Remember ``message`` as the last error, for ``memdctl status``."""
+        self._last_error = {"at": self._clock.now(), "project": key, "message": message}
+
+    def statistics(self) -> ExtractionStats:
+        """A snapshot of the queue, the projects and the runs so far."""
+        queue = self._queue.statistics()
+        return ExtractionStats(
+            queued=queue.queued,
+            running=sum(p.phase == "running" for p in self._projects.values()),
+            waiting=sum(p.phase == "waiting" for p in self._projects.values()),
+            pending_sessions=sum(len(p.sessions) for p in self._projects.values()),
+            runs=dict(self._runs),
+            last_error=self._last_error,
+            projects={key: _project_row(p) for key, p in self._projects.items()},
+        )
+
+
+def _cursor_for(state: SessionState, cwd: str, memory_dir: str) -> SessionCursor:
+    return SessionCursor(state.session_id, state.project, state.path, cwd, memory_dir)
+
+
+def _project_row(project: _Project) -> dict[str, Any]:
+    last = project.last_run
+    return {
+        "phase": project.phase,
+        "waiting_reason": project.waiting_reason,
+        "pending_sessions": sorted(project.sessions),
+        "last_run": dataclasses.asdict(last) if last is not None else None,
+    }

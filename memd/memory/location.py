@@ -1,0 +1,32 @@
+"""Where a session's memories live: the project's memory dir, and whether it opted out.
+
+:func:`locate` maps a session's working directory to its project's memory dir (with the
+aliases a write into it may be spelled as) and checks the per-project opt-out
+(``privacy.ignore_projects`` globs, a ``.memd-ignore`` file in the project root).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memd.memory.paths import check_opt_out, memory_dir
+
+
+@dataclass(frozen=True)
+class Location:
+    memory_dir: Path
+    aliases: tuple[str, ...]  # the dir as computed and resolved, for write detection
+    opted_out: str | None
+
+
+def locate(projects_root: Path, cwd: str, globs: Sequence[str], home: str | None) -> Location:
+    """Where a session in ``cwd`` keeps its memories, and whether it opted out (blocking)."""
+    if not os.path.isabs(cwd):
+        raise ValueError(f"cwd must be an absolute path, got {cwd!r}")
+    directory = memory_dir(projects_root, Path(cwd))
+    aliases = tuple(dict.fromkeys((str(directory), os.path.realpath(directory))))
+    opted = check_opt_out(Path(cwd), globs, home=home)
+    return Location(directory, aliases, opted.reason if opted else None)

@@ -1,0 +1,181 @@
+"""Turn-end detection for memory extraction (R-M3): growth, Stop hooks and quiet timers.
+
+On every transcript growth (:meth:`TurnEnds.notify_growth`) a grown ``turn_ends`` counts as
+a turn end at once; otherwise a quiet timer is armed, and when the transcript stays quiet for
+``memory.extraction_quiet_s`` after an answer with no tool calls, that counts as a turn end
+too. A Stop hook (:meth:`TurnEnds.on_stop`) is one more. Each turn end queues the session's
+project with :class:`~memd.memory.jobs.ExtractionJobs`, unless memory is off for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from memd.clock import Clock
+from memd.config import Config
+from memd.errors import MemdError
+from memd.memory.jobs import ExtractionJobs
+from memd.memory.location import Location
+from memd.state import SessionState
+from memd.transcript.conversation import Conversation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Watch:
+    deadline: float  # monotonic
+    state: SessionState
+    quiet: bool  # fire only if the transcript paused after an answer
+
+
+class TurnEnds:
+    """Which sessions' turns ended; the quiet timers that decide it for paused transcripts."""
+
+    def __init__(
+        self,
+        config: Callable[[], Config],
+        clock: Clock,
+        jobs: ExtractionJobs,
+        conversation_of: Callable[[SessionState], Awaitable[Conversation]],
+        *,
+        disabled_reason: Callable[[], str | None],
+        locate: Callable[[str], Awaitable[Location]],
+        session_of: Callable[[str], SessionState | None] | None = None,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._jobs = jobs
+        self._conversation_of = conversation_of
+        self._disabled_reason = disabled_reason
+        self._locate = locate
+        self._session_of = session_of
+        self._started_at = clock.now()
+        self._turns_seen: dict[str, int] = {}
+        self._last_trigger: dict[str, str] = {}
+        self._watches: dict[str, _Watch] = {}
+        self._wake = anyio.Event()
+
+    def notify_growth(self, state: SessionState) -> None:
+        """A transcript grew (call on every growth; never blocks)."""
+        if self._disabled_reason() or state.mtime < self._started_at:
+            return
+        before = self._turns_seen.get(state.session_id)
+        self._turns_seen[state.session_id] = state.turn_ends
+        now = self._clock.monotonic()
+        if before is not None and state.turn_ends > before:
+            self._watches[state.session_id] = _Watch(now, state, quiet=False)
+        else:
+            quiet = self._config().memory.extraction_quiet_s
+            self._watches[state.session_id] = _Watch(now + quiet, state, quiet=True)
+        self._wake.set()
+
+    async def on_stop(self, session_id: str, transcript_path: str, cwd: str) -> bool:
+        """A Stop hook: the session's turn ended (the transcript may still lag behind)."""
+        state = self._session_of(session_id) if self._session_of else None
+        if state is None:
+            if not transcript_path:
+                return False
+            project = Path(transcript_path).parent.name
+            state = SessionState(session_id, project, transcript_path, cwd=cwd)
+        elif cwd and not state.cwd:
+            state = dataclasses.replace(state, cwd=cwd)
+        return await self.on_turn_end(state)
+
+    async def on_turn_end(self, state: SessionState) -> bool:
+        """Queue an extraction for the session's project; False when memory is off for it."""
+        self._watches.pop(state.session_id, None)
+        if self._disabled_reason():
+            return False
+        cwd = state.cwd or await self._cwd_from_transcript(state)
+        if not cwd:
+            self._jobs.note_error("", f"session {state.session_id}: no working directory known")
+            return False
+        try:
+            where = await self._locate(cwd)
+        except ValueError as exc:
+            self._jobs.note_error("", f"session {state.session_id}: {exc}")
+            return False
+        if where.opted_out:
+            return False
+        self._last_trigger[state.session_id] = state.last_uuid
+        await self._jobs.enqueue(where, state, cwd)
+        return True
+
+    async def _cwd_from_transcript(self, state: SessionState) -> str:
+        try:
+            conv = await self._conversation_of(state)
+        except MemdError:
+            return ""
+        return conv.cwd or ""
+
+    async def resume_pending(self) -> None:
+        """Treat each session the cursors mark pending as a turn end (call once, at start)."""
+        store = await self._jobs.cursors()
+        for record in store.pending():
+            state = self._session_of(record.session_id) if self._session_of else None
+            if state is None:
+                state = SessionState(record.session_id, record.project, record.path, cwd=record.cwd)
+            log.info("memory: resuming the extraction of session %s", record.session_id)
+            await self.on_turn_end(
+                state if state.cwd else dataclasses.replace(state, cwd=record.cwd)
+            )
+
+    async def run_timers(self) -> None:
+        """Fire the quiet timers as they come due, until cancelled."""
+        while True:
+            self._wake = anyio.Event()  # before looking, so no growth after it goes unseen
+            now = self._clock.monotonic()
+            due = [s for s, w in self._watches.items() if w.deadline <= now]
+            for session_id in due:
+                watch = self._watches.get(session_id)
+                if watch is not None and watch.deadline <= now:  # not replaced while firing
+                    del self._watches[session_id]
+                    await self._fire(watch)
+            if due:
+                continue
+            if not self._watches:
+                await self._wake.wait()
+                continue
+            await self._sleep_or_wake(min(w.deadline for w in self._watches.values()) - now)
+
+    async def _sleep_or_wake(self, seconds: float) -> None:
+        wake = self._wake
+        async with anyio.create_task_group() as tg:
+
+            async def sleeper() -> None:
+                await self._clock.sleep(seconds)
+                tg.cancel_scope.cancel()
+
+            async def watcher() -> None:
+                await wake.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(sleeper)
+            tg.start_soon(watcher)
+
+    async def _fire(self, watch: _Watch) -> None:
+        try:
+            if watch.quiet and not await self._paused(watch.state):
+                return
+            await self.on_turn_end(watch.state)
+        except Exception:  # one session's trouble must not stop the timers of the others
+            log.exception("memory: handling the turn end of %s failed", watch.state.session_id)
+
+    async def _paused(self, state: SessionState) -> bool:
+        """The transcript ends with an answer that calls no tool, not seen as a turn end yet."""
+        conv = await self._conversation_of(state)
+        messages = conv.messages()
+        if not messages or messages[-1].role != "assistant" or conv.last_assistant_has_tool_calls:
+            return False
+        return self._last_trigger.get(state.session_id) != conv.last_uuid
+
+    def quiet_timers(self) -> int:
+        """How many sessions have a timer armed."""
+        return len(self._watches)
