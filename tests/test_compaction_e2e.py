@@ -185,3 +185,40 @@ def test_level1_compaction_needs_no_model(tmp_path: Path) -> None:
             assert call(home, "status")["usage"]["total"]["calls"] == 0
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_circuit_breaker_stops_auto_after_three_failures(tmp_path: Path) -> None:
+    """Three failed auto compactions stop auto-compaction for the session; a manual one
+    still runs, and its success resets the count (persisted across a restart)."""
+    with LoopbackProcess() as api:
+        api.add_script(
+            "\n".join(
+                json.dumps({"reply": {"error": {"status": 400, "message": "bad"}}})
+                for _ in range(3)
+            )
+        )
+        with fake_home(tmp_path, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=api.url) as home:
+            target = install_session(home, BIG, "s5")
+            proc = start_memd(home)
+            try:
+                wait_ingested(home, "s5", target.stat().st_size)
+                wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=20, what="llm")
+                for _ in range(3):
+                    with pytest.raises(RemoteError):
+                        call(home, "compact", {"session": "s5", "trigger": "auto"})
+                stopped = call(home, "compact", {"session": "s5", "trigger": "auto"})
+                assert stopped["compacted"] is False and "3 failures" in stopped["reason"]
+                assert call(home, "should_compact", {"session": "s5"})["circuit_open"] is True
+                assert len(api.requests()) == 3  # the stopped one made no call
+            finally:
+                assert stop_memd(proc) == 0, read_log(home)
+            api.add_script(json.dumps({"reply": {"text": "<summary>ok</summary>"}}))
+            proc = start_memd(home)
+            try:
+                wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=20, what="llm")
+                assert call(home, "should_compact", {"session": "s5"})["circuit_open"] is True
+                manual = call(home, "compact", {"session": "s5", "trigger": "manual"})
+                assert manual["level"] == 2
+                assert call(home, "should_compact", {"session": "s5"})["circuit_open"] is False
+            finally:
+                assert stop_memd(proc) == 0, read_log(home)
