@@ -32,14 +32,14 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_text_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
     write_atomic(path, text.encode("utf-8"), mode=mode)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
+
+from memd import atomic
 
 NEW_FILE_MODE = 0o600  # notes and memories are private to the user
 _SNIFF_BYTES = 8192
@@ -192,7 +194,6 @@ def write_file(path: str, content: str, *, new_dirs: list[str]) -> Problem | Non
 
 def write_atomic(path: str, data: bytes) -> Problem | None:
     """Replace ``path`` with ``data`` atomically, keeping an existing file's mode."""
-    directory, name = os.path.split(path)
     try:
         st: os.stat_result | None = os.lstat(path)
     except FileNotFoundError:
@@ -203,19 +204,7 @@ def write_atomic(path: str, data: bytes) -> Problem | None:
         if st.st_nlink > 1:
             return Problem(f"{path} has other hard links; writing it would change them too")
     mode = stat.S_IMODE(st.st_mode) if st is not None else NEW_FILE_MODE
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    _fsync_dir(directory)
+    atomic.write_atomic(Path(path), data, mode=mode)
     return None
 
 
@@ -228,7 +217,7 @@ def delete_file(path: str) -> Problem | None:
     if not stat.S_ISREG(st.st_mode):
         return Problem(f"{path} is not a regular file; only regular files may be deleted")
     os.unlink(path)
-    _fsync_dir(os.path.dirname(path))
+    atomic.fsync_dir(Path(path).parent)
     return None
 
 
@@ -244,11 +233,3 @@ def missing_dirs(directory: str) -> list[str]:
             break
         current = parent
     return missing[::-1]
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
