@@ -345,3 +345,18 @@ def test_bad_lines_are_counted() -> None:
     conversation.count_bad_lines(2)
     assert conversation.bad_lines == 4
     assert conversation.entry_count == 0
+
+
+def test_view_is_a_snapshot_that_later_lines_do_not_change() -> None:
+    """Readers on other threads get a view; the live conversation may keep growing."""
+    from tests.conftest import TRANSCRIPTS
+
+    lines = (TRANSCRIPTS / "spotter" / "short.jsonl").read_bytes().splitlines()
+    conv = Conversation()
+    conv.add_lines(lines[: len(lines) // 2])
+    view = conv.view()
+    before = [m.to_api() for m in view.messages()]
+    conv.add_lines(lines[len(lines) // 2 :])
+    assert [m.to_api() for m in view.messages()] == before
+    assert view.last_uuid != conv.last_uuid
+    assert [m.to_api() for m in conv.view().messages()] == conv.api_messages()

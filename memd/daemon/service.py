@@ -40,6 +40,7 @@ from memd.session.extract import NotesSettings
 from memd.session.scheduler import NotesScheduler, run_notes_scheduler
 from memd.session.store import ExtractionStore
 from memd.state import SessionState, load_sessions, save_sessions
+from memd.transcript.conversation import Conversation, ConversationView
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class Daemon:
             self.ledger,
             self.guard,
             lambda: self.llm,
-            self.registry.conversation,
+            self._conversation_view,
             session_of=self.registry.get,
             home=env.get("HOME"),
         )
@@ -167,6 +168,11 @@ class Daemon:
 
     async def _wait_extraction(self, session_id: str) -> None:
         await self.notes.wait_extraction(session_id)
+
+    async def _conversation_view(self, state: SessionState) -> ConversationView:
+        """A snapshot taken under the session's lock: the memory service reads it on the
+        event loop while the ingest thread may be growing the live conversation."""
+        return await self.registry.read(state, Conversation.view)
 
     async def _memory_index_text(self, cwd: str) -> str | None:
         index = await self.memory.index(cwd)

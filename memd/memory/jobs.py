@@ -32,7 +32,7 @@ from memd.memory.extract import ExtractSettings, extract_memories
 from memd.memory.location import Location
 from memd.memory.plan import Job, Skip, plan_extraction
 from memd.state import SessionState
-from memd.transcript.conversation import Conversation
+from memd.transcript.conversation import ConversationReader
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class ExtractionJobs:
         ledger: Ledger,
         guard: CostGuard,
         get_llm: Callable[[], LLM | Disabled | None],
-        conversation_of: Callable[[SessionState], Awaitable[Conversation]],
+        conversation_of: Callable[[SessionState], Awaitable[ConversationReader]],
     ) -> None:
         self.state_dir = state_dir
         self._config = config  # read per run: a running extraction finishes with the old one

@@ -49,7 +49,7 @@ from memd.memory.store import MemoryStore
 from memd.memory.turns import TurnEnds
 from memd.privacy import scrub_text
 from memd.state import SessionState
-from memd.transcript.conversation import Conversation
+from memd.transcript.conversation import ConversationReader
 
 MAX_SURFACED_SESSIONS = 1_024
 TOOL_WINDOW = 6  # assistant messages whose tool calls count as "in active use"
@@ -65,7 +65,7 @@ class MemoryService:
         ledger: Ledger,
         guard: CostGuard,
         get_llm: Callable[[], LLM | Disabled | None],
-        conversation_of: Callable[[SessionState], Awaitable[Conversation]],
+        conversation_of: Callable[[SessionState], Awaitable[ConversationReader]],
         *,
         session_of: Callable[[str], SessionState | None] | None = None,
         home: str | None = None,

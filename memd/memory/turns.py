@@ -23,7 +23,7 @@ from memd.errors import MemdError
 from memd.memory.jobs import ExtractionJobs
 from memd.memory.location import Location
 from memd.state import SessionState
-from memd.transcript.conversation import Conversation
+from memd.transcript.conversation import ConversationReader
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class TurnEnds:
         config: Callable[[], Config],
         clock: Clock,
         jobs: ExtractionJobs,
-        conversation_of: Callable[[SessionState], Awaitable[Conversation]],
+        conversation_of: Callable[[SessionState], Awaitable[ConversationReader]],
         *,
         disabled_reason: Callable[[], str | None],
         locate: Callable[[str], Awaitable[Location]],

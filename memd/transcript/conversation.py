@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memd.tokens import estimate_content
 from memd.transcript.messages import ApiMessage, MessageLines, group_lines, to_message
@@ -62,6 +62,33 @@ class Boundary:
 class _Derived:
     chain: tuple[Entry, ...]
     groups: tuple[MessageLines, ...]
+
+
+class ConversationReader(Protocol):
+    """What memory extraction reads of a session: the live :class:`Conversation` or a
+    :class:`ConversationView` snapshot of it."""
+
+    @property
+    def cwd(self) -> str | None: ...
+    @property
+    def last_uuid(self) -> str | None: ...
+    @property
+    def last_assistant_has_tool_calls(self) -> bool: ...
+    def messages(self) -> list[ApiMessage]: ...
+
+
+@dataclass(frozen=True)
+class ConversationView:
+    """An immutable snapshot of what readers outside the ingest need: safe to keep and to
+    read on any thread while the live :class:`Conversation` goes on growing."""
+
+    snapshot: tuple[ApiMessage, ...]
+    cwd: str | None
+    last_uuid: str | None
+    last_assistant_has_tool_calls: bool
+
+    def messages(self) -> list[ApiMessage]:
+        return list(self.snapshot)
 
 
 class Conversation:
@@ -222,6 +249,12 @@ class Conversation:
         return extra
 
     # -- messages ------------------------------------------------------------------------------
+
+    def view(self) -> ConversationView:
+        """A snapshot for readers on other threads (take it under the session's lock)."""
+        return ConversationView(
+            tuple(self.messages()), self.cwd, self.last_uuid, self.last_assistant_has_tool_calls
+        )
 
     @property
     def message_count(self) -> int:
