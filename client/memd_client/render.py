@@ -26,6 +26,7 @@ def render_status(s: dict[str, Any]) -> str:
         f"errors    {s['errors_last_hour']} in the last hour"
         + (f" (last: {s['last_error']})" if s["last_error"] else ""),
         *render_spend(s.get("usage"), s.get("guard")),
+        *render_pipeline(s.get("pipeline")),
     ]
     if s["sessions"]:
         lines += ["", render_sessions(s["sessions"])]
@@ -69,6 +70,17 @@ def render_spend(usage: dict[str, Any] | None, guard: dict[str, Any] | None) -> 
                 + (f"; {len(k['parked'])} parked" if k["parked"] else "")
             )
     return lines
+
+
+def render_pipeline(p: dict[str, Any] | None) -> list[str]:
+    if not p:
+        return []
+    line = (
+        f"work      {p['state']}: {p['pending']} pending, last done {_when(p['last_progress_at'])}"
+    )
+    if p["state"] == "stalled":
+        line += "  <- STALLED: work is queued and nothing finished for a long time"
+    return [line]
 
 
 def render_sessions(rows: list[dict[str, Any]]) -> str:

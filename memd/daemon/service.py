@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from memd.clock import Clock, SystemClock
 from memd.compaction.service import CompactionService
 from memd.compaction.strategy import NotesInput
 from memd.config import LoadedConfig
+from memd.daemon.health import Health
 from memd.daemon.notify import Notifier
 from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
@@ -47,22 +47,6 @@ log = logging.getLogger(__name__)
 SESSIONS_FILE = "sessions.json"
 NOTES_RUN_TIMEOUT_S = 300.0
 LEDGER_FLUSH_S = 30.0
-
-
-@dataclass
-class Health:
-    """Errors seen by background work, for ``status`` (R-B8)."""
-
-    errors: list[tuple[float, str]] = field(default_factory=list)
-
-    def record(self, message: str) -> None:
-        now = time.time()
-        self.errors = [(t, m) for t, m in self.errors if now - t < 3600.0][-99:]
-        self.errors.append((now, message))
-
-    def last_hour(self) -> list[tuple[float, str]]:
-        now = time.time()
-        return [(t, m) for t, m in self.errors if now - t < 3600.0]
 
 
 class Daemon:
@@ -358,6 +342,7 @@ async def _run_ingest(daemon: Daemon) -> None:
         path = await daemon.ingest_queue.get()
         try:
             await daemon.registry.ingest(path)
+            daemon.health.progressed()
         except OSError as exc:
             daemon.health.record(f"cannot read {path}: {exc}")
             log.warning("cannot read %s: %s", path, exc)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd import __version__
 from memd.config import config_as_dict
+from memd.daemon.health import pipeline_report
 from memd.ipc.compaction_methods import compaction_methods
 from memd.ipc.memory_methods import memory_methods
 from memd.ipc.notes_methods import notes_methods
@@ -126,6 +127,9 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
     queue = daemon.ingest_queue.statistics()
     rows = sorted(daemon.registry.states(), key=lambda s: s.mtime, reverse=True)
     errors = daemon.health.last_hour()
+    notes = daemon.notes.statistics([s.session_id for s in rows[:limit]]).as_dict()
+    memory = daemon.memory.statistics()
+    guard = daemon.guard.statistics().as_dict()
     return {
         "daemon": {
             "version": __version__,
@@ -150,10 +154,19 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
             "queued": queue.queued,
             "running": queue.running,
         },
-        "notes": daemon.notes.statistics([s.session_id for s in rows[:limit]]).as_dict(),
-        "memory": daemon.memory.statistics(),
+        "notes": notes,
+        "memory": memory,
         "usage": daemon.ledger.statistics().as_dict(),
-        "guard": daemon.guard.statistics().as_dict(),
+        "guard": guard,
+        "pipeline": pipeline_report(
+            notes=notes,
+            memory=memory,
+            ingest_pending=queue.queued + queue.running,
+            health=daemon.health,
+            started_at=daemon.started_at,
+            paused_until=guard["budget"]["paused_until"],
+            stall_after_s=daemon.loaded.config.daemon.stall_after_minutes * 60.0,
+        ),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
         "sessions": [session_row(daemon, s) for s in rows[:limit]],
