@@ -21,26 +21,16 @@ from memd.compaction.retry import GiveUp, Retry, plan_retry
 from memd.compaction.threshold import Trigger
 from memd.config import CompactionConfig
 from memd.errors import CompactionFailed, PromptTooLong
+from memd.llm.client import TokenCounts
 
 DEFAULT_SUMMARY_MAX_TOKENS = 20_000
-
-
-class UsageLike(Protocol):
-    @property
-    def input_tokens(self) -> int: ...
-    @property
-    def output_tokens(self) -> int: ...
-    @property
-    def cache_creation_input_tokens(self) -> int: ...
-    @property
-    def cache_read_input_tokens(self) -> int: ...
 
 
 class ReplyLike(Protocol):
     @property
     def content(self) -> list[dict[str, Any]]: ...
     @property
-    def usage(self) -> UsageLike: ...
+    def usage(self) -> TokenCounts: ...
 
 
 class SummaryLLM(Protocol):
@@ -171,7 +161,7 @@ class Spent:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
 
-    def add(self, usage: UsageLike | None) -> Spent:
+    def add(self, usage: TokenCounts | None) -> Spent:
         if usage is None:
             return Spent(self.api_calls + 1, *self._tokens())
         return Spent(

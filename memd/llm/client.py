@@ -34,6 +34,20 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
 
+class TokenCounts(Protocol):
+    """The four figures of one API response's usage (:class:`Usage` fits; so do
+    test doubles)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cache_creation_input_tokens(self) -> int: ...
+    @property
+    def cache_read_input_tokens(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Usage:
     """Tokens one call was billed for, as the API reports them."""

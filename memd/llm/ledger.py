@@ -33,7 +33,7 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -41,6 +41,7 @@ import anyio.to_thread
 
 from memd.atomic import write_atomic
 from memd.clock import Clock
+from memd.llm.client import TokenCounts
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +55,6 @@ MAX_RAW_RECORDS = 5_000
 RETENTION_S = 8 * DAY_S
 LEDGER_FILE = "usage-ledger.json"
 FORMAT_VERSION = 1
-
-
-class TokenCounts(Protocol):
-    """The four figures of one API response's usage (``memd.llm.client.Usage`` fits)."""
-
-    @property
-    def input_tokens(self) -> int: ...
-    @property
-    def output_tokens(self) -> int: ...
-    @property
-    def cache_creation_input_tokens(self) -> int: ...
-    @property
-    def cache_read_input_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True)
