@@ -45,6 +45,7 @@ class SessionState:
     last_timestamp: str = ""
     last_uuid: str = ""
     cwd: str = ""
+    slug: str = ""  # Claude Code's readable session name (plan files are named after it)
     parsed: bool = False  # has memd ever read this file?
 
     @classmethod

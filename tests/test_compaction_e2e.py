@@ -95,6 +95,9 @@ def test_full_compaction_through_the_daemon(tmp_path: Path) -> None:
         )
         with fake_home(tmp_path, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=api.url) as home:
             target = install_session(home, BIG, "s2")
+            plan = home.root / ".claude" / "plans" / "squishy-launching-pelican.md"
+            plan.parent.mkdir(parents=True)
+            plan.write_text("# Plan\n1. match names\n")
             proc = start_memd(home)
             try:
                 wait_ingested(home, "s2", target.stat().st_size)
@@ -110,6 +113,10 @@ def test_full_compaction_through_the_daemon(tmp_path: Path) -> None:
                 assert "Primary request" in text and "private" not in text
                 sent = api.requests()
                 assert len(sent) == 1 and not sent[0]["body"].get("tools")
+                assert result["restore"]["plan"] == {
+                    "path": str(plan),
+                    "content": "# Plan\n1. match names\n",
+                }
                 usage = call(home, "status")["usage"]
                 assert usage["by_kind"]["compact"]["calls"] == 1
             finally:

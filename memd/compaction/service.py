@@ -106,6 +106,17 @@ def messages_from_client(raw: Sequence[Any]) -> list[Msg]:
     return out
 
 
+def plan_file(claude_dir: Path, slug: str | None) -> dict[str, str] | None:
+    """The session's plan (``<claude_dir>/plans/<slug>.md``), read now, if it exists."""
+    if not slug or "/" in slug or slug.startswith("."):
+        return None
+    path = claude_dir / "plans" / f"{slug}.md"
+    try:
+        return {"path": str(path), "content": path.read_text(encoding="utf-8")}
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def session_start_context(cwd: Path | None, home: Path) -> list[dict[str, str]]:
     """CLAUDE.md files that start every session: the user's, then the project's, root first."""
     found: list[Path] = [home / ".claude" / "CLAUDE.md"]
@@ -129,11 +140,13 @@ class CompactionService:
         state_dir: Path,
         *,
         home: Path,
+        claude_dir: Path,
         ledger: Ledger,
         get_llm: Callable[[], LLM | Disabled | None],
     ) -> None:
         self.config = config
         self.home = home
+        self.claude_dir = claude_dir
         self.ledger = ledger
         self.get_llm = get_llm
         self.notes_for: NotesProvider | None = None
@@ -239,6 +252,7 @@ class CompactionService:
         custom_instructions: str | None,
         cwd: Path | None,
         transcript_path: str | None,
+        slug: str | None = None,
     ) -> dict[str, Any]:
         key = session_id or ""
         breaker = self._breakers.get(key, BreakerState())
@@ -273,16 +287,17 @@ class CompactionService:
         if key:
             await self._set_breaker(key, breaker.after_success())
         self._record(outcome, project, key)
-        return await self._result(msgs, outcome, cwd)
+        return await self._result(msgs, outcome, cwd, slug)
 
     async def _result(
-        self, before: list[Msg], outcome: Outcome, cwd: Path | None
+        self, before: list[Msg], outcome: Outcome, cwd: Path | None, slug: str | None
     ) -> dict[str, Any]:
         restored = await files_to_restore(
             before, outcome, estimate=estimate_content, cfg=self.config.compaction, cwd=cwd
         )
         index = await self.memory_index_for(str(cwd)) if self.memory_index_for and cwd else None
         context = await anyio.to_thread.run_sync(session_start_context, cwd, self.home)
+        plan = await anyio.to_thread.run_sync(plan_file, self.claude_dir, slug)
         return {
             "compacted": True,
             "level": outcome.level,
@@ -296,6 +311,7 @@ class CompactionService:
             "restore": {
                 "files": [asdict(f) for f in restored],
                 "claude_md": context,
+                "plan": plan,
                 "memory_index": index,
             },
         }

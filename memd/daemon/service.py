@@ -111,6 +111,7 @@ class Daemon:
             loaded.config,
             loaded.paths.state_dir,
             home=Path(env.get("HOME") or Path.home()),
+            claude_dir=loaded.paths.claude_dir,
             ledger=self.ledger,
             get_llm=lambda: self.llm,
         )

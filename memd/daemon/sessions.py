@@ -332,3 +332,4 @@ def _publish_figures(conv: Conversation, state: SessionState) -> None:
     state.last_timestamp = conv.last_timestamp or ""
     state.last_uuid = conv.last_uuid or ""
     state.cwd = conv.cwd or state.cwd
+    state.slug = conv.slug or state.slug

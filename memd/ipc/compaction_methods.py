@@ -56,6 +56,7 @@ def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
             custom_instructions=opt_str(params, "custom_instructions"),
             cwd=Path(cwd) if cwd else None,
             transcript_path=state.path if state else None,
+            slug=state.slug if state else None,
         )
 
     async def microcompact(params: dict[str, Any]) -> Any:

@@ -105,6 +105,7 @@ class Conversation:
         self.turn_ends = 0
         self.last_timestamp: str | None = None
         self.cwd: str | None = None
+        self.slug: str | None = None
         self.session_id: str | None = None
         self._entries: dict[str, Entry] = {}
         self._seq: dict[str, int] = {}
@@ -173,6 +174,8 @@ class Conversation:
             self.last_timestamp = entry.timestamp
         if entry.cwd is not None:
             self.cwd = entry.cwd
+        if entry.slug is not None:
+            self.slug = entry.slug
         if entry.session_id is not None:
             self.session_id = entry.session_id
         if isinstance(entry, AssistantEntry):

@@ -42,6 +42,7 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     timestamp: str | None = None
     cwd: str | None = None
     session_id: str | None = None
+    slug: str | None = None  # the session's readable name; also names its plan file
 
 
 class UserEntry(_Envelope, frozen=True, kw_only=True, gc=False):

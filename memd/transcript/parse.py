@@ -68,6 +68,7 @@ class _WireLine(msgspec.Struct, gc=False):
     subtype: str | None = None
     timestamp: str | None = None
     cwd: str | None = None
+    slug: str | None = None
     sessionId: str | None = None
     compactMetadata: _WireCompact | None = None
     message: _WireMessage | None = None
@@ -125,6 +126,7 @@ def _to_entry(wire: _WireLine) -> Entry | None:
                 is_sidechain=wire.isSidechain is True,
                 timestamp=wire.timestamp,
                 cwd=wire.cwd,
+                slug=wire.slug,
                 session_id=wire.sessionId,
             )
         case "attachment":
@@ -134,6 +136,7 @@ def _to_entry(wire: _WireLine) -> Entry | None:
                 is_sidechain=wire.isSidechain is True,
                 timestamp=wire.timestamp,
                 cwd=wire.cwd,
+                slug=wire.slug,
                 session_id=wire.sessionId,
             )
         case _:
@@ -155,6 +158,7 @@ def _user(wire: _WireLine, uuid: str) -> UserEntry:
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
         cwd=wire.cwd,
+        slug=wire.slug,
         session_id=wire.sessionId,
         content=content,
         is_meta=wire.isMeta is True,
@@ -173,6 +177,7 @@ def _assistant(wire: _WireLine, uuid: str) -> AssistantEntry:
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
         cwd=wire.cwd,
+        slug=wire.slug,
         session_id=wire.sessionId,
         message_id=message.id or uuid,
         model=message.model,
@@ -199,6 +204,7 @@ def _system(wire: _WireLine, uuid: str) -> SystemEntry:
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
         cwd=wire.cwd,
+        slug=wire.slug,
         session_id=wire.sessionId,
         subtype=wire.subtype,
         logical_parent_uuid=wire.logicalParentUuid,
