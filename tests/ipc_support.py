@@ -131,6 +131,7 @@ async def serving(
     table: Mapping[str, Handler] | None = None,
     *,
     request_timeout: float = 10.0,
+    method_timeouts: Mapping[str, float] | None = None,
 ) -> AsyncIterator[tuple[Server, TaskGroup]]:
     """Run a server on ``path`` for the body of the block, then cancel it."""
     async with anyio.create_task_group() as tg:
@@ -141,6 +142,7 @@ async def serving(
                 methods() if table is None else table,
                 max_frame_bytes=FRAME_LIMIT,
                 request_timeout=request_timeout,
+                method_timeouts=method_timeouts,
             )
         )
         yield server, tg

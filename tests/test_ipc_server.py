@@ -228,6 +228,24 @@ async def test_a_request_past_the_timeout_gets_a_timeout_reply(sock_path: Path) 
         await conn.aclose()
 
 
+async def test_a_method_with_its_own_limit_outlives_the_default(sock_path: Path) -> None:
+    """Regression: extract and compact may run longer than the default request timeout."""
+
+    async def slow(params: dict[str, Any]) -> Any:
+        await anyio.sleep(0.2)
+        return {"done": True}
+
+    table = {**methods(), "slow": slow}
+    async with serving(sock_path, table, request_timeout=0.05, method_timeouts={"slow": 5.0}):
+        conn = await RawConnection.open(sock_path)
+        await conn.request(1, "slow")
+        assert await conn.reply() == p.Success(1, {"done": True})
+        await conn.request(2, "hang")
+        reply = await conn.reply()
+        assert isinstance(reply, p.Failure) and reply.code == p.TIMEOUT
+        await conn.aclose()
+
+
 # -- framing abuse --------------------------------------------------------------------------
 
 

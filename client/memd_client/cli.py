@@ -30,6 +30,9 @@ from memd_client.render import (
 )
 
 EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_DOWN, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
+DEFAULT_TIMEOUT_S = 10.0
+# An extraction run is waited for up to 60 s; a full compaction is a model call or more.
+LONG_TIMEOUTS = {"extract": 90.0, "compact": 600.0}
 
 EPILOG = """\
 exit codes: 0 ok, 1 the daemon reported an error, 2 usage error, 3 daemon not running,
@@ -46,7 +49,9 @@ def _common() -> argparse.ArgumentParser:
         help="daemon socket (default: $MEMD_SOCKET or the standard path)",
     )
     common.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
+        "--timeout",
+        type=float,
+        help="seconds to wait for the daemon (default 10; extract 90, compact 600)",
     )
     return common
 
@@ -143,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_install_hooks(args)
     command: Callable[[Client, argparse.Namespace], int] = COMMANDS[args.command]
     try:
-        with Client(Path(args.socket) if args.socket else None, timeout=args.timeout) as client:
+        timeout = args.timeout or LONG_TIMEOUTS.get(args.command, DEFAULT_TIMEOUT_S)
+        with Client(Path(args.socket) if args.socket else None, timeout=timeout) as client:
             return command(client, args)
     except DaemonNotRunning as exc:
         print(f"memdctl: {exc}", file=sys.stderr)

@@ -219,7 +219,7 @@ class Daemon:
 async def run_daemon(
     daemon: Daemon, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    from memd.ipc.handlers import method_table
+    from memd.ipc.handlers import method_table, method_timeouts
 
     paths = daemon.loaded.paths
     cfg = daemon.loaded.config
@@ -243,6 +243,7 @@ async def run_daemon(
                 method_table(daemon),
                 max_frame_bytes=cfg.ipc.max_frame_bytes,
                 request_timeout=cfg.ipc.request_timeout_s,
+                method_timeouts=method_timeouts(daemon),
             )
         )
         daemon.notifier.ready(f"serving on {paths.socket_path}")

@@ -18,7 +18,7 @@ from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.ipc.compaction_methods import compaction_methods
 from memd.ipc.memory_methods import memory_methods
-from memd.ipc.notes_methods import notes_methods
+from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S, notes_methods
 from memd.ipc.params import find_session, int_param, opt_str
 from memd.ipc.server import Handler
 from memd.llm.client import Disabled
@@ -27,6 +27,19 @@ from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
+
+
+def method_timeouts(daemon: Daemon) -> dict[str, float]:
+    """Limits for the methods that may run longer than ``ipc.request_timeout_s``."""
+    cfg = daemon.loaded.config
+    summary = cfg.llm.timeout_s * (cfg.compaction.ptl_max_retries + 1)
+    notes_wait = cfg.session_notes.wait_timeout_s
+    return {
+        "compact": summary + notes_wait + 30.0,
+        "extract": MAX_EXTRACT_WAIT_S + 10.0,
+        "wait_extraction": notes_wait + 10.0,
+        "recall": cfg.memory.recall_timeout_s + 10.0,
+    }
 
 
 def method_table(daemon: Daemon) -> dict[str, Handler]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from memd.daemon.service import Daemon
 
 EXTRACT_WAIT_S = 20.0
+MAX_EXTRACT_WAIT_S = 300.0
 
 
 def notes_methods(daemon: Daemon) -> dict[str, Handler]:
@@ -32,8 +33,8 @@ def notes_methods(daemon: Daemon) -> dict[str, Handler]:
         if opted is not None:
             raise InvalidParams(f"memory work is off for this project: {opted}")
         wait = params.get("wait", EXTRACT_WAIT_S)
-        if not isinstance(wait, int | float) or isinstance(wait, bool) or wait < 0:
-            raise InvalidParams("'wait' must be a number of seconds")
+        if not isinstance(wait, int | float) or isinstance(wait, bool) or not 0 <= wait <= 300:
+            raise InvalidParams(f"'wait' must be 0 to {MAX_EXTRACT_WAIT_S:g} seconds")
         status = await daemon.notes.extract(state.session_id, wait_s=float(wait) or None)
         return status.as_dict()
 

@@ -101,12 +101,16 @@ class Server:
         *,
         max_frame_bytes: int,
         request_timeout: float,
+        method_timeouts: Mapping[str, float] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_PER_CONNECTION,
     ) -> None:
         self.path = path
         self.methods = methods
         self.max_frame_bytes = max_frame_bytes
         self.request_timeout = request_timeout
+        # Methods that legitimately run long (a summary call, waiting for an extraction)
+        # name their own limit; everything else gets request_timeout.
+        self.method_timeouts = dict(method_timeouts or {})
         self.max_in_flight = max_in_flight
         self._accepting = True
         self._accept_scope = anyio.CancelScope()
@@ -218,15 +222,14 @@ class Server:
             )
         if not self._accepting:
             return self.error_frame(request.id, p.UNAVAILABLE, "memd is shutting down")
+        limit = self.method_timeouts.get(request.method, self.request_timeout)
         try:
-            with anyio.move_on_after(self.request_timeout):
+            with anyio.move_on_after(limit):
                 return self._encode_result(request, await handler(request.params))
         except Exception as exc:  # noqa: BLE001 - the per-request isolation boundary
             return self._error_for(request, exc)
         return self.error_frame(
-            request.id,
-            p.TIMEOUT,
-            f"{request.method} did not finish within {self.request_timeout}s",
+            request.id, p.TIMEOUT, f"{request.method} did not finish within {limit:g}s"
         )
 
     def _encode_result(self, request: p.Request, result: Any) -> bytes:
@@ -380,6 +383,7 @@ async def run_server(
     *,
     max_frame_bytes: int,
     request_timeout: float,
+    method_timeouts: Mapping[str, float] | None = None,
     task_status: anyio.abc.TaskStatus[Server] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``methods`` on the Unix socket ``path`` until cancelled (see the module doc).
@@ -389,5 +393,11 @@ async def run_server(
     nobody answers on; binds 0600; passes the :class:`Server` to ``task_status.started``;
     unlinks the socket on the way out.
     """
-    server = Server(path, methods, max_frame_bytes=max_frame_bytes, request_timeout=request_timeout)
+    server = Server(
+        path,
+        methods,
+        max_frame_bytes=max_frame_bytes,
+        request_timeout=request_timeout,
+        method_timeouts=method_timeouts,
+    )
     await server.run(task_status=task_status)
