@@ -139,6 +139,21 @@ def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
             assert done.returncode == 0, done.stderr
             assert "would use level 2" in done.stdout
             assert "no notes" in done.stdout
+            assert "live context with system prompt and tools" in done.stdout
+            wait_for(
+                lambda: call(home, "status")["llm"]["reason"].startswith("disabled"),
+                timeout=10,
+                what="the model client to be set up",
+            )
+            notes = subprocess.run(
+                [sys.executable, "-m", "memd_client.cli", "notes", "s3"],
+                env=home.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert notes.returncode == 0, notes.stderr
+            assert "session notes are disabled: no API key" in notes.stdout
         finally:
             assert stop_memd(proc) == 0
 

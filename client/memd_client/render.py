@@ -146,9 +146,12 @@ def render_recall(r: dict[str, Any]) -> str:
 def render_notes(v: dict[str, Any]) -> str:
     if v["text"] is None:
         st = v["status"]
+        head = f"no notes yet for {v['session_id']} ({v['path']})"
+        if v.get("disabled"):
+            return f"{head}; session notes are {v['disabled']}"
         return (
-            f"no notes yet for {v['session_id']} ({v['path']}); the first extraction starts at "
-            f"{_k(st['next_trigger_tokens'])} tokens of context (now {_k(st['context_tokens'])})"
+            f"{head}; the first extraction starts at {_k(st['next_trigger_tokens'])} tokens "
+            f"of context (now {_k(st['context_tokens'])})"
         )
     return str(v["text"]).rstrip("\n")
 
@@ -168,7 +171,9 @@ def render_notes_status(s: dict[str, Any]) -> str:
 
 def render_compact(r: dict[str, Any]) -> str:
     if r.get("dry_run"):
-        head = f"would use level {r['level']}: {_k(r['tokens_before'])} tokens now"
+        head = f"would use level {r['level']}: the messages hold ~{_k(r['tokens_before'])} tokens"
+        if r.get("context_tokens"):
+            head += f" (live context with system prompt and tools: {_k(r['context_tokens'])})"
         if r["level"] == 1:
             return (
                 f"{head} -> {_k(r['tokens_after'])} after (no model call)\n"

@@ -328,15 +328,17 @@ async def _open_llm(daemon: Daemon) -> None:
 async def _run_startup_scan(daemon: Daemon) -> None:
     """Stat the whole history, queue the active sessions; once more shortly after, to close
     the gap between the scan and the watcher's first event."""
+    queued = 0
     for delay in (0.0, 1.0):
         await anyio.sleep(delay)
         wanted = await anyio.to_thread.run_sync(daemon.registry.discover)
         for path in wanted:
             daemon.ingest_queue.mark_nowait(path)
+        queued += len(wanted)
         daemon.state_changed.set()
     stats = daemon.registry.statistics()
     daemon.notifier.status(f"{stats.sessions} sessions known, {stats.parsed} parsed")
-    log.info("startup scan: %d sessions known, %d queued", stats.sessions, len(wanted))
+    log.info("startup scan: %d sessions known, %d queued for reading", stats.sessions, queued)
 
 
 async def _run_ingest(daemon: Daemon) -> None:

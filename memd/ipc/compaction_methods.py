@@ -45,7 +45,8 @@ def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
         sid = state.session_id if state else None
         if params.get("dry_run"):
             path = state.path if state else None
-            return await svc.dry_run(msgs, sid, window, trigger=trigger, transcript_path=path)
+            plan = await svc.dry_run(msgs, sid, window, trigger=trigger, transcript_path=path)
+            return {**plan, "context_tokens": state.context_tokens if state else None}
         cwd = opt_str(params, "cwd") or (state.cwd if state else None)
         return await svc.compact(
             msgs,

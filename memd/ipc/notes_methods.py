@@ -20,7 +20,8 @@ def notes_methods(daemon: Daemon) -> dict[str, Handler]:
         """Params: ``session``. Result: the notes text (None before the first extraction),
         path, template, the last summarized message id and the session's notes status."""
         state = find_session(daemon, opt_str(params, "session"))
-        return (await daemon.notes.read_notes(state.session_id)).as_dict()
+        view = (await daemon.notes.read_notes(state.session_id)).as_dict()
+        return {**view, "disabled": daemon.notes.disabled_reason}
 
     async def extract(params: dict[str, Any]) -> Any:
         """Params: ``session``, ``wait`` (seconds to wait for the run, default 20; 0 = queue
