@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
 from memd.compaction import prompts
 from memd.compaction.api_form import repair
@@ -21,31 +21,9 @@ from memd.compaction.retry import GiveUp, Retry, plan_retry
 from memd.compaction.threshold import Trigger
 from memd.config import CompactionConfig
 from memd.errors import CompactionFailed, PromptTooLong
-from memd.llm.client import TokenCounts
+from memd.llm.client import LLM, TokenCounts
 
 DEFAULT_SUMMARY_MAX_TOKENS = 20_000
-
-
-class ReplyLike(Protocol):
-    @property
-    def content(self) -> list[dict[str, Any]]: ...
-    @property
-    def usage(self) -> TokenCounts: ...
-
-
-class SummaryLLM(Protocol):
-    """The part of ``memd.llm.client.LLM`` compaction uses."""
-
-    async def create_message(
-        self,
-        *,
-        model: str,
-        system: str | list[dict[str, Any]],
-        messages: list[dict[str, Any]],
-        max_tokens: int,
-        tools: list[dict[str, Any]] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - the LLM contract's per-call limit
-    ) -> ReplyLike: ...
 
 
 @dataclass(frozen=True)
@@ -200,7 +178,7 @@ class FullResult:
 
 
 async def compact_full(
-    llm: SummaryLLM,
+    llm: LLM,
     model: str,
     msgs: Sequence[Msg],
     *,

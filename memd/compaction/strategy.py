@@ -16,7 +16,6 @@ from memd.compaction.boundaries import CompactBoundary
 from memd.compaction.full import (
     DEFAULT_SUMMARY_MAX_TOKENS,
     Spent,
-    SummaryLLM,
     compact_full,
 )
 from memd.compaction.message import Msg, TokenEstimator
@@ -30,6 +29,7 @@ from memd.compaction.session_memory import FallThrough, compact_with_notes
 from memd.compaction.threshold import Trigger
 from memd.config import CompactionConfig
 from memd.errors import LLMDisabled
+from memd.llm.client import LLM
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ async def compact(
     msgs: Sequence[Msg],
     *,
     notes: NotesInput | None,
-    llm: SummaryLLM | None,
+    llm: LLM | None,
     model: str,
     threshold: int,
     cfg: CompactionConfig,
