@@ -108,6 +108,8 @@ def parse_line(line: bytes) -> Entry | None:
     return _to_entry(wire)
 
 
+# Each constructor below spells out the envelope fields (uuid … session_id) rather than
+# sharing a dict of them: building that dict per line measured ~6% of ingest throughput.
 def _to_entry(wire: _WireLine) -> Entry | None:
     uuid = wire.uuid
     if uuid is None:
