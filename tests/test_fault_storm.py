@@ -144,12 +144,6 @@ async def _cancel_after(
     tg.cancel_scope.cancel()
 
 
-@pytest.fixture
-def api() -> Iterator[LoopbackAPI]:
-    with LoopbackAPI() as server:
-        yield server
-
-
 @pytest.mark.anyio
 async def test_an_hour_of_failures_stays_within_backoff_and_budget(
     api: LoopbackAPI, tmp_path: Path

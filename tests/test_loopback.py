@@ -39,12 +39,6 @@ def cached_system(text: str = LONG_SYSTEM) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def api() -> Iterator[LoopbackAPI]:
-    with LoopbackAPI() as server:
-        yield server
-
-
-@pytest.fixture
 def http() -> Iterator[httpx2.Client]:
     with httpx2.Client(trust_env=False, timeout=10) as client:
         yield client

@@ -4,16 +4,15 @@ loopback Messages-API server (the scripted agent writes with Write/Edit tool cal
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memd.clock import FakeClock
-from memd.config import LLMConfig
 from memd.errors import LLMError
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.client import LLM
 from memd.llm.ledger import Ledger
 from memd.memory import prompts
 from memd.memory.cursors import CursorStore, SessionCursor
@@ -148,20 +147,6 @@ def test_the_system_prompt_states_the_rules() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Runs against the loopback server
-
-
-@pytest.fixture
-def api() -> Iterator[LoopbackAPI]:
-    with LoopbackAPI() as server:
-        yield server
-
-
-@pytest.fixture
-async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
-    opened = open_llm(LLMConfig(), {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": api.url})
-    assert not isinstance(opened, Disabled)
-    yield opened
-    await close_llm(opened)
 
 
 @pytest.fixture

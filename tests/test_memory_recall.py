@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import anyio
 import pytest
 
 from memd.clock import FakeClock, SystemClock
-from memd.config import Config, LLMConfig, MemoryConfig
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.config import Config, MemoryConfig
+from memd.llm.client import LLM, Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.memory.freshness import RECALL_CAVEAT
@@ -68,20 +67,6 @@ def write_memories(memory_dir: Path, now: float) -> None:
         )
         stamp = now - days * DAY - 60.0
         os.utime(path, (stamp, stamp))
-
-
-@pytest.fixture
-def api() -> Iterator[LoopbackAPI]:
-    with LoopbackAPI() as server:
-        yield server
-
-
-@pytest.fixture
-async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
-    opened = open_llm(LLMConfig(), {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": api.url})
-    assert not isinstance(opened, Disabled)
-    yield opened
-    await close_llm(opened)
 
 
 @pytest.fixture

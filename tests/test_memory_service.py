@@ -5,7 +5,6 @@ loopback Messages-API server."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,9 +13,9 @@ import anyio.abc
 import pytest
 
 from memd.clock import FakeClock
-from memd.config import Config, LLMConfig, MemoryConfig, PrivacyConfig
+from memd.config import Config, MemoryConfig, PrivacyConfig
 from memd.errors import NotFound
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.client import LLM, Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.memory.cursors import CursorStore
@@ -35,20 +34,6 @@ TOPIC = (
     "description: Never mock Postgres in integration tests\ntype: feedback\n"
     "---\n\nUse make test-db.\n"
 )
-
-
-@pytest.fixture
-def api() -> Iterator[LoopbackAPI]:
-    with LoopbackAPI() as server:
-        yield server
-
-
-@pytest.fixture
-async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
-    opened = open_llm(LLMConfig(), {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": api.url})
-    assert not isinstance(opened, Disabled)
-    yield opened
-    await close_llm(opened)
 
 
 def scripted_extractor(api: LoopbackAPI) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,8 @@ from memd.agent.runner import (
 )
 from memd.agent.tools import Tool, ToolResult, make_tools
 from memd.clock import FakeClock
-from memd.config import LLMConfig
 from memd.errors import Overloaded
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.client import LLM
 from memd.llm.ledger import LEDGER_FILE, Ledger
 from memd.testing import loopback_replies as replies
 from memd.testing.api_rules import count_cache_breakpoints
@@ -61,14 +60,6 @@ def edit_only(path: Path) -> dict[str, Tool]:
 def api() -> Iterator[LoopbackAPI]:
     with LoopbackAPI(min_cache_tokens=256) as server:
         yield server
-
-
-@pytest.fixture
-async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
-    opened = open_llm(LLMConfig(base_url=api.url, timeout_s=30.0), {"ANTHROPIC_API_KEY": "test"})
-    assert not isinstance(opened, Disabled)
-    yield opened
-    await close_llm(opened)
 
 
 @pytest.fixture

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memd.clock import FakeClock
-from memd.config import LLMConfig
 from memd.errors import AgentError, BadRequest
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.client import LLM
 from memd.llm.ledger import Ledger
 from memd.session import extract
 from memd.session.extract import ChunkDone, NotesJob, NotesSettings, extract_notes, load_setup
@@ -40,20 +39,6 @@ SECRETS = {
     "pem_body": "MIIEowIBAAKCAQEA7xq1vjS0EXAMPLEKEYBODY",
     "private": "the launch codes are 0000",
 }
-
-
-@pytest.fixture
-def api() -> Iterator[LoopbackAPI]:
-    with LoopbackAPI() as server:
-        yield server
-
-
-@pytest.fixture
-async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
-    opened = open_llm(LLMConfig(base_url=api.url, timeout_s=30.0), {"ANTHROPIC_API_KEY": "test"})
-    assert not isinstance(opened, Disabled)
-    yield opened
-    await close_llm(opened)
 
 
 @pytest.fixture

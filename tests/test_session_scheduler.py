@@ -15,9 +15,9 @@ import anyio
 import pytest
 
 from memd.clock import FakeClock
-from memd.config import BudgetConfig, LLMConfig
+from memd.config import BudgetConfig
 from memd.errors import LLMDisabled, NotFound
-from memd.llm.client import LLM, Disabled, Usage, close_llm, open_llm
+from memd.llm.client import LLM, Disabled, Usage
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.session.runs import SessionSource
@@ -46,14 +46,6 @@ def api() -> Iterator[LoopbackAPI]:
     with LoopbackAPI() as server:
         server.set_handler(scripted_agent(edit_current_state("Working on the parser.")))
         yield server
-
-
-@pytest.fixture
-async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
-    opened = open_llm(LLMConfig(base_url=api.url, timeout_s=30.0), {"ANTHROPIC_API_KEY": "test"})
-    assert not isinstance(opened, Disabled)
-    yield opened
-    await close_llm(opened)
 
 
 @dataclass
