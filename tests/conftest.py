@@ -6,10 +6,23 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from memd.config import LLMConfig
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.testing.loopback import LoopbackAPI
+
+# One Hypothesis profile for every @given, loaded before any test module is imported so each
+# @settings(...) in the suite inherits it: no deadline and no "too slow" or "too large" health
+# checks, which fail on a loaded 2-core machine or a cold .hypothesis cache while finding
+# nothing. Example counts stay as each test sets them.
+settings.register_profile(
+    "memd",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.load_profile("memd")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRANSCRIPTS = SHARED / "data" / "transcripts"
