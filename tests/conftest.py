@@ -24,7 +24,18 @@ settings.register_profile(
 )
 settings.load_profile("memd")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+def _find_shared() -> Path:
+    """The shared data dir: ``shared/`` beside the checkout or any folder above it (a git
+    worktree under ``wt/<name>`` sits one level deeper than the main checkout)."""
+    here = Path(__file__).resolve()
+    for folder in here.parents[1:]:
+        if (folder / "shared" / "data" / "transcripts").is_dir():
+            return folder / "shared"
+    return here.parents[2] / "shared"
+
+
+SHARED = _find_shared()
 TRANSCRIPTS = SHARED / "data" / "transcripts"
 
 
