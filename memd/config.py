@@ -161,6 +161,13 @@ class IPCConfig:
 
 
 @dataclass(frozen=True)
+class McpConfig:
+    """The ``memd-mcp`` face for other agents (R-I8)."""
+
+    remember_max_bytes: int = 4_096  # content of one memory written through ``remember``
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     shutdown_grace_s: float = 10.0
     state_flush_s: float = 2.0
@@ -181,6 +188,7 @@ class Config:
     hook: HookConfig = field(default_factory=HookConfig)
     ipc: IPCConfig = field(default_factory=IPCConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
 
 
 @dataclass(frozen=True)

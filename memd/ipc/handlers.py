@@ -17,6 +17,7 @@ from memd import __version__
 from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.ipc.compaction_methods import compaction_methods
+from memd.ipc.mcp_methods import mcp_methods
 from memd.ipc.memory_methods import memory_methods
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S, notes_methods
 from memd.ipc.params import find_session, int_param, opt_str
@@ -100,6 +101,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         **compaction_methods(daemon),
         **notes_methods(daemon),
         **memory_methods(daemon),
+        **mcp_methods(daemon),
     }
 
 

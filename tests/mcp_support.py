@@ -1,0 +1,48 @@
+"""Drive the real ``memd-mcp`` process with the MCP SDK's own client over stdio."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp_types import CallToolResult, Implementation, TextContent
+
+from tests.daemon_harness import Home
+
+
+@asynccontextmanager
+async def mcp_session(
+    home: Home, cwd: Path, *, client: str = "codex-test", env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
+    """A fresh ``python -m memd.mcp`` process in ``cwd`` and an initialized SDK session."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memd.mcp"],
+        env={**home.env, **(env or {})},
+        cwd=str(cwd),
+    )
+    info = Implementation(name=client, version="1.0")
+    # The server's stderr goes to a file beside the daemon's log (the SDK wants a text file).
+    with open(home.root / "memd-mcp.log", "a") as errlog:  # noqa: ASYNC230 - a local file
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, client_info=info) as session,
+        ):
+            with anyio.fail_after(30):
+                await session.initialize()
+            yield session
+
+
+async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> CallToolResult:
+    with anyio.fail_after(30):
+        return await session.call_tool(tool, args)
+
+
+def text_of(result: CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, TextContent))

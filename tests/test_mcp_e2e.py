@@ -1,0 +1,217 @@
+"""``memd-mcp`` end to end: the real server process, the SDK's client over stdio, the real
+daemon. Tools and schemas, remember → recall in a fresh session, read_memory, redaction,
+the Claude Code hook seeing what another agent saved, and failing open with the daemon down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mcp_types import TextResourceContents
+
+from memd.memory.paths import memory_dir
+from tests.daemon_harness import Home, fake_home, start_memd, stop_memd
+from tests.mcp_support import call, mcp_session, text_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+TOOLS = {"recall", "list_memories", "read_memory", "remember", "session_notes", "memory_status"}
+
+
+def make_project(tmp_path: Path) -> Path:
+    repo = tmp_path / "work" / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    return repo
+
+
+def hook_prompt(home: Home, cwd: Path, prompt: str) -> str:
+    event = {
+        "session_id": "claude-1",
+        "cwd": str(cwd),
+        "transcript_path": "/nonexistent",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": prompt,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "memd_client.hook"],
+        input=json.dumps(event).encode(),
+        env=home.env,
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 0 and done.stderr == b""
+    text: str = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
+    return text
+
+
+async def test_tools_remember_recall_read_and_the_hook(tmp_path: Path) -> None:
+    repo = make_project(tmp_path)
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            async with mcp_session(home, repo / "src", client="codex-test") as session:
+                listed = {t.name: t for t in (await session.list_tools()).tools}
+                assert set(listed) == TOOLS
+                for tool in listed.values():
+                    assert tool.description and len(tool.description) > 60
+                    assert tool.input_schema["type"] == "object"
+                schema = listed["remember"].input_schema
+                assert set(schema["required"]) == {"type", "name", "description", "content"}
+                assert schema["properties"]["type"]["enum"] == [
+                    "user",
+                    "feedback",
+                    "project",
+                    "reference",
+                ]
+                assert listed["recall"].input_schema["required"] == ["query"]
+                saved = await call(
+                    session,
+                    "remember",
+                    {
+                        "type": "feedback",
+                        "name": "Release checklist",
+                        "description": "Bump the changelog before tagging a release",
+                        "content": "Always bump CHANGELOG.md before tagging a release tarball.",
+                    },
+                )
+                assert not saved.is_error, text_of(saved)
+                assert "Saved feedback_release_checklist.md" in text_of(saved)
+
+            # A fresh session (a new server process) finds it, with its age.
+            async with mcp_session(home, repo) as session:
+                found = await call(session, "recall", {"query": "tagging a release tarball"})
+                text = text_of(found)
+                assert not found.is_error and "Release checklist" in text
+                assert "(today)" in text and "CHANGELOG.md" in text and "stale" in text
+                read = text_of(await call(session, "read_memory", {"name": "Release checklist"}))
+                assert "written by: codex-test" in read and "Always bump CHANGELOG.md" in read
+                listing = text_of(await call(session, "list_memories", {}))
+                assert "[feedback] feedback_release_checklist.md (today)" in listing
+                status = text_of(await call(session, "memory_status", {}))
+                assert "memories: 1" in status and f"project root: {repo}" in status
+                resources = (await session.list_resources()).resources
+                uris = {str(r.uri) for r in resources}
+                assert uris == {
+                    "memd://memory/MEMORY.md",
+                    "memd://memory/feedback_release_checklist.md",
+                }
+                index = (await session.read_resource("memd://memory/MEMORY.md")).contents[0]
+                assert isinstance(index, TextResourceContents)
+                assert "[Release checklist](feedback_release_checklist.md)" in index.text
+
+            # Claude Code's hook, in the same project, injects what the other agent saved.
+            injected = hook_prompt(home, repo / "src", "how do I tag a release tarball?")
+            assert "feedback_release_checklist.md" in injected
+            assert "Always bump CHANGELOG.md" in injected
+            assert (memory_dir(home.projects, repo) / "feedback_release_checklist.md").is_file()
+        finally:
+            stop_memd(proc)
+
+
+async def test_planted_secrets_and_private_spans_come_back_redacted(tmp_path: Path) -> None:
+    repo = make_project(tmp_path)
+    with fake_home(tmp_path) as home:
+        mdir = memory_dir(home.projects, repo)
+        mdir.mkdir(parents=True)
+        planted = mdir / "reference_deploy.md"
+        planted.write_text(
+            "---\nname: Deploy access\ndescription: how deploys authenticate\n"
+            "type: reference\n---\n\nDeploys use key sk-ant-api03-" + "x" * 40 + " and the "
+            "<private>office door code 4711</private> is not needed.\n"
+        )
+        old = time.time() - 5 * 86400
+        os.utime(planted, (old, old))
+        (mdir / "MEMORY.md").write_text("- [Deploy access](reference_deploy.md) — deploys\n")
+        proc = start_memd(home)
+        try:
+            async with mcp_session(home, repo) as session:
+                texts = [
+                    text_of(await call(session, "read_memory", {"name": "reference_deploy.md"})),
+                    text_of(await call(session, "recall", {"query": "how deploys authenticate"})),
+                ]
+                resource = await session.read_resource("memd://memory/reference_deploy.md")
+                content = resource.contents[0]
+                assert isinstance(content, TextResourceContents)
+                texts.append(content.text)
+            for text in texts:
+                assert "sk-ant-api03" not in text and "4711" not in text, text
+                assert "[REDACTED:anthropic_key]" in text and "[private]" in text
+                assert "5 days ago" in text
+        finally:
+            stop_memd(proc)
+
+
+async def test_remember_honours_the_opt_out_and_limits(tmp_path: Path) -> None:
+    repo = make_project(tmp_path)
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            async with mcp_session(home, repo) as session:
+                big = await call(
+                    session,
+                    "remember",
+                    {"type": "project", "name": "n", "description": "d", "content": "x" * 5000},
+                )
+                assert big.is_error and "mcp.remember_max_bytes" in text_of(big)
+                (repo / ".memd-ignore").touch()
+                off = await call(
+                    session,
+                    "remember",
+                    {"type": "project", "name": "n", "description": "d", "content": "c"},
+                )
+                assert off.is_error and ".memd-ignore" in text_of(off)
+            assert not memory_dir(home.projects, repo).exists()
+        finally:
+            stop_memd(proc)
+
+
+async def test_home_is_refused_with_how_to_name_the_project(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            async with mcp_session(home, tmp_path) as session:
+                refused = await call(session, "list_memories", {})
+                assert refused.is_error and "home directory" in text_of(refused)
+                assert "`project` argument" in text_of(refused)
+                repo = make_project(tmp_path)
+                named = await call(session, "list_memories", {"project": str(repo)})
+                assert not named.is_error and "No memories yet" in text_of(named)
+        finally:
+            stop_memd(proc)
+
+
+async def test_daemon_down_every_tool_answers_the_fix_and_the_server_stays_up(
+    tmp_path: Path,
+) -> None:
+    repo = make_project(tmp_path)
+    args = {
+        "recall": {"query": "anything"},
+        "list_memories": {},
+        "read_memory": {"name": "x"},
+        "remember": {"type": "user", "name": "n", "description": "d", "content": "c"},
+        "session_notes": {},
+        "memory_status": {},
+    }
+    with fake_home(tmp_path) as home:
+        async with mcp_session(home, repo) as session:
+            for _ in range(2):
+                for tool, tool_args in args.items():
+                    result = await call(session, tool, tool_args)
+                    text = text_of(result)
+                    assert result.is_error, tool
+                    assert "memd is not running" in text and "start it with `memd`" in text
+            assert (await session.list_resources()).resources == []
+            assert len((await session.list_tools()).tools) == len(TOOLS)
+            # Once the daemon is up, the same server process answers.
+            proc = start_memd(home)
+            try:
+                result = await call(session, "list_memories", {})
+                assert not result.is_error, text_of(result)
+            finally:
+                stop_memd(proc)
