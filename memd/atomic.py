@@ -2,14 +2,30 @@
 
 Unique temp file in the same directory, fsync, ``os.replace``, then fsync the directory so the
 rename itself survives a crash.
+
+A crash between the temp file's creation and the rename leaves the temp file behind. Its name
+has a pattern no other program uses (``.<name>.memd-<8 random>.tmp``), so that
+:func:`remove_stale_temps` can remove exactly memd's own leftovers at start, while no write is
+running, and nothing else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import tempfile
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TEMP_PREFIX_MARK = ".memd-"
+TEMP_SUFFIX = ".tmp"
+# mkstemp's random part: 8 characters of [a-z0-9_]
+STALE_TEMP = re.compile(r"\..+\.memd-[a-z0-9_]{8}\.tmp")
+# The pattern before it was made distinctive; matched only in directories memd owns whole.
+LEGACY_TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
@@ -20,7 +36,9 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
             mode = path.stat().st_mode & 0o7777
         except FileNotFoundError:
             mode = 0o600
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}{TEMP_PREFIX_MARK}", suffix=TEMP_SUFFIX
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -50,3 +68,30 @@ def fsync_dir(directory: Path) -> None:
         pass  # some filesystems refuse fsync on directories; the rename is still atomic
     finally:
         os.close(fd)
+
+
+def remove_stale_temps(directory: Path, *, legacy: bool = False) -> int:
+    """Remove memd's leftover temp files directly in ``directory``; how many (blocking).
+
+    Only regular files (never symlinks or directories) whose name matches memd's own pattern
+    (and, with ``legacy``, the pattern of earlier versions; for directories memd owns whole).
+    Call it only while no atomic write can run in ``directory``.
+    """
+    patterns = (STALE_TEMP, LEGACY_TEMP) if legacy else (STALE_TEMP,)
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not any(pattern.fullmatch(entry.name) for pattern in patterns):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            os.unlink(entry.path)
+        except OSError as exc:
+            log.warning("cannot remove the stale temp file %s: %s", entry.path, exc)
+            continue
+        removed += 1
+    return removed

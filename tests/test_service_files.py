@@ -26,6 +26,7 @@ def test_systemd_unit_is_notify_with_watchdog_and_restart(tmp_path: Path) -> Non
         "Type=notify",
         "ExecStart=/opt/bin/memd run",
         "Restart=on-failure",
+        "RestartPreventExitStatus=2 3",
         "WatchdogSec=60",
         "WantedBy=default.target",
     ):

@@ -28,6 +28,9 @@ ExecReload=/bin/kill -HUP $MAINPID
 EnvironmentFile=-%h/.config/memd/env
 Restart=on-failure
 RestartSec=2
+# 2 = bad configuration, 3 = cannot start (unsafe runtime dir, another instance): a restart
+# cannot fix either, so systemd leaves memd stopped and `systemctl --user status memd` shows why.
+RestartPreventExitStatus=2 3
 WatchdogSec=60
 TimeoutStopSec=30
 KillSignal=SIGTERM
@@ -39,7 +42,10 @@ WantedBy=default.target
 LAUNCHD_PLIST = """\
 <?xml version="1.0" encoding="UTF-8"?>
 <!-- launchd agent for memd (macOS). `memdctl install-service` writes this to
-     ~/Library/LaunchAgents/dev.memd.memd.plist with the path of your memd. -->
+     ~/Library/LaunchAgents/dev.memd.memd.plist with the path of your memd.
+     KeepAlive cannot name exit codes: SuccessfulExit=false restarts after any non-zero exit,
+     including 2 (bad config) and 3 (cannot start), and Crashed=true would restart only after
+     a signal (not after exit 1). ThrottleInterval bounds such a loop to one try per 30 s. -->
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
 <plist version="1.0">
 <dict>
@@ -58,7 +64,7 @@ LAUNCHD_PLIST = """\
     <false/>
   </dict>
   <key>ThrottleInterval</key>
-  <integer>5</integer>
+  <integer>30</integer>
   <key>StandardErrorPath</key>
   <string>@LOGDIR@/memd.log</string>
   <key>ProcessType</key>

@@ -14,7 +14,7 @@ import sys
 import anyio
 
 from memd import __version__
-from memd.config import load_config
+from memd.config import LoadedConfig, load_config
 from memd.errors import ConfigError, StartupError
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
@@ -84,14 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    from memd.daemon.pidlock import hold_instance_lock
-    from memd.daemon.service import Daemon, run_daemon
-
     try:
-        loaded.paths.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with hold_instance_lock(loaded.paths.lock_path, loaded.paths.socket_path):
-            daemon = Daemon.load(loaded, env=dict(os.environ))
-            anyio.run(run_daemon, daemon)
+        run(loaded)
     except StartupError as exc:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_STARTUP
@@ -99,6 +93,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memd: cannot start: {exc}", file=sys.stderr)
         return EXIT_STARTUP
     return EXIT_OK
+
+
+def run(loaded: LoadedConfig) -> None:
+    """Check the runtime dir, take the lock, clean up after a crash, serve until stopped.
+
+    Every refusal is a :class:`StartupError` whose text is one line naming the path, the
+    problem and the fix; nothing is created in the runtime dir before it is checked.
+    """
+    from memd.daemon.pidlock import hold_instance_lock
+    from memd.daemon.service import Daemon, run_daemon
+    from memd.daemon.tempsweep import sweep_stale_temps
+    from memd.ipc.socketfile import check_socket_path, prepare_runtime_dir
+
+    paths = loaded.paths
+    prepare_runtime_dir(paths.runtime_dir)
+    with hold_instance_lock(paths.lock_path, paths.socket_path):
+        check_socket_path(paths.socket_path)  # a live socket is probed by the server itself
+        sweep_stale_temps(paths.state_dir, paths.projects_root)
+        daemon = Daemon.load(loaded, env=dict(os.environ))
+        try:
+            anyio.run(run_daemon, daemon)
+        except BaseExceptionGroup as group:
+            startup = _sole_startup_error(group)
+            if startup is None:
+                raise
+            raise startup from None
+
+
+def _sole_startup_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The StartupError a task group wrapped, if that is all the group holds."""
+    match, rest = group.split(StartupError)
+    if match is None or rest is not None:
+        return None
+    leaf: BaseException = match
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
 
 
 if __name__ == "__main__":

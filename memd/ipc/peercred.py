@@ -34,11 +34,15 @@ def check_peer(peer_uid: int, own_uid: int) -> Allow | Deny:
 def check_socket_dir(mode: int, owner_uid: int, own_uid: int) -> Allow | Deny:
     """A directory may hold the socket only if it is ours and closed to group and others."""
     if not stat.S_ISDIR(mode):
-        return Deny("is not a directory")
+        return Deny("is not a directory; remove it or set MEMD_RUNTIME_DIR elsewhere")
     if owner_uid != own_uid:
-        return Deny(f"is owned by uid {owner_uid}, not by the daemon's uid {own_uid}")
+        return Deny(
+            f"is owned by uid {owner_uid}, not by the daemon's uid {own_uid}; "
+            "set MEMD_RUNTIME_DIR to a directory of your own"
+        )
     if mode & 0o077:
-        return Deny(f"is open to group or others (mode {stat.S_IMODE(mode):04o}); make it 0700")
+        mode_text = f"{stat.S_IMODE(mode):04o}"
+        return Deny(f"is open to group or others (mode {mode_text}); make it 0700 (chmod 700)")
     return Allow()
 
 

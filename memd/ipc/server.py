@@ -40,7 +40,7 @@ from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFo
 from memd.ipc.peercred import Allow, Deny, check_peer, peer_uid
 from memd.ipc.socketfile import (
     clear_stale_socket,
-    prepare_socket_dir,
+    prepare_runtime_dir,
     socket_inode,
     unlink_if_ours,
 )
@@ -124,7 +124,7 @@ class Server:
         self._errors: Counter[str] = Counter()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[Server]) -> None:
-        await anyio.to_thread.run_sync(prepare_socket_dir, self.path.parent)
+        await anyio.to_thread.run_sync(prepare_runtime_dir, self.path.parent)
         await clear_stale_socket(self.path)
         listener = await anyio.create_unix_listener(self.path, mode=0o600)
         self._inode = socket_inode(self.path)
