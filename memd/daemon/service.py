@@ -30,11 +30,14 @@ from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
+from memd.dream.exclusion import DirExclusion
+from memd.dream.service import DreamService
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger, run_ledger_flusher
+from memd.memory.location import Location
 from memd.memory.service import MemoryService
 from memd.session.extract import NotesSettings
 from memd.session.scheduler import NotesScheduler, run_notes_scheduler
@@ -127,6 +130,7 @@ class Daemon:
         )
         self.compaction.notes_for = self._notes_input
         self.compaction.wait_extraction = self._wait_extraction
+        self.exclusion = DirExclusion()
         self.memory = MemoryService(
             loaded.paths.projects_root,
             loaded.paths.state_dir,
@@ -138,8 +142,25 @@ class Daemon:
             self._conversation_view,
             session_of=self.registry.get,
             home=env.get("HOME"),
+            hold_dir=self.exclusion.hold,
+            after_turn=self._after_turn,
         )
         self.compaction.memory_index_for = self._memory_index_text
+        self.dream = DreamService(
+            loaded.paths.projects_root,
+            loaded.paths.state_dir,
+            loaded.config,
+            self.clock,
+            self.ledger,
+            self.guard,
+            lambda: self.llm,
+            self.memory.locate,
+            self.exclusion,
+        )
+
+    def _after_turn(self, where: Location, state: SessionState) -> None:
+        """A session completed a turn (the memory service's signal): the dream gates."""
+        self.dream.notify_turn_end(where, state)
 
     @property
     def config(self) -> LoadedConfig:
@@ -204,6 +225,7 @@ class Daemon:
         self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
         self.notes.reconfigure(notes_settings(fresh))
         self.memory.reconfigure(fresh.config)
+        self.dream.reconfigure(fresh.config)
         self.guard.reconfigure(fresh.config.budget)
         self.reloads += 1
         log.info("configuration reloaded")
@@ -303,6 +325,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
             tg.start_soon(_open_llm, daemon)
             tg.start_soon(run_notes_scheduler, daemon.notes)
             await tg.start(daemon.memory.run)
+            await tg.start(daemon.dream.run)
             await tg.start(
                 run_ledger_flusher,
                 daemon.ledger,

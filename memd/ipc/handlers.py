@@ -18,6 +18,7 @@ from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.ipc.compaction_methods import compaction_methods
 from memd.ipc.mcp_methods import mcp_methods
+from memd.ipc.dream_methods import dream_methods
 from memd.ipc.memory_methods import memory_methods
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S, notes_methods
 from memd.ipc.params import find_session, int_param, opt_str
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from memd.daemon.service import Daemon
 
 
+DREAM_REQUEST_S = 180.0  # an abort waits for the undo; a restore copies the memory dir
+
+
 def method_timeouts(daemon: Daemon) -> dict[str, float]:
     """Limits for the methods that may run longer than ``ipc.request_timeout_s``."""
     cfg = daemon.loaded.config
@@ -40,6 +44,7 @@ def method_timeouts(daemon: Daemon) -> dict[str, float]:
         "extract": MAX_EXTRACT_WAIT_S + 10.0,
         "wait_extraction": notes_wait + 10.0,
         "recall": cfg.memory.recall_timeout_s + 10.0,
+        "dream": DREAM_REQUEST_S,
     }
 
 
@@ -102,6 +107,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         **notes_methods(daemon),
         **memory_methods(daemon),
         **mcp_methods(daemon),
+        **dream_methods(daemon),
     }
 
 
@@ -171,6 +177,7 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
         },
         "notes": notes,
         "memory": memory,
+        "dream": daemon.dream.statistics(),
         "usage": daemon.ledger.statistics().as_dict(),
         "guard": guard,
         "pipeline": pipeline_report(

@@ -9,6 +9,7 @@ Pending sessions are persisted with their cursors, so a restart resumes them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections import Counter
@@ -35,6 +36,9 @@ from memd.state import SessionState
 from memd.transcript.conversation import ConversationReader
 
 log = logging.getLogger(__name__)
+
+# Holds a memory dir against other writers in this daemon (a dream): (key, who) -> context.
+DirHold = Callable[[str, str], contextlib.AbstractAsyncContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,11 @@ class ExtractionJobs:
         guard: CostGuard,
         get_llm: Callable[[], LLM | Disabled | None],
         conversation_of: Callable[[SessionState], Awaitable[ConversationReader]],
+        *,
+        hold_dir: DirHold | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self._hold_dir = hold_dir
         self._config = config  # read per run: a running extraction finishes with the old one
         self._clock = clock
         self._ledger = ledger
@@ -128,12 +135,23 @@ class ExtractionJobs:
         while True:
             key = await self._queue.get()
             try:
-                await self._run_project(key)
+                if self._hold_dir is None:
+                    await self._run_project(key)
+                else:
+                    await self._run_held(key, self._hold_dir)
             except Exception as exc:  # the isolation boundary: the queue goes on
                 log.exception("memory extraction for %s crashed", key)
                 self.note_error(key, describe(exc))
             finally:
                 self._queue.done(key)
+
+    async def _run_held(self, key: str, hold_dir: DirHold) -> None:
+        """Run the project's extraction while no dream runs on its memory dir (it waits)."""
+        project = self._projects.get(key)
+        if project is not None and project.sessions:
+            project.phase, project.waiting_reason = "waiting", "a dream is running there"
+        async with hold_dir(key, "memory extraction"):
+            await self._run_project(key)
 
     async def _run_project(self, key: str) -> None:
         project = self._projects.get(key)

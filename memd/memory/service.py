@@ -40,7 +40,7 @@ from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.memory.freshness import RECALL_CAVEAT, age_text, freshness_warning
 from memd.memory.index import load_index
-from memd.memory.jobs import ExtractionJobs
+from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate
 from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs
 from memd.memory.recall import recall
@@ -70,6 +70,8 @@ class MemoryService:
         session_of: Callable[[str], SessionState | None] | None = None,
         home: str | None = None,
         workers: int = 2,
+        hold_dir: DirHold | None = None,
+        after_turn: Callable[[Location, SessionState], None] | None = None,
     ) -> None:
         self.projects_root = projects_root
         self.state_dir = state_dir
@@ -85,7 +87,14 @@ class MemoryService:
         self._surfaced: OrderedDict[str, set[str]] = OrderedDict()
         self._recalls: Counter[str] = Counter()
         self._jobs = ExtractionJobs(
-            state_dir, lambda: self.config, clock, ledger, guard, get_llm, conversation_of
+            state_dir,
+            lambda: self.config,
+            clock,
+            ledger,
+            guard,
+            get_llm,
+            conversation_of,
+            hold_dir=hold_dir,
         )
         self._turns = TurnEnds(
             lambda: self.config,
@@ -95,6 +104,7 @@ class MemoryService:
             disabled_reason=self.disabled_reason,
             locate=self.locate,
             session_of=session_of,
+            after_turn=after_turn,
         )
 
     def reconfigure(self, config: Config) -> None:

@@ -48,8 +48,10 @@ class TurnEnds:
         disabled_reason: Callable[[], str | None],
         locate: Callable[[str], Awaitable[Location]],
         session_of: Callable[[str], SessionState | None] | None = None,
+        after_turn: Callable[[Location, SessionState], None] | None = None,
     ) -> None:
         self._config = config
+        self._after_turn = after_turn  # the dream's gate check listens to the same signal
         self._clock = clock
         self._jobs = jobs
         self._conversation_of = conversation_of
@@ -106,6 +108,8 @@ class TurnEnds:
             return False
         self._last_trigger[state.session_id] = state.last_uuid
         await self._jobs.enqueue(where, state, cwd)
+        if self._after_turn is not None:
+            self._after_turn(where, state)
         return True
 
     async def _cwd_from_transcript(self, state: SessionState) -> str:

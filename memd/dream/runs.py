@@ -1,0 +1,151 @@
+"""Dream runs on disk: ``<state dir>/dream/<project folder>/<run id>/``.
+
+Each run folder holds ``run.json`` (:class:`RunRecord`), ``snapshot/`` (the memory dir
+before the run), ``journal.jsonl`` (what the run wrote) and ``changes.json`` (the change log
+with diffs). A record whose state is ``running`` belongs to a run that has not ended: at start
+the daemon undoes it (:meth:`memd.dream.service.DreamService.recover`). Old snapshots are
+pruned to the last N runs; records are kept (up to :data:`MAX_RUNS_KEPT`) as history.
+Every read trusts nothing: a record that does not parse is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memd.atomic import write_atomic
+from memd.dream.journal import Change
+
+RECORD = "run.json"
+CHANGES = "changes.json"
+SNAPSHOT = "snapshot"
+MAX_RUNS_KEPT = 50
+MAX_RECORD_BYTES = 1 << 20
+_RUN_ID = re.compile(r"^\d{8}T\d{6}-\d{6}-[a-z]+$")
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    kind: str  # "dream" or "restore"
+    project: str
+    memory_dir: str
+    state: str = "running"  # running, completed, failed, aborted, interrupted, restored
+    reason: str = ""
+    started_at: float = 0.0
+    ended_at: float | None = None
+    pid: int = 0
+    prior_mtime_ns: int = 0
+    forced: bool = False
+    sessions: list[str] = field(default_factory=list)
+    turns: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    files: list[str] = field(default_factory=list)
+    flagged: list[str] = field(default_factory=list)
+    summary: str = ""
+    restored_from: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        end = self.ended_at or time.time()
+        data["duration_s"] = round(max(0.0, end - self.started_at), 3)
+        return data
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> RunRecord | None:
+        if not isinstance(raw, dict):
+            return None
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        try:
+            record = cls(**{k: v for k, v in raw.items() if k in names})
+        except TypeError:
+            return None
+        ok = isinstance(record.run_id, str) and _RUN_ID.match(record.run_id) is not None
+        ok = ok and isinstance(record.memory_dir, str) and isinstance(record.state, str)
+        ok = ok and isinstance(record.prior_mtime_ns, int) and isinstance(record.pid, int)
+        return record if ok else None
+
+
+def project_key(memory_dir: Path) -> str:
+    """The run folder's name for a memory dir: its project folder's name."""
+    return memory_dir.parent.name or "root"
+
+
+class RunStore:
+    """The run folders below ``<state dir>/dream``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "dream"
+
+    def new_run_id(self, kind: str, now: float) -> str:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+        micros = int((now % 1) * 1_000_000)
+        return f"{stamp}-{micros:06d}-{kind}"
+
+    def run_dir(self, project: str, run_id: str) -> Path:
+        return self.root / project / run_id
+
+    def save(self, record: RunRecord) -> None:
+        folder = self.run_dir(record.project, record.run_id)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(folder / RECORD, json.dumps(record.as_dict(), indent=1).encode())
+
+    def save_changes(self, record: RunRecord, changes: list[Change]) -> None:
+        folder = self.run_dir(record.project, record.run_id)
+        data = [c.as_dict() for c in changes]
+        write_atomic(folder / CHANGES, json.dumps(data, indent=1).encode())
+
+    def changes(self, project: str, run_id: str) -> list[dict[str, Any]]:
+        raw = _read_json(self.run_dir(project, run_id) / CHANGES)
+        return [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+
+    def load(self, project: str, run_id: str) -> RunRecord | None:
+        if not _RUN_ID.match(run_id):
+            return None
+        return RunRecord.from_dict(_read_json(self.run_dir(project, run_id) / RECORD))
+
+    def runs(self, project: str) -> list[RunRecord]:
+        """The project's runs, newest first."""
+        folder = self.root / project
+        try:
+            names = sorted((n for n in os.listdir(folder) if _RUN_ID.match(n)), reverse=True)
+        except OSError:
+            return []
+        records = (self.load(project, name) for name in names[: MAX_RUNS_KEPT * 2])
+        return [r for r in records if r is not None]
+
+    def projects(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.root) if (self.root / n).is_dir())
+        except OSError:
+            return []
+
+    def prune(self, project: str, keep_snapshots: int) -> None:
+        """Drop snapshots beyond the newest ``keep_snapshots`` ended runs, and old records."""
+        ended = [r for r in self.runs(project) if r.state != "running"]
+        for record in ended[max(keep_snapshots, 0) :]:
+            shutil.rmtree(self.run_dir(project, record.run_id) / SNAPSHOT, ignore_errors=True)
+        for record in ended[MAX_RUNS_KEPT:]:
+            shutil.rmtree(self.run_dir(project, record.run_id), ignore_errors=True)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_RECORD_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_RECORD_BYTES:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None

@@ -1,0 +1,424 @@
+"""The dream service: gates at turn ends and on request, one locked run per memory dir,
+abort, log, restore, status (R-D1 … R-D4, R-B3).
+
+* :meth:`DreamService.notify_turn_end` (a session of the project completed a turn; never
+  blocks) queues a gate check for the memory dir; :meth:`DreamService.check` runs the same
+  check on request (``force`` skips time, throttle and sessions, never the lock).
+* A check that passes every gate starts a run in the service's task group: it holds the
+  memory dir against memd's own extraction (:class:`~memd.dream.exclusion.DirExclusion`),
+  takes the consolidation lock (:mod:`memd.dream.lock`), records the run on disk, runs
+  :func:`memd.dream.consolidate.consolidate`, then marks the lock (success) or rolls it back.
+* :meth:`DreamService.abort`, :meth:`DreamService.log` and :meth:`DreamService.restore` serve
+  ``memdctl dream``; :meth:`DreamService.statistics` is the ``dream`` section of ``status``:
+  the gates as last computed (it never scans), the lock as last seen, live progress, history.
+* At start, runs a killed daemon left ``running`` are undone
+  (:func:`memd.dream.restore.recover_all`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from memd.agent.runner import AgentProgress
+from memd.clock import Clock
+from memd.config import Config
+from memd.daemon.queues import CoalescingQueue
+from memd.dream import gates, lock
+from memd.dream.consolidate import DreamOutcome, DreamSettings, Job, consolidate
+from memd.dream.exclusion import DirExclusion
+from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
+from memd.dream.restore import recover_all
+from memd.dream.runs import RunRecord, RunStore, project_key
+from memd.dream.status import dir_row
+from memd.dream.transcripts import count_sessions
+from memd.errors import NotFound
+from memd.llm.client import LLM, Disabled
+from memd.llm.guard import CostGuard
+from memd.llm.guard import Go as GuardGo
+from memd.llm.ledger import Ledger, billed_tokens
+from memd.memory.location import Location
+from memd.state import SessionState
+
+log = logging.getLogger(__name__)
+
+HISTORY = 10
+ABORT_WAIT_S = 120.0
+
+
+@dataclass
+class Running:
+    record: RunRecord
+    abort: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    progress: AgentProgress | None = None
+
+
+@dataclass
+class DreamDir:
+    """What the service knows about one memory dir."""
+
+    key: str  # the memory dir as located (the exclusion's key)
+    memory_dir: Path
+    folders: set[Path]
+    last_scan_at: float | None = None
+    verdict: Verdict | None = None
+    verdict_at: float | None = None
+    lock_mtime: float | None = None
+    busy: lock.Busy | None = None
+    trigger: str = ""
+    running: Running | None = None
+    history: deque[RunRecord] = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+
+class DreamService:
+    def __init__(
+        self,
+        projects_root: Path,
+        state_dir: Path,
+        config: Config,
+        clock: Clock,
+        ledger: Ledger,
+        guard: CostGuard,
+        get_llm: Callable[[], LLM | Disabled | None],
+        locate: Callable[[str], Awaitable[Location]],
+        exclusion: DirExclusion,
+    ) -> None:
+        self.projects_root = projects_root
+        self.config = config
+        self.store = RunStore(state_dir)
+        self._clock = clock
+        self._ledger = ledger
+        self._guard = guard
+        self._get_llm = get_llm
+        self._locate = locate
+        self.exclusion = exclusion
+        self._dirs: dict[str, DreamDir] = {}
+        self._queue: CoalescingQueue[str] = CoalescingQueue()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._ready = anyio.Event()
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config
+
+    # -- triggers ----------------------------------------------------------------------------
+
+    def notify_turn_end(self, where: Location, state: SessionState) -> None:
+        """A session of the project completed a turn: check the gates soon (never blocks)."""
+        if where.opted_out:
+            return
+        found = self._dir(where.memory_dir)
+        found.folders.add(Path(state.path).parent)
+        found.trigger = state.session_id
+        self._queue.mark_nowait(found.key)
+
+    async def check(self, *, cwd: str | None, project: str | None, force: bool) -> dict[str, Any]:
+        """Run the gates now (``memdctl dream``); start a run when they pass."""
+        await self._ready.wait()
+        where = await self.where(cwd, project)
+        if where.opted_out:
+            raise ValueError(f"the project is opted out of memory: {where.opted_out}")
+        found = self._dir(where.memory_dir)
+        verdict, record = await self._check(found, force=force, trigger="", auto=False)
+        return {
+            "memory_dir": str(found.memory_dir),
+            "verdict": gates.verdict_row(verdict, found.verdict_at),
+            "started": record.as_dict() if record else None,
+        }
+
+    async def where(self, cwd: str | None, project: str | None) -> Location:
+        """A project's location: a session ``cwd``, a project folder name, or its path."""
+        if cwd:
+            return await self._locate(cwd)
+        if not project:
+            raise ValueError("give either 'cwd' or 'project'")
+        name = project
+        if "/" in project:
+            candidate = Path(project)
+            if candidate.is_absolute() and candidate.parent != self.projects_root:
+                return await self._locate(project)
+            name = candidate.name
+        if name in ("", ".", ".."):
+            raise ValueError(f"not a project: {project!r}")
+        directory = self.projects_root / name / "memory"
+        return Location(directory, (str(directory),), None)
+
+    def _dir(self, memory_dir: Path) -> DreamDir:
+        key = str(memory_dir)
+        found = self._dirs.get(key)
+        if found is None:
+            found = DreamDir(key, memory_dir, {memory_dir.parent})
+            self._dirs[key] = found
+        return found
+
+    # -- the gates ---------------------------------------------------------------------------
+
+    async def _check(
+        self, found: DreamDir, *, force: bool, trigger: str, auto: bool
+    ) -> tuple[Verdict, RunRecord | None]:
+        cfg = self.config.dream
+        limits = gates.Thresholds(cfg.min_hours, cfg.scan_throttle_minutes, cfg.min_sessions)
+        now = self._clock.now()
+        disabled = self._disabled(found.key, auto=auto)
+        mtime = None
+        if disabled is None:
+            mtime = await anyio.to_thread.run_sync(
+                lock.stat_mtime, lock.lock_path(found.memory_dir)
+            )
+            found.lock_mtime = mtime
+        seen = Observed(now, disabled, mtime, found.last_scan_at, None, force)
+        verdict = gates.evaluate(seen, limits)
+        if isinstance(verdict, NeedScan) or (isinstance(verdict, Go) and force):
+            found.last_scan_at = now
+            folders = sorted(found.folders)
+            since = verdict.since if isinstance(verdict, NeedScan) else mtime or 0.0
+            sessions = await anyio.to_thread.run_sync(count_sessions, folders, since, trigger)
+            verdict = gates.evaluate(dataclasses.replace(seen, sessions=sessions), limits)
+        record = None
+        if isinstance(verdict, Go):
+            started = await self._start(found, verdict, trigger)
+            verdict, record = (started, None) if isinstance(started, Skip) else (verdict, started)
+        found.verdict, found.verdict_at = verdict, now
+        return verdict, record
+
+    def _disabled(self, key: str, *, auto: bool) -> str | None:
+        if not self.config.memory.auto_memory:
+            return "memory.auto_memory is false"
+        if auto and not self.config.dream.auto_dream:
+            return "dream.auto_dream is false"
+        llm = self._get_llm()
+        if llm is None:
+            return "the model client is loading"
+        if isinstance(llm, Disabled):
+            return llm.reason
+        decision = self._guard.check("dream", subject=key)
+        if not isinstance(decision, GuardGo):
+            return f"cost guard: {type(decision).__name__.lower()}"
+        return None
+
+    # -- a run -------------------------------------------------------------------------------
+
+    async def _start(self, found: DreamDir, go: Go, trigger: str) -> Skip | RunRecord:
+        if found.running is not None:
+            return Skip("lock", f"lock: this daemon is consolidating there ({os.getpid()})")
+        assert self._tg is not None
+        started: Skip | RunRecord = await self._tg.start(self._attempt, found, go, trigger)
+        return started
+
+    async def _attempt(
+        self,
+        found: DreamDir,
+        go: Go,
+        trigger: str,
+        *,
+        task_status: anyio.abc.TaskStatus[Skip | RunRecord] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with self.exclusion.hold(found.key, "dream"):
+            got = await anyio.to_thread.run_sync(self._acquire, found)
+            if isinstance(got, lock.Busy):
+                found.busy = got
+                task_status.started(Skip("lock", f"lock: {got.reason}"))
+                return
+            found.busy = None
+            record = self.new_record(found, "dream", got.prior_mtime_ns, go)
+            await anyio.to_thread.run_sync(self.store.save, record)
+            running = Running(record)
+            found.running = running
+            task_status.started(record)
+            try:
+                await self._dream(found, running, trigger)
+            finally:
+                found.running = None
+                found.history.appendleft(record)
+                running.done.set()
+
+    def _acquire(self, found: DreamDir) -> lock.Acquired | lock.Busy:
+        stale = self.config.dream.lock_stale_minutes * 60.0
+        return lock.acquire(found.memory_dir, stale_s=stale, running_here=found.running is not None)
+
+    def new_record(self, found: DreamDir, kind: str, prior: int, go: Go | None) -> RunRecord:
+        now = self._clock.now()
+        return RunRecord(
+            run_id=self.store.new_run_id(kind, time.time()),
+            kind=kind,
+            project=project_key(found.memory_dir),
+            memory_dir=os.path.realpath(found.memory_dir),
+            started_at=now,
+            pid=os.getpid(),
+            prior_mtime_ns=prior,
+            forced=bool(go and go.forced),
+            sessions=list(go.sessions) if go else [],
+        )
+
+    async def _dream(self, found: DreamDir, running: Running, trigger: str) -> None:
+        record = running.record
+        llm = self._get_llm()
+        cfg = self.config
+        settings = DreamSettings(
+            model=cfg.llm.models.dream,
+            max_turns=cfg.dream.max_turns,
+            timeout_s=cfg.llm.timeout_s * max(1, cfg.dream.max_turns),
+            max_tokens=cfg.llm.max_output_tokens,
+            index_max_lines=cfg.memory.index_max_lines,
+            index_max_bytes=cfg.memory.index_max_bytes,
+            redact_secrets=cfg.privacy.redact_secrets,
+        )
+        job = Job(
+            memory_dir=Path(record.memory_dir),
+            run_dir=self.store.run_dir(record.project, record.run_id),
+            transcript_dirs=tuple(sorted(found.folders)),
+            sessions=tuple(record.sessions),
+            project=record.project,
+            today=datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y-%m-%d"),
+            trigger_session=trigger,
+        )
+        log.info(
+            "dream in %s: run %s starts (%d sessions)",
+            job.memory_dir,
+            record.run_id,
+            len(job.sessions),
+        )
+
+        def progress(update: AgentProgress) -> None:
+            running.progress = update
+
+        try:
+            if llm is None or isinstance(llm, Disabled):
+                outcome = DreamOutcome("failed", "the model client went away", (), ())
+            else:
+                outcome = await consolidate(
+                    llm,
+                    settings,
+                    job,
+                    ledger=self._ledger,
+                    clock=self._clock,
+                    abort=running.abort,
+                    on_progress=progress,
+                )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                record.state, record.reason = "interrupted", "the daemon stopped during the run"
+                await anyio.to_thread.run_sync(self._finish_lock, record, False)
+                record.ended_at = self._clock.now()
+                await anyio.to_thread.run_sync(self.store.save, record)
+            raise
+        await self._settle(found, record, outcome)
+
+    async def _settle(self, found: DreamDir, record: RunRecord, outcome: DreamOutcome) -> None:
+        ok = outcome.state == "completed"
+        if ok:
+            self._guard.record_success("dream", subject=found.key)
+        record.state, record.reason = outcome.state, outcome.reason
+        record.turns, record.tool_calls = outcome.turns, outcome.tool_calls
+        record.tokens = billed_tokens(outcome.usage)
+        record.files = [c.relative for c in outcome.changes]
+        record.flagged = list(outcome.flagged)
+        record.summary = outcome.summary
+        record.ended_at = self._clock.now()
+
+        def write() -> None:
+            self._finish_lock(record, ok)
+            self.store.save_changes(record, list(outcome.changes))
+            self.store.save(record)
+            self.store.prune(record.project, self.config.dream.snapshots_kept)
+
+        await anyio.to_thread.run_sync(write)
+        log.info(
+            "dream in %s: %s %s (%d files, %d turns, %d tokens)",
+            record.memory_dir,
+            record.state,
+            record.reason,
+            len(record.files),
+            record.turns,
+            record.tokens,
+        )
+
+    def _finish_lock(self, record: RunRecord, ok: bool) -> None:
+        memory_dir = Path(record.memory_dir)
+        if ok:
+            lock.mark_consolidated(memory_dir)
+        elif not lock.roll_back(memory_dir, record.prior_mtime_ns):
+            log.warning("dream in %s: the lock is someone else's now; left alone", memory_dir)
+
+    # -- the task ----------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Undo interrupted runs, then check gates as turn ends arrive, until cancelled."""
+        recovered = await anyio.to_thread.run_sync(recover_all, self.store)
+        for record in reversed(recovered):
+            self._dir(Path(record.memory_dir)).history.appendleft(record)
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._worker, name="dream gate checks")
+            self._ready.set()
+            task_status.started()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            try:
+                found = self._dirs[key]
+                await self._check(found, force=False, trigger=found.trigger, auto=True)
+            except Exception:  # the isolation boundary of one check: the queue goes on
+                log.exception("dream gate check for %s failed", key)
+            finally:
+                self._queue.done(key)
+
+    async def wait_checked(self) -> None:
+        """Wait until no gate check is queued or running (tests, shutdown)."""
+        await self._queue.wait_idle()
+
+    # -- abort, log, restore, status --------------------------------------------------------
+
+    async def abort(self, *, cwd: str | None, project: str | None) -> dict[str, Any]:
+        where = await self.where(cwd, project)
+        found = self._dirs.get(str(where.memory_dir))
+        running = found.running if found else None
+        if running is None:
+            raise NotFound(f"no dream is running in {where.memory_dir}")
+        running.abort.set()
+        with anyio.fail_after(ABORT_WAIT_S):
+            await running.done.wait()
+        return running.record.as_dict()
+
+    def clock_now(self) -> float:
+        return self._clock.now()
+
+    def find_dir(self, memory_dir: Path) -> DreamDir:
+        return self._dir(memory_dir)
+
+    def is_dreaming(self, memory_dir: str) -> bool:
+        found = self._dirs.get(memory_dir)
+        return found is not None and found.running is not None
+
+    def row(self, memory_dir: Path) -> dict[str, Any]:
+        """One memory dir's status row (no I/O)."""
+        return dir_row(self._dir(memory_dir), self._clock.now())
+
+    def statistics(self) -> dict[str, Any]:
+        """The ``dream`` section of ``status`` (no I/O)."""
+        cfg = self.config.dream
+        return {
+            "auto_dream": cfg.auto_dream,
+            "thresholds": {
+                "min_hours": cfg.min_hours,
+                "scan_throttle_minutes": cfg.scan_throttle_minutes,
+                "min_sessions": cfg.min_sessions,
+            },
+            "queued_checks": self._queue.statistics().queued,
+            "projects": [dir_row(d, self._clock.now()) for d in self._dirs.values()],
+        }

@@ -1,0 +1,156 @@
+"""The dream agent's tools (R-D3): the memory-dir tools, journaled, plus a narrow transcript
+search.
+
+* Read, Grep, Glob, Shell: :class:`~memd.agent.permissions.MemoryDirPolicy` on the memory dir
+  only (so a Read of a transcript is denied), outputs scrubbed of secrets and private spans.
+* Edit, Write: inside the memory dir; each call is journaled (:class:`JournaledTool`) before
+  and after, so the run can be undone exactly. The lock files and ``.git`` are refused.
+* Delete: only with ``merged_into`` naming a topic file this run already wrote — a memory is
+  deleted only when its content was merged into another one (R-M8 holds for the rest).
+* TranscriptGrep (:mod:`memd.dream.transcripts`): a regex over this project's transcripts,
+  returning at most a few dozen clipped, scrubbed excerpts — never a whole transcript.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from memd.agent.decision import Deny
+from memd.agent.permissions import MemoryDirPolicy, authorize
+from memd.agent.tools import Tool, ToolResult, denial, make_tools
+from memd.dream import snapshot
+from memd.dream.journal import Journal
+from memd.dream.lock import FLOCK_NAME, LOCK_NAME
+from memd.dream.transcripts import TranscriptGrep
+from memd.memory.extract import ScrubbedTool
+
+READ_TOOLS = ("Read", "Grep", "Glob", "Shell")
+WRITE_TOOLS = ("Edit", "Write", "Delete")
+_PROTECTED = frozenset({LOCK_NAME, FLOCK_NAME})
+
+
+@dataclass
+class Written:
+    """The files this run wrote (relative paths), shared by the journaled tools."""
+
+    paths: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class JournaledTool:
+    """Edit, Write or Delete that journals the file before and after the call."""
+
+    inner: Tool
+    memory_dir: Path  # resolved
+    policy: MemoryDirPolicy
+    journal: Journal
+    written: Written
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def description(self) -> str:
+        if self.inner.name != "Delete":
+            return self.inner.description
+        return (
+            "Delete one memory file whose content you have merged into another file in this "
+            "run. merged_into must name that file (one you already wrote with Edit or Write)."
+        )
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        schema = dict(self.inner.input_schema)
+        if self.inner.name == "Delete":
+            props = {**schema["properties"], "merged_into": {"type": "string"}}
+            schema = {**schema, "properties": props, "required": ["file_path", "merged_into"]}
+        return schema
+
+    async def run(self, args: Mapping[str, Any]) -> ToolResult:
+        raw = args.get("file_path")
+        if not isinstance(raw, str):
+            return await self.inner.run(args)
+        relative = await anyio.to_thread.run_sync(self._relative, raw)
+        if isinstance(relative, Deny):
+            return denial(relative.reason)
+        merged: str | None = None
+        if self.inner.name == "Delete":
+            into = await anyio.to_thread.run_sync(self._merge_target, args, relative)
+            if isinstance(into, Deny):
+                return denial(into.reason)
+            merged, args = into, {"file_path": raw}
+        await anyio.to_thread.run_sync(self.journal.intent, relative)
+        result = await self.inner.run(args)
+        after = await anyio.to_thread.run_sync(_hash, self.memory_dir / relative)
+        await anyio.to_thread.run_sync(self.journal.done, relative, after, merged)
+        if result.touched:
+            self.written.paths.add(relative)
+        return result
+
+    def _relative(self, raw: str) -> str | Deny:
+        """The memory-dir-relative path the call would act on, or why it may not."""
+        checked = authorize(self.policy, self.inner.name, raw)
+        if isinstance(checked, Deny):
+            return checked
+        target = checked[0].path
+        relative = os.path.relpath(target, self.memory_dir)
+        parts = Path(relative).parts
+        if relative in _PROTECTED or ".git" in parts or not snapshot.safe_relative(relative):
+            return Deny(f"denied: {target} is memd's or git's own file; leave it alone")
+        return relative
+
+    def _merge_target(self, args: Mapping[str, Any], relative: str) -> str | Deny:
+        into = args.get("merged_into")
+        if not isinstance(into, str) or not into.strip():
+            return Deny("denied: Delete needs merged_into: the file that now holds this content")
+        checked = self._relative(into)
+        if isinstance(checked, Deny):
+            return checked
+        if checked == relative:
+            return Deny("denied: a file cannot be merged into itself")
+        if checked not in self.written.paths or not (self.memory_dir / checked).is_file():
+            return Deny(
+                f"denied: merge the content into {checked} with Edit or Write first; memories "
+                "are deleted only once their content lives in another file"
+            )
+        return checked
+
+
+def _hash(path: Path) -> str | None:
+    try:
+        data = snapshot.read_regular(path)
+    except snapshot.TooLarge:
+        return None
+    return snapshot.sha256(data) if data is not None else None
+
+
+def dream_tools(
+    memory_dir: Path,
+    journal: Journal,
+    transcript_dirs: Sequence[Path],
+    *,
+    secrets: bool = True,
+    exclude_session: str = "",
+) -> tuple[dict[str, Tool], Written]:
+    """The tools of one dream run and the record of what it wrote."""
+    resolved = Path(os.path.realpath(memory_dir))
+    policy = MemoryDirPolicy(resolved, allow_delete=True)
+    base = make_tools(policy, (*READ_TOOLS, *WRITE_TOOLS), cwd=resolved)
+    written = Written()
+    tools: dict[str, Tool] = {}
+    for name in READ_TOOLS:
+        tools[name] = ScrubbedTool(base[name], secrets)
+    for name in WRITE_TOOLS:
+        tools[name] = ScrubbedTool(
+            JournaledTool(base[name], resolved, policy, journal, written), secrets
+        )
+    grep = TranscriptGrep(tuple(transcript_dirs), secrets=secrets)
+    tools[grep.name] = grep
+    return tools, written

@@ -1,0 +1,163 @@
+"""Transcripts for the dream: the session gate's stat-only count, and the agent's narrow
+search.
+
+:func:`count_sessions` lists the ``*.jsonl`` files directly inside each project folder whose
+sessions share the memory dir and keeps those modified after the lock's mtime, the
+triggering session left out. It uses ``os.scandir`` and one ``stat`` per entry; it never
+opens a transcript.
+
+:class:`TranscriptGrep` is the agent's only way into transcripts: a regular expression,
+searched line by line, answering with at most :data:`MAX_MATCHES` excerpts of at most
+:data:`EXCERPT_CHARS` characters around each match, scrubbed of private spans and secrets.
+A pattern that matches the empty string is refused as too broad. Files are opened with
+``O_NOFOLLOW | O_NONBLOCK``; only regular files are read, each up to a byte budget.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from memd.agent.tools import ToolResult, denial, error
+from memd.privacy import scrub_text
+
+MAX_MATCHES = 40
+EXCERPT_CHARS = 240
+MAX_OUTPUT_CHARS = 12_000
+MAX_BYTES_PER_FILE = 64 * 1024 * 1024
+MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_FILES = 2_000
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def count_sessions(folders: Sequence[Path], since: float, exclude: str = "") -> tuple[str, ...]:
+    """Session ids whose transcript was modified after ``since`` (stat only, sorted)."""
+    found: set[str] = set()
+    for folder in folders:
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                name = entry.name
+                if not name.endswith(".jsonl"):
+                    continue
+                session = name[: -len(".jsonl")]
+                if session == exclude:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_mtime > since:
+                    found.add(session)
+    return tuple(sorted(found))
+
+
+@dataclass(frozen=True)
+class TranscriptGrep:
+    """The TranscriptGrep tool over the ``*.jsonl`` files directly in ``folders``."""
+
+    folders: tuple[Path, ...]
+    secrets: bool = True
+
+    name = "TranscriptGrep"
+    description = (
+        "Search this project's session transcripts (JSONL) for a narrow term with a Python "
+        "regular expression. Returns at most 40 short excerpts around matches, newest "
+        "sessions first. Use specific words; whole transcripts cannot be read."
+    )
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string"},
+                "case_insensitive": {"type": "boolean", "default": False},
+            },
+            "required": ["pattern"],
+            "additionalProperties": False,
+        }
+
+    async def run(self, args: Mapping[str, Any]) -> ToolResult:
+        pattern = args.get("pattern")
+        fold = args.get("case_insensitive", False)
+        if not isinstance(pattern, str) or not isinstance(fold, bool):
+            return error("TranscriptGrep: pattern must be a string, case_insensitive a boolean")
+        try:
+            regex = re.compile(pattern, re.IGNORECASE if fold else 0)
+        except re.error as exc:
+            return error(f"TranscriptGrep: not a valid regular expression: {exc}")
+        if len(pattern.strip()) < 3 or regex.search("") is not None:
+            return denial("denied: the pattern is too broad; search for a specific term")
+        text = await anyio.to_thread.run_sync(self._search, regex)
+        return ToolResult(scrub_text(text, secrets=self.secrets))
+
+    def _search(self, regex: re.Pattern[str]) -> str:
+        out: list[str] = []
+        size = 0
+        for path in _newest_first(self.folders):
+            for number, excerpt in _matches(path, regex):
+                line = f"{path.name}:{number}: {excerpt}"
+                out.append(line)
+                size += len(line) + 1
+                if len(out) >= MAX_MATCHES or size >= MAX_OUTPUT_CHARS:
+                    out.append("[more matches not shown; use a narrower term]")
+                    return "\n".join(out)
+        return "\n".join(out) if out else "No matches found"
+
+
+def _newest_first(folders: Sequence[Path]) -> list[Path]:
+    found: list[tuple[float, Path]] = []
+    for folder in folders:
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+                        found.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+        except OSError:
+            continue
+    found.sort(key=lambda item: (-item[0], str(item[1])))
+    return [path for _, path in found[:MAX_FILES]]
+
+
+def _matches(path: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
+    for number, raw in _lines(path):
+        text = raw.decode("utf-8", "replace")
+        hit = regex.search(text)
+        if hit is None:
+            continue
+        start = max(0, hit.start() - EXCERPT_CHARS // 2)
+        excerpt = text[start : start + EXCERPT_CHARS].replace("\n", " ")
+        yield number, ("…" if start else "") + excerpt
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return
+        budget = MAX_BYTES_PER_FILE
+        number = 0
+        continuing = False  # inside a line longer than MAX_LINE_BYTES: its head was searched
+        while budget > 0:
+            raw = handle.readline(MAX_LINE_BYTES)
+            if not raw:
+                return
+            budget -= len(raw)
+            if not continuing:
+                number += 1
+                yield number, raw
+            continuing = not raw.endswith(b"\n")

@@ -1,0 +1,71 @@
+"""Building a real DreamService for tests (real lock files, real transcripts dir)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from memd.clock import SystemClock
+from memd.config import Config
+from memd.dream.exclusion import DirExclusion
+from memd.dream.gates import Verdict
+from memd.dream.lock import LOCK_NAME
+from memd.dream.service import DreamService
+from memd.llm.guard import CostGuard
+from memd.llm.ledger import LEDGER_FILE, Ledger
+from memd.memory.location import Location
+
+
+def make_service(tmp_path: Path, llm: Any, config: Config | None = None) -> DreamService:
+    clock = SystemClock()
+    cfg = config or Config()
+    ledger = Ledger(tmp_path / LEDGER_FILE, clock)
+    projects = tmp_path / "projects"
+
+    async def locate(cwd: str) -> Location:
+        directory = projects / "proj" / "memory"
+        return Location(directory, (str(directory),), None)
+
+    return DreamService(
+        projects,
+        tmp_path / "state",
+        cfg,
+        clock,
+        ledger,
+        CostGuard(cfg.budget, ledger, clock),
+        lambda: llm,
+        locate,
+        DirExclusion(),
+    )
+
+
+def check_once(tmp_path: Path, closed: str) -> Verdict:
+    """One gate check with the time gate (a fresh lock) or the throttle (a scan just now)
+    closed, over a project folder holding transcripts."""
+    service = make_service(tmp_path, object())
+    memory = tmp_path / "projects" / "proj" / "memory"
+    memory.mkdir(parents=True)
+    for n in range(3 if closed == "none" else 8):
+        (memory.parent / f"s{n}.jsonl").write_text("{}\n")
+    found = service.find_dir(memory)
+    if closed == "time":
+        (memory / LOCK_NAME).write_text("")
+    elif closed == "throttle":
+        old = time.time() - 2 * 86400
+        (memory / LOCK_NAME).write_text("")
+        os.utime(memory / LOCK_NAME, (old, old))
+        found.last_scan_at = time.time() - 60
+    else:  # every cheap gate open: the scan runs (3 sessions close the session gate)
+        old = time.time() - 2 * 86400
+        (memory / LOCK_NAME).write_text("")
+        os.utime(memory / LOCK_NAME, (old, old))
+
+    async def main() -> Verdict:
+        verdict, _ = await service._check(found, force=False, trigger="", auto=True)
+        return verdict
+
+    return anyio.run(main)
