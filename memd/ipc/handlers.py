@@ -17,8 +17,8 @@ from memd import __version__
 from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.ipc.compaction_methods import compaction_methods
-from memd.ipc.mcp_methods import mcp_methods
 from memd.ipc.dream_methods import dream_methods
+from memd.ipc.mcp_methods import mcp_methods
 from memd.ipc.memory_methods import memory_methods
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S, notes_methods
 from memd.ipc.params import find_session, int_param, opt_str
