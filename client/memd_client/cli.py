@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memd_client.cli_mcp import add_mcp_commands, cmd_mcp_config
 from memd_client.client import Client
 from memd_client.errors import DaemonNotRunning, MemdClientError, RemoteError
 from memd_client.render import (
@@ -134,10 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     _session_commands(sub, common)
     _memory_commands(sub, common)
     _admin_commands(sub, common)
+    add_mcp_commands(sub, common)
     return parser
 
 
-LOCAL_COMMANDS = {"install-service", "install-hooks"}
+LOCAL_COMMANDS = {"install-service", "install-hooks", "install-mcp", "uninstall-mcp"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_install_service(args)
     if args.command == "install-hooks":
         return cmd_install_hooks(args)
+    if args.command in ("install-mcp", "uninstall-mcp"):
+        return cmd_mcp_config(args)
     command: Callable[[Client, argparse.Namespace], int] = COMMANDS[args.command]
     try:
         timeout = args.timeout or LONG_TIMEOUTS.get(args.command, DEFAULT_TIMEOUT_S)

@@ -1,0 +1,54 @@
+"""``memdctl install-mcp`` / ``uninstall-mcp``: memd-mcp in each agent's MCP configuration.
+
+The writers live in the ``memd`` package (:mod:`memd.install`), because editing Codex's
+``config.toml`` without losing its comments takes a TOML library and ``memd_client`` stays
+msgpack-only. memdctl runs them as ``python -m memd.install`` with its own interpreter: the
+one memd is installed in, so the server command written into the configs is that one too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from typing import Any
+
+AGENTS = ("claude", "codex", "cursor", "gemini", "all")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def add_mcp_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    for name, text in (
+        ("install-mcp", "add memd-mcp to the MCP config of Claude Code, Codex, Cursor, Gemini"),
+        ("uninstall-mcp", "remove memd-mcp's entry from those configs (nothing else)"),
+    ):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("--agent", choices=AGENTS, default="all", help="default: all")
+        p.add_argument(
+            "--scope",
+            choices=("user", "project"),
+            default="user",
+            help="user: the agent's own config (default); project: files in the project",
+        )
+        p.add_argument("--project", metavar="DIR", help="project root for --scope project")
+
+
+def cmd_mcp_config(args: argparse.Namespace) -> int:
+    action = "install" if args.command == "install-mcp" else "uninstall"
+    argv = [sys.executable, "-m", "memd.install", action, "--agent", args.agent]
+    argv += ["--scope", args.scope]
+    if args.project:
+        argv += ["--project", args.project]
+    if args.json:
+        argv.append("--json")
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    sys.stdout.write(done.stdout)
+    if "No module named memd" in done.stderr:
+        print(
+            f"memdctl: {args.command} needs the memd package in {sys.executable}; "
+            "install memd there (pip install memd)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    sys.stderr.write(done.stderr)
+    return done.returncode if done.returncode in (EXIT_OK, EXIT_FAILED, EXIT_USAGE) else EXIT_FAILED

@@ -1,0 +1,1 @@
+"""Writing memd into other programs' configuration (``memdctl install-mcp``)."""

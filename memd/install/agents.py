@@ -1,0 +1,222 @@
+"""``memd-mcp`` in each agent's MCP configuration: install and uninstall (R-I8).
+
+=========  ==============================================  ==================================
+agent      user scope                                      project scope
+=========  ==============================================  ==================================
+claude     ``claude mcp add -s user`` when the CLI is on   ``.mcp.json`` (``claude mcp add
+           PATH, else ``~/.claude.json`` ``mcpServers``    -s project`` when on PATH)
+codex      ``$CODEX_HOME/config.toml`` (``~/.codex``)      ``.codex/config.toml``
+           ``[mcp_servers.memd]``
+cursor     ``~/.cursor/mcp.json`` ``mcpServers``           ``.cursor/mcp.json``
+gemini     ``~/.gemini/settings.json`` ``mcpServers``      ``.gemini/settings.json``
+=========  ==============================================  ==================================
+
+Claude Code's own CLI is preferred because a running Claude Code rewrites ``~/.claude.json``
+from memory and would drop an entry written behind its back.
+
+The user-scope command is this interpreter with ``-m memd.mcp`` (absolute, so it works
+from GUI agents without the user's PATH); the project-scope command is ``memd-mcp``, since
+a project file is shared with other machines.
+
+Each write is atomic, keeps the file's mode and formatting (:mod:`.config_files`), goes
+through symlinks to the real file, and is preceded by a copy of the old bytes in
+``<file>.memd-backup``. Installing twice changes nothing; uninstalling removes only memd's
+entry and, when nothing else changed since, puts back the original bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from memd.atomic import write_atomic
+from memd.install.config_files import (
+    ConfigFileError,
+    Format,
+    add_entry,
+    parsed,
+    remove_entry,
+    restore_from_backup,
+)
+
+AGENTS = ("claude", "codex", "cursor", "gemini")
+SERVER_NAME = "memd"
+BACKUP_SUFFIX = ".memd-backup"
+Scope = Literal["user", "project"]
+Action = Literal["install", "uninstall"]
+
+
+@dataclass(frozen=True)
+class Target:
+    agent: str
+    path: Path
+    fmt: Format
+    keys: tuple[str, ...]
+    entry: dict[str, Any]
+    new_mode: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    agent: str
+    where: str  # the file, or "claude CLI"
+    result: str  # installed, updated, unchanged, removed, absent, failed
+    detail: str = ""
+    backup: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "where": self.where,
+            "result": self.result,
+            "detail": self.detail,
+            "backup": self.backup,
+        }
+
+
+def server_command(scope: Scope) -> list[str]:
+    return [sys.executable, "-m", "memd.mcp"] if scope == "user" else ["memd-mcp"]
+
+
+def target_for(agent: str, scope: Scope, env: Mapping[str, str], project: Path) -> Target:
+    """Where ``agent`` keeps its MCP servers for ``scope``, and memd's entry there."""
+    home = Path(env.get("HOME") or Path.home())
+    command, *args = server_command(scope)
+    plain = {"command": command, "args": args}
+    user = scope == "user"
+    mode = 0o600 if user else 0o644
+    if agent == "claude":
+        claude_dir = env.get("CLAUDE_CONFIG_DIR")
+        path = (Path(claude_dir) if claude_dir else home) / ".claude.json"
+        entry = {"type": "stdio", **plain, "env": {}}
+        return Target(
+            agent, path if user else project / ".mcp.json", "json", ("mcpServers",), entry, mode
+        )
+    if agent == "codex":
+        codex = Path(env.get("CODEX_HOME") or home / ".codex")
+        path = codex / "config.toml" if user else project / ".codex" / "config.toml"
+        return Target(agent, path, "toml", ("mcp_servers",), plain, mode)
+    folder = {"cursor": ".cursor", "gemini": ".gemini"}.get(agent)
+    if folder is None:
+        raise ValueError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)}")
+    name = "mcp.json" if agent == "cursor" else "settings.json"
+    path = (home if user else project) / folder / name
+    return Target(agent, path, "json", ("mcpServers",), plain, mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def apply_file(target: Target, action: Action) -> Outcome:
+    """Install or uninstall memd's entry in ``target``'s file."""
+    real = Path(os.path.realpath(target.path))
+    where = str(target.path)
+    try:
+        old = real.read_bytes() if real.exists() else None
+        text = old.decode("utf-8") if old is not None else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        return Outcome(target.agent, where, "failed", f"cannot read it: {exc}")
+    if action == "uninstall" and old is None:
+        return Outcome(target.agent, where, "absent", "no such file")
+    try:
+        if action == "install":
+            new = add_entry(target.fmt, text, target.keys, SERVER_NAME, target.entry)
+        else:
+            new = remove_entry(target.fmt, text, target.keys, SERVER_NAME)
+    except ConfigFileError as exc:
+        return Outcome(target.agent, where, "failed", f"{where}: {exc}")
+    if new is None:
+        return Outcome(target.agent, where, "unchanged" if action == "install" else "absent")
+    backup = real.with_name(real.name + BACKUP_SUFFIX)
+    if action == "uninstall":
+        return _write_uninstalled(target, real, new, backup)
+    if old is not None:
+        write_atomic(backup, old)
+    write_atomic(real, new.encode("utf-8"), mode=None if old is not None else target.new_mode)
+    result = (
+        "installed" if old is None or SERVER_NAME not in _servers_of(target, text) else "updated"
+    )
+    return Outcome(target.agent, where, result, backup=str(backup) if old is not None else None)
+
+
+def _servers_of(target: Target, text: str) -> Mapping[str, Any]:
+    node: Any = parsed(target.fmt, text)
+    for key in target.keys:
+        node = node.get(key, {}) if isinstance(node, dict) else {}
+    return node if isinstance(node, dict) else {}
+
+
+def _write_uninstalled(target: Target, real: Path, new: str, backup: Path) -> Outcome:
+    try:
+        saved: str | None = backup.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        saved = None
+    final = restore_from_backup(target.fmt, new, saved)
+    restored = final is saved
+    write_atomic(real, final.encode("utf-8"))
+    if restored:
+        backup.unlink(missing_ok=True)
+    detail = "restored the file as it was before the install" if restored else ""
+    return Outcome(target.agent, str(target.path), "removed", detail)
+
+
+# ---------------------------------------------------------------------------------------------
+# Claude Code's CLI
+
+
+def claude_cli(env: Mapping[str, str]) -> str | None:
+    return shutil.which("claude", path=env.get("PATH"))
+
+
+def apply_claude_cli(
+    cli: str, scope: Scope, action: Action, project: Path, env: Mapping[str, str]
+) -> Outcome:
+    """``claude mcp get/add/remove`` (it edits the files a running Claude Code also edits)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [cli, "mcp", *args],
+            cwd=project,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    present = run("get", SERVER_NAME).returncode == 0
+    if action == "uninstall":
+        if not present:
+            return Outcome("claude", "claude CLI", "absent")
+        done = run("remove", SERVER_NAME, "-s", scope)
+        result = "removed"
+    else:
+        if present:
+            return Outcome("claude", "claude CLI", "unchanged", "memd is already configured")
+        done = run("add", "-s", scope, SERVER_NAME, "--", *server_command(scope))
+        result = "installed"
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines()
+        return Outcome("claude", "claude CLI", "failed", message[-1] if message else "failed")
+    return Outcome("claude", "claude CLI", result)
+
+
+def apply(
+    agents: Sequence[str], scope: Scope, action: Action, project: Path, env: Mapping[str, str]
+) -> list[Outcome]:
+    """Install or uninstall for each agent; one agent's failure does not stop the others."""
+    outcomes = []
+    for agent in agents:
+        cli = claude_cli(env) if agent == "claude" else None
+        if cli is not None:
+            outcomes.append(apply_claude_cli(cli, scope, action, project, env))
+        else:
+            outcomes.append(apply_file(target_for(agent, scope, env, project), action))
+    return outcomes

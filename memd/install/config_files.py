@@ -1,0 +1,196 @@
+"""Adding and removing one MCP server entry in an agent's config file (pure: text in, text out).
+
+Two formats:
+
+* JSON (Claude Code, Cursor, Gemini CLI): an object under a key path (``mcpServers``) maps
+  server names to entries. The file is rewritten with the indentation, key order, ASCII
+  escaping and final newline it had, so a file written by the agent itself (or by
+  ``json.dumps(indent=…)``) changes only where memd's entry is.
+* TOML (Codex CLI): the table ``[mcp_servers.<name>]``, edited with tomlkit, which keeps
+  comments, spacing and the order of everything else.
+
+Each edit returns the new text, or ``None`` when the file already says what was asked (so a
+second install changes nothing). A file that cannot be parsed, or whose server map is not a
+map, raises :class:`ConfigFileError`: an agent's config is never overwritten on a guess.
+
+Removing the entry from a file that was otherwise left alone restores it byte for byte:
+:func:`restore_from_backup` gives back the backup taken before the install when it says the
+same as the file without memd's entry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import tomlkit
+import tomlkit.exceptions
+from tomlkit.items import Table
+
+Format = Literal["json", "toml"]
+
+
+class ConfigFileError(ValueError):
+    """The existing file cannot be edited safely; the message names the problem."""
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+
+def _json_load(text: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigFileError(f"it is not valid JSON ({exc}); fix or move it first") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError("its top level is not a JSON object")
+    return data
+
+
+def _json_style(text: str) -> tuple[int | str | None, bool, str]:
+    """(indent, ensure_ascii, ending) of an existing JSON text."""
+    match = re.search(r"^\{\s*\n([ \t]+)\S", text, re.MULTILINE)
+    indent: int | str | None = 2
+    if match:
+        lead = match.group(1)
+        indent = lead if "\t" in lead else len(lead)
+    elif text.strip() and "\n" not in text.strip():
+        indent = None  # a one-line file stays on one line
+    ascii_only = text.isascii()
+    ending = "\n" if text.endswith("\n") or not text else ""
+    return indent, ascii_only, ending
+
+
+def _json_dump(data: Mapping[str, Any], like: str) -> str:
+    indent, ascii_only, ending = _json_style(like)
+    return json.dumps(data, indent=indent, ensure_ascii=ascii_only) + ending
+
+
+def _servers(data: dict[str, Any], keys: Sequence[str], *, create: bool) -> dict[str, Any] | None:
+    node: Any = data
+    for key in keys:
+        child = node.get(key)
+        if child is None:
+            if not create:
+                return None
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigFileError(f"{'.'.join(keys)} is not a JSON object")
+        node = child
+    return node  # type: ignore[no-any-return]
+
+
+def json_add(text: str, keys: Sequence[str], name: str, entry: Mapping[str, Any]) -> str | None:
+    data = _json_load(text)
+    servers = _servers(data, keys, create=True)
+    assert servers is not None
+    if servers.get(name) == entry:
+        return None
+    servers[name] = dict(entry)
+    return _json_dump(data, text)
+
+
+def json_remove(text: str, keys: Sequence[str], name: str) -> str | None:
+    data = _json_load(text)
+    servers = _servers(data, keys, create=False)
+    if servers is None or name not in servers:
+        return None
+    del servers[name]
+    return _json_dump(data, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# TOML
+
+
+def _toml_load(text: str) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(text)
+    except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:
+        raise ConfigFileError(f"it is not valid TOML ({exc}); fix or move it first") from None
+
+
+def _toml_servers(doc: tomlkit.TOMLDocument, key: str, *, create: bool) -> Table | None:
+    servers = doc.get(key)
+    if servers is None:
+        if not create:
+            return None
+        servers = tomlkit.table(is_super_table=True)
+        doc.append(key, servers)
+    if not isinstance(servers, Table):
+        raise ConfigFileError(f"{key} is not a table")
+    return servers
+
+
+def toml_add(text: str, key: str, name: str, entry: Mapping[str, Any]) -> str | None:
+    doc = _toml_load(text)
+    servers = _toml_servers(doc, key, create=True)
+    assert servers is not None
+    current = servers.get(name)
+    if current is not None and _unwrap(current) == dict(entry):
+        return None
+    table = tomlkit.table()
+    for field, value in entry.items():
+        table[field] = value
+    if current is not None:
+        del servers[name]
+    servers[name] = table
+    out = tomlkit.dumps(doc)
+    return out if text.endswith("\n") or not text or out.endswith("\n") else out + "\n"
+
+
+def toml_remove(text: str, key: str, name: str) -> str | None:
+    doc = _toml_load(text)
+    servers = _toml_servers(doc, key, create=False)
+    if servers is None or name not in servers:
+        return None
+    del servers[name]
+    if not servers:
+        del doc[key]
+    return tomlkit.dumps(doc)
+
+
+def _unwrap(value: Any) -> Any:
+    return value.unwrap() if hasattr(value, "unwrap") else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Both
+
+
+def add_entry(
+    fmt: Format, text: str, keys: Sequence[str], name: str, entry: Mapping[str, Any]
+) -> str | None:
+    """``text`` with the server ``name`` set to ``entry``; ``None`` when already so."""
+    if fmt == "json":
+        return json_add(text, keys, name, entry)
+    return toml_add(text, keys[0], name, entry)
+
+
+def remove_entry(fmt: Format, text: str, keys: Sequence[str], name: str) -> str | None:
+    """``text`` without the server ``name``; ``None`` when it has no such entry."""
+    if fmt == "json":
+        return json_remove(text, keys, name)
+    return toml_remove(text, keys[0], name)
+
+
+def parsed(fmt: Format, text: str) -> Any:
+    """The data a config text says (for comparing two texts whatever their layout)."""
+    return _json_load(text) if fmt == "json" else _toml_load(text).unwrap()
+
+
+def restore_from_backup(fmt: Format, removed: str, backup: str | None) -> str:
+    """The text to write after removing memd's entry: the backup's exact text when it says
+    the same thing (the file was not otherwise changed since the install), else ``removed``."""
+    if backup is None:
+        return removed
+    try:
+        same = parsed(fmt, backup) == parsed(fmt, removed)
+    except ConfigFileError:
+        return removed
+    return backup if same else removed
