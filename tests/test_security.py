@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,8 +25,9 @@ import anyio
 import pytest
 
 from memd.agent.permissions import EditOnlyFile, MemoryDirPolicy, Policy
-from memd.agent.process import ShellLimits
-from memd.agent.tools import ToolResult, make_tools
+from memd.agent.process import ShellLimits, shell_environment
+from memd.agent.tools import Tool, ToolResult, make_tools
+from memd.agent.vcs import Repository, git_environment
 
 SECRET = "TOP-SECRET-7f3a"
 SHADOW = "root:SHADOW-HASH-91c2"
@@ -235,6 +238,59 @@ SHELL_ATTACKS = [
     "git -c core.pager=id log",
     "git diff --output=out.txt",
     "git diff --no-index ../secret.txt note.md",
+    # options that read or write a named file, or run a program (R-A6 audit)
+    "sort -T . note.md",
+    "sort --compress-program=sh note.md",
+    "sort --files0-from=../secret.txt",
+    "sort --random-source=../secret.txt note.md",
+    "grep --exclude-from=../secret.txt -r x .",
+    "grep --color=always x note.md",
+    "du -X ../secret.txt .",
+    "du --exclude-from=../secret.txt .",
+    "du --files0-from=../secret.txt",
+    "diff --from-file=../secret.txt note.md",
+    "diff -l note.md sub/deep.md",
+    "file -m ../secret.txt note.md",
+    "file -f ../secret.txt",
+    "file -C -m note.md",
+    "file -z note.md",
+    "rg --pre sh x .",
+    "rg -z x .",
+    "rg -L x .",
+    "rg --ignore-file ../secret.txt x .",
+    "tree -o out.txt",
+    "tree --fromfile ../secret.txt",
+    "tree -R",
+    "ls --color=always",
+    "ls --hyperlink",
+    "tail --pid=1 note.md",
+    "date -f ../secret.txt",
+    "date -d 'TZ=\"{root}/etc/shadow\" now'",
+    "date --date='tz=\"/etc/localtime\" 1 day ago'",
+    "sed -n '1w out.txt' note.md",
+    "sed -n '1r ../secret.txt' note.md",
+    "sed -n 'e id' note.md",
+    "find . -files0-from ../secret.txt",
+    "find -files0-from ../secret.txt",
+    "find . -fprintf out.txt x",
+    "find . -fls out.txt",
+    "awk 'BEGIN{system(\"id\")}'",
+    "tar -xf x.tar --to-command=id",
+    "less note.md",
+    "git -C .. log",
+    "git --exec-path=. log",
+    "git --config-env=core.pager=HOME log",
+    "git --git-dir=../.git log",
+    "git log --format=%G?",
+    "git log --pretty='format:%GS %GK'",
+    "git show --show-signature",
+    "git log --show-sig",
+    "git status --recurse-submodules",
+    "git describe --dirty",
+    "git cat-file --textconv HEAD:note.md",
+    "git log --ext-diff -p",
+    "git grep SECRET",
+    "git config --list",
     "date -s 2001-01-01",
     "date 010100002001",
     "tail -f note.md",
@@ -332,3 +388,288 @@ async def test_denials_say_what_is_allowed(tree: Tree) -> None:
 
 def test_suite_is_large_enough() -> None:
     assert len(PATH_ATTACKS) + len(SHELL_ATTACKS) >= 60
+
+
+# ---------------------------------------------------------------------------------------------
+# Escapes through what programs read (R-A6): VCS metadata, repository config, dotfiles, env
+#
+# Each attack plants the state an agent would have needed to write (or that an earlier,
+# unfixed memd let it write), then runs the program through the Shell tool. Where the attack
+# would start a program, that program is a script creating a canary file: the canary must not
+# exist afterwards, and a control run without the sandbox proves the attack is real. The whole
+# tree (the area and everything around it) is hash-identical afterwards.
+
+OUTSIDE_COMMIT = "OUTSIDE-COMMIT-5d1e"
+MAGIC_HIT = "MAGIC-HIT-FROM-HOME"
+
+
+@dataclass(frozen=True)
+class Escape:
+    root: Path
+    area: Path
+    outside: Path
+    canary: Path
+    evil: Path  # an executable that creates the canary
+
+    def tools(self, *, delete: bool = False) -> dict[str, Tool]:
+        return make_tools(
+            MemoryDirPolicy(self.area, allow_delete=delete),
+            ["Read", "Edit", "Write", "Delete", "Shell"],
+            cwd=self.area,
+            limits=ShellLimits(timeout_s=5),
+        )
+
+
+def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    base = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=m"]
+    run_env = env if env is not None else {"PATH": os.environ["PATH"], "HOME": str(cwd)}
+    done = subprocess.run(
+        [*base, *args], cwd=cwd, env=run_env, capture_output=True, text=True, check=False
+    )
+    return done.stdout + done.stderr
+
+
+def _repo(path: Path, message: str, content: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    _git(path, "init", "-q")
+    (path / "note.md").write_text(content)
+    _git(path, "add", "note.md")
+    _git(path, "commit", "-qm", message)
+
+
+@pytest.fixture
+def escape(tmp_path: Path) -> Iterator[Escape]:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    area, outside = tmp_path / "area", tmp_path / "outside"
+    _repo(outside, OUTSIDE_COMMIT, SECRET + "\n")
+    area.mkdir()
+    (area / "note.md").write_text("hello\n")
+    canary, evil = tmp_path / "canary", tmp_path / "bin" / "evil"
+    evil.parent.mkdir()
+    evil.write_text(f"#!/bin/sh\ntouch {canary}\ncat >/dev/null\necho {SECRET}\n")
+    evil.chmod(0o755)
+    built = Escape(tmp_path, area, outside, canary, evil)
+    yield built
+    assert not canary.exists(), "a program the sandbox must never start ran"
+
+
+async def shell(escape: Escape, command: str) -> ToolResult:
+    before = tree_hash(escape.root)
+    with anyio.fail_after(20):
+        result = await escape.tools()["Shell"].run({"command": command})
+    assert tree_hash(escape.root) == before, "the command changed the tree"
+    assert SECRET not in result.content and OUTSIDE_COMMIT not in result.content, result
+    return result
+
+
+def _add_config(area: Path, text: str) -> None:
+    with (area / ".git" / "config").open("a") as config:
+        config.write(text)
+
+
+GIT_READS = ["git log", "git status", "git ls-files", "git show HEAD", "git diff HEAD"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("command", GIT_READS)
+async def test_gitfile_redirect_is_not_followed(escape: Escape, command: str) -> None:
+    (escape.area / ".git").write_text(f"gitdir: {escape.outside / '.git'}\n")
+    assert OUTSIDE_COMMIT in _git(escape.area, "log"), "control: plain git follows the gitfile"
+    result = await shell(escape, command)
+    assert result.denied and "not a directory" in result.content
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("command", GIT_READS)
+async def test_core_worktree_cannot_point_outside(escape: Escape, command: str) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    _add_config(escape.area, f"[core]\n\tworktree = {escape.outside}\n")
+    result = await shell(escape, command)
+    assert result.denied and "core.worktree" in result.content
+
+
+def test_pinned_work_tree_beats_core_worktree(escape: Escape) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    _add_config(escape.area, f"[core]\n\tworktree = {escape.outside}\n")
+    repo = Repository(str(escape.area / ".git"), str(escape.area))
+    env = git_environment(shell_environment(escape.area), repo)
+    assert _git(escape.area, "rev-parse", "--show-toplevel", env=env).strip() == str(escape.area)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("what", ["alternates", "http-alternates", "commondir", "objects-link"])
+async def test_borrowed_objects_are_refused(escape: Escape, what: str) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    git_dir, theirs = escape.area / ".git", escape.outside / ".git"
+    sha = _git(escape.outside, "rev-parse", "HEAD").strip()
+    match what:
+        case "alternates":
+            (git_dir / "objects" / "info" / "alternates").write_text(f"{theirs / 'objects'}\n")
+            assert OUTSIDE_COMMIT in _git(escape.area, "cat-file", "-p", sha), "control"
+        case "http-alternates":
+            (git_dir / "objects" / "info" / "http-alternates").write_text("http://x/\n")
+        case "commondir":
+            (git_dir / "commondir").write_text(f"{theirs}\n")
+        case "objects-link":
+            shutil.rmtree(git_dir / "objects")
+            (git_dir / "objects").symlink_to(theirs / "objects")
+    for command in (f"git cat-file -p {sha}", f"git log {sha}", "git log"):
+        result = await shell(escape, command)
+        assert result.denied, result
+
+
+def _signed_commit(area: Path) -> None:
+    """A commit with a gpgsig header, so %G? and --show-signature would run gpg.program."""
+    tree = _git(area, "write-tree").strip()
+    body = (
+        f"tree {tree}\nauthor t <t@t> 1 +0000\ncommitter t <t@t> 1 +0000\n"
+        "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n"
+    )
+    path = area / "commit.txt"
+    path.write_text(body)
+    sha = _git(area, "hash-object", "-t", "commit", "-w", str(path)).strip()
+    path.unlink()
+    _git(area, "update-ref", "HEAD", sha)
+
+
+@pytest.mark.anyio
+async def test_gpg_program_never_runs(escape: Escape) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    _signed_commit(escape.area)
+    _add_config(escape.area, f"[gpg]\n\tprogram = {escape.evil}\n")
+    _git(escape.area, "log", "-1", "--format=%G?")
+    assert escape.canary.exists(), "control: plain git runs gpg.program for %G?"
+    escape.canary.unlink()
+    for command in ("git log --format=%G?", "git show --show-signature", "git log"):
+        result = await shell(escape, command)
+        assert result.denied, result
+    # Even if the config check let it through, the environment overrides gpg.program.
+    repo = Repository(str(escape.area / ".git"), str(escape.area))
+    env = git_environment(shell_environment(escape.area), repo)
+    _git(escape.area, "log", "-1", "--format=%G?", "--show-signature", env=env)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("setting", "command"),
+    [
+        ("[core]\n\tfsmonitor = {evil}\n", "git status"),
+        ("[core]\n\tpager = {evil}\n", "git log"),
+        ("[pager]\n\tlog = {evil}\n", "git log"),
+        ("[diff]\n\texternal = {evil}\n", "git diff"),
+        ('[diff "x"]\n\ttextconv = {evil}\n', "git diff"),
+        ('[filter "x"]\n\tclean = {evil}\n', "git status"),
+        ("[include]\n\tpath = ../evil.cfg\n", "git status"),
+        ("[alias]\n\tst = !{evil}\n", "git status"),
+        ("[core]\n\thooksPath = {bin}\n", "git status"),
+    ],
+)
+async def test_repository_config_cannot_run_programs(
+    escape: Escape, setting: str, command: str
+) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    (escape.area / ".gitattributes").write_text("* diff=x filter=x\n")
+    (escape.area / "note.md").write_text("changed\n")
+    _add_config(escape.area, setting.format(evil=escape.evil, bin=escape.evil.parent))
+    result = await shell(escape, command)
+    assert result.denied and "config sets" in result.content
+
+
+def test_overrides_stop_fsmonitor_even_past_the_config_check(escape: Escape) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    _add_config(escape.area, f"[core]\n\tfsmonitor = {escape.evil}\n")
+    _git(escape.area, "status")
+    assert escape.canary.exists(), "control: plain git runs core.fsmonitor"
+    escape.canary.unlink()
+    repo = Repository(str(escape.area / ".git"), str(escape.area))
+    _git(escape.area, "status", env=git_environment(shell_environment(escape.area), repo))
+
+
+def _file(cwd: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(["file", "note.md"], cwd=cwd, env=env, capture_output=True, text=True)
+    return done.stdout
+
+
+@pytest.mark.anyio
+async def test_dotfiles_in_the_area_are_not_read(escape: Escape) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    hostile = f"[core]\n\tfsmonitor = {escape.evil}\n\tpager = {escape.evil}\n"
+    (escape.area / ".gitconfig").write_text(hostile)
+    (escape.area / ".config" / "git").mkdir(parents=True)
+    (escape.area / ".config" / "git" / "config").write_text(hostile)
+    (escape.area / ".magic").write_text(f"0\tstring\thello\t{MAGIC_HIT}\n")
+    old_home = {"PATH": os.environ["PATH"], "HOME": str(escape.area)}  # the old sandbox's
+    _git(escape.area, "status", env=old_home)
+    assert escape.canary.exists(), "control: git runs core.fsmonitor from ~/.gitconfig"
+    escape.canary.unlink()
+    assert MAGIC_HIT in _file(escape.area, old_home), "control: file reads ~/.magic"
+    status = await shell(escape, "git status --porcelain")
+    assert not status.is_error, status
+    magic = await shell(escape, "file note.md")
+    assert not magic.is_error and MAGIC_HIT not in magic.content
+
+
+@pytest.mark.anyio
+async def test_the_daemon_environment_does_not_reach_programs(
+    escape: Escape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (escape.area / ".magic").write_text(f"0\tstring\thello\t{MAGIC_HIT}\n")
+    monkeypatch.setenv("LD_PRELOAD", str(escape.root / "evil.so"))
+    monkeypatch.setenv("MAGIC", str(escape.area / ".magic"))
+    monkeypatch.setenv("GREP_OPTIONS", "--files-with-matches")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    assert "ANTHROPIC_API_KEY" not in shell_environment(escape.area)
+    echo = await shell(escape, "echo hi")
+    assert echo.content == "hi" and not echo.is_error, echo
+    magic = await shell(escape, "file note.md")
+    assert MAGIC_HIT not in magic.content
+    grep = await shell(escape, "grep hello note.md")
+    assert grep.content == "hello"
+
+
+VCS_WRITES: list[tuple[str, dict[str, Any]]] = [
+    ("Write", {"file_path": ".git", "content": "gitdir: ../outside/.git\n"}),
+    ("Write", {"file_path": ".git/config", "content": "[core]\n\tworktree = /\n"}),
+    ("Write", {"file_path": ".git/objects/info/alternates", "content": "/x/objects\n"}),
+    ("Write", {"file_path": "sub/.git", "content": "gitdir: /\n"}),
+    ("Write", {"file_path": "sub/deeper/.git/HEAD", "content": "x"}),
+    ("Write", {"file_path": ".GIT/config", "content": "x"}),
+    ("Write", {"file_path": "{area}/.git/config", "content": "x"}),
+    ("Write", {"file_path": "x/../.git/config", "content": "x"}),
+    ("Write", {"file_path": "gitlink/config", "content": "x"}),
+    ("Write", {"file_path": ".gitattributes", "content": "* diff=x\n"}),
+    ("Write", {"file_path": ".gitmodules", "content": "x"}),
+    ("Write", {"file_path": ".hg/hgrc", "content": "[hooks]\n"}),
+    ("Write", {"file_path": ".svn/entries", "content": "x"}),
+    ("Write", {"file_path": ".bzr/branch/branch.conf", "content": "x"}),
+    ("Write", {"file_path": "_darcs/prefs/defaults", "content": "x"}),
+    ("Write", {"file_path": ".jj/repo/config.toml", "content": "x"}),
+    ("Write", {"file_path": "CVS/Root", "content": "x"}),
+    ("Edit", {"file_path": ".git", "old_string": "", "new_string": "gitdir: /\n"}),
+    ("Edit", {"file_path": ".git/HEAD", "old_string": "ref", "new_string": "x"}),
+    ("Delete", {"file_path": ".git/HEAD"}),
+    ("Delete", {"file_path": "gitlink/HEAD"}),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("tool", "args"), VCS_WRITES)
+async def test_vcs_metadata_is_never_written(
+    escape: Escape, tool: str, args: dict[str, Any]
+) -> None:
+    _repo(escape.area, "inside", "hello\n")
+    (escape.area / "gitlink").symlink_to(".git")
+    filled = {k: v.replace("{area}", str(escape.area)) for k, v in args.items()}
+    before = tree_hash(escape.root)
+    with anyio.fail_after(20):
+        result = await escape.tools(delete=True)[tool].run(filled)
+    assert result.denied and "version-control metadata" in result.content, result
+    assert tree_hash(escape.root) == before
+
+
+@pytest.mark.anyio
+async def test_arguments_past_the_os_limit_are_a_tool_error(escape: Escape) -> None:
+    result = await shell(escape, "echo '" + "a" * 200_000 + "'")
+    assert result.is_error and "could not start" in result.content
+    assert "too long" in result.content.lower()

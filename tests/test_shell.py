@@ -15,9 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memd.agent.decision import Allow, Deny
-from memd.agent.process import ShellLimits, ShellOutcome, shell_environment
+from memd.agent.process import SAFE_PATH, ShellLimits, ShellOutcome, shell_environment
 from memd.agent.programs import hardened_argv, program_names
 from memd.agent.shell import Pipeline, classify, parse_command, run_readonly
+from memd.agent.vcs import NO_PROGRAM, Repository, git_environment
 
 ALLOWED = [
     "ls",
@@ -303,10 +304,18 @@ def test_unquoted_metacharacters_are_always_denied(
 
 def test_git_is_hardened() -> None:
     argv = hardened_argv(("git", "--no-pager", "diff", "HEAD"))
-    assert argv[:2] == ("git", "--no-pager")
-    assert "core.fsmonitor=false" in argv and "--no-ext-diff" in argv and "--no-textconv" in argv
+    assert argv[:3] == ("git", "--no-pager", "diff")
+    assert "--no-ext-diff" in argv and "--no-textconv" in argv
+    assert "--ignore-submodules=all" in argv
     assert argv[-1] == "HEAD"
     assert hardened_argv(("ls", "-l")) == ("ls", "-l")
+    env = git_environment({"PATH": SAFE_PATH}, Repository("/a/.git", "/a"))
+    pairs = {
+        env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
+        for i in range(int(env["GIT_CONFIG_COUNT"]))
+    }
+    assert pairs["core.fsmonitor"] == "false" and pairs["gpg.program"] == NO_PROGRAM
+    assert (env["GIT_DIR"], env["GIT_WORK_TREE"]) == ("/a/.git", "/a")
 
 
 def test_environment_is_minimal(tmp_path: Path) -> None:
@@ -314,6 +323,9 @@ def test_environment_is_minimal(tmp_path: Path) -> None:
     assert env["GIT_CEILING_DIRECTORIES"] == str(tmp_path.parent)
     assert env["GIT_OPTIONAL_LOCKS"] == "0"
     assert not any("ANTHROPIC" in key or "SECRET" in key for key in env)
+    home = Path(env["HOME"])
+    assert not home.is_relative_to(tmp_path) and list(home.iterdir()) == []
+    assert all(env[key] == env["HOME"] for key in env if key.startswith("XDG_"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,5 +431,5 @@ async def test_git_reads_a_repository(repo: Path) -> None:
 @pytest.mark.anyio
 async def test_git_does_not_look_above_the_working_directory(repo: Path) -> None:
     (repo / "sub").mkdir()
-    outcome = await run("git status", repo / "sub")
-    assert outcome.failed and "not a git repository" in outcome.stderr.lower()
+    outcome = await run_readonly("git status", cwd=repo / "sub")
+    assert isinstance(outcome, Deny) and "has no git repository of its own" in outcome.reason

@@ -30,6 +30,7 @@ from typing import Any, Literal, assert_never
 
 from memd.agent.decision import Allow, Decision, Deny
 from memd.agent.shell import Pipeline, parse_command
+from memd.agent.vcs import vcs_part
 
 __all__ = [
     "Allow",
@@ -122,6 +123,8 @@ class Target:
     kind: Kind
     nlink: int = 1
     link: bool = False
+    # The absolute path as named, ``..`` folded, links not followed (not part of equality).
+    named: str = dataclasses.field(default="", compare=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +243,27 @@ def _decide_write(policy: Policy, target: Target) -> Decision:
         allowed = allowed and target.path.rstrip("/") != str(root).rstrip("/")
     if not allowed:
         return Deny(f"denied: {target.path} may not be written; {describe(policy)}")
-    return _writable_kind(policy, target)
+    return _vcs_denial(policy, target) or _writable_kind(policy, target)
+
+
+def _vcs_denial(policy: Policy, target: Target) -> Deny | None:
+    """Refuse version-control metadata below the write root, as named or as resolved (R-A6).
+
+    Only the part below the root counts: the root is memd's choice, the rest the agent's.
+    """
+    root = _write_root(policy)
+    if root is None:
+        return None
+    for path in (target.path, target.named):
+        if not path or not within(path, str(root), casefold=policy.casefold):
+            continue
+        part = vcs_part(Path(os.path.relpath(path, root)).parts)
+        if part is not None:
+            return Deny(
+                f"denied: {path} is version-control metadata ({part}); the agent never "
+                f"writes or deletes it; {describe(policy)}"
+            )
+    return None
 
 
 def _writable_kind(policy: Policy, target: Target) -> Decision:
@@ -265,6 +288,8 @@ def _decide_delete(policy: Policy, target: Target) -> Decision:
     inside = root is not None and within(target.path, str(root), casefold=policy.casefold)
     if not inside or target.path.rstrip("/") == str(root).rstrip("/"):
         return Deny(f"denied: {target.path} may not be deleted; {describe(policy)}")
+    if (vcs := _vcs_denial(policy, target)) is not None:
+        return vcs
     if target.link:
         return Deny(f"denied: the name you gave is a symbolic link; {describe(policy)}")
     if target.kind in ("dir", "other"):
@@ -275,7 +300,9 @@ def _decide_delete(policy: Policy, target: Target) -> Decision:
 def may_create_dir(policy: Policy, path: str) -> bool:
     """Whether a missing directory may be created (Write makes parents inside the area)."""
     root = _write_root(policy)
-    return root is not None and within(path, str(root), casefold=policy.casefold)
+    if root is None or not within(path, str(root), casefold=policy.casefold):
+        return False
+    return vcs_part(Path(os.path.relpath(path, root)).parts) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,19 +341,20 @@ def resolve_target(raw: str, *, base: Path) -> Target | Deny:
     named = os.path.join(_realpath(str(base)), _expand_home(raw))
     resolved = _realpath(named)
     link = os.path.islink(named.rstrip("/") or "/")
+    folded = os.path.normpath(named)
     try:
         st = os.stat(resolved)
     except (FileNotFoundError, NotADirectoryError):
-        return Target(resolved, "missing", 0, link)
+        return Target(resolved, "missing", 0, link, folded)
     except OSError:  # a link loop, a name too long, no permission: never writable
-        return Target(resolved, "other", 0, link)
+        return Target(resolved, "other", 0, link, folded)
     if stat.S_ISREG(st.st_mode):
         kind: Kind = "file"
     elif stat.S_ISDIR(st.st_mode):
         kind = "dir"
     else:
         kind = "other"
-    return Target(resolved, kind, st.st_nlink, link)
+    return Target(resolved, kind, st.st_nlink, link, folded)
 
 
 def authorize(

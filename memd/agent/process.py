@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -67,16 +69,30 @@ class ShellOutcome:
 
 
 def shell_environment(cwd: Path) -> dict[str, str]:
-    """The whole environment a command gets: nothing inherited from the daemon.
+    """The whole environment a command gets, built from nothing (an allow-list).
 
-    Git is kept from reading system and global config, from taking optional locks (so
-    ``git status`` never rewrites the index), and from finding a repository above ``cwd``.
+    Nothing is inherited from the daemon (no API key, no value from memd's env file, no
+    ``LD_PRELOAD``, ``GREP_OPTIONS``, ``MAGIC``, ``RIPGREP_CONFIG_PATH``, ``LESSOPEN`` …).
+    ``HOME``, every XDG directory and ``TMPDIR`` are :func:`sandbox_home`: an empty directory
+    outside every area an agent may write, so no program finds a dotfile the agent wrote
+    (``~/.magic``, ``~/.gitconfig``, ``~/.config/…``). Git gets more in
+    :func:`memd.agent.vcs.git_environment`; without a repository of the area's own it does not
+    run at all. ``cwd`` is kept in the signature for callers; the environment does not depend
+    on it.
     """
+    home = str(sandbox_home())
     return {
         "PATH": SAFE_PATH,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "HOME": str(cwd),
+        "HOME": home,
+        "XDG_CONFIG_HOME": home,
+        "XDG_DATA_HOME": home,
+        "XDG_CACHE_HOME": home,
+        "XDG_STATE_HOME": home,
+        "XDG_CONFIG_DIRS": home,
+        "XDG_RUNTIME_DIR": home,
+        "TMPDIR": home,
         "TERM": "dumb",
         "PAGER": "cat",
         "GIT_PAGER": "cat",
@@ -86,6 +102,34 @@ def shell_environment(cwd: Path) -> dict[str, str]:
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CEILING_DIRECTORIES": str(cwd.parent),
     }
+
+
+def sandbox_home() -> Path:
+    """An empty, read-only directory memd owns, used as every program's home (blocking).
+
+    Made once per process under the temp dir with a random name, and checked on every use
+    (a real directory, ours, mode 0555, empty); if anything changed it, a new one is made.
+    """
+    current = _HOME[0] if _HOME else None
+    if current is not None and _is_empty_home(current):
+        return current
+    made = Path(tempfile.mkdtemp(prefix="memd-sandbox-home-"))
+    made.chmod(0o555)
+    _HOME[:] = [made]
+    return made
+
+
+_HOME: list[Path] = []
+
+
+def _is_empty_home(path: Path) -> bool:
+    try:
+        st = os.lstat(path)
+        empty = not os.listdir(path)
+    except OSError:
+        return False
+    owned = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+    return owned and stat.S_IMODE(st.st_mode) == 0o555 and empty
 
 
 class _Sink:
@@ -115,9 +159,16 @@ async def run_pipeline(
     env: Mapping[str, str],
     limits: ShellLimits,
 ) -> ShellOutcome:
-    """Run ``argvs[0] | argvs[1] | …`` in ``cwd`` and collect the last one's output."""
+    """Run ``argvs[0] | argvs[1] | …`` in ``cwd`` and collect the last one's output.
+
+    A command that cannot start (its arguments are past the OS limit, say) is an outcome
+    with exit code 126 and the reason, like a shell's, never an exception."""
     async with AsyncExitStack() as stack:
-        procs = await _spawn_all(argvs, cwd=cwd, env=env, stack=stack)
+        try:
+            procs = await _spawn_all(argvs, cwd=cwd, env=env, stack=stack)
+        except OSError as exc:  # E2BIG (arguments past the OS limit), ENOENT, EACCES …
+            why = f"the command could not start: {exc.strerror or exc}"
+            return ShellOutcome(126, "", why, False, False, limits)
         try:
             return await _collect(procs, limits)
         finally:

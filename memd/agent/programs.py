@@ -8,13 +8,75 @@ means ``--output``): an option that is not spelled out here is refused, which cl
 
 Left out on purpose, with the reason the model is given:
 
-* ``awk``, ``xargs``, ``env``, interpreters: they run programs or code, or (``xargs``) take the
-  paths they read from data, so those paths cannot be checked before the command runs;
-* ``tee``, ``dd``, ``cp``, ``mv``, ``rm``, ``touch`` …: they write;
-* ``tail -f``, ``less``: they wait for input that never comes.
+* ``awk``, ``xargs``, ``env``, interpreters: they run programs or code (``awk``'s
+  ``system()`` and pipes), or (``xargs``) take the paths they read from data, so those paths
+  cannot be checked before the command runs;
+* ``tee``, ``dd``, ``cp``, ``mv``, ``rm``, ``touch``, ``tar`` …: they write;
+* ``tail -f``, ``less``: they wait for input that never comes (``less`` also runs
+  ``LESSOPEN`` and reads ``~/.lesskey``).
 
 ``find`` and ``git`` have grammars of their own and are parsed in :mod:`memd.agent.shell`;
 ``sed`` is limited to printing line ranges (``sed -n 5,20p``).
+
+What each program reads besides its operands (R-A6 audit)
+---------------------------------------------------------
+Every program runs with an environment built from nothing
+(:func:`memd.agent.process.shell_environment`): ``PATH`` of system directories, the C.UTF-8
+locale from the system's locale files, ``HOME``, every ``XDG_*`` directory and ``TMPDIR``
+set to an empty read-only directory outside every writable area. No variable the daemon
+has reaches it, so none of ``LD_PRELOAD``, ``LD_LIBRARY_PATH``, ``LOCPATH``, ``GCONV_PATH``,
+``NLSPATH``, ``GREP_OPTIONS``, ``GREP_COLORS``, ``LS_COLORS``, ``TZ``, ``POSIXLY_CORRECT``,
+``MAGIC``, ``RIPGREP_CONFIG_PATH``, ``TREE_COLORS``, ``LESSOPEN``, ``SHELL`` or an API key
+applies. Programs are found on that fixed ``PATH`` only; a program named by path is refused.
+System files (``/etc/passwd``, ``/etc/localtime``, ``/usr/share/misc/magic``, locale data)
+are not writable by the agent. Per program:
+
+* ``ls``: ``/etc/passwd`` and ``/etc/group`` for ``-l`` names; ``LS_COLORS``,
+  ``QUOTING_STYLE``, ``TIME_STYLE``, ``COLUMNS`` unset; ``--color``/``--hyperlink`` not
+  allowed. Safe.
+* ``cat``, ``head``, ``tail``, ``nl``, ``wc``, ``cut``, ``tr``, ``uniq``, ``echo``, ``pwd``,
+  ``basename``, ``dirname``: operands (or stdin) and the locale only. ``uniq``'s second
+  operand (an output file) is refused; ``tail -f``/``--pid``/``---presume-input-pipe`` are not
+  allowed. Safe.
+* ``stat``, ``realpath``, ``readlink``: metadata of the named paths (checked by the policy);
+  ``realpath --relative-to/--relative-base`` values are checked as reads. Safe.
+* ``file``: its magic database. ``MAGIC`` is unset, ``~/.magic`` and ``~/.magic.mgc`` are
+  looked up in the empty home, ``-m`` (another database), ``-f`` (a list of names), ``-C``
+  (compile: writes) and ``-z``/``-Z`` (decompressors) are not allowed. Safe.
+* ``du``: metadata only; ``-X``/``--exclude-from`` and ``--files0-from`` (read a named file)
+  are not allowed; ``BLOCK_SIZE`` variables unset. Safe.
+* ``sort``: ``-o`` (output file), ``-T`` (temp dir), ``--compress-program`` (runs a
+  program), ``--files0-from`` and ``--random-source`` (read a named file) are not allowed;
+  its temporary files, if any, go to ``TMPDIR``, the empty read-only home. Safe.
+* ``diff``: only two files (directories refused: ``-r`` is not allowed anyway);
+  ``--from-file``/``--to-file``, ``-X``/``--exclude-from`` and ``-l`` (runs ``pr``) are not
+  allowed. Safe.
+* ``grep``: ``-f`` files are checked as reads; ``--exclude-from``, ``-R`` (follows links) and
+  ``--color`` are not allowed; ``GREP_OPTIONS``/``GREP_COLORS`` unset. With ``-r`` it skips
+  devices and FIFOs met while walking. Safe.
+* ``rg`` (when installed): reads ``.gitignore``/``.ignore``/``.rgignore`` inside the area —
+  ignore patterns, which only narrow what it searches there — and a global gitignore from
+  git's config in the empty home (none). ``RIPGREP_CONFIG_PATH`` unset; ``--pre`` (runs a
+  program), ``-z`` (decompressors), ``-L`` (follows links), ``--ignore-file`` not allowed;
+  ``-f`` files are checked as reads. Safe.
+* ``tree`` (when installed): ``-o``/``-R`` (write), ``--fromfile``, ``-l`` (follows links),
+  ``--gitignore`` not allowed; ``TREE_COLORS``/``LS_COLORS`` unset. Safe.
+* ``date``: ``-f`` (reads a file) and setting the clock are not allowed; ``TZ`` is unset
+  (``/etc/localtime``), and a ``TZ="…"`` inside a ``-d`` string, which would read any zone
+  file named there, is refused. Safe.
+* ``sed``: only ``Np``/``q`` scripts, so no ``w``/``r``/``e`` command and no ``-i``. Safe.
+* ``find``: ``-fprint*``/``-fls`` (write), ``-exec*``/``-ok*`` (run), ``-delete``,
+  ``-L``/``-H``/``-follow`` (links) and ``-files0-from`` are refused; ``-newer`` and the like
+  are checked as reads. Safe.
+* ``git``: the most configurable of all; see :mod:`memd.agent.vcs`. It runs only on a
+  repository the area has of its own, pinned by ``GIT_DIR``/``GIT_WORK_TREE``, with system,
+  global and XDG config off, a checked repository config, and every program-running setting
+  overridden in ``GIT_CONFIG_COUNT``. Options before the subcommand (``-c``,
+  ``--config-env``, ``-C``, ``--git-dir``, ``--exec-path``) are refused, and so are
+  ``--output``, ``--ext-diff``, ``--textconv``, ``--show-signature``, ``%G`` formats,
+  ``--no-index``, ``--recurse-submodules`` and ``describe --dirty``.
+* Refused outright: everything in :data:`REFUSED_PROGRAMS` (``awk`` for ``system()``,
+  ``tar`` for ``--to-command`` and writing, ``less`` for ``LESSOPEN``, and so on).
 """
 
 from __future__ import annotations
@@ -48,6 +110,8 @@ class ProgramSpec:
     pattern_opts: frozenset[str] = frozenset()
     numeric_count: bool = False  # accepts ``-NUM`` (head -5)
     files_only: bool = False  # directory operands would make it follow links inside them
+    # Text refused inside option values (casefolded), with the reason.
+    refused_in_values: tuple[tuple[str, str], ...] = ()
 
 
 _HEAD_TAIL = ProgramSpec(
@@ -177,6 +241,7 @@ PROGRAMS: dict[str, ProgramSpec] = {
         flags=_opts("-u -R --utc --universal --rfc-email"),
         valued=_opts("-d --date"),
         operands="date",
+        refused_in_values=(("tz=", 'TZ="…" in a date string reads that zone file'),),
     ),
     "basename": ProgramSpec(
         flags=_opts("-a -z --multiple --zero"), valued=_opts("-s --suffix"), operands="strings"
@@ -241,6 +306,9 @@ GIT_REFUSED_LONG: dict[str, str] = {
     "--exclude-from": "it reads another file",
     "--git-dir": "it points git at another repository",
     "--work-tree": "it points git at another tree",
+    "--recurse-submodules": "it reads other repositories",
+    "--dirty": "it refreshes (writes) the index",
+    "--broken": "it refreshes (writes) the index",
 }
 # Short options refused per subcommand (they read or write a named file).
 GIT_REFUSED_SHORT: dict[str, frozenset[str]] = {
@@ -281,8 +349,10 @@ def program_names() -> tuple[str, ...]:
 
 
 def hardened_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """The argv actually executed: git gets settings that keep repository config from
-    running programs (fsmonitor, external diff, text conversion, pager)."""
+    """The argv actually executed. Git's config overrides travel in the environment
+    (:func:`memd.agent.vcs.git_environment`); here it gets ``--no-pager`` and the options
+    that keep a repository's config from running programs (external diff, text conversion)
+    or looking into submodules (each is a repository of its own)."""
     if argv[0] != "git":
         return argv
     args = [arg for arg in argv[1:] if arg != "--no-pager"]
@@ -292,18 +362,6 @@ def hardened_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
         extra = ("--no-ext-diff", "--no-textconv")
     elif subcommand == "blame":
         extra = ("--no-textconv",)
-    return (
-        "git",
-        "--no-pager",
-        "-c",
-        "core.fsmonitor=false",
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.pager=cat",
-        "-c",
-        "log.showSignature=false",
-        subcommand,
-        *extra,
-        *rest,
-    )
+    if subcommand in ("diff", "status"):
+        extra = (*extra, "--ignore-submodules=all")
+    return ("git", "--no-pager", subcommand, *extra, *rest)

@@ -24,6 +24,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio.to_thread
+
 from memd.agent.decision import Allow, Deny
 from memd.agent.process import (
     SAFE_PATH,
@@ -46,6 +48,7 @@ from memd.agent.programs import (
     hardened_argv,
     program_names,
 )
+from memd.agent.vcs import git_environment, git_repository
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,10 @@ def _parse_generic(program: str, spec: ProgramSpec, args: tuple[str, ...]) -> Co
     parsed = _parse_options(program, spec, args)
     if isinstance(parsed, Deny):
         return parsed
+    for _, value in parsed.options:
+        for text, why in spec.refused_in_values:
+            if value is not None and text in value.casefold():
+                return refusal(f"{program} option values with {text.upper()!r} ({why})")
     given = {name for name, _ in parsed.options}
     operands = parsed.operands
     if spec.max_operands is not None and len(operands) > spec.max_operands:
@@ -362,6 +369,8 @@ def _parse_git(argv: tuple[str, ...]) -> Command | Deny:
         if token == "--":
             operands.extend(args[index + 1 :])
             break
+        if "%G" in token:
+            return refusal(f"git {subcommand} {token}, because %G formats run the gpg program")
         problem = _git_option_problem(subcommand, token)
         if problem is not None:
             return refusal(problem)
@@ -395,6 +404,7 @@ async def run_readonly(
     pipeline = parse_command(command) if isinstance(command, str) else command
     if isinstance(pipeline, Deny):
         return pipeline
+    env = await anyio.to_thread.run_sync(shell_environment, cwd)
     argvs: list[tuple[str, ...]] = []
     for item in pipeline.commands:
         argv = hardened_argv(item.argv)
@@ -402,4 +412,9 @@ async def run_readonly(
         if executable is None:
             return ShellOutcome(127, "", f"{argv[0]} is not installed here", False, False, limits)
         argvs.append((executable, *argv[1:]))
-    return await run_pipeline(argvs, cwd=cwd, env=shell_environment(cwd), limits=limits)
+        if argv[0] == "git":
+            repo = await anyio.to_thread.run_sync(git_repository, cwd, env, executable)
+            if isinstance(repo, str):
+                return refusal(f"git here: {repo}")
+            env = git_environment(env, repo)
+    return await run_pipeline(argvs, cwd=cwd, env=env, limits=limits)
