@@ -15,6 +15,7 @@ values, not exceptions. Exceptions are for things that stop the unit of work at 
     │   ├── RateLimited            carries retry_after seconds when the API sends one
     │   ├── Overloaded             529
     │   ├── Unavailable            5xx, connection errors, timeouts
+    │   │   └── Unreachable            no connection to the API at all (names the URL)
     │   ├── AuthenticationFailed   401/403: retrying will not help
     │   ├── QuotaExceeded          billing/credit errors: retrying will not help
     │   └── BadRequest             any other 4xx: our request was wrong
@@ -88,6 +89,10 @@ class Overloaded(LLMError):
 
 class Unavailable(LLMError):
     retryable = True
+
+
+class Unreachable(Unavailable):
+    """No connection could be made (DNS, refused, TLS): ``status`` shows it since when."""
 
 
 class AuthenticationFailed(LLMError):

@@ -1,115 +1,147 @@
-"""Text rendering of daemon answers for ``memdctl`` (the JSON is printed as it comes)."""
+"""Text rendering of daemon answers for ``memdctl`` (``--json`` prints them as they come).
+
+Status has its own module (:mod:`memd_client.render_status`); these are the others. Every
+figure carries its unit, times are relative ("3 min ago"), ids are as long as needed to be
+unique in what is shown, and nothing prints a Python repr.
+"""
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
-
-def _k(n: int) -> str:
-    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
-
-
-def render_status(s: dict[str, Any]) -> str:
-    d, ing, llm = s["daemon"], s["ingest"], s["llm"]
-    lines = [
-        f"memd {d['version']}  pid {d['pid']}  up {d['uptime_s']:.0f}s  "
-        f"rss {d['rss_bytes'] / 2**20:.1f} MiB",
-        f"socket    {d['socket']}",
-        f"projects  {d['projects_root']}",
-        f"model     {'enabled (' + llm['provider'] + ')' if llm['enabled'] else llm['reason']}",
-        f"sessions  {ing['sessions']} known, {ing['parsed']} parsed, {ing['in_memory']} in memory; "
-        f"{ing['queued']} queued for reading",
-        f"ingest    {ing['bytes_parsed'] / 2**20:.1f} MiB in {ing['lines']} lines, "
-        f"{ing['bad_lines']} bad lines skipped",
-        f"errors    {s['errors_last_hour']} in the last hour"
-        + (f" (last: {s['last_error']})" if s["last_error"] else ""),
-        *render_spend(s.get("usage"), s.get("guard")),
-        *render_pipeline(s.get("pipeline")),
-    ]
-    if s["sessions"]:
-        lines += ["", render_sessions(s["sessions"])]
-    return "\n".join(lines)
-
-
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return time.strftime("%H:%M:%S", time.localtime(ts))
-
-
-def render_spend(usage: dict[str, Any] | None, guard: dict[str, Any] | None) -> list[str]:
-    """Token spend, budget left and back-off state (R-A4, R-B1, R-B8)."""
-    if not usage or not guard:
-        return []
-    hour, day = guard["budget"]["hour"], guard["budget"]["day"]
-
-    def left(window: dict[str, Any]) -> str:
-        if not window["limit"]:
-            return "unlimited"
-        return f"{_k(max(0, window['limit'] - window['spent']))} left of {_k(window['limit'])}"
-
-    lines = [
-        f"tokens    last hour {_k(usage['last_hour']['billed'])} billed in "
-        f"{usage['last_hour']['calls']} calls; today {_k(usage['last_day']['billed'])}",
-        f"budget    hour: {left(hour)}; day: {left(day)}",
-    ]
-    if guard["budget"]["paused_until"]:
-        lines.append(
-            "PAUSED    background work waits for budget until "
-            + _when(guard["budget"]["paused_until"])
-        )
-    if guard.get("account_blocked"):
-        lines.append(f"BLOCKED   {guard['account_blocked']}")
-    for kind, k in guard["kinds"].items():
-        if k["consecutive_failures"] or k["parked"]:
-            lines.append(
-                f"backoff   {kind}: {k['consecutive_failures']} failures in a row, next try "
-                f"{_when(k['next_retry_at'])}; last error: {k['last_error']}"
-                + (f"; {len(k['parked'])} parked" if k["parked"] else "")
-            )
-    return lines
-
-
-def render_pipeline(p: dict[str, Any] | None) -> list[str]:
-    if not p:
-        return []
-    line = (
-        f"work      {p['state']}: {p['pending']} pending, last done {_when(p['last_progress_at'])}"
-    )
-    if p["state"] == "stalled":
-        line += "  <- STALLED: work is queued and nothing finished for a long time"
-    return [line]
+from memd_client.textfmt import (
+    ago,
+    duration,
+    size,
+    table,
+    to_epoch,
+    tokens,
+    tokens_bare,
+    unique_prefixes,
+)
 
 
 def render_sessions(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no sessions yet (memd watches Claude Code transcripts as they are written)"
-    out = [f"{'SESSION':<10} {'CONTEXT':>16} {'MSGS':>5} {'LAST ACTIVITY':<26} PROJECT"]
+    short = unique_prefixes([str(r["session_id"]) for r in rows])
+    body = []
     for r in rows:
-        ctx = "-" if not r["parsed"] else f"{_k(r['context_tokens'])}/{_k(r['compact_threshold'])}"
-        if r["context_stale"]:
-            ctx += "*"
-        out.append(
-            f"{r['session_id'][:8]:<10} {ctx:>16} {r['message_count']:>5} "
-            f"{r['last_activity']:<26} {r['project']}"
+        ctx = "-"
+        if r.get("parsed"):
+            ctx = (
+                f"{tokens_bare(r.get('context_tokens'))}/{tokens_bare(r.get('compact_threshold'))}"
+            )
+            if r.get("context_stale"):
+                ctx += "*"
+        problems = _row_problems(r)
+        body.append(
+            [
+                short[str(r["session_id"])],
+                ctx,
+                str(r.get("message_count", 0)),
+                ago(r.get("last_activity")),
+                str(r.get("project", "")) + (f"  ({problems})" if problems else ""),
+            ]
         )
-    if any(r["context_stale"] for r in rows):
-        out.append("* estimated: compacted since the last model response")
-    return "\n".join(out)
+    out = table(["SESSION", "CONTEXT (tok)", "MSGS", "ACTIVE", "PROJECT"], body, right=(1, 2))
+    if any(r.get("context_stale") for r in rows):
+        out += "\n* estimated: compacted since the last model response"
+    return out
+
+
+def _row_problems(r: dict[str, Any]) -> str:
+    parts = []
+    if r.get("bad_lines"):
+        parts.append(f"{r['bad_lines']} bad lines")
+    unreadable = r.get("unreadable")
+    if unreadable:
+        parts.append(f"unreadable: {unreadable}" if isinstance(unreadable, str) else "unreadable")
+    return ", ".join(parts)
+
+
+SESSION_FIELDS = (
+    ("project", "project", str),
+    ("cwd", "cwd", str),
+    ("path", "transcript", str),
+    ("message_count", "messages", str),
+    ("lines", "lines", str),
+    ("bad_lines", "bad lines", str),
+    ("tool_uses", "tool uses", str),
+    ("turn_ends", "turns", str),
+    ("boundaries_seen", "compactions", str),
+    ("bytes_parsed", "read", size),
+    ("size", "file size", size),
+)
 
 
 def render_session(r: dict[str, Any]) -> str:
-    keys = [
-        "session_id", "project", "cwd", "path", "message_count", "context_tokens",
-        "context_from_usage", "context_estimated_tail", "context_stale", "compact_threshold",
-        "last_activity", "boundaries_seen", "tool_uses", "turn_ends", "bytes_parsed", "offset",
-        "size", "lines", "bad_lines",
-    ]  # fmt: skip
-    lines = [f"{k:<24} {r.get(k)}" for k in keys]
-    for b in r.get("boundaries", []):
-        lines.append(f"{'boundary':<24} {b}")
+    ctx = f"{tokens(r.get('context_tokens'))} of {tokens(r.get('compact_threshold'))} (compaction)"
+    if r.get("context_stale"):
+        ctx += ", estimated: compacted since the last model response"
+    elif r.get("context_estimated_tail"):
+        ctx += f", {tokens(r['context_estimated_tail'])} of it estimated"
+    rows: list[tuple[str, str]] = [("session", str(r.get("session_id"))), ("context", ctx)]
+    rows.append(("last active", ago(r.get("last_activity"))))
+    for key, label, fmt in SESSION_FIELDS:
+        if key in r and r[key] is not None:
+            rows.append((label, fmt(r[key])))
+    if r.get("unreadable"):
+        rows.append(("unreadable", str(r["unreadable"])))
+    if r.get("opted_out"):
+        rows.append(("memory", f"off for this project: {r['opted_out']}"))
+    rows += _notes_rows(r.get("notes"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _notes_rows(n: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not n:
+        return [("notes", "no notes status (session notes are off or not loaded yet)")]
+    state = notes_state(n)
+    runs = f"{n.get('extractions', 0)} runs"
+    if n.get("last_extracted_at"):
+        runs += f", last {ago(n['last_extracted_at'])} ({tokens(n.get('last_cost_tokens'))} billed)"
+    rows = [
+        ("notes", f"{state}; {runs}"),
+        ("notes file", str(n.get("notes_path", "-"))),
+        (
+            "next notes",
+            f"at {tokens(n.get('next_trigger_tokens'))} of context "
+            f"({n.get('next_trigger_condition', '')})",
+        ),
+    ]
+    if n.get("last_error"):
+        rows.append(("notes error", f"{n['last_error']} ({ago(n.get('last_error_at'))})"))
+    return rows
+
+
+def notes_state(n: dict[str, Any]) -> str:
+    """fresh, due, running, waiting (why), failed, or none yet: one word a person can act on."""
+    phase = n.get("phase")
+    if phase == "running":
+        return f"running for {duration(n.get('running_for_s'))}"
+    if phase == "waiting":
+        return f"waiting: {n.get('waiting_reason') or 'for its turn'}"
+    if phase == "queued" or n.get("pending"):
+        return "due"
+    err_at, done_at = to_epoch(n.get("last_error_at")), to_epoch(n.get("last_extracted_at"))
+    if err_at and (done_at is None or err_at > done_at):
+        return "failed"
+    if not n.get("extractions"):
+        return "none yet"
+    if n.get("context_tokens", 0) >= n.get("next_trigger_tokens", 0) > 0:
+        return "due"
+    return "fresh"
+
+
+def render_reload(r: dict[str, Any]) -> str:
+    lines = [str(r.get("result"))]
+    for key in r.get("restart_needed") or []:
+        lines.append(
+            f"{key} changed: it takes effect after a restart (systemctl --user restart memd)"
+        )
     return "\n".join(lines)
 
 
@@ -118,14 +150,18 @@ def render_memories(r: dict[str, Any]) -> str:
         return f"memory is off for this project: {r['opted_out']}"
     rows = r.get("memories") or r.get("rows") or []
     if not rows:
-        return f"no memories yet in {r['memory_dir']}"
-    lines = [f"{r['memory_dir']}:"]
-    for m in rows:
-        lines.append(
-            f"  [{m.get('type') or '?'}] {m.get('relative') or m.get('path')} "
-            f"({m.get('age') or m.get('mtime')}): {m.get('description') or ''}"
-        )
-    return "\n".join(lines)
+        why = f" ({r['disabled']})" if r.get("disabled") else ""
+        return f"no memories yet in {r['memory_dir']}{why}"
+    body = [
+        [
+            str(m.get("type") or "?"),
+            ago(m.get("mtime")) if m.get("mtime") else str(m.get("age") or "-"),
+            str(m.get("relative") or m.get("path")),
+            str(m.get("description") or ""),
+        ]
+        for m in rows
+    ]
+    return f"{r['memory_dir']}:\n" + table(["TYPE", "CHANGED", "FILE", "DESCRIPTION"], body)
 
 
 def render_recall(r: dict[str, Any]) -> str:
@@ -150,33 +186,36 @@ def render_notes(v: dict[str, Any]) -> str:
         if v.get("disabled"):
             return f"{head}; session notes are {v['disabled']}"
         return (
-            f"{head}; the first extraction starts at {_k(st['next_trigger_tokens'])} tokens "
-            f"of context (now {_k(st['context_tokens'])})"
+            f"{head}; the first extraction starts at {tokens(st['next_trigger_tokens'])} "
+            f"of context (now {tokens(st['context_tokens'])})"
         )
     return str(v["text"]).rstrip("\n")
 
 
 def render_notes_status(s: dict[str, Any]) -> str:
+    runs = f"{s.get('extractions', 0)}"
+    if s.get("last_extracted_at"):
+        runs += f", last {ago(s['last_extracted_at'])}, {tokens(s.get('last_cost_tokens'))} billed"
     lines = [
-        f"session   {s['session_id']}  ({s['phase']})",
+        f"session   {s['session_id']}  (notes {notes_state(s)})",
         f"notes     {s['notes_path']}",
-        f"runs      {s['extractions']}, last at {_when(s['last_extracted_at'])}, "
-        f"{_k(s['last_cost_tokens'])} tokens billed",
-        f"next      at {_k(s['next_trigger_tokens'])} tokens ({s['next_trigger_condition']})",
+        f"runs      {runs}",
+        f"next      at {tokens(s['next_trigger_tokens'])} of context "
+        f"({s['next_trigger_condition']})",
     ]
-    if s["last_error"]:
-        lines.append(f"error     {s['last_error']}")
+    if s.get("last_error"):
+        lines.append(f"error     {s['last_error']} ({ago(s.get('last_error_at'))})")
     return "\n".join(lines)
 
 
 def render_compact(r: dict[str, Any]) -> str:
     if r.get("dry_run"):
-        head = f"would use level {r['level']}: the messages hold ~{_k(r['tokens_before'])} tokens"
+        head = f"would use level {r['level']}: the messages hold ~{tokens(r['tokens_before'])}"
         if r.get("context_tokens"):
-            head += f" (live context with system prompt and tools: {_k(r['context_tokens'])})"
+            head += f" (live context with system prompt and tools: {tokens(r['context_tokens'])})"
         if r["level"] == 1:
             return (
-                f"{head} -> {_k(r['tokens_after'])} after (no model call)\n"
+                f"{head} -> {tokens(r['tokens_after'])} after (no model call)\n"
                 f"cut before message {r['cut_index']}: {r['dropped_messages']} replaced by the "
                 f"notes, {r['kept_messages']} kept"
                 + (
@@ -189,14 +228,16 @@ def render_compact(r: dict[str, Any]) -> str:
     if not r.get("compacted"):
         return f"not compacted: {r['reason']}"
     return (
-        f"level {r['level']}: {_k(r['tokens_before'])} -> {_k(r['tokens_after'])} tokens, "
+        f"level {r['level']}: {tokens(r['tokens_before'])} -> {tokens(r['tokens_after'])}, "
         f"{r['api_calls']} API calls, {len(r['messages'])} messages, "
         f"{len(r['restore']['files'])} files to restore"
     )
 
 
 def render_config(c: dict[str, Any]) -> str:
-    lines = [f"# {k}: {v}" for k, v in c["paths"].items()]
+    lines = [
+        f"# {k}: {v if v is not None else '(none: defaults only)'}" for k, v in c["paths"].items()
+    ]
     for section, values in c["config"].items():
         lines.append(f"{section}:")
         lines += _yaml_lines(values, "  ")

@@ -7,7 +7,7 @@ directory is unusable, 1 an unexpected failure (logged with a traceback).
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import os
 import sys
 
@@ -15,6 +15,8 @@ import anyio
 
 from memd import __version__
 from memd.config import LoadedConfig, load_config
+from memd.daemon.logsetup import configure_logging
+from memd.envfile import env_file_path, read_env_file
 from memd.errors import ConfigError, StartupError
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
@@ -36,6 +38,11 @@ environment:
   MEMD_RUNTIME_DIR     socket directory (default $XDG_RUNTIME_DIR/memd or /tmp/memd-<uid>)
   ANTHROPIC_API_KEY    enables the model-backed features
 
+env file:
+  $XDG_CONFIG_HOME/memd/env (default ~/.config/memd/env), NAME=VALUE lines, mode 0600: memd
+  reads it itself (under systemd, launchd or a shell alike) for the model client's settings,
+  e.g. ANTHROPIC_API_KEY; the real environment wins. `memdctl reload` re-reads it.
+
 exit codes: 0 stopped cleanly, 1 unexpected failure, 2 bad configuration, 3 cannot start
 (another instance is running, or a directory is unusable)
 """
@@ -48,7 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", nargs="?", choices=["run"], default="run", help="run (default)")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=["run", "check-config"],
+        default="run",
+        help="run (default), or check-config: validate the config and env files and exit",
+    )
     parser.add_argument("--config", metavar="FILE", help="config file (overrides $MEMD_CONFIG)")
     parser.add_argument(
         "--set",
@@ -60,18 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)"
     )
+    parser.add_argument("--json", action="store_true", help="check-config: answer in JSON")
     parser.add_argument("--version", action="version", version=f"memd {__version__}")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.WARNING - 10 * (args.verbose + 1)
-    logging.basicConfig(
-        level=max(level, logging.DEBUG),
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    if args.command == "check-config":
+        return check_config(args.config, as_json=args.json)
+    configure_logging(args.verbose)
     overrides: dict[str, str] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -130,6 +141,34 @@ def _sole_startup_error(group: BaseExceptionGroup[BaseException]) -> BaseExcepti
     while isinstance(leaf, BaseExceptionGroup):
         leaf = leaf.exceptions[0]
     return leaf
+
+
+def check_config(config_file: str | None, *, as_json: bool = False) -> int:
+    """``memd check-config``: load the config (file + environment) and read the env file the
+    way the daemon would, without starting it. Exit 0 valid, 2 not."""
+    problems: list[str] = []
+    try:
+        loaded = load_config(config_file=config_file)
+        checked = str(loaded.paths.config_file) if loaded.paths.config_file else None
+    except ConfigError as exc:
+        problems.append(str(exc))
+        checked = config_file
+    env_file = read_env_file(env_file_path(os.environ))
+    if env_file.problem:
+        problems.append(env_file.problem)
+    report = {
+        "ok": not problems,
+        "config_file": checked,
+        "env_file": env_file.status(),
+        "problems": problems,
+    }
+    if as_json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    elif problems:
+        print("\n".join(f"memd: {p}" for p in problems), file=sys.stderr)
+    else:
+        print(f"ok: {checked or 'no config file; the defaults'} is valid")
+    return EXIT_OK if not problems else EXIT_CONFIG
 
 
 if __name__ == "__main__":

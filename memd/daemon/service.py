@@ -28,10 +28,15 @@ from memd.daemon.health import Health
 from memd.daemon.notify import Notifier
 from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
+from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
+<<<<<<< HEAD
 from memd.dream.exclusion import DirExclusion
 from memd.dream.service import DreamService
+=======
+from memd.envfile import EnvFile, env_file_path, merged, read_env_file
+>>>>>>> 3680816 (memdctl: one parser where options work before or after the command, dash-leading project names, quiet closed pipe, honest extract; env file read by memd itself; status shows reload outcome, unreachable model, every job failure)
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
@@ -67,6 +72,7 @@ class Daemon:
             sessions=load_sessions(loaded.paths.state_dir / SESSIONS_FILE),
             ledger=Ledger.load(loaded.paths.state_dir, clock),
             notes_store=ExtractionStore.load(loaded.paths.state_dir),
+            env_file=_read_env_file(env),
         )
 
     def __init__(
@@ -78,9 +84,13 @@ class Daemon:
         sessions: dict[str, SessionState],
         ledger: Ledger,
         notes_store: ExtractionStore,
+        env_file: EnvFile | None = None,
     ) -> None:
         self.loaded = loaded
-        self.env = env
+        self.env = env  # the process environment; the env file's values are not in it
+        self.env_file = env_file or EnvFile(env_file_path(env))
+        self.last_reload: ReloadOutcome | None = None
+        self.llm_changed = anyio.Event()  # the model settings changed: reopen the client
         self.clock = clock
         self.started_at = time.time()
         self.state_file = loaded.paths.state_dir / SESSIONS_FILE
@@ -104,6 +114,7 @@ class Daemon:
         self.llm: LLM | Disabled | None = None
         self.ledger = ledger
         self.guard = CostGuard(loaded.config.budget, self.ledger, self.clock)
+        self.guard.on_failure = self._job_failed
         self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
         self._build_features(notes_store)
 
@@ -166,6 +177,15 @@ class Daemon:
     def config(self) -> LoadedConfig:
         return self.loaded
 
+    @property
+    def llm_env(self) -> dict[str, str]:
+        """What the model client is configured from: the env file under the real environment.
+        Only :func:`open_llm` sees it; nothing memd starts inherits these values."""
+        return merged(self.env, self.env_file)
+
+    def _job_failed(self, kind: str, subject: str, error: BaseException) -> None:
+        self.health.record(f"{kind} {subject}: {error}".replace("  ", " "))
+
     async def _notes_input(self, session_id: str) -> NotesInput | None:
         view = await self.notes.read_notes(session_id)
         if view.text is None:
@@ -204,8 +224,11 @@ class Daemon:
     # -- reload (SIGHUP and `memdctl reload` share this path) -----------------------------------
 
     def reload(self) -> str:
+        """Re-read the config file and the env file; return the outcome in words. A failed
+        reload keeps the running config; either way :attr:`last_reload` says what happened."""
         from memd.config import load_config
 
+        env_file = _read_env_file(self.env)
         try:
             fresh = load_config(
                 config_file=str(self.loaded.paths.config_file)
@@ -215,11 +238,21 @@ class Daemon:
             )
         except ConfigError as exc:
             log.error("config reload failed, keeping the running config: %s", exc)
+            self.last_reload = ReloadOutcome.failed(f"reload failed: {exc}")
             return f"reload failed: {exc}"
-        if fresh.paths != self.loaded.paths:
-            log.warning("paths changed in the config; they take effect after a restart")
-            fresh = LoadedConfig(fresh.config, self.loaded.paths)
+        waiting = restart_needed(self.loaded, fresh)
+        if waiting:
+            log.warning("%s changed; that takes effect after a restart", ", ".join(waiting))
+        self._apply(LoadedConfig(fresh.config, self.loaded.paths), env_file)
+        self.reloads += 1
+        self.last_reload = ReloadOutcome.reloaded(waiting)
+        log.info("configuration reloaded")
+        return "reloaded" + (f"; after a restart: {', '.join(waiting)}" if waiting else "")
+
+    def _apply(self, fresh: LoadedConfig, env_file: EnvFile) -> None:
+        model_before = (self.loaded.config.llm, self.llm_env)
         self.loaded = fresh
+        self.env_file = env_file
         self.registry.config = fresh.config.transcripts
         self.compaction.config = fresh.config
         self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
@@ -227,9 +260,8 @@ class Daemon:
         self.memory.reconfigure(fresh.config)
         self.dream.reconfigure(fresh.config)
         self.guard.reconfigure(fresh.config.budget)
-        self.reloads += 1
-        log.info("configuration reloaded")
-        return "reloaded"
+        if (fresh.config.llm, self.llm_env) != model_before:
+            self.llm_changed.set()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -322,7 +354,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
             tg.start_soon(_run_state_flusher, daemon)
             tg.start_soon(_run_startup_scan, daemon)
             tg.start_soon(_run_maintenance, daemon)
-            tg.start_soon(_open_llm, daemon)
+            tg.start_soon(_run_llm, daemon)
             tg.start_soon(run_notes_scheduler, daemon.notes)
             await tg.start(daemon.memory.run)
             await tg.start(daemon.dream.run)
@@ -336,16 +368,23 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
                 tg.start_soon(_run_watchdog, daemon)
 
 
-async def _open_llm(daemon: Daemon) -> None:
-    """Import the SDK and build the client off the event loop, after the daemon serves."""
-    llm = await anyio.to_thread.run_sync(open_llm, daemon.loaded.config.llm, daemon.env)
-    daemon.llm = llm
-    daemon.notes.set_llm(llm)
-    daemon.memory.llm_changed()
-    if isinstance(llm, Disabled):
-        log.warning("model features are off: %s", llm.reason)
-    else:
-        log.info("model client ready (%s)", daemon.loaded.config.llm.provider)
+async def _run_llm(daemon: Daemon) -> None:
+    """Import the SDK and build the client off the event loop, after the daemon serves; build
+    it again when a reload changes the model settings or the env file."""
+    while True:
+        daemon.llm_changed = anyio.Event()
+        llm = await anyio.to_thread.run_sync(open_llm, daemon.loaded.config.llm, daemon.llm_env)
+        previous, daemon.llm = daemon.llm, llm
+        daemon.notes.set_llm(llm)
+        daemon.memory.llm_changed()
+        if isinstance(llm, Disabled):
+            log.warning("model features are off: %s", llm.reason)
+        else:
+            log.info("model client ready (%s)", daemon.loaded.config.llm.provider)
+        if previous is not None:
+            with anyio.CancelScope(shield=True):
+                await close_llm(previous)
+        await daemon.llm_changed.wait()
 
 
 async def _run_startup_scan(daemon: Daemon) -> None:
@@ -426,6 +465,15 @@ def notes_settings(loaded: LoadedConfig) -> NotesSettings:
         timeout_s=NOTES_RUN_TIMEOUT_S,
         redact_secrets=cfg.privacy.redact_secrets,
     )
+
+
+def _read_env_file(env: dict[str, str]) -> EnvFile:
+    env_file = read_env_file(env_file_path(env))
+    if env_file.problem:
+        log.error("env file: %s", env_file.problem)
+    elif env_file.exists:
+        log.info("read %d settings from %s", len(env_file.values), env_file.path)
+    return env_file
 
 
 def _prepare_dirs(state_dir: Path) -> None:

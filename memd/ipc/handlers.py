@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Any
 from memd import __version__
 from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
+from memd.daemon.logsetup import log_destination
 from memd.ipc.compaction_methods import compaction_methods
 from memd.ipc.dream_methods import dream_methods
+from memd.ipc.doctor_methods import doctor_methods
 from memd.ipc.mcp_methods import mcp_methods
 from memd.ipc.memory_methods import memory_methods
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S, notes_methods
 from memd.ipc.params import find_session, int_param, opt_str
 from memd.ipc.server import Handler
-from memd.llm.client import Disabled
+from memd.llm.client import AnthropicLLM, Disabled
+from memd.memory.paths import project_slug
 from memd.state import SessionState
 from memd_client.protocol import hello_result
 
@@ -60,9 +63,10 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         return status_result(daemon, limit=int_param(params, "limit", 20))
 
     async def sessions(params: dict[str, Any]) -> Any:
-        """Every known session, newest first. Params: ``project`` (folder name filter),
-        ``limit`` (default all)."""
-        project = opt_str(params, "project")
+        """Every known session, newest first. Params: ``project`` (folder name filter) or
+        ``cwd`` (the project's directory), ``limit`` (default all)."""
+        cwd = opt_str(params, "cwd")
+        project = project_slug(cwd) if cwd else opt_str(params, "project")
         limit = int_param(params, "limit", 0)
         rows = [s for s in daemon.registry.states() if not project or s.project == project]
         rows.sort(key=lambda s: s.mtime, reverse=True)
@@ -93,8 +97,11 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         }
 
     async def reload(params: dict[str, Any]) -> Any:
-        """Reload the config file (the same path as SIGHUP). Result: outcome text."""
-        return {"result": daemon.reload()}
+        """Reload the config file and the env file (the same path as SIGHUP). Result: outcome
+        text, and the settings that changed but wait for a restart."""
+        result = daemon.reload()
+        last = daemon.last_reload
+        return {"result": result, "restart_needed": list(last.restart_needed) if last else []}
 
     return {
         "hello": hello,
@@ -108,6 +115,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         **memory_methods(daemon),
         **mcp_methods(daemon),
         **dream_methods(daemon),
+        **doctor_methods(daemon),
     }
 
 
@@ -162,6 +170,9 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
             "projects_root": str(daemon.loaded.paths.projects_root),
             "state_dir": str(daemon.loaded.paths.state_dir),
             "reloads": daemon.reloads,
+            "last_reload": daemon.last_reload.as_dict() if daemon.last_reload else None,
+            "log": log_destination(daemon.env),
+            "env_file": daemon.env_file.status(),
         },
         "llm": llm_status(daemon),
         "ingest": {
@@ -206,7 +217,12 @@ def llm_status(daemon: Daemon) -> dict[str, Any]:
         }
     if isinstance(llm, Disabled):
         return {"enabled": False, "reason": f"disabled: {llm.reason}", "provider": provider}
-    return {"enabled": True, "reason": None, "provider": provider}
+    result: dict[str, Any] = {"enabled": True, "reason": None, "provider": provider}
+    if isinstance(llm, AnthropicLLM):
+        result["base_url"] = llm.base_url
+        result["unreachable_since"] = llm.unreachable_since
+        result["last_error"] = llm.unreachable_error
+    return result
 
 
 def _rss_bytes() -> int:

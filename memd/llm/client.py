@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, assert_never, cast
 import anyio
 
 from memd.config import LLMConfig
-from memd.errors import AuthenticationFailed, LLMError, Unavailable
+from memd.errors import AuthenticationFailed, LLMError, Unavailable, Unreachable
 from memd.llm.errors_map import classify_status, parse_retry_after
 
 if TYPE_CHECKING:
@@ -126,6 +126,10 @@ class AnthropicLLM:
         self._timeout_s = timeout_s
         self._deprecated = _sdk_deprecated_models()
         self._warned: set[str] = set()
+        self.base_url = str(client.base_url).rstrip("/")
+        # Since when no connection could be made (None: the last call connected), and why.
+        self.unreachable_since: float | None = None
+        self.unreachable_error: str | None = None
 
     def __repr__(self) -> str:
         return f"AnthropicLLM(base_url={str(self._client.base_url)!r})"
@@ -154,10 +158,11 @@ class AnthropicLLM:
         except TimeoutError:
             raise Unavailable(f"the model call did not finish within {limit:g} s") from None
         except Exception as exc:
-            mapped = translate_error(exc)
+            mapped = self._failed(exc)
             if mapped is None:
                 raise
             raise mapped from exc
+        self.unreachable_since = self.unreachable_error = None
         reply = reply_from_message(message)
         log.debug(
             "%s answered in %.2f s: %d prompt + %d output tokens (%d read from cache)",
@@ -168,6 +173,38 @@ class AnthropicLLM:
             reply.usage.cache_read_input_tokens,
         )
         return reply
+
+    async def count_tokens(self, *, model: str, text: str, timeout: float) -> int:  # noqa: ASYNC109
+        """A cheap, unbilled call (``/v1/messages/count_tokens``) that proves the key and
+        the API (or the configured base URL) work. Raises an :class:`LLMError`."""
+        try:
+            with anyio.fail_after(timeout):
+                counted = await self._client.messages.count_tokens(
+                    model=model, messages=[{"role": "user", "content": text}], timeout=timeout
+                )
+        except TimeoutError:
+            raise Unavailable(f"{self.base_url} did not answer within {timeout:g} s") from None
+        except Exception as exc:
+            mapped = self._failed(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        self.unreachable_since = self.unreachable_error = None
+        return int(counted.input_tokens)
+
+    def _failed(self, exc: Exception) -> LLMError | None:
+        """The memd error for a failed call; a connection failure names the URL and starts
+        (or continues) the unreachable period shown in status."""
+        mapped = translate_error(exc)
+        if isinstance(mapped, Unreachable):
+            mapped = Unreachable(
+                f"could not reach the API at {self.base_url} ({mapped}); check the network and "
+                "ANTHROPIC_BASE_URL / llm.base_url"
+            )
+            if self.unreachable_since is None:
+                self.unreachable_since = time.time()
+            self.unreachable_error = str(mapped)
+        return mapped
 
     def _note_deprecated(self, model: str) -> None:
         if model in self._deprecated and model not in self._warned:
@@ -303,8 +340,8 @@ def translate_error(exc: BaseException) -> LLMError | None:
     if isinstance(exc, anthropic.APITimeoutError):
         return Unavailable("the model call timed out")
     if isinstance(exc, anthropic.APIConnectionError):
-        cause = f": {type(exc.__cause__).__name__}" if exc.__cause__ is not None else ""
-        return Unavailable(f"could not reach the API{cause}")
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "no connection"
+        return Unreachable(cause)
     if isinstance(exc, anthropic.APIStatusError):
         return classify_status(
             exc.status_code,

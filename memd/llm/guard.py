@@ -35,6 +35,7 @@ The decisions are pure functions of (failure state, parking, budget status, now)
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
@@ -317,6 +318,8 @@ class CostGuard:
         self._account_blocked: str | None = None
         self._hold_until: float | None = None
         self._changed: anyio.Event | None = None
+        # Told of every failed run (the daemon counts them in status's errors).
+        self.on_failure: Callable[[JobKind, str, BaseException], None] | None = None
 
     def check(self, kind: JobKind, *, subject: str = "", input_key: str | None = None) -> Decision:
         """Decide for one job. A parked job whose ``input_key`` changed is unparked here."""
@@ -374,6 +377,8 @@ class CostGuard:
         state = self._failures.get(kind, FailureState())
         self._failures[kind] = after_failure(state, error, now, self._budget, self._rng.random())
         failure = classify(error)
+        if self.on_failure is not None:
+            self.on_failure(kind, subject, error)
         match failure:
             case Retry(after=after):
                 if after is not None:

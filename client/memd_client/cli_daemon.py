@@ -1,0 +1,199 @@
+"""``memdctl`` commands that ask the running daemon: status, sessions, notes, memories, …"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from memd_client import render
+from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
+from memd_client.errors import RemoteError
+from memd_client.render_status import render_status
+
+EXTRACT_WAIT_S = 60
+# The daemon waits up to EXTRACT_WAIT_S for the run; a full compaction is a model call or more.
+EXTRACT_TIMEOUT_S, COMPACT_TIMEOUT_S = 90.0, 600.0
+
+
+def register_session_commands(reg: Registrar) -> None:
+    reg.add("status", cmd_status, "health, sessions and what is queued")
+    p = reg.add("sessions", cmd_sessions, "list every known session, newest first")
+    p.add_argument(
+        "--project", metavar="PROJECT", help="only this project (folder name or repository path)"
+    )
+    p.add_argument("--limit", type=int, default=0, help="at most this many")
+    for name, run, text, timeout in (
+        ("session", cmd_session, "one session in detail, with its notes status", None),
+        ("notes", cmd_notes, "print a session's working notes", None),
+        ("extract", cmd_extract, "update a session's notes now, ignoring the thresholds", 90.0),
+        ("compact", cmd_compact, "compact a session (see --dry-run)", COMPACT_TIMEOUT_S),
+    ):
+        p = reg.add(name, run, text, timeout=timeout)
+        p.add_argument("session_id", metavar="ID", help="session id or a unique prefix")
+        if name == "extract":
+            p.add_argument("--no-wait", action="store_true", help="queue the run, return at once")
+        if name == "compact":
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="show the level that would serve, tokens before/after and the cut; no model",
+            )
+            p.add_argument(
+                "--context-window", type=int, help="the model's window (default: config)"
+            )
+            p.add_argument("--max-output", type=int, help="the model's max output tokens")
+
+
+def register_memory_commands(reg: Registrar) -> None:
+    p = reg.add("memories", cmd_memories, "list a project's memories, newest first")
+    p.add_argument(
+        "project",
+        nargs="?",
+        help="project folder name or repository path (default: the current directory's)",
+    )
+    p = reg.add("recall", cmd_recall, "the memories memd would recall for a query")
+    p.add_argument("query")
+    p.add_argument(
+        "--project", metavar="DIR", help="the project's directory (default: the current directory)"
+    )
+
+
+def register_admin_commands(reg: Registrar) -> None:
+    p = reg.add("config", cmd_config, "print the effective configuration, or check a file")
+    p.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="validate FILE (default: the config file memd would load) without a daemon",
+    )
+    reg.add("reload", cmd_reload, "re-read the config file and the env file (like SIGHUP)")
+
+
+def project_params(value: str | None) -> dict[str, str]:
+    """A project typed by a person: a folder name such as ``-home-me-proj``, or a path."""
+    if not value:
+        return {"cwd": os.getcwd()}
+    if not value.startswith("-") and (
+        value in (".", "..") or "/" in value or value.startswith("~")
+    ):
+        path = Path(value).expanduser()
+        if not path.is_dir():
+            raise CliFailure(f"{value}: no such directory", EXIT_USAGE)
+        return {"cwd": str(path.resolve())}
+    return {"project": value}
+
+
+def resolve_session(ctx: Ctx, ident: str) -> str:
+    """The full id for ``ident`` (an id or a prefix); ambiguity lists the candidates."""
+    rows: list[dict[str, Any]] = ctx.call("sessions")
+    ids = [str(r["session_id"]) for r in rows]
+    if ident in ids:
+        return ident
+    matches = [i for i in ids if i.startswith(ident)]
+    if len(matches) > 1:
+        shown = ", ".join(matches[:10]) + (", …" if len(matches) > 10 else "")
+        raise CliFailure(
+            f"{ident!r} matches {len(matches)} sessions ({shown}); give more of the id",
+            EXIT_USAGE,
+            candidates=matches,
+        )
+    return matches[0] if matches else ident  # none: the daemon says "not found"
+
+
+def cmd_status(ctx: Ctx) -> int:
+    return ctx.emit(ctx.call("status"), lambda s: render_status(s, ctx.style()))
+
+
+def cmd_sessions(ctx: Ctx) -> int:
+    params: dict[str, Any] = {"limit": ctx.args.limit}
+    if ctx.args.project:
+        params.update(project_params(ctx.args.project))
+    return ctx.emit(ctx.call("sessions", params), render.render_sessions)
+
+
+def cmd_session(ctx: Ctx) -> int:
+    sid = resolve_session(ctx, ctx.args.session_id)
+    return ctx.emit(ctx.call("session", {"session": sid}), render.render_session)
+
+
+def cmd_notes(ctx: Ctx) -> int:
+    sid = resolve_session(ctx, ctx.args.session_id)
+    return ctx.emit(ctx.call("notes", {"session": sid}), render.render_notes)
+
+
+def cmd_extract(ctx: Ctx) -> int:
+    sid = resolve_session(ctx, ctx.args.session_id)
+    if ctx.args.no_wait:
+        return ctx.emit(
+            ctx.call("extract", {"session": sid, "wait": 0}), render.render_notes_status
+        )
+    before = ctx.call("session", {"session": sid}).get("notes") or {}
+    with ctx.progress(f"extracting notes for {sid[:12]} (waiting for the model)"):
+        after = ctx.call("extract", {"session": sid, "wait": EXTRACT_WAIT_S})
+    ctx.emit(after, render.render_notes_status)
+    failure = extraction_failure(before, after, EXTRACT_WAIT_S)
+    if failure is not None:
+        ctx.warn(failure)
+        return EXIT_REMOTE
+    return EXIT_OK
+
+
+def extraction_failure(before: dict[str, Any], after: dict[str, Any], waited: float) -> str | None:
+    """Pure: why an ``extract`` did not produce notes, or ``None`` when it did (or had
+    nothing new to do)."""
+    if after.get("extractions", 0) > before.get("extractions", 0):
+        return None
+    error_at = after.get("last_error_at")
+    if error_at and error_at != before.get("last_error_at"):
+        return f"the extraction failed: {after.get('last_error')}"
+    phase = after.get("phase")
+    if phase in ("queued", "waiting", "running"):
+        why = f": {after['waiting_reason']}" if after.get("waiting_reason") else ""
+        return (
+            f"the extraction did not finish within {waited:g} s (it is {phase}{why}); "
+            "`memdctl session ID` shows when it does"
+        )
+    return None
+
+
+def cmd_compact(ctx: Ctx) -> int:
+    sid = resolve_session(ctx, ctx.args.session_id)
+    params: dict[str, Any] = {"session": sid, "dry_run": ctx.args.dry_run}
+    if ctx.args.context_window:
+        params["context_window"] = ctx.args.context_window
+    if ctx.args.max_output:
+        params["max_output_tokens"] = ctx.args.max_output
+    with ctx.progress(f"compacting {sid[:12]}"):
+        result = ctx.call("compact", params)
+    return ctx.emit(result, render.render_compact)
+
+
+def cmd_memories(ctx: Ctx) -> int:
+    return ctx.emit(ctx.call("memories", project_params(ctx.args.project)), render.render_memories)
+
+
+def cmd_recall(ctx: Ctx) -> int:
+    cwd = project_params(ctx.args.project).get("cwd") if ctx.args.project else os.getcwd()
+    if cwd is None:
+        raise CliFailure("recall --project takes the project's directory", EXIT_USAGE)
+    result = ctx.call("recall", {"query": ctx.args.query, "cwd": cwd})
+    return ctx.emit(result, render.render_recall)
+
+
+def cmd_config(ctx: Ctx) -> int:
+    if ctx.args.check is not None:
+        from memd_client.cli_local import check_config
+
+        return check_config(ctx, ctx.args.check or None)
+    return ctx.emit(ctx.call("config"), render.render_config)
+
+
+def cmd_reload(ctx: Ctx) -> int:
+    try:
+        result = ctx.call("reload")
+    except RemoteError as exc:
+        raise CliFailure(f"reload failed: {exc.message}") from None
+    ctx.emit(result, render.render_reload)
+    return EXIT_OK if str(result.get("result", "")).startswith("reloaded") else EXIT_REMOTE

@@ -1,0 +1,220 @@
+"""``memdctl`` commands that work on this machine without the daemon: install and uninstall
+the service and the hooks, read the logs, check a config file, the version."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from memd_client import service
+from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
+from memd_client.errors import MemdClientError
+from memd_client.hooks_install import install_hooks, uninstall_hooks
+
+FOLLOW_POLL_S = 0.5
+LOG_TAIL_LINES = 200
+
+
+def version_text() -> str:
+    return f"memdctl {client_version()}"
+
+
+def client_version() -> str:
+    try:
+        return importlib.metadata.version("memd-client")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def register(reg: Registrar) -> None:
+    p = reg.add(
+        "install-service",
+        cmd_install_service,
+        "install the systemd user unit (Linux) or launchd agent (macOS)",
+    )
+    p.add_argument("--no-start", action="store_true", help="write the unit, do not start it")
+    p.add_argument("--print", action="store_true", help="print the unit instead of installing it")
+    reg.add("uninstall-service", cmd_uninstall_service, "stop memd's service and remove its unit")
+    for name, run, text in (
+        (
+            "install-hooks",
+            cmd_install_hooks,
+            "add memd's hooks to Claude Code's settings.json (idempotent, keeps a backup)",
+        ),
+        (
+            "uninstall-hooks",
+            cmd_uninstall_hooks,
+            "remove only memd's hooks from Claude Code's settings.json (keeps a backup)",
+        ),
+    ):
+        p = reg.add(name, run, text)
+        p.add_argument(
+            "--settings",
+            metavar="FILE",
+            help="settings file (default: $CLAUDE_CONFIG_DIR/settings.json or "
+            "~/.claude/settings.json)",
+        )
+    p = reg.add("logs", cmd_logs, "show memd's log (journald under systemd, else its log file)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+
+
+def settings_path(ctx: Ctx) -> Path:
+    if ctx.args.settings:
+        return Path(ctx.args.settings)
+    claude = ctx.env.get("CLAUDE_CONFIG_DIR") or str(Path.home() / ".claude")
+    return Path(claude) / "settings.json"
+
+
+def hook_command() -> str | None:
+    beside = Path(sys.executable).parent / "memd-hook"
+    return str(beside) if beside.exists() else shutil.which("memd-hook")
+
+
+def _plan(ctx: Ctx) -> service.ServicePlan:
+    try:
+        memd = service.find_memd()
+    except FileNotFoundError as exc:
+        raise CliFailure(str(exc), EXIT_USAGE) from None
+    return service.plan_service(Path.home(), memd, env=ctx.env)
+
+
+def cmd_install_service(ctx: Ctx) -> int:
+    plan = _plan(ctx)
+    if ctx.args.print:
+        ctx.out.write(plan.text)
+        return EXIT_OK
+    try:
+        done = service.install(plan, start=not ctx.args.no_start, env=ctx.env)
+    except service.NoUserBus as exc:
+        raise CliFailure(f"wrote {plan.path}, but {exc}") from None
+    except subprocess.CalledProcessError as exc:
+        raise CliFailure(_command_failed(plan, exc)) from None
+    except OSError as exc:
+        raise CliFailure(f"installing the {plan.kind} service failed: {exc}") from None
+    done.append(f"its log: {plan.log}")
+    return ctx.emit({"kind": plan.kind, "path": str(plan.path), "done": done}, _lines)
+
+
+def cmd_uninstall_service(ctx: Ctx) -> int:
+    plan = _plan(ctx)
+    try:
+        done = service.uninstall(plan, env=ctx.env)
+    except subprocess.CalledProcessError as exc:
+        raise CliFailure(_command_failed(plan, exc)) from None
+    except OSError as exc:
+        raise CliFailure(f"removing the {plan.kind} service failed: {exc}") from None
+    return ctx.emit({"kind": plan.kind, "path": str(plan.path), "done": done}, _lines)
+
+
+def _command_failed(plan: service.ServicePlan, exc: subprocess.CalledProcessError) -> str:
+    said = (exc.stderr or exc.stdout or "").strip().splitlines()
+    why = f": {said[-1]}" if said else ""
+    return (
+        f"`{' '.join(exc.cmd)}` failed with exit code {exc.returncode}{why}. The unit is at "
+        f"{plan.path}; `memdctl install-service --no-start` writes it without starting it"
+    )
+
+
+def cmd_install_hooks(ctx: Ctx) -> int:
+    settings = settings_path(ctx)
+    command = hook_command()
+    if command is None:
+        raise CliFailure("cannot find the memd-hook command; install memd-client", EXIT_USAGE)
+    try:
+        done = install_hooks(settings, command)
+    except (OSError, ValueError) as exc:
+        raise CliFailure(str(exc), EXIT_USAGE) from None
+    return ctx.emit({"settings": str(settings), "done": done}, _lines)
+
+
+def cmd_uninstall_hooks(ctx: Ctx) -> int:
+    settings = settings_path(ctx)
+    try:
+        done = uninstall_hooks(settings)
+    except (OSError, ValueError) as exc:
+        raise CliFailure(str(exc), EXIT_USAGE) from None
+    return ctx.emit({"settings": str(settings), "done": done}, _lines)
+
+
+def _lines(result: dict[str, object]) -> str:
+    done = result["done"]
+    return "\n".join(str(line) for line in done) if isinstance(done, list) else str(done)
+
+
+def log_location(ctx: Ctx) -> dict[str, str]:
+    """Where memd logs: what the running daemon says, else what its service manager uses."""
+    try:
+        log = ctx.call("status").get("daemon", {}).get("log")
+        if isinstance(log, dict) and log.get("kind"):
+            return {k: str(v) for k, v in log.items()}
+    except MemdClientError:
+        pass
+    if sys.platform == "darwin":
+        return {"kind": "file", "path": str(service.launchd_log(Path.home()))}
+    return {"kind": "journald", "unit": "memd"}
+
+
+def cmd_logs(ctx: Ctx) -> int:
+    where = log_location(ctx)
+    if where["kind"] == "journald":
+        cmd = ["journalctl", "--user", "-u", where.get("unit", "memd"), "-n", str(LOG_TAIL_LINES)]
+        if ctx.args.follow:
+            cmd.append("-f")
+        try:
+            return subprocess.run(cmd, check=False).returncode
+        except FileNotFoundError:
+            raise CliFailure("journalctl is not installed; memd logs to the journal") from None
+    if where["kind"] == "file":
+        return _show_file(ctx, Path(where["path"]))
+    raise CliFailure(
+        f"memd logs to {where.get('path') or 'the stderr of the process that started it'}, "
+        "which memdctl cannot read; run it under `memdctl install-service` to keep a log"
+    )
+
+
+def _show_file(ctx: Ctx, path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            tail = f.readlines()[-LOG_TAIL_LINES:]
+            ctx.out.write(b"".join(tail).decode("utf-8", errors="replace"))
+            ctx.out.flush()
+            while ctx.args.follow:
+                chunk = f.read()
+                if chunk:
+                    ctx.out.write(chunk.decode("utf-8", errors="replace"))
+                    ctx.out.flush()
+                else:
+                    time.sleep(FOLLOW_POLL_S)
+    except FileNotFoundError:
+        raise CliFailure(f"no log file at {path} yet (memd has not run as a service)") from None
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+def check_config(ctx: Ctx, file: str | None) -> int:
+    """Validate a config file with memd's own loader, in a separate process: memdctl does not
+    import memd, but the memd package beside it (or the ``memd`` command) can check it."""
+    if importlib.util.find_spec("memd") is not None:
+        cmd = [sys.executable, "-m", "memd.daemon.main", "check-config"]
+    else:
+        try:
+            cmd = [service.find_memd(), "check-config"]
+        except FileNotFoundError as exc:
+            raise CliFailure(f"cannot check the config: {exc}", EXIT_USAGE) from None
+    if file:
+        cmd += ["--config", os.path.abspath(file)]
+    if ctx.json:
+        cmd.append("--json")
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=ctx.env)
+    ctx.out.write(done.stdout)
+    ctx.err.write(done.stderr)
+    return (
+        EXIT_OK if done.returncode == 0 else (EXIT_USAGE if done.returncode == 2 else EXIT_REMOTE)
+    )

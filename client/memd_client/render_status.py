@@ -1,0 +1,175 @@
+"""``memdctl status`` as text: is memd healthy, what is it doing, what needs a person (R-B8).
+
+Every section reads the status map defensively (``.get``): a newer daemon may add fields and
+an older one may lack some; sections that other features add (``dream``) are rendered
+generically so they show up before memdctl learns about them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memd_client.render import render_sessions
+from memd_client.textfmt import Style, ago, duration, size, tokens
+
+
+def render_status(s: dict[str, Any], style: Style | None = None) -> str:
+    st = style or Style()
+    d, ing = s.get("daemon", {}), s.get("ingest", {})
+    lines = [
+        f"memd {d.get('version')}  pid {d.get('pid')}  up {duration(d.get('uptime_s'))}  "
+        f"rss {size(d.get('rss_bytes'))}",
+        f"socket    {d.get('socket')}",
+        f"projects  {d.get('projects_root')}",
+        f"state     {d.get('state_dir')}",
+        *log_lines(d),
+        *env_lines(d, st),
+        *model_lines(s.get("llm", {}), st),
+        f"sessions  {ing.get('sessions', 0)} known, {ing.get('parsed', 0)} parsed, "
+        f"{ing.get('in_memory', 0)} in memory; {ing.get('queued', 0)} queued for reading",
+        f"ingest    {size(ing.get('bytes_parsed', 0))} in {ing.get('lines', 0)} lines, "
+        f"{ing.get('bad_lines', 0)} bad lines skipped"
+        + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else ""),
+        *error_lines(s, st),
+        *reload_lines(d, st),
+        *spend_lines(s.get("usage"), s.get("guard"), st),
+        *pipeline_lines(s.get("pipeline"), st),
+        *extra_sections(s, ("dream",)),
+    ]
+    if s.get("sessions"):
+        lines += ["", render_sessions(s["sessions"])]
+    return "\n".join(lines)
+
+
+def log_lines(d: dict[str, Any]) -> list[str]:
+    log = d.get("log")
+    if not isinstance(log, dict):
+        return []
+    match log.get("kind"):
+        case "journald":
+            return [f"log       the journal: journalctl --user -u {log.get('unit', 'memd')}"]
+        case "file":
+            return [f"log       {log.get('path')}"]
+        case _:
+            return [f"log       {log.get('path') or 'stderr of the process that started memd'}"]
+
+
+def env_lines(d: dict[str, Any], st: Style) -> list[str]:
+    env = d.get("env_file")
+    if not isinstance(env, dict):
+        return []
+    if env.get("problem"):
+        return [f"env file  {st.bad(str(env['problem']))}"]
+    if env.get("loaded"):
+        keys = env.get("keys") or []
+        return [f"env file  {env.get('path')} ({len(keys)} settings: {', '.join(keys)})"]
+    return [f"env file  {env.get('path')} (none)"]
+
+
+def model_lines(llm: dict[str, Any], st: Style) -> list[str]:
+    where = f" at {llm['base_url']}" if llm.get("base_url") else ""
+    if llm.get("unreachable_since"):
+        text = st.bad(f"unreachable since {ago(llm['unreachable_since'])}{where}")
+        if llm.get("last_error"):
+            text += f": {llm['last_error']}"
+        return [f"model     {text}"]
+    if llm.get("enabled"):
+        return [f"model     {st.ok('enabled')} ({llm.get('provider')}{where})"]
+    return [f"model     {st.warn(str(llm.get('reason')))}"]
+
+
+def error_lines(s: dict[str, Any], st: Style) -> list[str]:
+    count = s.get("errors_last_hour", 0)
+    line = f"errors    {st.bad(str(count)) if count else '0'} in the last hour"
+    if s.get("last_error"):
+        line += f" (last: {s['last_error']})"
+    return [line]
+
+
+def reload_lines(d: dict[str, Any], st: Style) -> list[str]:
+    last = d.get("last_reload")
+    if not isinstance(last, dict):
+        return []
+    outcome = str(last.get("outcome"))
+    text = f"reload    {ago(last.get('at'))}: "
+    text += st.ok(outcome) if outcome == "reloaded" else st.bad(str(last.get("message") or outcome))
+    lines = [text]
+    for key in last.get("restart_needed") or []:
+        lines.append(f"restart   {st.warn(str(key))} changed; it takes effect after a restart")
+    return lines
+
+
+def _left(window: dict[str, Any]) -> str:
+    if not window.get("limit"):
+        return f"{tokens(window.get('spent', 0))} spent, no limit"
+    left = max(0, window["limit"] - window.get("spent", 0))
+    return f"{tokens(left)} left of {tokens(window['limit'])}"
+
+
+def spend_lines(usage: dict[str, Any] | None, guard: dict[str, Any] | None, st: Style) -> list[str]:
+    """Token spend, budget left, back-off and parked jobs (R-A4, R-B1, R-B8)."""
+    if not usage or not guard:
+        return []
+    budget = guard.get("budget", {})
+    hour, day = usage.get("last_hour", {}), usage.get("last_day", {})
+    lines = [
+        f"tokens    last hour {tokens(hour.get('billed', 0))} billed in {hour.get('calls', 0)} "
+        f"calls; today {tokens(day.get('billed', 0))}",
+        f"budget    hour: {_left(budget.get('hour', {}))}; day: {_left(budget.get('day', {}))}",
+    ]
+    if budget.get("paused_until"):
+        lines.append(
+            st.warn("PAUSED")
+            + f"    background work waits for budget until {ago(budget['paused_until'])}"
+        )
+    if guard.get("account_blocked"):
+        lines.append(st.bad("BLOCKED") + f"   {guard['account_blocked']}")
+    for kind, k in (guard.get("kinds") or {}).items():
+        if k.get("consecutive_failures"):
+            lines.append(
+                f"backoff   {kind}: {k['consecutive_failures']} failures in a row, next try "
+                f"{ago(k.get('next_retry_at'))}; last error: {k.get('last_error')}"
+            )
+        for p in k.get("parked") or []:
+            reason = p.get("reason") or p.get("error") if isinstance(p, dict) else p
+            subject = p.get("subject", "?") if isinstance(p, dict) else "?"
+            lines.append(f"parked    {kind} {subject}: {reason}")
+    return lines
+
+
+def pipeline_lines(p: dict[str, Any] | None, st: Style) -> list[str]:
+    if not p:
+        return []
+    line = (
+        f"work      {p.get('state')}: {p.get('pending', 0)} pending, last done "
+        f"{ago(p.get('last_progress_at'))}"
+    )
+    if p.get("state") == "stalled":
+        line += st.bad("  <- STALLED: work is queued and nothing finished for a long time")
+    return [line]
+
+
+def extra_sections(s: dict[str, Any], names: tuple[str, ...]) -> list[str]:
+    """Sections memdctl has no special text for: ``name  key: value`` lines, no reprs."""
+    lines: list[str] = []
+    for name in names:
+        section = s.get(name)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            lines.append(f"{name:<9} {_plain(section)}")
+            continue
+        for i, (key, value) in enumerate(section.items()):
+            lines.append(f"{name if i == 0 else '':<9} {key}: {_plain(value)}")
+    return lines
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return json.dumps(value, sort_keys=True, default=str)
