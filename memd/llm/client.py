@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+# httpx's names for "no connection was made" (as opposed to one that broke mid-answer).
+NO_CONNECTION = frozenset({"ConnectError", "ConnectTimeout", "UnsupportedProtocol"})
 
 
 class TokenCounts(Protocol):
@@ -340,8 +342,10 @@ def translate_error(exc: BaseException) -> LLMError | None:
     if isinstance(exc, anthropic.APITimeoutError):
         return Unavailable("the model call timed out")
     if isinstance(exc, anthropic.APIConnectionError):
-        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "no connection"
-        return Unreachable(cause)
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else ""
+        if cause in NO_CONNECTION or not cause:
+            return Unreachable(cause or "no connection")
+        return Unavailable(f"the connection to the API failed: {cause}")
     if isinstance(exc, anthropic.APIStatusError):
         return classify_status(
             exc.status_code,
