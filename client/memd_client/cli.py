@@ -17,22 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 
-<<<<<<< HEAD
-from memd_client.cli_mcp import add_mcp_commands, cmd_mcp_config
-from memd_client.client import Client
-from memd_client.errors import DaemonNotRunning, MemdClientError, RemoteError
-from memd_client.render import (
-    render_compact,
-    render_config,
-    render_memories,
-    render_notes,
-    render_notes_status,
-    render_recall,
-    render_session,
-    render_sessions,
-    render_status,
-=======
-from memd_client import cli_daemon, cli_local
+from memd_client import cli_daemon, cli_local, cli_mcp
 from memd_client.cli_base import (
     EXIT_DOWN,
     EXIT_NOT_FOUND,
@@ -43,7 +28,6 @@ from memd_client.cli_base import (
     MemdctlParser,
     Registrar,
     add_common_options,
->>>>>>> 3680816 (memdctl: one parser where options work before or after the command, dash-leading project names, quiet closed pipe, honest extract; env file read by memd itself; status shows reload outcome, unreachable model, every job failure)
 )
 from memd_client.errors import DaemonNotRunning, MemdClientError, RemoteError
 
@@ -60,6 +44,7 @@ COMMAND_GROUPS: tuple[Callable[[Registrar], None], ...] = (
     cli_daemon.register_memory_commands,
     cli_daemon.register_admin_commands,
     cli_local.register,
+    cli_mcp.register,
 )
 
 
@@ -73,27 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=cli_local.version_text())
     add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-<<<<<<< HEAD
-    _session_commands(sub, common)
-    _memory_commands(sub, common)
-    _admin_commands(sub, common)
-    add_mcp_commands(sub, common)
-    return parser
-
-
-LOCAL_COMMANDS = {"install-service", "install-hooks", "install-mcp", "uninstall-mcp"}
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "install-service":
-        return cmd_install_service(args)
-    if args.command == "install-hooks":
-        return cmd_install_hooks(args)
-    if args.command in ("install-mcp", "uninstall-mcp"):
-        return cmd_mcp_config(args)
-    command: Callable[[Client, argparse.Namespace], int] = COMMANDS[args.command]
-=======
     reg = Registrar(sub)
     for register in COMMAND_GROUPS:
         register(reg)
@@ -103,7 +67,6 @@ def main(argv: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ctx = Ctx(args)
->>>>>>> 3680816 (memdctl: one parser where options work before or after the command, dash-leading project names, quiet closed pipe, honest extract; env file read by memd itself; status shows reload outcome, unreachable model, every job failure)
     try:
         return _run(ctx)
     except BrokenPipeError:

@@ -11,18 +11,19 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from typing import Any
+
+from memd_client.cli_base import Registrar
 
 AGENTS = ("claude", "codex", "cursor", "gemini", "all")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def add_mcp_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def register(reg: Registrar) -> None:
     for name, text in (
         ("install-mcp", "add memd-mcp to the MCP config of Claude Code, Codex, Cursor, Gemini"),
         ("uninstall-mcp", "remove memd-mcp's entry from those configs (nothing else)"),
     ):
-        p = sub.add_parser(name, parents=[common], help=text)
+        p = reg.add(name, lambda ctx: cmd_mcp_config(ctx.args), text)
         p.add_argument("--agent", choices=AGENTS, default="all", help="default: all")
         p.add_argument(
             "--scope",

@@ -31,12 +31,9 @@ from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
-<<<<<<< HEAD
 from memd.dream.exclusion import DirExclusion
 from memd.dream.service import DreamService
-=======
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
->>>>>>> 3680816 (memdctl: one parser where options work before or after the command, dash-leading project names, quiet closed pipe, honest extract; env file read by memd itself; status shows reload outcome, unreachable model, every job failure)
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm

@@ -18,8 +18,8 @@ from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.daemon.logsetup import log_destination
 from memd.ipc.compaction_methods import compaction_methods
-from memd.ipc.dream_methods import dream_methods
 from memd.ipc.doctor_methods import doctor_methods
+from memd.ipc.dream_methods import dream_methods
 from memd.ipc.mcp_methods import mcp_methods
 from memd.ipc.memory_methods import memory_methods
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S, notes_methods
