@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from memd_client import cli_daemon, cli_local, cli_mcp
+from memd_client import cli_daemon, cli_dream, cli_local, cli_mcp
 from memd_client.cli_base import (
     EXIT_DOWN,
     EXIT_NOT_FOUND,
@@ -43,6 +43,7 @@ COMMAND_GROUPS: tuple[Callable[[Registrar], None], ...] = (
     cli_daemon.register_session_commands,
     cli_daemon.register_memory_commands,
     cli_daemon.register_admin_commands,
+    cli_dream.register,
     cli_local.register,
     cli_mcp.register,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memd_client.cli_dream import render_dream_status
 from memd_client.render import render_sessions
 from memd_client.textfmt import Style, ago, duration, size, tokens
 
@@ -35,7 +36,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         *reload_lines(d, st),
         *spend_lines(s.get("usage"), s.get("guard"), st),
         *pipeline_lines(s.get("pipeline"), st),
-        *extra_sections(s, ("dream",)),
+        *render_dream_status(s.get("dream")),
     ]
     if s.get("sessions"):
         lines += ["", render_sessions(s["sessions"])]
