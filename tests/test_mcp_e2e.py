@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mcp_types import TextResourceContents
 
-from memd.memory.paths import memory_dir
+from memd.memory.paths import memory_dir, project_slug
 from tests.daemon_harness import Home, fake_home, start_memd, stop_memd
 from tests.mcp_support import call, mcp_session, text_of
 
@@ -215,3 +215,52 @@ async def test_daemon_down_every_tool_answers_the_fix_and_the_server_stays_up(
                 assert not result.is_error, text_of(result)
             finally:
                 stop_memd(proc)
+
+
+def plant_session(home: Home, cwd: Path, session: str, age_s: float, notes: str | None) -> None:
+    folder = home.projects / project_slug(str(cwd))
+    folder.mkdir(parents=True, exist_ok=True)
+    entry = {
+        "type": "user",
+        "uuid": f"{session}-u1",
+        "parentUuid": None,
+        "sessionId": session,
+        "cwd": str(cwd),
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": {"role": "user", "content": "fix the flaky upload test"},
+    }
+    transcript = folder / f"{session}.jsonl"
+    transcript.write_text(json.dumps(entry) + "\n")
+    when = time.time() - age_s
+    os.utime(transcript, (when, when))
+    if notes is not None:
+        path = folder / session / "session-memory" / "summary.md"
+        path.parent.mkdir(parents=True)
+        path.write_text(notes)
+
+
+async def test_session_notes_of_the_projects_claude_session(tmp_path: Path) -> None:
+    repo = make_project(tmp_path)
+    with fake_home(tmp_path) as home:
+        notes = (
+            "# Current State\n_what is happening_\n\nUpload test fixed; token ghp_"
+            + ("a" * 36)
+            + " used.\n"
+        )
+        plant_session(home, repo / "src", "older-with-notes", 600, notes)
+        plant_session(home, repo, "newest-no-notes", 60, None)
+        plant_session(home, tmp_path / "elsewhere", "other-project", 1, "# Other\n\nnot ours\n")
+        proc = start_memd(home)
+        try:
+            async with mcp_session(home, repo) as session:
+                latest = text_of(await call(session, "session_notes", {}))
+                assert "older-with-notes" in latest and "Upload test fixed" in latest
+                assert "ghp_aaaa" not in latest and "[REDACTED:github_token]" in latest
+                named = await call(session, "session_notes", {"session": "newest"})
+                assert "No working notes yet for session newest-no-notes" in text_of(named)
+                missing = await call(session, "session_notes", {"session": "other-project"})
+                assert missing.is_error and "no Claude Code session" in text_of(missing)
+                status = text_of(await call(session, "memory_status", {}))
+                assert "Claude Code sessions: 2" in status and "dream:" in status
+        finally:
+            stop_memd(proc)

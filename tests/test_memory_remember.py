@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -152,3 +153,16 @@ def test_find_and_read_by_file_or_name(tmp_path: Path) -> None:
     memory = read_memory(mdir, "planted", now_ms=0, secrets=True)
     assert "sk-ant-api03" not in memory["content"] and "mine" not in memory["content"]
     assert "[REDACTED:anthropic_key]" in memory["content"]
+
+
+def test_read_memory_caps_a_huge_file_and_refuses_special_files(tmp_path: Path) -> None:
+    mdir = tmp_path / "memory"
+    mdir.mkdir()
+    (mdir / "project_huge.md").write_text("---\nname: huge\ntype: project\n---\n" + "x" * 10**6)
+    memory = read_memory(mdir, "project_huge.md", now_ms=0, secrets=True)
+    assert len(memory["content"]) < 70_000 and "cut at 65,536 bytes" in memory["content"]
+    os.mkfifo(mdir / "project_fifo.md")
+    (mdir / "project_link.md").symlink_to("/etc/passwd")
+    for name in ("project_fifo.md", "project_link.md"):
+        with pytest.raises(NotFound):
+            read_memory(mdir, name, now_ms=0, secrets=True)

@@ -139,3 +139,10 @@ def test_manifest_line_without_type_or_description(tmp_path: Path) -> None:
     [header] = scan_memories(tmp_path)
     assert manifest_line(header).startswith("- x.md (")
     assert manifest_line(header).endswith(")")
+
+
+def test_a_fifo_named_md_does_not_hang_the_scan(tmp_path: Path) -> None:
+    """Regression: read_head opened a FIFO without O_NONBLOCK and the scan hung in open()."""
+    (tmp_path / "a.md").write_text("---\nname: a\ndescription: d\ntype: user\n---\n")
+    os.mkfifo(tmp_path / "b.md")
+    assert [h.relative for h in scan_memories(tmp_path)] == ["a.md"]

@@ -31,27 +31,14 @@ if TYPE_CHECKING:
     from memd.daemon.service import Daemon
 
 MAX_PROJECT_SESSIONS = 20
+HOLD_WAIT_S = 15.0  # for an extraction or a dream holding the memory dir
 
 
-class DirLocks:
-    """One lock per memory dir: ``remember`` calls into one dir run one at a time."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, anyio.Lock] = {}
-
-    def lock_for(self, directory: Path) -> anyio.Lock:
-        key = os.path.realpath(directory)
-        lock = self._locks.get(key)
-        if lock is None:
-            if len(self._locks) > 1024:  # only idle locks can be dropped safely
-                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
-            lock = self._locks[key] = anyio.Lock()
-        return lock
+class Busy(InvalidParams):
+    """The memory dir is held by a longer writer (a dream, an extraction)."""
 
 
 def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
-    locks = DirLocks()
-
     async def remember(params: dict[str, Any]) -> Any:
         """Params: ``cwd`` (absolute, inside the project), ``type``, ``name``,
         ``description``, ``content``, optional ``agent`` (who writes). Writes one memory file
@@ -73,13 +60,21 @@ def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
             memory.index_max_bytes,
             privacy.redact_secrets,
         )
-        async with locks.lock_for(where.memory_dir):
-            try:
-                written = await anyio.to_thread.run_sync(
-                    write_memory, where.memory_dir, draft, limits
-                )
-            except RememberRefused as exc:
-                raise InvalidParams(str(exc)) from None
+        key = str(where.memory_dir)
+        written = None
+        with anyio.move_on_after(HOLD_WAIT_S):
+            async with daemon.exclusion.hold(key, "remember"):
+                try:
+                    written = await anyio.to_thread.run_sync(
+                        write_memory, where.memory_dir, draft, limits
+                    )
+                except RememberRefused as exc:
+                    raise InvalidParams(str(exc)) from None
+        if written is None:
+            raise Busy(
+                f"{daemon.exclusion.holder(key) or 'another writer'} is changing this project's "
+                f"memories; nothing was written. Try again in a minute"
+            )
         return {
             "file": written.relative,
             "path": str(written.path),
@@ -107,7 +102,7 @@ def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
             "memories": len(listing["memories"]),
             "extraction": runs,
             "sessions": [_session_row(daemon, s) for s in sessions[:MAX_PROJECT_SESSIONS]],
-            "dream": None,  # consolidation has no state to report yet
+            "dream": _dream_row(daemon, index["memory_dir"]),
         }
 
     async def project_notes(params: dict[str, Any]) -> Any:
@@ -154,6 +149,12 @@ def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
         "project_status": project_status,
         "project_notes": project_notes,
     }
+
+
+def _dream_row(daemon: Daemon, memory_dir: str) -> dict[str, Any] | None:
+    """The project's consolidation state, if the dream service has seen it (read-only)."""
+    rows = daemon.dream.statistics()["projects"]
+    return next((r for r in rows if r.get("memory_dir") == memory_dir), None)
 
 
 def _cwd(params: dict[str, Any]) -> str:

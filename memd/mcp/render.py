@@ -125,5 +125,22 @@ def render_status(result: dict[str, Any]) -> str:
             f"- {_s(s.get('session_id'))} active {_when(s.get('last_activity'))}, "
             f"{s.get('context_tokens', 0)} tokens, notes updated {s.get('notes_extractions', 0)}×"
         )
-    lines.append(f"dream: {result['dream'] if result.get('dream') else 'no consolidation state'}")
+    lines.append(render_dream(result.get("dream")))
     return "\n".join(lines) + "\n"
+
+
+def render_dream(row: Any) -> str:
+    """One line on consolidation ("dream") for the project."""
+    if not isinstance(row, dict):
+        return "dream: not checked since the daemon started"
+    running = row.get("running")
+    if isinstance(running, dict):
+        return f"dream: running now ({running.get('turns', 0)} turns so far)"
+    runs = [r for r in row.get("last_runs") or [] if isinstance(r, dict)]
+    gates = row.get("gates") if isinstance(row.get("gates"), dict) else {}
+    gate = f"; gates {gates.get('state')}: {_s(gates.get('reason'))}" if gates else ""
+    if runs:
+        last = runs[0]  # newest first
+        ended = _when(last.get("ended_at") or last.get("started_at"))
+        return f"dream: last run {last.get('state')} at {ended}{gate}"
+    return f"dream: no consolidation run yet{gate}"

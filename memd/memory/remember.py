@@ -24,9 +24,11 @@ blocking I/O shell around it. The daemon serialises writers of one memory dir.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ from memd.memory.frontmatter import (
     Frontmatter,
     MemoryType,
     normalize_line,
+    parse_document,
     parse_memory_type,
 )
 from memd.memory.index import IndexEntry, load_index, upsert_entry
@@ -51,6 +54,7 @@ NAME_MAX_CHARS = 120
 DESCRIPTION_MAX_CHARS = 300
 AGENT_MAX_CHARS = 80
 SLUG_MAX_CHARS = 60
+READ_MAX_BYTES = 64 * 1024  # read_memory: a memory is a note; the rest stays on disk
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
 # Device names Windows refuses as file stems (a memory dir may be synced to such a machine).
 _RESERVED = frozenset(
@@ -247,23 +251,41 @@ def find_memory(memory_dir: Path, wanted: str) -> str:
     raise NotFound(f"no memory named {wanted!r}; list_memories shows the names and files")
 
 
+def _read_regular(path: Path, limit: int) -> tuple[int, bytes]:
+    """(mtime in ms, up to ``limit`` bytes) of a regular file; never blocks on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return info.st_mtime_ns // 1_000_000, handle.read(limit)
+
+
 def read_memory(memory_dir: Path, wanted: str, *, now_ms: int, secrets: bool) -> dict[str, Any]:
-    """One memory in full, scrubbed, with its age and freshness warning (R-M7)."""
+    """One memory in full (up to :data:`READ_MAX_BYTES`), scrubbed, with its age and
+    freshness warning (R-M7)."""
     relative = find_memory(memory_dir, wanted)
-    loaded = MemoryStore(memory_dir).read(relative)
-    meta = loaded.document.meta
-    extra = dict(meta.extra)
-    agent = extra.get("agent")
+    path = MemoryStore(memory_dir).topic_path(relative)
+    try:
+        mtime_ms, data = _read_regular(path, READ_MAX_BYTES + 1)
+    except OSError as exc:
+        raise NotFound(f"memory {relative!r} cannot be read: {exc.strerror or exc}") from None
+    document = parse_document(data[:READ_MAX_BYTES].decode("utf-8", errors="replace"))
+    meta = document.meta
+    agent = dict(meta.extra).get("agent")
+    body = scrub_text(document.body, secrets=secrets)
+    if len(data) > READ_MAX_BYTES:
+        body += f"\n[memd: cut at {READ_MAX_BYTES:,} bytes; the file is longer]\n"
     return {
-        "file": loaded.relative,
-        "path": str(loaded.path),
+        "file": relative,
+        "path": str(path),
         "name": scrub_text(meta.name or PurePosixPath(relative).stem, secrets=secrets),
         "description": scrub_text(meta.description or "", secrets=secrets),
         "type": meta.type,
         "agent": scrub_text(str(agent), secrets=secrets) if agent is not None else None,
-        "content": scrub_text(loaded.document.body, secrets=secrets),
-        "problems": list(loaded.document.problems),
-        "mtime": iso_mtime(loaded.mtime_ms),
-        "age": age_text(loaded.mtime_ms, now_ms),
-        "warning": freshness_warning(loaded.mtime_ms, now_ms),
+        "content": body,
+        "problems": list(document.problems),
+        "mtime": iso_mtime(mtime_ms),
+        "age": age_text(mtime_ms, now_ms),
+        "warning": freshness_warning(mtime_ms, now_ms),
     }

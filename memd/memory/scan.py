@@ -15,8 +15,10 @@ This is a blocking I/O shell: call it from a worker thread (``anyio.to_thread.ru
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,11 +59,16 @@ class Head:
 def read_head(path: Path, *, max_lines: int = DEFAULT_HEAD_LINES) -> Head:
     """Read at most ``max_lines`` lines (and :data:`HEAD_MAX_BYTES`) and the mtime, in one open.
 
-    Raises ``OSError`` as ``open`` does (a file removed since the listing, a permission error).
+    Raises ``OSError`` as ``open`` does (a file removed since the listing, a permission error)
+    and for anything but a regular file (a FIFO, a device), which it never blocks on.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    # O_NONBLOCK: a FIFO named *.md must not hang the scan (and every recall) in open().
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with io.FileIO(fd, "r", closefd=True) as raw:
-        mtime_ms = os.fstat(raw.fileno()).st_mtime_ns // 1_000_000
+        info = os.fstat(raw.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        mtime_ms = info.st_mtime_ns // 1_000_000
         reader = io.BufferedReader(raw, buffer_size=_READ_CHUNK)
         lines: list[bytes] = []
         budget = HEAD_MAX_BYTES
