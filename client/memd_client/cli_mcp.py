@@ -39,7 +39,7 @@ def cmd_mcp_config(args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "memd.install", action, "--agent", args.agent]
     argv += ["--scope", args.scope]
     if args.project:
-        argv += ["--project", args.project]
+        argv.append(f"--project={args.project}")  # a dash-leading path stays a value
     if args.json:
         argv.append("--json")
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
