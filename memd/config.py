@@ -107,7 +107,8 @@ class DreamConfig:
     min_sessions: int = 5
     lock_stale_minutes: float = 60.0  # R-D2
     snapshots_kept: int = 5  # R-B3
-    max_turns: int = 30
+    max_turns: int = 30  # R-D3: the consolidation agent's turn limit
+    timeout_s: float = 900.0  # one whole consolidation run
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ Holding the consolidation lock and the record on disk are the caller's part.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import assert_never
+from typing import Any, assert_never
 
 import anyio
 import anyio.to_thread
@@ -36,6 +36,7 @@ from memd.agent.runner import (
     TurnLimit,
     run_agent,
 )
+from memd.agent.tools import Tool
 from memd.clock import Clock
 from memd.dream import journal, prompts, snapshot, wipe
 from memd.dream.journal import Change, Journal
@@ -82,6 +83,7 @@ class DreamOutcome:
     tool_calls: int = 0
     usage: Usage = field(default_factory=Usage)
     summary: str = ""
+    error: BaseException | None = None  # the model's error, for the cost guard
 
 
 async def consolidate(
@@ -103,31 +105,10 @@ async def consolidate(
     except (snapshot.TooLarge, OSError) as exc:
         return DreamOutcome("failed", f"cannot snapshot the memory dir: {exc}", (), ())
     index = snapshot.saved_bytes(snap, INDEX_FILENAME) if INDEX_FILENAME in before.files else None
-    book = Journal(job.run_dir)
     tools, written = dream_tools(
-        job.memory_dir, book, job.transcript_dirs, secrets=settings.redact_secrets
+        job.memory_dir, Journal(job.run_dir), job.transcript_dirs, secrets=settings.redact_secrets
     )
-    spec = AgentSpec(
-        kind="dream",
-        model=settings.model,
-        system=prompts.system_prompt(max_turns=settings.max_turns),
-        tools=tools,
-        max_turns=settings.max_turns,
-        timeout_s=settings.timeout_s,
-        max_tokens=settings.max_tokens,
-        project=job.project,
-        session=job.trigger_session,
-    )
-    text = prompts.task_message(
-        memory_dir=str(job.memory_dir),
-        today=job.today,
-        sessions=job.sessions,
-        index=(index or b"").decode("utf-8", "replace"),
-        max_lines=settings.index_max_lines,
-        max_bytes=settings.index_max_bytes,
-        secrets=settings.redact_secrets,
-    )
-    messages = [{"role": "user", "content": text}]
+    spec, messages = _request(settings, job, tools, index)
     run: AgentRun | None = None
     try:
         async with anyio.create_task_group() as tg:
@@ -148,6 +129,33 @@ async def consolidate(
     if run is None:
         return await anyio.to_thread.run_sync(_give_up, job, "aborted", "aborted on request")
     return await anyio.to_thread.run_sync(_settle, job, settings, run, before, index, written)
+
+
+def _request(
+    settings: DreamSettings, job: Job, tools: Mapping[str, Tool], index: bytes | None
+) -> tuple[AgentSpec, list[dict[str, Any]]]:
+    """The agent's spec and its first message (scrubbed)."""
+    spec = AgentSpec(
+        kind="dream",
+        model=settings.model,
+        system=prompts.system_prompt(max_turns=settings.max_turns),
+        tools=tools,
+        max_turns=settings.max_turns,
+        timeout_s=settings.timeout_s,
+        max_tokens=settings.max_tokens,
+        project=job.project,
+        session=job.trigger_session,
+    )
+    text = prompts.task_message(
+        memory_dir=str(job.memory_dir),
+        today=job.today,
+        sessions=job.sessions,
+        index=(index or b"").decode("utf-8", "replace"),
+        max_lines=settings.index_max_lines,
+        max_bytes=settings.index_max_bytes,
+        secrets=settings.redact_secrets,
+    )
+    return spec, [{"role": "user", "content": text}]
 
 
 def _settle(
@@ -183,6 +191,7 @@ def _settle(
         len(run.tool_calls),
         run.usage,
         run.final_text.strip()[:500],
+        run.outcome.error if isinstance(run.outcome, Failed) else None,
     )
 
 

@@ -114,7 +114,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or record.get("op") not in ("intent", "done"):
         return None

@@ -147,5 +147,5 @@ def _read_json(path: Path) -> Any:
         return None
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None

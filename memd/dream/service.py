@@ -269,7 +269,7 @@ class DreamService:
         settings = DreamSettings(
             model=cfg.llm.models.dream,
             max_turns=cfg.dream.max_turns,
-            timeout_s=cfg.llm.timeout_s * max(1, cfg.dream.max_turns),
+            timeout_s=cfg.dream.timeout_s,
             max_tokens=cfg.llm.max_output_tokens,
             index_max_lines=cfg.memory.index_max_lines,
             index_max_bytes=cfg.memory.index_max_bytes,
@@ -320,6 +320,10 @@ class DreamService:
         ok = outcome.state == "completed"
         if ok:
             self._guard.record_success("dream", subject=found.key)
+        elif outcome.error is not None:
+            self._guard.record_failure(
+                "dream", outcome.error, subject=found.key, input_key=record.run_id
+            )
         record.state, record.reason = outcome.state, outcome.reason
         record.turns, record.tool_calls = outcome.turns, outcome.tool_calls
         record.tokens = billed_tokens(outcome.usage)

@@ -137,7 +137,7 @@ def load(into: Path) -> Tree | None:
     """A snapshot's manifest; ``None`` when missing or unreadable."""
     try:
         raw = json.loads((into / MANIFEST).read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     files = raw.get("files") if isinstance(raw, dict) else None
     if not isinstance(files, dict):

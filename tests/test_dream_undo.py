@@ -1,0 +1,192 @@
+"""Safe dream (R-B3): snapshots, the journal's exact undo, the change log, the wipe guard."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memd.dream import journal, snapshot, wipe
+from memd.dream.journal import Journal
+from memd.dream.lock import FLOCK_NAME, LOCK_NAME
+from memd.dream.runs import RunRecord, RunStore
+
+NOTE = "---\nname: n\ndescription: d\ntype: user\n---\nbody\n"
+
+
+def memory(tmp_path: Path) -> Path:
+    mdir = tmp_path / "memory"
+    (mdir / "team").mkdir(parents=True)
+    (mdir / "MEMORY.md").write_text("- [n](a.md) — d\n")
+    (mdir / "a.md").write_text(NOTE)
+    (mdir / "b.md").write_text(NOTE.replace("body", "other"))
+    (mdir / "team" / "t.md").write_bytes(b"\xff\xfe binary \x00")
+    (mdir / LOCK_NAME).write_text("123")
+    (mdir / FLOCK_NAME).write_text("")
+    return mdir
+
+
+def write(book: Journal, mdir: Path, relative: str, data: bytes | None) -> None:
+    """What a journaled tool does around one write."""
+    book.intent(relative)
+    if data is None:
+        (mdir / relative).unlink()
+    else:
+        (mdir / relative).write_bytes(data)
+    after = snapshot.sha256(data) if data is not None else None
+    book.done(relative, after)
+
+
+def test_snapshot_skips_locks_links_and_fifos_and_restores_byte_for_byte(tmp_path: Path) -> None:
+    mdir = memory(tmp_path)
+    (mdir / "link.md").symlink_to(tmp_path)
+    os.mkfifo(mdir / "pipe")
+    (mdir / ".git").mkdir()
+    (mdir / ".git" / "HEAD").write_text("x")
+    saved = snapshot.take(mdir, tmp_path / "snap")
+    assert set(saved.files) == {"MEMORY.md", "a.md", "b.md", "team/t.md"}
+    assert set(saved.skipped) == {"link.md", "pipe"}
+    before = snapshot.current_tree(mdir).files
+    (mdir / "a.md").write_text("changed")
+    (mdir / "b.md").unlink()
+    (mdir / "new.md").write_text("new")
+    changed = snapshot.restore_tree(mdir, tmp_path / "snap")
+    assert sorted(changed) == ["a.md", "b.md", "new.md"]
+    assert snapshot.current_tree(mdir).files == before
+    assert (mdir / LOCK_NAME).read_text() == "123"
+
+
+def test_snapshot_refuses_a_tree_over_budget(tmp_path: Path) -> None:
+    mdir = memory(tmp_path)
+    with pytest.raises(snapshot.TooLarge):
+        snapshot.take(mdir, tmp_path / "snap", max_bytes=20)
+
+
+def test_undo_touches_only_the_runs_own_changes(tmp_path: Path) -> None:
+    mdir = memory(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    snap = run / "snapshot"
+    snapshot.take(mdir, snap)
+    before = snapshot.current_tree(mdir).files
+    book = Journal(run)
+    write(book, mdir, "a.md", b"merged")
+    write(book, mdir, "b.md", None)
+    write(book, mdir, "c.md", b"created")
+    write(book, mdir, "MEMORY.md", b"index by the run")
+    book.intent("team/t.md")  # killed in the middle of this write
+    (mdir / "team" / "t.md").write_bytes(b"half")
+    (mdir / "MEMORY.md").write_text("edited by a person since")  # someone else's change
+    (mdir / "theirs.md").write_text("written by another process")
+    undone = journal.undo(mdir, run, snap)
+    assert undone.flagged == ("MEMORY.md",)
+    assert sorted(undone.restored) == ["a.md", "b.md", "c.md", "team/t.md"]
+    now = snapshot.current_tree(mdir).files
+    assert now.pop("theirs.md") and now.pop("MEMORY.md") != before["MEMORY.md"]
+    assert now == {k: v for k, v in before.items() if k != "MEMORY.md"}
+
+
+def test_change_log_has_diffs_and_merges(tmp_path: Path) -> None:
+    mdir = memory(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    snapshot.take(mdir, run / "snapshot")
+    book = Journal(run)
+    write(book, mdir, "a.md", NOTE.replace("body", "body, dated 2026-11-21").encode())
+    book.intent("b.md")
+    (mdir / "b.md").unlink()
+    book.done("b.md", None, merged_into="a.md")
+    write(book, mdir, "c.md", b"new\n")
+    changes = {c.relative: c for c in journal.changes(mdir, run, run / "snapshot")}
+    assert changes["a.md"].action == "modified"
+    assert "+body, dated 2026-11-21" in changes["a.md"].diff
+    assert changes["b.md"].action == "deleted" and changes["b.md"].merged_into == "a.md"
+    assert changes["c.md"].action == "created" and changes["c.md"].diff.startswith("--- /dev/null")
+
+
+@given(st.lists(st.binary(max_size=300), max_size=30))
+def test_a_hostile_journal_never_raises(lines: list[bytes]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp)
+        (run / "journal.jsonl").write_bytes(b"\n".join(lines))
+        entries = journal.read(run)
+        assert all(snapshot.safe_relative(k) for k in entries)
+
+
+def test_journal_paths_that_escape_are_ignored(tmp_path: Path) -> None:
+    lines: list[object] = [
+        [[[[]]]],
+        {"op": "intent", "path": "../outside"},
+        {"op": "intent", "path": "/etc/passwd"},
+        {"op": "done", "path": "ok.md", "after": 5},
+    ]
+    raw = "\n".join(json.dumps(x) for x in lines) + "\n" + "[" * 60_000
+    (tmp_path / "journal.jsonl").write_text(raw)
+    assert list(journal.read(tmp_path)) == ["ok.md"]
+
+
+LIMITS = wipe.Limits(200, 25_000)
+TOPICS = {"MEMORY.md", "a.md", "b.md", "c.md", "d.md"}
+
+
+def after(
+    files: set[str], index: bytes | None = b"- [a](a.md)\n", **written: str | None
+) -> wipe.After:
+    return wipe.After(files, index, written)
+
+
+def test_wipe_guard() -> None:
+    idx = b"- [a](a.md)\n"
+    assert wipe.problems(TOPICS, idx, after(TOPICS), LIMITS) == []
+    assert wipe.problems(TOPICS, idx, after(TOPICS, b"  \n"), LIMITS) == [
+        "MEMORY.md is empty or missing"
+    ]
+    assert wipe.problems(TOPICS, idx, after(TOPICS - {"MEMORY.md"}, None), LIMITS)
+    three_gone = {"MEMORY.md", "a.md"}
+    assert wipe.problems(TOPICS, idx, after(three_gone), LIMITS) == ["3 of 4 topic files deleted"]
+    assert wipe.problems(TOPICS, idx, after({"MEMORY.md", "a.md", "b.md"}), LIMITS) == []
+    big = b"- [x](x.md)\n" * 201
+    assert "grew to 201 lines" in wipe.problems(TOPICS, idx, after(TOPICS, big), LIMITS)[0]
+    assert wipe.problems(TOPICS, big, after(TOPICS, big), LIMITS) == []  # not made larger
+    broken = wipe.After(TOPICS, idx, {"a.md": "no frontmatter here"})
+    assert wipe.problems(TOPICS, idx, broken, LIMITS) == ["a.md: no frontmatter"]
+    assert wipe.problems(set(), None, after(set(), None), LIMITS) == []  # nothing ever there
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        NOTE,
+        "---\nname: n\ndescription: has: a colon\ntype: user\n---\nbody\n",
+        "---\nname: n\ndescription: d\nmetadata:\n  type: project\n---\nbody\n",
+    ],
+)
+def test_both_frontmatter_forms_are_valid(text: str) -> None:
+    assert wipe.frontmatter_problem(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["---\nname: n\n", "---\nname: n\ndescription: d\ntype: nonsense\n---\n", None, "plain"],
+)
+def test_broken_frontmatter_is_caught(text: str | None) -> None:
+    assert wipe.frontmatter_problem(text)
+
+
+def test_run_records_from_garbage_are_skipped(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    folder = store.run_dir("proj", "20261122T120000-000001-dream")
+    folder.mkdir(parents=True)
+    for garbage in (b"\xff", b"[]", b'{"run_id": 5}', b'{"run_id": "../x"}', b"[" * 100_000):
+        (folder / "run.json").write_bytes(garbage)
+        assert store.runs("proj") == []
+    good = RunRecord("20261122T120000-000001-dream", "dream", "proj", str(tmp_path))
+    store.save(good)
+    assert [r.run_id for r in store.runs("proj")] == [good.run_id]
+    assert store.load("proj", "../../etc") is None
