@@ -6,6 +6,7 @@ The watcher holds no decisions: it turns file events into keys on the ingest que
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import anyio
@@ -18,9 +19,42 @@ from memd.daemon.queues import CoalescingQueue
 log = logging.getLogger(__name__)
 
 
+# How deep below a newly created directory transcripts can sit: a project folder holds
+# ``<session>.jsonl`` and ``<session>/subagents/*.jsonl``.
+NEW_DIR_DEPTH = 3
+
+
 def wants(change: watchfiles.Change, path: str) -> bool:
-    """Only transcript files matter; deletions are handled by the periodic rescan."""
-    return path.endswith(".jsonl") and change != watchfiles.Change.deleted
+    """Transcript files that appear or grow, and anything added (it may be a directory).
+
+    Deletions are not watched: a deleted transcript is noticed when it is next read.
+    """
+    if change == watchfiles.Change.deleted:
+        return False
+    return path.endswith(".jsonl") or change == watchfiles.Change.added
+
+
+def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
+    """The ``*.jsonl`` names below a directory that just appeared, without following links.
+
+    inotify watches a new directory only once it has been seen, so files created in it
+    before that produce no event of their own: without this look, a transcript written
+    right after its project folder was made would be missed until it changed again.
+    """
+    found: list[Path] = []
+    pending = [(directory, depth)]
+    while pending:
+        folder, left = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".jsonl"):
+                        found.append(Path(entry.path))
+                    elif left > 1 and entry.is_dir(follow_symlinks=False):
+                        pending.append((entry.path, left - 1))
+        except OSError:  # not a directory (a plain file was added), gone again, no access
+            continue
+    return found
 
 
 async def run_watcher(
@@ -44,6 +78,10 @@ async def run_watcher(
     )
     task_status.started()
     async for changes in watcher:
-        for _change, path in changes:
-            queue.mark_nowait(Path(path))
+        for change, path in changes:
+            if path.endswith(".jsonl"):
+                queue.mark_nowait(Path(path))
+            elif change == watchfiles.Change.added:
+                for found in await anyio.to_thread.run_sync(transcripts_below, path):
+                    queue.mark_nowait(found)
     log.debug("watcher for %s stopped", projects_root)

@@ -1,0 +1,61 @@
+"""The watcher on a real file tree: every transcript that appears is marked, including those
+written into a project folder before inotify had a watch on it."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from memd.config import TranscriptsConfig
+from memd.daemon.queues import CoalescingQueue
+from memd.daemon.watch import run_watcher, transcripts_below
+
+pytestmark = pytest.mark.anyio
+
+
+async def drain(queue: CoalescingQueue[Path], want: set[Path]) -> set[Path]:
+    seen: set[Path] = set()
+    with anyio.fail_after(20):
+        while not want <= seen:
+            seen.add(await queue.get())
+    return seen
+
+
+async def test_transcripts_in_a_brand_new_project_folder_are_marked(tmp_path: Path) -> None:
+    queue: CoalescingQueue[Path] = CoalescingQueue()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            functools.partial(run_watcher, stop=stop), tmp_path, TranscriptsConfig(), queue
+        )
+        want: set[Path] = set()
+        for i in range(20):
+            # mkdir then write at once: the file exists before the folder is watched.
+            folder = tmp_path / f"-project-{i}"
+            folder.mkdir()
+            main = folder / f"s{i}.jsonl"
+            main.write_bytes(b'{"type":"user"}\n')
+            sub = folder / f"s{i}" / "subagents"
+            sub.mkdir(parents=True)
+            (sub / "agent-1.jsonl").write_bytes(b"{}\n")
+            want |= {main, sub / "agent-1.jsonl"}
+        await drain(queue, want)
+        stop.set()
+        tg.cancel_scope.cancel()
+
+
+def test_transcripts_below_skips_links_and_bounds_depth(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b" / "c" / "d").mkdir(parents=True)
+    (tmp_path / "a" / "x.jsonl").write_bytes(b"")
+    (tmp_path / "a" / "b" / "c" / "y.jsonl").write_bytes(b"")
+    (tmp_path / "a" / "b" / "c" / "d" / "too-deep.jsonl").write_bytes(b"")
+    (tmp_path / "a" / "loop").symlink_to(tmp_path / "a")
+    os.mkfifo(tmp_path / "a" / "fifo")
+    found = transcripts_below(str(tmp_path / "a"))
+    assert sorted(p.name for p in found) == ["x.jsonl", "y.jsonl"]
+    assert transcripts_below(str(tmp_path / "a" / "x.jsonl")) == []  # a file, not a folder
+    assert transcripts_below(str(tmp_path / "gone")) == []
