@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+import functools
+import gc
+import inspect
+import sysconfig
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -68,3 +77,96 @@ def all_transcripts() -> list[Path]:
 def main_transcripts() -> list[Path]:
     """Main-conversation transcripts only (not ``subagents/`` files)."""
     return [p for p in all_transcripts() if "subagents" not in p.parts]
+
+
+# Every async test runs under its own anyio deadline, below pytest-timeout's, so a test that
+# waits forever on one of the project's events (a scheduler that never goes idle, a fake clock
+# that never reaches a retry time) fails alone with the line it was waiting at, and its
+# cancellation unwinds the test's task groups, servers and processes the structured way. A
+# pytest-timeout signal instead lands anywhere in the event loop and can leave teardown hung.
+UNIT_DEADLINE_S = 30.0
+SLOW_DEADLINE_S = 90.0
+
+
+def deadline_for(item: pytest.Item) -> float:
+    """The test's deadline: ``@pytest.mark.deadline(seconds)``, else by whether it is slow."""
+    marker = item.get_closest_marker("deadline")
+    if marker is not None:
+        return float(marker.args[0])
+    return SLOW_DEADLINE_S if item.get_closest_marker("slow") else UNIT_DEADLINE_S
+
+
+class DeadlineExceeded(AssertionError):
+    """An async test ran past its deadline; the chained exception shows where it waited."""
+
+
+def with_deadline(
+    test: Callable[..., Awaitable[None]], seconds: float, name: str
+) -> Callable[..., Awaitable[None]]:
+    @functools.wraps(test)
+    async def bounded(**kwargs: Any) -> None:
+        try:
+            with anyio.fail_after(seconds):
+                await test(**kwargs)
+        except TimeoutError as exc:
+            where = waiting_point(exc, test.__code__.co_filename)
+            raise DeadlineExceeded(
+                f"{name} did not finish within {seconds:g} s; it was waiting at {where}"
+            ) from exc
+
+    return bounded
+
+
+LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
+
+
+def waiting_point(exc: BaseException, test_file: str) -> str:
+    """Where the cancelled test was waiting: its own innermost line, then the innermost line
+    of the project's code below it (library frames are skipped)."""
+    cause = exc.__context__ or exc
+    tb = cause.__traceback__
+    in_test = in_project = ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        spot = f"{code.co_filename}:{tb.tb_lineno} ({code.co_name})"
+        if code.co_filename == test_file:
+            in_test = spot
+        elif not code.co_filename.startswith(LIBRARY_DIRS) and code.co_filename != __file__:
+            in_project = spot
+        tb = tb.tb_next
+    return " -> ".join(s for s in (in_test, in_project) if s) or "an unknown point"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
+    test = pyfuncitem.obj
+    if inspect.iscoroutinefunction(test) and not hasattr(test, "hypothesis"):
+        pyfuncitem.obj = with_deadline(test, deadline_for(pyfuncitem), pyfuncitem.nodeid)
+
+
+def release_locals(tb: TracebackType | None) -> None:
+    """Drop what a finished traceback's frames hold: their locals and the snapshot of them
+    that reporting took (``f_locals``), which ``frame.clear()`` alone leaves behind."""
+    while tb is not None:
+        frame = tb.tb_frame
+        with contextlib.suppress(RuntimeError):  # a frame still executing keeps its locals
+            frame.clear()
+            frame.f_locals.clear()
+        tb = tb.tb_next
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and call.when == "call" and call.excinfo is not None:
+        # A failed test can leave sockets or files for the garbage collector, held by its
+        # traceback's frames. The report is written by now: drop those frames' locals and
+        # collect, inside the failed test, so their ResourceWarnings (errors here) do not fail
+        # an unrelated test that happens to run the next collection.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            release_locals(call.excinfo.tb)
+            gc.collect()
+    return report
