@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from memd_client import cli_daemon, cli_dream, cli_local, cli_mcp
+from memd_client import cli_daemon, cli_doctor, cli_dream, cli_local, cli_mcp, cli_top
 from memd_client.cli_base import (
     EXIT_DOWN,
     EXIT_NOT_FOUND,
@@ -42,6 +42,8 @@ ambiguous id lists the candidates), 3 daemon not running, 4 not found.
 COMMAND_GROUPS: tuple[Callable[[Registrar], None], ...] = (
     cli_daemon.register_session_commands,
     cli_daemon.register_memory_commands,
+    cli_top.register,
+    cli_doctor.register,
     cli_daemon.register_admin_commands,
     cli_dream.register,
     cli_local.register,
@@ -84,7 +86,7 @@ def _run(ctx: Ctx) -> int:
     try:
         return int(ctx.args.run(ctx))
     except CliFailure as exc:
-        return _fail(ctx, exc.message, exc.exit_code, "failed", exc.data)
+        return _fail(ctx, exc.message, exc.exit_code, exc.kind, exc.data)
     except DaemonNotRunning as exc:
         return _fail(ctx, str(exc), EXIT_DOWN, "not_running", {})
     except RemoteError as exc:

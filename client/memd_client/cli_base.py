@@ -49,10 +49,13 @@ class MemdctlParser(argparse.ArgumentParser):
 class CliFailure(Exception):
     """A command's failure: the message for people, the exit code, and data for ``--json``."""
 
-    def __init__(self, message: str, code: int = EXIT_REMOTE, **data: Any) -> None:
+    def __init__(
+        self, message: str, code: int = EXIT_REMOTE, kind: str = "failed", **data: Any
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = code
+        self.kind = kind  # the ``code`` of the JSON error
         self.data = data
 
 

@@ -97,6 +97,7 @@ def resolve_session(ctx: Ctx, ident: str) -> str:
         raise CliFailure(
             f"{ident!r} matches {len(matches)} sessions ({shown}); give more of the id",
             EXIT_USAGE,
+            "ambiguous",
             candidates=matches,
         )
     return matches[0] if matches else ident  # none: the daemon says "not found"

@@ -1,0 +1,319 @@
+"""``memdctl doctor``: every prerequisite checked, each with ok / warn / fail and the fix (R-B9).
+
+Exit 0 when nothing failed (warnings allowed), 1 otherwise. The checks that need the daemon
+(API reachable, its view of its directories) are skipped with a reason when it is down; the
+directory and hook checks work without it, since a daemon that refuses to start (exit 3 for
+an unsafe runtime dir) is exactly when a person runs the doctor.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from memd_client import service
+from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, Ctx, Registrar
+from memd_client.cli_local import client_version, settings_path
+from memd_client.errors import MemdClientError
+from memd_client.hooks_install import MATCHERS, is_memd_hook, read_settings
+from memd_client.paths import default_runtime_dir
+from memd_client.textfmt import Style
+
+Verdict = Literal["ok", "warn", "fail"]
+PROBE_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: Verdict
+    detail: str
+    fix: str | None = None
+
+
+@dataclass
+class Facts:
+    """What the checks read, gathered once: the daemon's answers (or why there are none)."""
+
+    env: dict[str, str]
+    home: Path
+    hello: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+    down: str | None = None  # why the daemon could not be asked
+    probe: dict[str, Any] | None = None
+    settings: Path = field(default_factory=Path)
+
+
+def register(reg: Registrar) -> None:
+    p = reg.add("doctor", cmd_doctor, "check every prerequisite; each check says how to fix it")
+    p.add_argument(
+        "--settings", metavar="FILE", help="Claude Code settings file to check for the hooks"
+    )
+
+
+def cmd_doctor(ctx: Ctx) -> int:
+    facts = gather(ctx)
+    checks = [check(facts) for check in CHECKS]
+    failed = any(c.verdict == "fail" for c in checks)
+    data = {"ok": not failed, "checks": [asdict(c) for c in checks]}
+    ctx.emit(data, lambda d: render_checks(checks, ctx.style()))
+    return EXIT_REMOTE if failed else EXIT_OK
+
+
+def gather(ctx: Ctx) -> Facts:
+    facts = Facts(ctx.env, Path.home(), settings=settings_path(ctx))
+    try:
+        facts.hello = ctx.call("hello")
+        facts.status = ctx.call("status")
+    except MemdClientError as exc:
+        facts.down = str(exc)
+        return facts
+    if (facts.status or {}).get("llm", {}).get("enabled"):
+        with ctx.progress("asking the API for a token count"):
+            try:
+                facts.probe = ctx.client(timeout=PROBE_TIMEOUT_S).call("probe_api")
+            except MemdClientError as exc:
+                facts.probe = {"ok": False, "detail": f"the daemon could not probe: {exc}"}
+    return facts
+
+
+def render_checks(checks: list[Check], st: Style) -> str:
+    paint = {"ok": st.ok, "warn": st.warn, "fail": st.bad}
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{paint[c.verdict](c.verdict.ljust(4))}  {c.name.ljust(width)}  {c.detail}")
+        if c.fix and c.verdict != "ok":
+            lines.append(f"{'':4}  {'':{width}}  fix: {c.fix}")
+    failed = sum(c.verdict == "fail" for c in checks)
+    warned = sum(c.verdict == "warn" for c in checks)
+    lines.append(f"\n{failed} failed, {warned} warnings, {len(checks) - failed - warned} ok")
+    return "\n".join(lines)
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+
+def check_daemon(f: Facts) -> Check:
+    if f.down is not None:
+        return Check(
+            "daemon",
+            "fail",
+            f.down,
+            "start it: `systemctl --user start memd` (after `memdctl install-service`), or run "
+            "`memd` in a terminal; `memdctl logs` shows why it stopped",
+        )
+    d = (f.status or {}).get("daemon", {})
+    return Check("daemon", "ok", f"memd {d.get('version')} (pid {d.get('pid')}) answers")
+
+
+def check_versions(f: Facts) -> Check:
+    mine = client_version()
+    if f.hello is None:
+        return Check("versions", "warn", f"memdctl {mine}; the daemon could not be asked")
+    theirs = str(f.hello.get("version"))
+    if theirs != mine:
+        return Check(
+            "versions",
+            "warn",
+            f"daemon {theirs}, memdctl {mine}",
+            "install the same version of memd and memd-client, then restart memd",
+        )
+    return Check("versions", "ok", f"daemon and memdctl are both {mine}")
+
+
+def check_api(f: Facts) -> Check:
+    if f.status is None:
+        return Check("model", "warn", "not checked: the daemon is not running")
+    llm = f.status.get("llm", {})
+    env_file = f.status.get("daemon", {}).get("env_file") or {}
+    if not llm.get("enabled"):
+        return Check(
+            "model",
+            "warn",
+            f"model features are off ({llm.get('reason')}); tracking, recall and level-1 "
+            "compaction from existing notes still work",
+            f"put ANTHROPIC_API_KEY=… in {env_file.get('path') or '~/.config/memd/env'} "
+            "(chmod 600), then `memdctl reload`",
+        )
+    probe = f.probe or {}
+    if not probe.get("ok"):
+        return Check(
+            "model",
+            "fail",
+            str(probe.get("detail") or "the API did not answer"),
+            "check the key, the network, and ANTHROPIC_BASE_URL or llm.base_url; then "
+            "`memdctl reload`",
+        )
+    return Check("model", "ok", str(probe.get("detail")))
+
+
+def check_env_file(f: Facts) -> Check:
+    env_file = ((f.status or {}).get("daemon") or {}).get("env_file")
+    path = Path(env_file["path"]) if env_file else _env_file_path(f)
+    problem = env_file.get("problem") if env_file else _env_file_problem(path)
+    if problem:
+        return Check("env file", "fail", str(problem), f"chmod 600 {path}; then `memdctl reload`")
+    if not path.exists():
+        return Check("env file", "ok", f"none at {path} (optional: holds the API key)")
+    return Check("env file", "ok", f"{path} is yours and private")
+
+
+def check_hooks(f: Facts) -> Check:
+    fix = "run `memdctl install-hooks`"
+    try:
+        settings = read_settings(f.settings)
+    except (OSError, ValueError) as exc:
+        return Check("hooks", "fail", str(exc), f"repair {f.settings}, then {fix}")
+    hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
+    assert isinstance(hooks, dict)
+    missing, broken = [], []
+    for event in MATCHERS:
+        commands = [
+            h.get("command")
+            for g in hooks.get(event) or []
+            if isinstance(g, dict)
+            for h in g.get("hooks") or []
+            if isinstance(h, dict) and is_memd_hook(h.get("command"))
+        ]
+        if not commands:
+            missing.append(event)
+        broken += [str(c) for c in commands if not _runnable(str(c))]
+    if missing:
+        return Check("hooks", "fail", f"no memd hook for {', '.join(missing)} in {f.settings}", fix)
+    if broken:
+        return Check(
+            "hooks", "fail", f"the hook command {broken[0]} does not exist or cannot run", fix
+        )
+    return Check("hooks", "ok", f"memd-hook runs on {', '.join(MATCHERS)}")
+
+
+def _runnable(command: str) -> bool:
+    program = command.strip().split()[0]
+    if "/" not in program:
+        return any(os.access(Path(d) / program, os.X_OK) for d in os.get_exec_path())
+    return os.access(program, os.X_OK) and Path(program).is_file()
+
+
+def check_service(f: Facts) -> Check:
+    plan = service.plan_service(f.home, "memd", env=f.env)
+    fix = "run `memdctl install-service`"
+    if not plan.path.exists():
+        return Check("service", "warn", f"no {plan.kind} unit at {plan.path}", fix)
+    if plan.kind == "systemd":
+        wants = plan.path.parent / "default.target.wants" / plan.path.name
+        if not wants.exists():
+            return Check(
+                "service",
+                "warn",
+                f"{plan.path} is installed but not enabled",
+                "systemctl --user enable --now memd",
+            )
+    return Check("service", "ok", f"{plan.kind} unit {plan.path}")
+
+
+def check_dirs(f: Facts) -> Check:
+    d = (f.status or {}).get("daemon", {})
+    runtime = Path(d["socket"]).parent if d.get("socket") else default_runtime_dir(f.env)
+    state = Path(d["state_dir"]) if d.get("state_dir") else _state_dir(f)
+    problems = [p for p in (_dir_problem(runtime), _dir_problem(state)) if p]
+    if problems:
+        return Check("directories", "fail", "; ".join(p[0] for p in problems), problems[0][1])
+    return Check("directories", "ok", f"{runtime} and {state} are yours and private")
+
+
+def _dir_problem(path: Path) -> tuple[str, str] | None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None  # memd creates it, owner-only
+    except OSError as exc:
+        return (f"cannot inspect {path}: {exc.strerror}", f"check {path}")
+    if not stat.S_ISDIR(info.st_mode):
+        return (f"{path} is not a directory", f"remove {path}; memd creates it")
+    if info.st_uid != os.getuid():
+        return (f"{path} belongs to uid {info.st_uid}, not you", f"remove {path}; memd creates it")
+    if info.st_mode & 0o077:
+        mode = stat.S_IMODE(info.st_mode)
+        return (f"{path} is open to others (mode {mode:04o})", f"chmod 700 {path}")
+    return None
+
+
+def check_transcripts(f: Facts) -> Check:
+    d = (f.status or {}).get("daemon", {})
+    root = Path(d["projects_root"]) if d.get("projects_root") else _projects_root(f)
+    if not root.is_dir():
+        return Check(
+            "transcripts",
+            "warn",
+            f"{root} does not exist yet",
+            "run Claude Code once (it creates it), or set MEMD_PROJECTS_ROOT",
+        )
+    return Check("transcripts", "ok", f"{root}")
+
+
+def check_claude_features(f: Facts) -> Check:
+    """Claude Code's own writers of the files memd writes (its auto memory and dream)."""
+    try:
+        settings = read_settings(f.settings)
+    except (OSError, ValueError):
+        settings = {}
+    fights = [
+        f"{key} is on in {f.settings}: Claude Code's own {what} writes the same files as memd"
+        for key, what in (("autoMemoryEnabled", "auto memory"), ("autoDreamEnabled", "dream"))
+        if settings.get(key) is True
+    ]
+    if fights:
+        return Check(
+            "claude code",
+            "warn",
+            "; ".join(fights),
+            'set them to false in settings.json ("autoMemoryEnabled": false) so one writer '
+            "owns the notes and memories",
+        )
+    return Check("claude code", "ok", "no Claude Code setting turns on a second memory writer")
+
+
+def _env_file_path(f: Facts) -> Path:
+    xdg = f.env.get("XDG_CONFIG_HOME", "")
+    return (Path(xdg) if xdg.startswith("/") else f.home / ".config") / "memd" / "env"
+
+
+def _env_file_problem(path: Path) -> str | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return f"{path} can be read or written by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _state_dir(f: Facts) -> Path:
+    if f.env.get("MEMD_STATE_DIR"):
+        return Path(f.env["MEMD_STATE_DIR"])
+    xdg = f.env.get("XDG_STATE_HOME", "")
+    return (Path(xdg) if xdg.startswith("/") else f.home / ".local" / "state") / "memd"
+
+
+def _projects_root(f: Facts) -> Path:
+    if f.env.get("MEMD_PROJECTS_ROOT"):
+        return Path(f.env["MEMD_PROJECTS_ROOT"])
+    return Path(f.env.get("CLAUDE_CONFIG_DIR") or f.home / ".claude") / "projects"
+
+
+CHECKS: tuple[Callable[[Facts], Check], ...] = (
+    check_daemon,
+    check_versions,
+    check_env_file,
+    check_api,
+    check_hooks,
+    check_service,
+    check_dirs,
+    check_transcripts,
+    check_claude_features,
+)
