@@ -215,6 +215,4 @@ def check_config(ctx: Ctx, file: str | None) -> int:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=ctx.env)
     ctx.out.write(done.stdout)
     ctx.err.write(done.stderr)
-    return (
-        EXIT_OK if done.returncode == 0 else (EXIT_USAGE if done.returncode == 2 else EXIT_REMOTE)
-    )
+    return EXIT_OK if done.returncode == 0 else EXIT_REMOTE

@@ -69,6 +69,17 @@ class Slot:
     started_at: float | None = None  # monotonic start of the running extraction
     done: anyio.Event = dataclasses.field(default_factory=anyio.Event)  # current run ended
     ended: anyio.Event = dataclasses.field(default_factory=anyio.Event)  # worker exited
+    runs_ended: int = 0  # runs finished (either way) since the worker started
+    # Set and replaced whenever a run ends or the worker exits: a stable thing to wait on.
+    pulse: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+
+    def ended_one(self) -> None:
+        self.runs_ended += 1
+        self.beat()
+
+    def beat(self) -> None:
+        pulse, self.pulse = self.pulse, anyio.Event()
+        pulse.set()
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,7 @@ class JobRunner:
             finally:
                 slot.phase, slot.started_at = "queued", None
                 slot.done.set()
+                slot.ended_one()
 
     async def _run_job(self, state: SessionState, settings: NotesSettings) -> bool:
         state = self._source.get(state.session_id) or state  # it may have grown meanwhile

@@ -159,8 +159,10 @@ class NotesScheduler:
         """Run an extraction now, whatever the thresholds say (R-S9).
 
         If one is running, a forced follow-up is queued behind it. With ``wait_s``, wait up to
-        that long for the forced run to end. Raises :class:`memd.errors.NotFound` for an
-        unknown session and :class:`memd.errors.LLMDisabled` without a model.
+        that long for the forced run to end, successful or not (a failed run is not waited
+        through its retries: the status's ``last_error`` says why). Raises
+        :class:`memd.errors.NotFound` for an unknown session and
+        :class:`memd.errors.LLMDisabled` without a model.
         """
         if (reason := self.disabled_reason) is not None:
             raise LLMDisabled(reason)
@@ -169,7 +171,13 @@ class NotesScheduler:
         self._guard.release("session_notes", subject=session_id)
         slot = self._queue(session_id, manual=True)
         if wait_s is not None:
-            await _wait_event(slot.ended, wait_s, self._clock)
+            # The forced run is the next one to start: after the running one, if any.
+            target = slot.runs_ended + (2 if slot.phase == "running" else 1)
+            deadline = self._clock.monotonic() + wait_s
+            while slot.runs_ended < target and not slot.ended.is_set():
+                left = deadline - self._clock.monotonic()
+                if left <= 0 or not await _wait_event(slot.pulse, left, self._clock):
+                    break
         status = self.status(session_id)
         assert status is not None
         return status
@@ -314,6 +322,7 @@ class NotesScheduler:
         finally:
             del self._slots[slot.session_id]
             slot.ended.set()
+            slot.beat()
             if not self._slots:
                 self._idle.set()
 

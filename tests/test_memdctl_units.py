@@ -1,0 +1,297 @@
+"""memdctl's pure parts: the parser, text helpers, renderers, hooks/service files, env file,
+logging setup. The end-to-end behaviour is in ``test_memdctl_e2e.py``."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import plistlib
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memd.daemon.logsetup import LIBRARY_LOGGERS, configure_logging, log_destination
+from memd.envfile import merged, parse_env_text, read_env_file
+from memd_client import service
+from memd_client.cli import build_parser
+from memd_client.cli_base import Ctx
+from memd_client.cli_daemon import extraction_failure, project_params
+from memd_client.cli_top import screen_lines
+from memd_client.hooks_install import install_hooks, uninstall_hooks
+from memd_client.render import render_session, render_sessions
+from memd_client.render_status import render_status
+from memd_client.textfmt import ago, table, unique_prefixes
+
+GLOBAL = {"--json": [], "--socket": ["/s/memd.sock"], "--timeout": ["7"]}
+
+
+@given(
+    st.sampled_from(["status", "sessions", "config", "doctor", "reload"]),
+    st.lists(st.tuples(st.sampled_from(sorted(GLOBAL)), st.booleans()), unique_by=lambda t: t[0]),
+)
+def test_common_options_work_before_or_after_the_command(
+    command: str, placed: list[tuple[str, bool]]
+) -> None:
+    before = [a for name, first in placed if first for a in [name, *GLOBAL[name]]]
+    after = [a for name, first in placed if not first for a in [name, *GLOBAL[name]]]
+    args = build_parser().parse_args([*before, command, *after])
+    given_names = {name for name, _ in placed}
+    assert args.json is ("--json" in given_names)
+    assert args.socket == ("/s/memd.sock" if "--socket" in given_names else None)
+    assert args.timeout == (7.0 if "--timeout" in given_names else None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "attr", "value"),
+    [
+        (["memories", "-tmp-demo"], "project", "-tmp-demo"),
+        (["memories", "-tmp-demo", "--json"], "project", "-tmp-demo"),
+        (["sessions", "--project", "-home-user-proj"], "project", "-home-user-proj"),
+        (["--json", "sessions", "--project", "-h-x"], "project", "-h-x"),
+        (["session", "-abc-def"], "session_id", "-abc-def"),
+        (["recall", "-v-query", "--project", "/x"], "query", "-v-query"),
+    ],
+)
+def test_values_with_a_leading_dash_are_values(argv: list[str], attr: str, value: str) -> None:
+    assert getattr(build_parser().parse_args(argv), attr) == value
+
+
+def test_project_given_as_a_path_is_sent_as_its_directory(tmp_path: Path) -> None:
+    assert project_params(str(tmp_path)) == {"cwd": str(tmp_path.resolve())}
+    assert project_params("-tmp-demo") == {"project": "-tmp-demo"}
+    assert project_params("plain-name") == {"project": "plain-name"}
+
+
+@given(st.lists(st.text("0123456789abcdef-", min_size=1, max_size=40), min_size=1, max_size=30))
+def test_short_ids_are_unique_prefixes(ids: list[str]) -> None:
+    short = unique_prefixes(ids)
+    for ident, prefix in short.items():
+        assert ident.startswith(prefix)
+        others = [o for o in set(ids) if o != ident]
+        assert not any(o.startswith(prefix) for o in others) or prefix == ident
+
+
+def test_table_aligns_columns_and_ago_is_relative() -> None:
+    text = table(["A", "NUM", "Z"], [["x", "1", "end"], ["long", "100", "e"]], right=(1,))
+    assert text.splitlines() == ["A     NUM  Z", "x       1  end", "long  100  e"]
+    assert ago(1000.0, now=1180.0) == "3 min ago"
+    assert ago("1970-01-01T00:16:40+00:00", now=1180.0) == "3 min ago"
+    assert ago(None) == "-"
+
+
+NOTES_BEFORE = {"extractions": 1, "last_error_at": None}
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        ({"extractions": 2, "phase": "idle"}, None),
+        (
+            {"extractions": 1, "last_error_at": 5.0, "last_error": "could not reach X"},
+            "the extraction failed: could not reach X",
+        ),
+        ({"extractions": 1, "phase": "running"}, "did not finish within 60 s (it is running)"),
+        ({"extractions": 1, "phase": "idle"}, None),
+    ],
+)
+def test_extract_outcome(after: dict[str, Any], expected: str | None) -> None:
+    found = extraction_failure(NOTES_BEFORE, after, 60)
+    assert (found is None) if expected is None else (found is not None and expected in found)
+
+
+NOTES: dict[str, Any] = {
+    "phase": "idle",
+    "extractions": 0,
+    "last_error": "boom",
+    "last_error_at": 10.0,
+    "next_trigger_tokens": 10_000,
+    "notes_path": "/n.md",
+    "next_trigger_condition": "init",
+    "context_tokens": 50_000,
+}
+SESSION: dict[str, Any] = {
+    "session_id": "abcdef12-0000",
+    "project": "-p",
+    "parsed": True,
+    "context_tokens": 50_000,
+    "compact_threshold": 167_000,
+    "context_stale": False,
+    "context_from_usage": True,
+    "message_count": 12,
+    "last_activity": "2020-01-01T00:00:00+00:00",
+    "bad_lines": 2,
+    "unreadable": "permission denied",
+    "notes": NOTES,
+}
+
+
+def test_session_text_has_notes_status_units_and_no_reprs() -> None:
+    text = render_session(SESSION)
+    assert "notes        failed" in text and "50.0k tok of 167.0k tok" in text
+    assert "unreadable   permission denied" in text
+    for repr_bit in ("False", "True", "{'", "None"):
+        assert repr_bit not in text
+    rows = render_sessions([SESSION, {**SESSION, "session_id": "abcdef12-1111"}])
+    assert "abcdef12-0" in rows and "abcdef12-1" in rows and "2 bad lines" in rows
+
+
+def test_status_renders_new_sections_generically() -> None:
+    status: dict[str, Any] = {
+        "daemon": {
+            "version": "1",
+            "last_reload": {
+                "at": 1.0,
+                "outcome": "failed",
+                "message": "reload failed: bad key x",
+                "restart_needed": [],
+            },
+            "log": {"kind": "journald", "unit": "memd"},
+            "env_file": {"path": "/e", "loaded": False, "keys": [], "problem": "mode 0644"},
+        },
+        "llm": {"enabled": True, "unreachable_since": 1.0, "base_url": "http://h:9"},
+        "guard": {
+            "budget": {"hour": {"limit": 0, "spent": 5}, "day": {"limit": 10, "spent": 5}},
+            "kinds": {"session_notes": {"parked": [{"subject": "s1", "reason": "too big"}]}},
+        },
+        "usage": {"last_hour": {"billed": 5, "calls": 1}, "last_day": {"billed": 5}},
+        "dream": {"state": "running", "enabled": True, "projects": [{"a": 1}]},
+        "errors_last_hour": 2,
+        "sessions": [],
+    }
+    text = render_status(status)
+    assert "unreachable since" in text and "http://h:9" in text
+    assert "reload failed: bad key x" in text and "journalctl --user -u memd" in text
+    assert "parked    session_notes s1: too big" in text
+    assert "dream     state: running" in text and "enabled: yes" in text
+    assert "env file  mode 0644" in text
+
+
+def test_top_screen_fits_80x24_and_shows_a_bar_per_session() -> None:
+    notes: dict[str, Any] = {**NOTES, "session_id": SESSION["session_id"]}
+    status = {"daemon": {"version": "1"}, "sessions": [SESSION], "notes": {"sessions": [notes]}}
+    lines = screen_lines(status, None, 80, 24)
+    assert len(lines) <= 24 and all(len(line) < 80 for line in lines)
+    row = next(line for line in lines if line.startswith("abcdef12"))
+    assert "[" in row and "#" in row and "|" in row  # the bar with the notes trigger mark
+    assert row.endswith("failed")
+    assert screen_lines(None, "memd is not running", 80, 24)[2] == "memd is not running"
+
+
+def test_hooks_keep_the_mode_and_uninstall_removes_only_memds(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    mine = {"type": "command", "command": "/usr/bin/other-hook"}
+    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [mine]}]}, "model": "x"}))
+    settings.chmod(0o644)
+    install_hooks(settings, "/opt/bin/memd-hook")
+    assert stat.S_IMODE(settings.stat().st_mode) == 0o644
+    assert "memd-hook" in settings.read_text()
+    done = uninstall_hooks(settings)
+    after = json.loads(settings.read_text())
+    assert after == {"hooks": {"Stop": [{"hooks": [mine]}]}, "model": "x"}
+    assert stat.S_IMODE(settings.stat().st_mode) == 0o644
+    backup = tmp_path / "settings.json.memd-backup"
+    assert "memd-hook" in backup.read_text() and any("backed up" in d for d in done)
+    assert uninstall_hooks(settings) == [f"no memd hooks in {settings}; nothing to remove"]
+
+
+def test_service_files_honour_xdg_and_stay_simple(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    plan = service.plan_service(tmp_path, "/opt/memd", "linux", {"XDG_CONFIG_HOME": str(xdg)})
+    assert plan.path == xdg / "systemd/user/memd.service"
+    assert "EnvironmentFile" not in plan.text
+    mac = service.plan_service(tmp_path, "/opt/memd", "darwin", {})
+    doc = plistlib.loads(mac.text.encode())
+    assert "EnvironmentVariables" not in doc
+    assert doc["StandardErrorPath"] == str(tmp_path / "Library/Logs/memd/memd.log")
+    assert mac.log == doc["StandardErrorPath"]
+
+
+def test_install_without_a_user_bus_writes_the_unit_and_explains(tmp_path: Path) -> None:
+    plan = service.plan_service(tmp_path, "/opt/memd", "linux", {})
+    with pytest.raises(service.NoUserBus, match="--no-start"):
+        service.install(plan, start=True, env={"XDG_RUNTIME_DIR": str(tmp_path)})
+    assert plan.path.read_text() == plan.text
+    assert stat.S_IMODE(plan.path.stat().st_mode) == 0o644
+    assert service.uninstall(plan, env={})[-1] == f"removed {plan.path}"
+
+
+def test_env_file_parsing_and_precedence(tmp_path: Path) -> None:
+    values, problems = parse_env_text(
+        '# c\nexport ANTHROPIC_API_KEY="k1"\nANTHROPIC_BASE_URL=http://x\nnot a line\n'
+    )
+    assert values == {"ANTHROPIC_API_KEY": "k1", "ANTHROPIC_BASE_URL": "http://x"}
+    assert problems == ["line 4: expected NAME=VALUE"]
+    path = tmp_path / "env"
+    path.write_text("ANTHROPIC_API_KEY=from-file\nOTHER=1\n")
+    path.chmod(0o600)
+    loaded = read_env_file(path)
+    assert loaded.status()["loaded"] and loaded.status()["keys"] == ["ANTHROPIC_API_KEY", "OTHER"]
+    assert merged({"ANTHROPIC_API_KEY": "real"}, loaded)["ANTHROPIC_API_KEY"] == "real"
+    assert "from-file" not in json.dumps(loaded.status())
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o602])
+def test_env_file_open_to_others_is_refused(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "env"
+    path.write_text("ANTHROPIC_API_KEY=k\n")
+    path.chmod(mode)
+    loaded = read_env_file(path)
+    assert loaded.values == {} and loaded.refused
+    assert loaded.problem is not None and f"chmod 600 {path}" in loaded.problem
+
+
+def test_env_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "env"
+    path.write_text("ANTHROPIC_API_KEY=k\n")
+    path.chmod(0o600)
+    loaded = read_env_file(path, uid=os.getuid() + 1)
+    assert loaded.refused and loaded.problem is not None and "not to you" in loaded.problem
+
+
+def test_library_loggers_stay_at_warning_unless_verbose(tmp_path: Path) -> None:
+    log = tmp_path / "memd.log"
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        with log.open("w") as stream:
+            configure_logging(0, stream, env={})
+            assert all(logging.getLogger(n).level == logging.WARNING for n in LIBRARY_LOGGERS)
+            logging.getLogger("httpx").info("HTTP Request: POST http://x 200 OK")
+            logging.getLogger("watchfiles.main").info("1 change detected")
+            logging.getLogger("memd.x").info("a line of ours")
+            stream.flush()
+            assert log_destination({}, stream) == {"kind": "file", "path": str(log)}
+            configure_logging(1, stream, env={})
+            assert logging.getLogger("httpx").level == logging.INFO
+        text = log.read_text()
+        assert "a line of ours" in text
+        assert "HTTP Request" not in text and "change detected" not in text
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_drawn_on_a_terminal_only() -> None:
+    args = build_parser().parse_args(["status"])
+    shown, piped = _Terminal(), io.StringIO()
+    for stream in (shown, piped):
+        with Ctx(args, out=io.StringIO(), err=stream).progress("extracting notes"):
+            pass
+    assert "extracting notes" in shown.getvalue() and " s" in shown.getvalue()
+    assert shown.getvalue().endswith("\r")  # the line is erased for what follows
+    assert piped.getvalue() == ""
+    assert Ctx(args, out=_Terminal(), env={"NO_COLOR": "1"}).style().colour is False
+    assert Ctx(args, out=_Terminal(), env={"TERM": "xterm"}).style().colour is True
