@@ -160,7 +160,6 @@ def test_status_renders_new_sections_generically() -> None:
             "kinds": {"session_notes": {"parked": [{"subject": "s1", "reason": "too big"}]}},
         },
         "usage": {"last_hour": {"billed": 5, "calls": 1}, "last_day": {"billed": 5}},
-        "dream": {"state": "running", "enabled": True, "projects": [{"a": 1}]},
         "errors_last_hour": 2,
         "sessions": [],
     }
@@ -168,7 +167,6 @@ def test_status_renders_new_sections_generically() -> None:
     assert "unreachable since" in text and "http://h:9" in text
     assert "reload failed: bad key x" in text and "journalctl --user -u memd" in text
     assert "parked    session_notes s1: too big" in text
-    assert "dream     state: running" in text and "enabled: yes" in text
     assert "env file  mode 0644" in text
 
 

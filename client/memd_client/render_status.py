@@ -7,7 +7,6 @@ generically so they show up before memdctl learns about them.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from memd_client.cli_dream import render_dream_status
@@ -149,28 +148,3 @@ def pipeline_lines(p: dict[str, Any] | None, st: Style) -> list[str]:
     if p.get("state") == "stalled":
         line += st.bad("  <- STALLED: work is queued and nothing finished for a long time")
     return [line]
-
-
-def extra_sections(s: dict[str, Any], names: tuple[str, ...]) -> list[str]:
-    """Sections memdctl has no special text for: ``name  key: value`` lines, no reprs."""
-    lines: list[str] = []
-    for name in names:
-        section = s.get(name)
-        if section is None:
-            continue
-        if not isinstance(section, dict):
-            lines.append(f"{name:<9} {_plain(section)}")
-            continue
-        for i, (key, value) in enumerate(section.items()):
-            lines.append(f"{name if i == 0 else '':<9} {key}: {_plain(value)}")
-    return lines
-
-
-def _plain(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, str | int | float):
-        return str(value)
-    return json.dumps(value, sort_keys=True, default=str)
