@@ -97,9 +97,11 @@ ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("Shell", {"command": "echo x > note.md"}),
     ("Shell", {"command": "git commit -am x"}),
     ("Shell", {"command": "git -C . init"}),
-    ("TranscriptGrep", {"pattern": ".*"}),
     ("TranscriptGrep", {"pattern": "de"}),
-    ("TranscriptGrep", {"pattern": "(x|)"}),
+    ("TranscriptGrep", {"pattern": "  a  "}),
+    ("TranscriptGrep", {"pattern": "x" * 201}),
+    ("TranscriptGrep", {"pattern": "line\nbreak"}),
+    ("TranscriptGrep", {"pattern": 5}),
 ]
 
 
@@ -128,10 +130,14 @@ async def test_transcript_search_is_narrow_capped_and_scrubbed(
     assert len(result.content) <= MAX_OUTPUT_CHARS + 400
     assert result.content.count("\n") <= MAX_MATCHES + 1
     assert "more matches not shown" in result.content
-    hit = await attack(area, "TranscriptGrep", {"pattern": "token sk-ant"})
+    hit = await attack(area, "TranscriptGrep", {"pattern": "token "})
     assert "token" in hit.content and KEY not in hit.content
     private = await attack(area, "TranscriptGrep", {"pattern": "hidden words"})
     assert "hidden words" not in private.content
+    regex = await attack(area, "TranscriptGrep", {"pattern": "(a+)+$"})
+    assert regex.content == "No matches found"  # literal text, never a backtracking regex
+    edge = await attack(area, "TranscriptGrep", {"pattern": "A1b2C3d4A1b2"})
+    assert "A1b2C3d4" not in edge.content  # a secret cut by the excerpt never leaks a piece
 
 
 async def test_a_merge_delete_is_allowed_and_journaled(tmp_path: Path) -> None:

@@ -120,7 +120,9 @@ class DreamService:
         if where.opted_out:
             return
         found = self._dir(where.memory_dir)
-        found.folders.add(Path(state.path).parent)
+        folder = Path(state.path).parent
+        if state.path and folder.is_absolute() and folder.parent == self.projects_root:
+            found.folders.add(folder)  # only a project folder's own transcripts are counted
         found.trigger = state.session_id
         self._queue.mark_nowait(found.key)
 
@@ -174,10 +176,11 @@ class DreamService:
         disabled = self._disabled(found.key, auto=auto)
         mtime = None
         if disabled is None:
-            mtime = await anyio.to_thread.run_sync(
-                lock.stat_mtime, lock.lock_path(found.memory_dir)
-            )
+            path = lock.lock_path(found.memory_dir)
+            mtime = await anyio.to_thread.run_sync(lock.stat_mtime, path)
             found.lock_mtime = mtime
+            if mtime is None and not await anyio.to_thread.run_sync(found.memory_dir.is_dir):
+                disabled = "the project has no memory dir yet"
         seen = Observed(now, disabled, mtime, found.last_scan_at, None, force)
         verdict = gates.evaluate(seen, limits)
         if isinstance(verdict, NeedScan) or (isinstance(verdict, Go) and force):

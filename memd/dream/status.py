@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from memd.dream.service import DreamDir, Running
 
 LATEST_TEXT_CHARS = 400
+MAX_SESSIONS_SHOWN = 50
 
 
 def gate_states(verdict: Verdict | None) -> list[dict[str, str]]:
@@ -45,7 +46,8 @@ def progress_row(running: Running) -> dict[str, Any]:
     row: dict[str, Any] = {
         "run_id": record.run_id,
         "started_at": record.started_at,
-        "sessions": list(record.sessions),
+        "sessions": list(record.sessions[:MAX_SESSIONS_SHOWN]),
+        "session_count": len(record.sessions),
         "turns": 0,
         "tool_calls": 0,
         "files_touched": [],
@@ -81,6 +83,12 @@ def dir_row(found: DreamDir, now: float) -> dict[str, Any]:
         "last_scan_at": found.last_scan_at,
         "lock": lock_row,
         "running": progress_row(found.running) if found.running else None,
-        "last_runs": [r.as_dict() for r in found.history],
+        "last_runs": [_brief(r.as_dict()) for r in found.history],
         "folders": sorted(str(f) for f in found.folders),
     }
+
+
+def _brief(run: dict[str, Any]) -> dict[str, Any]:
+    """A past run for status: the session list cut (a run may review thousands)."""
+    sessions = run.get("sessions") or []
+    return {**run, "sessions": sessions[:MAX_SESSIONS_SHOWN], "session_count": len(sessions)}

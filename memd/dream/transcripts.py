@@ -6,11 +6,12 @@ sessions share the memory dir and keeps those modified after the lock's mtime, t
 triggering session left out. It uses ``os.scandir`` and one ``stat`` per entry; it never
 opens a transcript.
 
-:class:`TranscriptGrep` is the agent's only way into transcripts: a regular expression,
-searched line by line, answering with at most :data:`MAX_MATCHES` excerpts of at most
-:data:`EXCERPT_CHARS` characters around each match, scrubbed of private spans and secrets.
-A pattern that matches the empty string is refused as too broad. Files are opened with
-``O_NOFOLLOW | O_NONBLOCK``; only regular files are read, each up to a byte budget.
+:class:`TranscriptGrep` is the agent's only way into transcripts: a literal term (never a
+regular expression, which could backtrack without end on a long line), searched line by
+line, answering with at most :data:`MAX_MATCHES` excerpts of at most :data:`EXCERPT_CHARS`
+characters around each match, cut from the line after it was scrubbed of private spans and
+secrets. Files are opened with ``O_NOFOLLOW | O_NONBLOCK``; only regular files are read, each
+up to a byte budget, and one search reads at most :data:`MAX_TOTAL_BYTES`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ MAX_OUTPUT_CHARS = 12_000
 MAX_BYTES_PER_FILE = 64 * 1024 * 1024
 MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_FILES = 2_000
+MAX_TOTAL_BYTES = 512 * 1024 * 1024  # read per search, over every transcript
+MIN_TERM_CHARS = 3
+MAX_TERM_CHARS = 200
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -71,9 +75,10 @@ class TranscriptGrep:
 
     name = "TranscriptGrep"
     description = (
-        "Search this project's session transcripts (JSONL) for a narrow term with a Python "
-        "regular expression. Returns at most 40 short excerpts around matches, newest "
-        "sessions first. Use specific words; whole transcripts cannot be read."
+        "Search this project's session transcripts (JSONL) for a specific word or phrase "
+        "(literal text, at least 3 characters, not a regular expression). Returns at most 40 "
+        "short excerpts around matches, newest sessions first. Whole transcripts cannot be "
+        "read."
     )
 
     @property
@@ -81,7 +86,7 @@ class TranscriptGrep:
         return {
             "type": "object",
             "properties": {
-                "pattern": {"type": "string"},
+                "pattern": {"type": "string", "description": "the literal text to find"},
                 "case_insensitive": {"type": "boolean", "default": False},
             },
             "required": ["pattern"],
@@ -89,30 +94,36 @@ class TranscriptGrep:
         }
 
     async def run(self, args: Mapping[str, Any]) -> ToolResult:
-        pattern = args.get("pattern")
+        term = args.get("pattern")
         fold = args.get("case_insensitive", False)
-        if not isinstance(pattern, str) or not isinstance(fold, bool):
+        if not isinstance(term, str) or not isinstance(fold, bool):
             return error("TranscriptGrep: pattern must be a string, case_insensitive a boolean")
-        try:
-            regex = re.compile(pattern, re.IGNORECASE if fold else 0)
-        except re.error as exc:
-            return error(f"TranscriptGrep: not a valid regular expression: {exc}")
-        if len(pattern.strip()) < 3 or regex.search("") is not None:
-            return denial("denied: the pattern is too broad; search for a specific term")
+        if len(term.strip()) < MIN_TERM_CHARS or "\n" in term or len(term) > MAX_TERM_CHARS:
+            return denial(
+                f"denied: search for one specific word or phrase of {MIN_TERM_CHARS} to "
+                f"{MAX_TERM_CHARS} characters on one line"
+            )
+        # Literal text only: a regular expression could backtrack for hours on a long line,
+        # and the matching engine holds the interpreter while it does.
+        regex = re.compile(re.escape(term), re.IGNORECASE if fold else 0)
         text = await anyio.to_thread.run_sync(self._search, regex)
-        return ToolResult(scrub_text(text, secrets=self.secrets))
+        return ToolResult(text)
 
     def _search(self, regex: re.Pattern[str]) -> str:
         out: list[str] = []
         size = 0
+        budget = [MAX_TOTAL_BYTES]
         for path in _newest_first(self.folders):
-            for number, excerpt in _matches(path, regex):
+            for number, excerpt in _matches(path, regex, self.secrets, budget):
                 line = f"{path.name}:{number}: {excerpt}"
                 out.append(line)
                 size += len(line) + 1
                 if len(out) >= MAX_MATCHES or size >= MAX_OUTPUT_CHARS:
                     out.append("[more matches not shown; use a narrower term]")
                     return "\n".join(out)
+            if budget[0] <= 0:
+                out.append("[search stopped at its reading budget; use a narrower term]")
+                break
         return "\n".join(out) if out else "No matches found"
 
 
@@ -130,18 +141,25 @@ def _newest_first(folders: Sequence[Path]) -> list[Path]:
     return [path for _, path in found[:MAX_FILES]]
 
 
-def _matches(path: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
-    for number, raw in _lines(path):
+def _matches(
+    path: Path, regex: re.Pattern[str], secrets: bool, budget: list[int]
+) -> Iterator[tuple[int, str]]:
+    """Excerpts of matching lines, cut from the line after it was scrubbed whole (a secret or
+    a private span that straddles the excerpt's edge never leaks a piece)."""
+    for number, raw in _lines(path, budget):
         text = raw.decode("utf-8", "replace")
-        hit = regex.search(text)
-        if hit is None:
+        if regex.search(text) is None:
             continue
+        clean = scrub_text(text, secrets=secrets)
+        hit = regex.search(clean)
+        if hit is None:
+            continue  # the match was inside something scrubbed away
         start = max(0, hit.start() - EXCERPT_CHARS // 2)
-        excerpt = text[start : start + EXCERPT_CHARS].replace("\n", " ")
+        excerpt = clean[start : start + EXCERPT_CHARS].replace("\n", " ")
         yield number, ("…" if start else "") + excerpt
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def _lines(path: Path, budget: list[int]) -> Iterator[tuple[int, bytes]]:
     try:
         fd = os.open(path, _OPEN)
     except OSError:
@@ -149,14 +167,15 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return
-        budget = MAX_BYTES_PER_FILE
+        left = MAX_BYTES_PER_FILE
         number = 0
         continuing = False  # inside a line longer than MAX_LINE_BYTES: its head was searched
-        while budget > 0:
+        while left > 0 and budget[0] > 0:
             raw = handle.readline(MAX_LINE_BYTES)
             if not raw:
                 return
-            budget -= len(raw)
+            left -= len(raw)
+            budget[0] -= len(raw)
             if not continuing:
                 number += 1
                 yield number, raw
