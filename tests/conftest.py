@@ -25,10 +25,13 @@ from memd.testing.loopback import LoopbackAPI
 # @settings(...) in the suite inherits it: no deadline and no "too slow" or "too large" health
 # checks, which fail on a loaded 2-core machine or a cold .hypothesis cache while finding
 # nothing. Example counts stay as each test sets them.
+# A test that names its own suppress_health_check replaces this list: it must include it
+# (`[*PROFILE_SUPPRESSED, …]`); tests/test_hypothesis_profile.py checks every @given.
+PROFILE_SUPPRESSED = (HealthCheck.too_slow, HealthCheck.data_too_large)
 settings.register_profile(
     "memd",
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=list(PROFILE_SUPPRESSED),
     print_blob=True,
 )
 settings.load_profile("memd")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memd.compaction import prompts
@@ -23,6 +23,7 @@ from tests.compaction_support import (
     text_block,
     words_estimate,
 )
+from tests.conftest import PROFILE_SUPPRESSED
 
 TEMPLATE = "\n".join(
     f"# {title}\n_{hint}_\n"
@@ -59,7 +60,7 @@ configs = st.builds(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[*PROFILE_SUPPRESSED])
 @given(msgs=conversations(), cfg=configs, data=st.data())
 def test_level1_keeps_what_the_rules_require_and_stays_valid(
     msgs: list[Msg], cfg: CompactionConfig, data: st.DataObject

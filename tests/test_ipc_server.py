@@ -22,6 +22,7 @@ from memd.ipc.peercred import Allow, Deny, check_peer, check_socket_dir, peer_ui
 from memd.ipc.server import InvalidParams, Server, error_code_for, run_server
 from memd_client import protocol as p
 from memd_client.client import Client
+from tests.conftest import PROFILE_SUPPRESSED
 from tests.ipc_support import (
     FAILING,
     FRAME_LIMIT,
@@ -337,7 +338,7 @@ def expected_replies(stream: bytes) -> tuple[int, bool]:
 @settings(
     max_examples=60,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[*PROFILE_SUPPRESSED, HealthCheck.function_scoped_fixture],
 )
 @given(st.lists(segments, min_size=1, max_size=6))
 def test_fuzzed_streams_get_replies_or_a_close_while_others_are_served(

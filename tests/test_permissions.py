@@ -29,6 +29,7 @@ from memd.agent.permissions import (
     within,
 )
 from memd.agent.shell import Pipeline
+from tests.conftest import PROFILE_SUPPRESSED
 
 MEM = MemoryDirPolicy(Path("/home/u/mem"), (Path("/home/u/transcripts"),))
 NOTES = EditOnlyFile(Path("/home/u/s/summary.md"))
@@ -380,7 +381,9 @@ def iter_parts() -> Iterator[str]:
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[*PROFILE_SUPPRESSED, HealthCheck.function_scoped_fixture],
 )
 @given(parts=st.lists(st.sampled_from(list(iter_parts())), max_size=8), absolute=st.booleans())
 def test_real_paths_resolving_outside_never_allowed(
