@@ -51,3 +51,63 @@ def test_the_daemon_and_the_hook_start_without_heavy_imports() -> None:
         [sys.executable, "-c", hook_only], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False False"
+
+
+# What READY does not need: the feature services, their IPC methods, the agent, the SDK and
+# the tokenizer. They load after READY (memd.daemon.service.Daemon.build_features).
+NOT_BEFORE_READY = (
+    "anthropic",
+    "tiktoken",
+    "memd.compaction",
+    "memd.memory",
+    "memd.session.scheduler",
+    "memd.session.extract",
+    "memd.agent",
+    "memd.dream",
+    "memd.ipc.compaction_methods",
+    "memd.ipc.memory_methods",
+    "memd.ipc.mcp_methods",
+    "memd.ipc.dream_methods",
+)
+# Light pure modules the opt-out check uses before READY (stdlib imports only).
+ALLOWED_BEFORE_READY = ("memd.memory", "memd.memory.paths")
+
+BEFORE_READY_PROBE = """
+import sys
+from pathlib import Path
+from memd.config import load_config
+from memd.daemon.main import build_parser
+from memd.daemon.service import Daemon
+from memd.ipc.handlers import method_table, method_timeouts
+from memd.ipc.server import run_server
+from memd.daemon.watch import run_watcher
+home = Path(sys.argv[1])
+env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home / "run")}
+daemon = Daemon.load(load_config(env=env), env=env)
+method_table(daemon), method_timeouts(daemon)
+heavy = sorted(m for m in sys.modules if m.startswith(tuple(sys.argv[2:])))
+print(" ".join(heavy))
+"""
+
+
+def test_nothing_ready_does_not_need_is_imported_before_it(tmp_path: Path) -> None:
+    """Everything run before READY (config, daemon construction, method table, server,
+    watcher) leaves the features, the SDK and the tokenizer unimported (R-B5)."""
+    out = subprocess.run(
+        [sys.executable, "-c", BEFORE_READY_PROBE, str(tmp_path), *NOT_BEFORE_READY],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [m for m in out.stdout.split() if m not in ALLOWED_BEFORE_READY] == []
+
+
+def test_the_deferred_method_list_matches_the_feature_tables() -> None:
+    """A method added to a feature module must be listed in FEATURE_METHODS, or the daemon
+    would not serve it."""
+    from memd.ipc.handlers import FEATURE_METHODS, feature_methods
+
+    class Stub:
+        memory = compaction = notes = dream = None
+
+    assert sorted(feature_methods(Stub())) == sorted(FEATURE_METHODS)  # type: ignore[arg-type]

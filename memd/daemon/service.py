@@ -1,8 +1,11 @@
 """The composition root: one task group owns every long-running task of the daemon.
 
 Start order (each step waits for the previous one's ``task_status.started()``): signal
-handling, the watcher, the ingest worker, the IPC server; then READY is sent, the startup
-scan runs in the background, and the daemon serves until a signal asks it to stop.
+handling, the watcher, the IPC server; then READY is sent. Only then do the feature modules
+(compaction, session notes, memory, dream) load, in a worker thread, and the background work
+starts: the ingest worker, the startup scan, the warmer. Work arriving meanwhile waits: the
+watcher's marks stay on the coalescing ingest queue, and the methods that need a feature wait
+for it. The daemon serves until a signal asks it to stop.
 
 Shutdown is phased and bounded: stop accepting connections and watching, let queued work
 finish within the grace period, cancel what is left, save state (shielded), exit.
@@ -16,13 +19,12 @@ import signal
 import time
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from memd.clock import Clock, SystemClock
-from memd.compaction.service import CompactionService
-from memd.compaction.strategy import NotesInput
 from memd.config import LoadedConfig
 from memd.daemon.health import Health
 from memd.daemon.notify import Notifier
@@ -31,21 +33,27 @@ from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
-from memd.dream.exclusion import DirExclusion
-from memd.dream.service import DreamService
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server, run_server
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger, run_ledger_flusher
-from memd.memory.location import Location
-from memd.memory.service import MemoryService
-from memd.session.extract import NotesSettings
-from memd.session.scheduler import NotesScheduler, run_notes_scheduler
 from memd.session.store import ExtractionStore
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.transcript.conversation import Conversation, ConversationView
+
+if TYPE_CHECKING:
+    # The features load after READY (see Daemon.build_features): importing them costs more
+    # than everything the daemon needs to serve ``hello``.
+    from memd.compaction.service import CompactionService
+    from memd.compaction.strategy import NotesInput
+    from memd.dream.exclusion import DirExclusion
+    from memd.dream.service import DreamService
+    from memd.memory.location import Location
+    from memd.memory.service import MemoryService
+    from memd.session.extract import NotesSettings
+    from memd.session.scheduler import NotesScheduler
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +63,18 @@ LEDGER_FLUSH_S = 30.0
 
 
 class Daemon:
-    """Everything the method table needs, built once from the loaded config."""
+    """Everything the method table needs, built once from the loaded config.
+
+    The features (compaction, session notes, memory, dream) are built by
+    :meth:`build_features` after READY; until ``features_ready`` is set, only the registry
+    and the core methods are usable, and the methods that need a feature wait for it.
+    """
+
+    compaction: CompactionService
+    notes: NotesScheduler
+    memory: MemoryService
+    exclusion: DirExclusion
+    dream: DreamService
 
     @classmethod
     def load(cls, loaded: LoadedConfig, *, env: dict[str, str]) -> Daemon:
@@ -113,10 +132,28 @@ class Daemon:
         self.guard = CostGuard(loaded.config.budget, self.ledger, self.clock)
         self.guard.on_failure = self._job_failed
         self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
-        self._build_features(notes_store)
+        self.features_ready = anyio.Event()
+        self._notes_store = notes_store
+        self._early_growth: dict[str, SessionState] = {}
+
+    async def build_features(self) -> None:
+        """Import the feature modules in a worker thread (the loop keeps serving), build them,
+        replay the growth seen meanwhile and set ``features_ready``."""
+        await anyio.to_thread.run_sync(_import_features)
+        self._build_features(self._notes_store)
+        self.features_ready.set()
+        early, self._early_growth = self._early_growth, {}
+        for state in early.values():
+            self._on_growth(state)
 
     def _build_features(self, notes_store: ExtractionStore) -> None:
         """Compaction, session notes and memory, wired to each other and to the registry."""
+        from memd.compaction.service import CompactionService
+        from memd.dream.exclusion import DirExclusion
+        from memd.dream.service import DreamService
+        from memd.memory.service import MemoryService
+        from memd.session.scheduler import NotesScheduler
+
         loaded, env = self.loaded, self.env
         self.compaction = CompactionService(
             loaded.config,
@@ -184,6 +221,8 @@ class Daemon:
         self.health.record(f"{kind} {subject}: {error}".replace("  ", " "))
 
     async def _notes_input(self, session_id: str) -> NotesInput | None:
+        from memd.compaction.strategy import NotesInput
+
         view = await self.notes.read_notes(session_id)
         if view.text is None:
             return None
@@ -212,6 +251,9 @@ class Daemon:
 
     def _on_growth(self, state: SessionState) -> None:
         self.state_changed.set()
+        if not self.features_ready.is_set():
+            self._early_growth[state.path] = state  # replayed once the features exist
+            return
         if self.optouts.reason(state.cwd) is None:
             self.notes.notify_growth(state)
             self.memory.notify_growth(state)
@@ -251,12 +293,13 @@ class Daemon:
         self.loaded = fresh
         self.env_file = env_file
         self.registry.config = fresh.config.transcripts
-        self.compaction.config = fresh.config
         self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
-        self.notes.reconfigure(notes_settings(fresh))
-        self.memory.reconfigure(fresh.config)
-        self.dream.reconfigure(fresh.config)
         self.guard.reconfigure(fresh.config.budget)
+        if self.features_ready.is_set():  # otherwise they are built from ``self.loaded``
+            self.compaction.config = fresh.config
+            self.notes.reconfigure(notes_settings(fresh))
+            self.memory.reconfigure(fresh.config)
+            self.dream.reconfigure(fresh.config)
         if (fresh.config.llm, self.llm_env) != model_before:
             self.llm_changed.set()
 
@@ -286,7 +329,6 @@ async def run_daemon(
             )
         )
         work = anyio.CancelScope()
-        tg.start_soon(_run_background, daemon, work)
         daemon.server = await tg.start(
             partial(
                 run_server,
@@ -299,6 +341,7 @@ async def run_daemon(
         )
         daemon.notifier.ready(f"serving on {paths.socket_path}")
         log.info("memd %s ready on %s (pid %d)", _version(), paths.socket_path, os.getpid())
+        tg.start_soon(_run_background, daemon, work)
         task_status.started()
         await daemon.stopping.wait()
         await _shutdown(daemon, tg, work)
@@ -313,11 +356,12 @@ async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> N
     if daemon.server is not None:
         daemon.server.stop_accepting()
     with anyio.move_on_after(grace) as drained:
-        await daemon.ingest_queue.wait_idle()
         if daemon.server is not None:
             await daemon.server.wait_idle()
-        await daemon.notes.wait_idle()
-        await daemon.memory.wait_idle()
+        if daemon.features_ready.is_set():  # else no worker drains the queue: re-read at start
+            await daemon.ingest_queue.wait_idle()
+            await daemon.notes.wait_idle()
+            await daemon.memory.wait_idle()
     if drained.cancelled_caught:
         log.warning("grace period over; cancelling unfinished work")
     work.cancel()
@@ -344,7 +388,10 @@ async def _run_signals(
 
 
 async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
+    from memd.session.scheduler import run_notes_scheduler
+
     with scope:
+        await daemon.build_features()
         async with anyio.create_task_group() as tg:
             tg.start_soon(_run_ingest, daemon)
             tg.start_soon(_run_compaction_warmer, daemon)
@@ -390,7 +437,7 @@ async def _run_startup_scan(daemon: Daemon) -> None:
     queued = 0
     for delay in (0.0, 1.0):
         await anyio.sleep(delay)
-        wanted = await anyio.to_thread.run_sync(daemon.registry.discover)
+        wanted = await daemon.registry.discover()
         for path in wanted:
             daemon.ingest_queue.mark_nowait(path)
         queued += len(wanted)
@@ -441,7 +488,7 @@ async def _run_maintenance(daemon: Daemon) -> None:
         await anyio.sleep(60.0)
         idle = daemon.loaded.config.transcripts.evict_idle_minutes * 60.0
         daemon.registry.evict_idle(idle)
-        await anyio.to_thread.run_sync(daemon.registry.forget_missing)
+        await daemon.registry.forget_missing()
 
 
 async def _run_watchdog(daemon: Daemon) -> None:
@@ -452,6 +499,8 @@ async def _run_watchdog(daemon: Daemon) -> None:
 
 
 def notes_settings(loaded: LoadedConfig) -> NotesSettings:
+    from memd.session.extract import NotesSettings
+
     cfg = loaded.config
     return NotesSettings(
         cfg.session_notes,
@@ -471,6 +520,13 @@ def _read_env_file(env: dict[str, str]) -> EnvFile:
     elif env_file.exists:
         log.info("read %d settings from %s", len(env_file.values), env_file.path)
     return env_file
+
+
+def _import_features() -> None:
+    import memd.compaction.service
+    import memd.dream.service
+    import memd.memory.service
+    import memd.session.scheduler  # noqa: F401
 
 
 def _prepare_dirs(state_dir: Path) -> None:

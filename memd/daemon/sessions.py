@@ -24,6 +24,7 @@ from typing import TypeVar
 import anyio
 
 from memd.config import TranscriptsConfig
+from memd.daemon.session_index import SessionIndex
 from memd.errors import NotFound
 from memd.state import SessionState
 from memd.transcript.conversation import Conversation
@@ -85,7 +86,9 @@ class SessionRegistry:
         self.projects_root = projects_root
         self.config = config
         self.started_at = time.time() if started_at is None else started_at
-        self._states: dict[str, SessionState] = dict(saved)
+        self._index = SessionIndex()
+        for state in saved.values():
+            self._index.put(state)
         self._conversations: dict[str, Conversation] = {}
         self._last_used: dict[str, float] = {}
         self._locks: dict[str, anyio.Lock] = {}
@@ -96,34 +99,35 @@ class SessionRegistry:
     # -- reading -------------------------------------------------------------------------------
 
     def get(self, session_id: str) -> SessionState | None:
-        for state in self._states.values():
-            if state.session_id == session_id:
-                return state
-        return None
+        return self._index.by_id(session_id)
 
     def get_by_path(self, path: Path) -> SessionState | None:
-        return self._states.get(str(path))
+        return self._index.by_path(str(path))
 
     def find(self, prefix: str) -> list[SessionState]:
         """Sessions whose id starts with ``prefix`` (so users can type a short id)."""
-        return [s for s in self._states.values() if s.session_id.startswith(prefix)]
+        return self._index.with_prefix(prefix)
 
     def states(self) -> Iterator[SessionState]:
-        return iter(list(self._states.values()))
+        return self._index.values()
+
+    def newest(self, limit: int | None = None, project: str | None = None) -> list[SessionState]:
+        """Sessions by last activity, newest first, in O(limit)."""
+        return self._index.newest(limit, project)
 
     def snapshot_for_save(self) -> dict[str, SessionState]:
-        return dict(self._states)
+        return {s.path: s for s in self._index.values()}
 
     def statistics(self) -> RegistryStats:
-        states = list(self._states.values())
+        totals = self._index.totals
         return RegistryStats(
-            sessions=len(states),
-            parsed=sum(s.parsed for s in states),
+            sessions=len(self._index),
+            parsed=totals.parsed,
             in_memory=len(self._conversations),
-            bytes_parsed=sum(s.bytes_parsed for s in states),
+            bytes_parsed=totals.bytes_parsed,
             bytes_rehydrated=self._bytes_rehydrated,
-            lines=sum(s.lines for s in states),
-            bad_lines=sum(s.bad_lines for s in states),
+            lines=totals.lines,
+            bad_lines=totals.bad_lines,
         )
 
     def add_listener(self, listener: GrowthListener) -> None:
@@ -131,16 +135,20 @@ class SessionRegistry:
 
     # -- discovery -----------------------------------------------------------------------------
 
-    def discover(self) -> list[Path]:
+    async def discover(self) -> list[Path]:
         """Stat every main transcript; register new ones; return those that need reading.
 
-        Synchronous: call it in a worker thread.
+        The directory walk runs in a worker thread; the index changes on the event loop.
         """
-        wanted: list[Path] = []
+        found = await anyio.to_thread.run_sync(self._walk)
+        return [path for path, st in found if self._needs_read(path, st)]
+
+    def _walk(self) -> list[tuple[Path, os.stat_result]]:
+        found: list[tuple[Path, os.stat_result]] = []
         try:
             projects = list(os.scandir(self.projects_root))
         except FileNotFoundError:
-            return wanted
+            return found
         for project in projects:
             if not project.is_dir(follow_symlinks=False):
                 continue
@@ -149,31 +157,33 @@ class SessionRegistry:
             except OSError:
                 continue
             for entry in entries:
-                path = Path(entry.path)
-                if self._needs_read(path, entry):
-                    wanted.append(path)
-        return wanted
+                try:
+                    if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+                        found.append((Path(entry.path), entry.stat(follow_symlinks=False)))
+                except OSError:
+                    continue
+        return found
 
-    def _needs_read(self, path: Path, entry: os.DirEntry[str]) -> bool:
+    def _needs_read(self, path: Path, st: os.stat_result) -> bool:
         key = session_key_for(self.projects_root, path)
-        if key is None or not entry.is_file(follow_symlinks=False):
+        if key is None:
             return False
-        st = entry.stat(follow_symlinks=False)
-        state = self._states.get(str(path))
+        state = self._index.by_path(str(path))
         if state is None:
-            state = SessionState(key.session_id, key.project, str(path))
-            self._states[str(path)] = state
+            state = SessionState(key.session_id, key.project, str(path), mtime=st.st_mtime)
+            self._index.put(state)
             self.dirty = True
         changed = st.st_size != state.offset or st.st_ino != state.inode
         if state.parsed:
             return changed
         return is_active(st.st_mtime, self.started_at, self.config.active_window_hours)
 
-    def forget_missing(self) -> int:
+    async def forget_missing(self) -> int:
         """Drop sessions whose transcript is gone (Claude Code's cleanup deletes old ones)."""
-        gone = [key for key in self._states if not Path(key).exists()]
+        paths = self._index.paths()
+        gone = await anyio.to_thread.run_sync(lambda: [p for p in paths if not os.path.exists(p)])
         for key in gone:
-            del self._states[key]
+            self._index.remove(key)
             self._conversations.pop(key, None)
         if gone:
             self.dirty = True
@@ -193,14 +203,14 @@ class SessionRegistry:
         if key is None:
             return None
         async with self.lock_for(str(path)):
-            before = self._states.get(str(path)) or SessionState(
+            before = self._index.by_path(str(path)) or SessionState(
                 key.session_id, key.project, str(path)
             )
             after = await anyio.to_thread.run_sync(self._ingest_sync, before)
         if after is None:
             return None
         grew = after.offset != before.offset or after.resets != before.resets
-        self._states[str(path)] = after
+        self._index.put(after)
         self._last_used[str(path)] = time.monotonic()
         self.dirty = True
         if grew:

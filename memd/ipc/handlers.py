@@ -17,12 +17,8 @@ from memd import __version__
 from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.daemon.logsetup import log_destination
-from memd.ipc.compaction_methods import compaction_methods
 from memd.ipc.doctor_methods import doctor_methods
-from memd.ipc.dream_methods import dream_methods
-from memd.ipc.mcp_methods import mcp_methods
-from memd.ipc.memory_methods import memory_methods
-from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S, notes_methods
+from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
 from memd.ipc.params import find_session, int_param, opt_str
 from memd.ipc.server import Handler
 from memd.llm.client import AnthropicLLM, Disabled
@@ -35,6 +31,27 @@ if TYPE_CHECKING:
 
 
 DREAM_REQUEST_S = 180.0  # an abort waits for the undo; a restore copies the memory dir
+
+# The methods served by the features, which load after READY (their modules import the
+# compaction, notes, memory and dream services). tests/test_layering.py checks this list
+# against the tables the feature modules build.
+FEATURE_METHODS = (
+    "should_compact",
+    "compact",
+    "microcompact",
+    "notes",
+    "extract",
+    "wait_extraction",
+    "memory_index",
+    "memories",
+    "recall",
+    "hook",
+    "remember",
+    "project_status",
+    "project_notes",
+    "read_memory",
+    "dream",
+)
 
 
 def method_timeouts(daemon: Daemon) -> dict[str, float]:
@@ -60,7 +77,9 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
 
     async def status(params: dict[str, Any]) -> Any:
         """Health at a glance. Params: ``limit`` (sessions listed, default 20)."""
-        return status_result(daemon, limit=int_param(params, "limit", 20))
+        limit = int_param(params, "limit", 20)
+        await daemon.features_ready.wait()
+        return status_result(daemon, limit=limit)
 
     async def sessions(params: dict[str, Any]) -> Any:
         """Every known session, newest first. Params: ``project`` (folder name filter) or
@@ -68,13 +87,14 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         cwd = opt_str(params, "cwd")
         project = project_slug(cwd) if cwd else opt_str(params, "project")
         limit = int_param(params, "limit", 0)
-        rows = [s for s in daemon.registry.states() if not project or s.project == project]
-        rows.sort(key=lambda s: s.mtime, reverse=True)
-        return [session_row(daemon, s) for s in (rows[:limit] if limit else rows)]
+        threshold = compact_threshold(daemon)
+        rows = daemon.registry.newest(limit or None, project or None)
+        return [session_row(daemon, s, threshold) for s in rows]
 
     async def session(params: dict[str, Any]) -> Any:
         """One session in full. Params: ``session`` (id or unique prefix). Errors: not_found."""
         state = find_session(daemon, opt_str(params, "session"))
+        await daemon.features_ready.wait()
         notes = daemon.notes.status(state.session_id)
         return {
             **session_row(daemon, state),
@@ -110,13 +130,45 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         "session": session,
         "config": config,
         "reload": reload,
+        **doctor_methods(daemon),
+        **deferred_methods(daemon),
+    }
+
+
+def feature_methods(daemon: Daemon) -> dict[str, Handler]:
+    """The feature methods' table (imports the features: call it once they are built)."""
+    from memd.ipc.compaction_methods import compaction_methods
+    from memd.ipc.dream_methods import dream_methods
+    from memd.ipc.mcp_methods import mcp_methods
+    from memd.ipc.memory_methods import memory_methods
+    from memd.ipc.notes_methods import notes_methods
+
+    return {
         **compaction_methods(daemon),
         **notes_methods(daemon),
         **memory_methods(daemon),
         **mcp_methods(daemon),
         **dream_methods(daemon),
-        **doctor_methods(daemon),
     }
+
+
+def deferred_methods(daemon: Daemon) -> dict[str, Handler]:
+    """One stand-in per feature method: it waits for the features, then calls the real one.
+
+    A request arriving while the features load waits (within its timeout); none is refused.
+    """
+    built: dict[str, Handler] = {}
+
+    def stand_in(name: str) -> Handler:
+        async def call(params: dict[str, Any]) -> Any:
+            await daemon.features_ready.wait()
+            if not built:
+                built.update(feature_methods(daemon))
+            return await built[name](params)
+
+        return call
+
+    return {name: stand_in(name) for name in FEATURE_METHODS}
 
 
 def compact_threshold(daemon: Daemon) -> int:
@@ -125,7 +177,7 @@ def compact_threshold(daemon: Daemon) -> int:
     return effective - c.buffer_tokens
 
 
-def session_row(daemon: Daemon, s: SessionState) -> dict[str, Any]:
+def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -> dict[str, Any]:
     return {
         "session_id": s.session_id,
         "project": s.project,
@@ -137,7 +189,7 @@ def session_row(daemon: Daemon, s: SessionState) -> dict[str, Any]:
         "context_from_usage": s.context_from_usage,
         "context_estimated_tail": s.context_estimated_tail,
         "context_stale": s.context_stale,
-        "compact_threshold": compact_threshold(daemon),
+        "compact_threshold": compact_threshold(daemon) if threshold is None else threshold,
         "last_activity": _iso(s.mtime),
         "last_timestamp": s.last_timestamp,
         "boundaries_seen": len(s.boundaries),
@@ -154,9 +206,10 @@ def session_row(daemon: Daemon, s: SessionState) -> dict[str, Any]:
 def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
     reg = daemon.registry.statistics()
     queue = daemon.ingest_queue.statistics()
-    rows = sorted(daemon.registry.states(), key=lambda s: s.mtime, reverse=True)
+    rows = daemon.registry.newest(limit)
+    threshold = compact_threshold(daemon)
     errors = daemon.health.last_hour()
-    notes = daemon.notes.statistics([s.session_id for s in rows[:limit]]).as_dict()
+    notes = daemon.notes.statistics([s.session_id for s in rows]).as_dict()
     memory = daemon.memory.statistics()
     guard = daemon.guard.statistics().as_dict()
     return {
@@ -202,7 +255,7 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
         ),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
-        "sessions": [session_row(daemon, s) for s in rows[:limit]],
+        "sessions": [session_row(daemon, s, threshold) for s in rows],
     }
 
 

@@ -6,7 +6,7 @@ scheduler's live view of its worker.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,7 +42,12 @@ class SessionNotesStatus:
     pending: bool  # a run was interrupted and will be redone
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Every field is a scalar: a shallow copy is the whole answer, without the deep
+        # copy ``dataclasses.asdict`` makes (``status`` builds one per listed session).
+        return {name: getattr(self, name) for name in _STATUS_FIELDS}
+
+
+_STATUS_FIELDS = tuple(f.name for f in fields(SessionNotesStatus))
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,15 @@ class NotesView:
     status: SessionNotesStatus
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["status"] = self.status.as_dict()
-        return data
+        return {
+            "session_id": self.session_id,
+            "path": self.path,
+            "text": self.text,
+            "template": self.template,
+            "empty": self.empty,
+            "last_summarized_id": self.last_summarized_id,
+            "status": self.status.as_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -74,9 +85,15 @@ class NotesStatistics:
     sessions: tuple[SessionNotesStatus, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["sessions"] = [s.as_dict() for s in self.sessions]
-        return data
+        return {
+            "enabled": self.enabled,
+            "reason": self.reason,
+            "strategy": self.strategy,
+            "running": self.running,
+            "queued": self.queued,
+            "failures": self.failures,
+            "sessions": [s.as_dict() for s in self.sessions],
+        }
 
 
 def session_status(

@@ -1,0 +1,134 @@
+"""The registry's indexes: sessions by path, by id and by project, newest first, with totals.
+
+``status`` and ``sessions`` answer from here in O(rows returned): the order index is a sorted
+list of ``(-mtime, path)`` kept per project and overall, and the totals the status line shows
+are kept as states come and go, never summed over every session. Pure bookkeeping, no I/O;
+used from the event loop only.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from memd.state import SessionState
+
+_OrderKey = tuple[float, str]
+
+
+@dataclass
+class Totals:
+    """Sums over every known session, kept incrementally."""
+
+    parsed: int = 0
+    bytes_parsed: int = 0
+    lines: int = 0
+    bad_lines: int = 0
+
+    def add(self, state: SessionState, sign: int) -> None:
+        self.parsed += sign * int(state.parsed)
+        self.bytes_parsed += sign * state.bytes_parsed
+        self.lines += sign * state.lines
+        self.bad_lines += sign * state.bad_lines
+
+
+def _key(state: SessionState) -> _OrderKey:
+    return (-state.mtime, state.path)
+
+
+def _discard(order: list[_OrderKey], key: _OrderKey) -> None:
+    i = bisect_left(order, key)
+    if i < len(order) and order[i] == key:
+        del order[i]
+
+
+class SessionIndex:
+    """Every known session, findable by path, id, id prefix and project, newest first."""
+
+    def __init__(self) -> None:
+        self._by_path: dict[str, SessionState] = {}
+        self._by_id: dict[str, set[str]] = {}  # a session id may (rarely) exist in two projects
+        self._ids: list[str] = []  # sorted, for prefix lookups
+        self._order: list[_OrderKey] = []
+        self._project_order: dict[str, list[_OrderKey]] = {}
+        self.totals = Totals()
+
+    def __len__(self) -> int:
+        return len(self._by_path)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._by_path
+
+    def values(self) -> Iterator[SessionState]:
+        return iter(list(self._by_path.values()))
+
+    def paths(self) -> list[str]:
+        return list(self._by_path)
+
+    def by_path(self, path: str) -> SessionState | None:
+        return self._by_path.get(path)
+
+    def by_id(self, session_id: str) -> SessionState | None:
+        paths = self._by_id.get(session_id)
+        if not paths:
+            return None
+        return self._by_path[min(paths)]  # deterministic when an id is in two projects
+
+    def with_prefix(self, prefix: str) -> list[SessionState]:
+        """Sessions whose id starts with ``prefix``; O(log n + matches)."""
+        out: list[SessionState] = []
+        i = bisect_left(self._ids, prefix)
+        while i < len(self._ids) and self._ids[i].startswith(prefix):
+            out.extend(self._by_path[p] for p in sorted(self._by_id[self._ids[i]]))
+            i += 1
+        return out
+
+    def newest(self, limit: int | None = None, project: str | None = None) -> list[SessionState]:
+        """Sessions by last activity, newest first; O(limit)."""
+        order = self._order if project is None else self._project_order.get(project, [])
+        keys = order if limit is None else order[:limit]
+        return [self._by_path[path] for _, path in keys]
+
+    def put(self, state: SessionState) -> None:
+        """Add ``state`` or replace the state held for its path."""
+        old = self._by_path.get(state.path)
+        if old is not None:
+            self._unlink(old)
+        self._by_path[state.path] = state
+        self.totals.add(state, 1)
+        paths = self._by_id.setdefault(state.session_id, set())
+        if not paths:
+            insort(self._ids, state.session_id)
+        paths.add(state.path)
+        key = _key(state)
+        insort(self._order, key)
+        insort(self._project_order.setdefault(state.project, []), key)
+
+    def remove(self, path: str) -> SessionState | None:
+        state = self._by_path.pop(path, None)
+        if state is not None:
+            self._unlink(state)
+        return state
+
+    def _unlink(self, state: SessionState) -> None:
+        self.totals.add(state, -1)
+        paths = self._by_id.get(state.session_id)
+        if paths is not None:
+            paths.discard(state.path)
+            if not paths:
+                del self._by_id[state.session_id]
+                _discard_id(self._ids, state.session_id)
+        key = _key(state)
+        _discard(self._order, key)
+        project = self._project_order.get(state.project)
+        if project is not None:
+            _discard(project, key)
+            if not project:
+                del self._project_order[state.project]
+
+
+def _discard_id(ids: list[str], session_id: str) -> None:
+    i = bisect_left(ids, session_id)
+    if i < len(ids) and ids[i] == session_id:
+        del ids[i]

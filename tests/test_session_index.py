@@ -1,0 +1,111 @@
+"""The registry's indexes answer exactly what a scan over every session would."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memd.daemon.session_index import SessionIndex
+from memd.session.status import NotesStatistics, NotesView, SessionNotesStatus
+from memd.state import SessionState
+
+IDS = ["aaaa-1", "aaaa-2", "ab-3", "b-4", "c"]
+PROJECTS = ["-p-one", "-p-two", "-p-three"]
+
+
+def state(
+    sid: str, project: str, mtime: float = 0.0, lines: int = 0, parsed: bool = False
+) -> SessionState:
+    path = f"/r/{project}/{sid}.jsonl"
+    return SessionState(
+        sid,
+        project,
+        path,
+        mtime=mtime,
+        lines=lines,
+        bad_lines=lines // 2,
+        bytes_parsed=lines * 10,
+        parsed=parsed,
+    )
+
+
+put_op = st.builds(
+    state,
+    st.sampled_from(IDS),
+    st.sampled_from(PROJECTS),
+    st.sampled_from([0.0, 1.0, 2.0, 5.5]),
+    st.integers(0, 3),
+    st.booleans(),
+)
+remove_op = st.builds(
+    lambda sid, p: f"/r/{p}/{sid}.jsonl", st.sampled_from(IDS), st.sampled_from(PROJECTS)
+)
+
+
+def newest(model: dict[str, SessionState], project: str | None = None) -> list[str]:
+    rows = [s for s in model.values() if project is None or s.project == project]
+    return [s.path for s in sorted(rows, key=lambda s: (-s.mtime, s.path))]
+
+
+@given(st.lists(st.one_of(put_op, remove_op), max_size=40), st.integers(0, 6))
+def test_the_index_agrees_with_a_scan(ops: list[SessionState | str], limit: int) -> None:
+    index = SessionIndex()
+    model: dict[str, SessionState] = {}
+    for op in ops:
+        if isinstance(op, SessionState):
+            index.put(op)
+            model[op.path] = op
+        else:
+            assert (index.remove(op) is None) == (op not in model)
+            model.pop(op, None)
+    assert len(index) == len(model)
+    assert [s.path for s in index.newest()] == newest(model)
+    assert [s.path for s in index.newest(limit)] == newest(model)[:limit]
+    for project in PROJECTS:
+        assert [s.path for s in index.newest(limit, project)] == newest(model, project)[:limit]
+    for sid in IDS:
+        found = index.by_id(sid)
+        expected = sorted(p for p, s in model.items() if s.session_id == sid)
+        assert (found.path if found else None) == (expected[0] if expected else None)
+    for prefix in ("a", "aaaa", "ab", "b-4", "z", ""):
+        got = sorted(s.path for s in index.with_prefix(prefix))
+        assert got == sorted(p for p, s in model.items() if s.session_id.startswith(prefix))
+    totals = index.totals
+    assert totals.parsed == sum(s.parsed for s in model.values())
+    assert totals.lines == sum(s.lines for s in model.values())
+    assert totals.bad_lines == sum(s.bad_lines for s in model.values())
+    assert totals.bytes_parsed == sum(s.bytes_parsed for s in model.values())
+
+
+def test_status_dicts_name_every_field() -> None:
+    """The hand-written ``as_dict`` methods (no deep copy on the status path) drift from the
+    dataclasses if a field is added to one and not the other."""
+    status = SessionNotesStatus(
+        "s",
+        "p",
+        "/n",
+        "idle",
+        None,
+        False,
+        None,
+        1,
+        2,
+        None,
+        None,
+        None,
+        3,
+        4,
+        None,
+        5,
+        "c",
+        None,
+        None,
+        False,
+    )
+    assert status.as_dict() == dataclasses.asdict(status)
+    view = NotesView("s", "/n", None, "t", True, None, status)
+    assert view.as_dict() == dataclasses.asdict(view)
+    stats = NotesStatistics(True, "", "auto", 0, 1, 2, (status,))
+    assert stats.as_dict() == {**dataclasses.asdict(stats), "sessions": [status.as_dict()]}
