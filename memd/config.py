@@ -46,7 +46,7 @@ class TranscriptsConfig:
     watch_step_ms: int = 50  # watchfiles step: ~80 ms to deliver an append, ~0.1% idle CPU
     watch_debounce_ms: int = 50
     max_line_bytes: int = 64 * 1024 * 1024  # a longer line is counted as bad and skipped
-    evict_idle_minutes: float = 30.0  # drop parsed conversations of idle sessions from memory
+    evict_idle_minutes: float = 5.0  # drop idle conversations (not those near compaction)
 
 
 @dataclass(frozen=True)

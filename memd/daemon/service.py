@@ -392,6 +392,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
 
     with scope:
         await daemon.build_features()
+        await _warm_at_start(daemon)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_run_ingest, daemon)
             tg.start_soon(_run_compaction_warmer, daemon)
@@ -465,13 +466,44 @@ async def _run_compaction_warmer(daemon: Daemon) -> None:
     while True:
         path = await daemon.warm_queue.get()
         try:
-            state = daemon.registry.get_by_path(path)
-            if state is not None:
-                await daemon.registry.read(state, daemon.compaction.input_of)
-        except (OSError, NotFound) as exc:
-            log.debug("not warming %s: %s", path, exc)
+            await _warm(daemon, path)
         finally:
             daemon.warm_queue.done(path)
+
+
+async def _warm(daemon: Daemon, path: Path) -> bool:
+    """Rebuild the session's conversation if needed and compute its token estimates."""
+    state = daemon.registry.get_by_path(path)
+    if state is None:
+        return False
+    try:
+        await daemon.registry.read(state, daemon.compaction.input_of)
+    except (OSError, NotFound) as exc:
+        log.debug("not warming %s: %s", path, exc)
+        return False
+    return True
+
+
+async def _warm_at_start(daemon: Daemon) -> None:
+    """After a restart, the sessions above half their compaction threshold are the ones whose
+    next request may be a compaction: rebuild and tokenize them (most recent first) before any
+    other background work, so that request finds them warm (issue 12, item 6)."""
+    hot = [
+        s
+        for s in daemon.registry.newest()
+        if s.parsed and daemon.compaction.wants_warming(s.context_tokens)
+    ]
+    if not hot:
+        return
+    started = time.monotonic()
+    warmed = 0
+    for state in hot:
+        warmed += await _warm(daemon, Path(state.path))
+    log.info(
+        "warmed %d sessions above half their compaction threshold in %.0f ms",
+        warmed,
+        (time.monotonic() - started) * 1000,
+    )
 
 
 async def _run_state_flusher(daemon: Daemon) -> None:
@@ -487,7 +519,7 @@ async def _run_maintenance(daemon: Daemon) -> None:
     while True:
         await anyio.sleep(60.0)
         idle = daemon.loaded.config.transcripts.evict_idle_minutes * 60.0
-        daemon.registry.evict_idle(idle)
+        daemon.registry.evict_idle(idle, keep=daemon.compaction.wants_warming)
         await daemon.registry.forget_missing()
 
 

@@ -191,6 +191,14 @@ class SessionRegistry:
 
     # -- ingest --------------------------------------------------------------------------------
 
+    def _context_tokens(self, path: str) -> int:
+        state = self._index.by_path(path)
+        return state.context_tokens if state is not None else 0
+
+    def resident(self, path: str) -> bool:
+        """Is the session's conversation in memory now?"""
+        return path in self._conversations
+
     def lock_for(self, path: str) -> anyio.Lock:
         lock = self._locks.get(path)
         if lock is None:
@@ -298,10 +306,17 @@ class SessionRegistry:
         self._conversations[state.path] = conv
         return conv
 
-    def evict_idle(self, idle_seconds: float) -> int:
-        """Drop in-memory conversations unused for ``idle_seconds``; figures stay."""
+    def evict_idle(
+        self, idle_seconds: float, *, keep: Callable[[int], bool] = lambda tokens: False
+    ) -> int:
+        """Drop in-memory conversations unused for ``idle_seconds``; figures stay. Sessions
+        whose context size ``keep`` accepts (those near compaction) stay resident."""
         now = time.monotonic()
-        idle = [p for p, t in self._last_used.items() if now - t >= idle_seconds]
+        idle = [
+            p
+            for p, t in self._last_used.items()
+            if now - t >= idle_seconds and not keep(self._context_tokens(p))
+        ]
         for path in idle:
             self._conversations.pop(path, None)
             self._last_used.pop(path, None)

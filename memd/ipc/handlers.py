@@ -184,6 +184,7 @@ def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -
         "path": s.path,
         "cwd": s.cwd,
         "parsed": s.parsed,
+        "in_memory": daemon.registry.resident(s.path),
         "message_count": s.message_count,
         "context_tokens": s.context_tokens,
         "context_from_usage": s.context_from_usage,

@@ -1,0 +1,65 @@
+"""After a restart, sessions near compaction are rebuilt and tokenized before anything else.
+
+The real daemon, real transcripts, a real restart: the session above half its compaction
+threshold is resident again without any request for it; the small one stays on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TRANSCRIPTS
+from tests.daemon_harness import call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.test_daemon_e2e import SLUG, expected_figures
+
+pytestmark = pytest.mark.slow
+
+HOT = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl"
+COLD = TRANSCRIPTS / "spotter" / "short.jsonl"
+RESERVE, BUFFER = 20_000, 13_000  # the config defaults the threshold is computed from
+
+
+def rows(listing: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["session_id"]: r for r in listing}
+
+
+def test_sessions_near_compaction_are_warm_after_a_restart(tmp_path: Path) -> None:
+    hot_tokens = expected_figures(HOT.read_bytes())[1]
+    cold_tokens = expected_figures(COLD.read_bytes())[1]
+    threshold = int(hot_tokens * 1.5)  # hot is above half of it, cold far below
+    assert cold_tokens < threshold // 2 < hot_tokens
+    window = threshold + RESERVE + BUFFER
+    args = (f"--set=compaction.default_context_window={window}",)
+    with fake_home(tmp_path) as home:
+
+        def full_log() -> str:
+            return (home.root / "memd.log").read_text(errors="replace")
+
+        project = home.projects / SLUG
+        project.mkdir(parents=True)
+        (project / "hot.jsonl").write_bytes(HOT.read_bytes())
+        (project / "cold.jsonl").write_bytes(COLD.read_bytes())
+        proc = start_memd(home, *args)
+        wait_for(lambda: call(home, "status")["ingest"]["parsed"] == 2, timeout=60, what="ingest")
+        assert stop_memd(proc) == 0, read_log(home)
+
+        proc = start_memd(home, *args)
+        try:
+            found = wait_for(
+                lambda: (r := rows(call(home, "sessions")))["hot"]["in_memory"] and r,
+                timeout=60,
+                what="the hot session to be warmed",
+            )
+            assert found["hot"]["compact_threshold"] == threshold
+            assert not found["cold"]["in_memory"]  # unchanged and small: left on disk
+            assert call(home, "status")["ingest"]["in_memory"] == 1
+            wait_for(lambda: full_log().count("startup scan:") == 2, timeout=60, what="the scan")
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+        log = full_log()
+        second_start = log.rindex("ready on")
+        warmed = log.index("warmed 1 sessions above half", second_start)
+        assert warmed < log.index("startup scan:", second_start)
