@@ -205,22 +205,37 @@ def test_claude_cli_is_preferred_when_on_path(tmp_path: Path) -> None:
     bin_dir.mkdir()
     log = tmp_path / "claude-calls"
     fake = bin_dir / "claude"
-    # A stand-in for the external CLI: records its arguments; `get` fails until `add` ran.
+    # A stand-in for the external CLI: records its arguments and edits ~/.claude.json as the
+    # real one does (tests/test_mcp_claude_code.py runs the real one when it is installed).
     fake.write_text(
-        "#!/bin/sh\nPATH=/usr/bin:/bin\n"
-        f'echo "$@" >> {log}\n'
-        f'if [ "$2" = get ]; then grep -q "mcp add" {log}; exit $?; fi\n'
-        "exit 0\n"
+        f"""#!{sys.executable}
+import json, sys
+from pathlib import Path
+with open({str(log)!r}, "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+path = Path({str(tmp_path / ".claude.json")!r})
+data = json.loads(path.read_text()) if path.exists() else {{}}
+servers = data.setdefault("mcpServers", {{}})
+if sys.argv[2] == "add":
+    servers[sys.argv[5]] = {{"type": "stdio", "command": sys.argv[7], "args": sys.argv[8:],
+                             "env": {{}}}}
+elif sys.argv[2] == "remove":
+    servers.pop(sys.argv[3])
+path.write_text(json.dumps(data))
+"""
     )
     fake.chmod(0o755)
     env = env_for(tmp_path)
     assert apply(["claude"], "user", "install", tmp_path, env)[0].result == "installed"
     assert apply(["claude"], "user", "install", tmp_path, env)[0].result == "unchanged"
     assert apply(["claude"], "user", "uninstall", tmp_path, env)[0].result == "removed"
+    assert apply(["claude"], "user", "uninstall", tmp_path, env)[0].result == "absent"
     calls = log.read_text().splitlines()
-    assert f"mcp add -s user memd -- {sys.executable} -m memd.mcp" in calls
-    assert "mcp remove memd -s user" in calls
-    assert not (tmp_path / ".claude.json").exists()
+    assert calls == [
+        f"mcp add -s user memd -- {sys.executable} -m memd.mcp",
+        "mcp remove memd -s user",
+    ]
+    assert json.loads((tmp_path / ".claude.json").read_text())["mcpServers"] == {}
 
 
 def memdctl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -176,9 +176,13 @@ def claude_cli(env: Mapping[str, str]) -> str | None:
 
 
 def apply_claude_cli(
-    cli: str, scope: Scope, action: Action, project: Path, env: Mapping[str, str]
+    cli: str, target: Target, scope: Scope, action: Action, project: Path, env: Mapping[str, str]
 ) -> Outcome:
-    """``claude mcp get/add/remove`` (it edits the files a running Claude Code also edits)."""
+    """``claude mcp add/remove`` (it edits the files a running Claude Code also edits).
+
+    Whether memd is there is read from the file the CLI writes (``claude mcp get`` waits
+    ~20 s on network checks); the file itself is only ever written by the CLI.
+    """
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -187,21 +191,28 @@ def apply_claude_cli(
             env=dict(env),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=120,
             check=False,
         )
 
-    present = run("get", SERVER_NAME).returncode == 0
-    if action == "uninstall":
-        if not present:
-            return Outcome("claude", "claude CLI", "absent")
+    try:
+        text = target.path.read_text(encoding="utf-8") if target.path.exists() else ""
+        current = _servers_of(target, text).get(SERVER_NAME)
+    except (OSError, UnicodeDecodeError, ConfigFileError) as exc:
+        return Outcome("claude", str(target.path), "failed", f"cannot read it: {exc}")
+    if action == "install" and current == target.entry:
+        return Outcome("claude", "claude CLI", "unchanged", "memd is already configured")
+    if current is None and action == "uninstall":
+        return Outcome("claude", "claude CLI", "absent")
+    if current is not None:
         done = run("remove", SERVER_NAME, "-s", scope)
-        result = "removed"
-    else:
-        if present:
-            return Outcome("claude", "claude CLI", "unchanged", "memd is already configured")
-        done = run("add", "-s", scope, SERVER_NAME, "--", *server_command(scope))
-        result = "installed"
+        if done.returncode != 0 or action == "uninstall":
+            return _cli_outcome(done, "removed")
+    done = run("add", "-s", scope, SERVER_NAME, "--", *server_command(scope))
+    return _cli_outcome(done, "installed" if current is None else "updated")
+
+
+def _cli_outcome(done: subprocess.CompletedProcess[str], result: str) -> Outcome:
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
         return Outcome("claude", "claude CLI", "failed", message[-1] if message else "failed")
@@ -215,8 +226,9 @@ def apply(
     outcomes = []
     for agent in agents:
         cli = claude_cli(env) if agent == "claude" else None
+        target = target_for(agent, scope, env, project)
         if cli is not None:
-            outcomes.append(apply_claude_cli(cli, scope, action, project, env))
+            outcomes.append(apply_claude_cli(cli, target, scope, action, project, env))
         else:
-            outcomes.append(apply_file(target_for(agent, scope, env, project), action))
+            outcomes.append(apply_file(target, action))
     return outcomes
