@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from memd.memory.paths import project_slug
 from memd.testing.loopback import LoopbackAPI
 from tests.conftest import TRANSCRIPTS
 from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
@@ -99,6 +101,11 @@ def test_options_before_the_command_and_dash_projects(tmp_path: Path) -> None:
             done = memdctl(home, "memories", ".", "--json", cwd=repo)
             assert done.returncode == 0, done.stderr
             assert json.loads(done.stdout)["memory_dir"].endswith("-repo/memory")
+            add_session(home, "dddd4444", project=project_slug(str(repo.resolve())))
+            wait_sessions(home, 2)
+            done = memdctl(home, "sessions", "--project", ".", "--json", cwd=repo)
+            assert done.returncode == 0, done.stderr
+            assert [r["session_id"] for r in json.loads(done.stdout)] == ["dddd4444"]
         finally:
             assert stop_memd(proc) == 0
 
@@ -381,3 +388,31 @@ def test_top_in_a_real_terminal(tmp_path: Path) -> None:
         finally:
             subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
             assert stop_memd(proc) == 0
+
+
+def test_install_and_uninstall_hooks_keep_mode_and_other_hooks(tmp_path: Path) -> None:
+    """install-hooks turned a 0644 settings.json into 0600; there was no uninstall-hooks."""
+    with fake_home(tmp_path) as home:
+        settings = home.root / ".claude" / "settings.json"
+        settings.parent.mkdir(parents=True)
+        theirs = {"matcher": "Bash", "hooks": [{"type": "command", "command": "/bin/true"}]}
+        settings.write_text(json.dumps({"hooks": {"PreToolUse": [theirs]}, "theme": "dark"}))
+        settings.chmod(0o644)
+        done = memdctl(home, "install-hooks")
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE(settings.stat().st_mode) == 0o644
+        assert set(json.loads(settings.read_text())["hooks"]) == {
+            "PreToolUse",
+            "SessionStart",
+            "UserPromptSubmit",
+            "Stop",
+        }
+        done = memdctl(home, "uninstall-hooks", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(settings.read_text()) == {
+            "hooks": {"PreToolUse": [theirs]},
+            "theme": "dark",
+        }
+        assert stat.S_IMODE(settings.stat().st_mode) == 0o644
+        backup = settings.with_name("settings.json.memd-backup")
+        assert "memd-hook" in backup.read_text()

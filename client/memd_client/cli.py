@@ -29,7 +29,7 @@ from memd_client.cli_base import (
     Registrar,
     add_common_options,
 )
-from memd_client.errors import DaemonNotRunning, MemdClientError, RemoteError
+from memd_client.errors import ClientTimeout, DaemonNotRunning, MemdClientError, RemoteError
 
 EPILOG = """\
 options --json, --socket and --timeout go before or after the command.
@@ -92,6 +92,9 @@ def _run(ctx: Ctx) -> int:
     except RemoteError as exc:
         code = EXIT_NOT_FOUND if exc.code == "not_found" else EXIT_REMOTE
         return _fail(ctx, exc.message, code, exc.code, {})
+    except ClientTimeout as exc:
+        hint = "; memd may be busy: give it longer with --timeout, or see `memdctl logs`"
+        return _fail(ctx, f"{exc}{hint}", EXIT_REMOTE, "timeout", {})
     except MemdClientError as exc:
         return _fail(ctx, str(exc), EXIT_DOWN, "unreachable", {})
 

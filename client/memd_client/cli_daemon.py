@@ -85,22 +85,28 @@ def project_params(value: str | None) -> dict[str, str]:
     return {"project": value}
 
 
-def resolve_session(ctx: Ctx, ident: str) -> str:
-    """The full id for ``ident`` (an id or a prefix); ambiguity lists the candidates."""
+def resolve_session(ctx: Ctx, ident: str) -> dict[str, Any]:
+    """The ``session`` answer for ``ident`` (an id or a unique prefix). A prefix that matches
+    several sessions is a usage error listing them (the list is fetched only then)."""
+    try:
+        found: dict[str, Any] = ctx.call("session", {"session": ident})
+        return found
+    except RemoteError as exc:
+        if exc.code != "invalid_params" or " matches " not in exc.message:
+            raise
     rows: list[dict[str, Any]] = ctx.call("sessions")
-    ids = [str(r["session_id"]) for r in rows]
-    if ident in ids:
-        return ident
-    matches = [i for i in ids if i.startswith(ident)]
-    if len(matches) > 1:
-        shown = ", ".join(matches[:10]) + (", …" if len(matches) > 10 else "")
-        raise CliFailure(
-            f"{ident!r} matches {len(matches)} sessions ({shown}); give more of the id",
-            EXIT_USAGE,
-            "ambiguous",
-            candidates=matches,
-        )
-    return matches[0] if matches else ident  # none: the daemon says "not found"
+    matches = [str(r["session_id"]) for r in rows if str(r["session_id"]).startswith(ident)]
+    shown = ", ".join(matches[:10]) + (", …" if len(matches) > 10 else "")
+    raise CliFailure(
+        f"{ident!r} matches {len(matches)} sessions ({shown}); give more of the id",
+        EXIT_USAGE,
+        "ambiguous",
+        candidates=matches,
+    )
+
+
+def session_id(ctx: Ctx, ident: str) -> str:
+    return str(resolve_session(ctx, ident)["session_id"])
 
 
 def cmd_status(ctx: Ctx) -> int:
@@ -115,22 +121,22 @@ def cmd_sessions(ctx: Ctx) -> int:
 
 
 def cmd_session(ctx: Ctx) -> int:
-    sid = resolve_session(ctx, ctx.args.session_id)
-    return ctx.emit(ctx.call("session", {"session": sid}), render.render_session)
+    return ctx.emit(resolve_session(ctx, ctx.args.session_id), render.render_session)
 
 
 def cmd_notes(ctx: Ctx) -> int:
-    sid = resolve_session(ctx, ctx.args.session_id)
+    sid = session_id(ctx, ctx.args.session_id)
     return ctx.emit(ctx.call("notes", {"session": sid}), render.render_notes)
 
 
 def cmd_extract(ctx: Ctx) -> int:
-    sid = resolve_session(ctx, ctx.args.session_id)
+    session = resolve_session(ctx, ctx.args.session_id)
+    sid = str(session["session_id"])
     if ctx.args.no_wait:
         return ctx.emit(
             ctx.call("extract", {"session": sid, "wait": 0}), render.render_notes_status
         )
-    before = ctx.call("session", {"session": sid}).get("notes") or {}
+    before = session.get("notes") or {}
     with ctx.progress(f"extracting notes for {sid[:12]} (waiting for the model)"):
         after = ctx.call("extract", {"session": sid, "wait": EXTRACT_WAIT_S})
     ctx.emit(after, render.render_notes_status)
@@ -160,7 +166,7 @@ def extraction_failure(before: dict[str, Any], after: dict[str, Any], waited: fl
 
 
 def cmd_compact(ctx: Ctx) -> int:
-    sid = resolve_session(ctx, ctx.args.session_id)
+    sid = session_id(ctx, ctx.args.session_id)
     params: dict[str, Any] = {"session": sid, "dry_run": ctx.args.dry_run}
     if ctx.args.context_window:
         params["context_window"] = ctx.args.context_window
