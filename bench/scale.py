@@ -64,6 +64,17 @@ for line in open("/proc/self/status"):
         print(int(line.split()[1]) / 1024)
 """
 
+AWATCH_PROBE = """
+import sys, anyio, watchfiles
+wants = lambda change, path: path.endswith(".jsonl")
+async def main():
+    async for _ in watchfiles.awatch(sys.argv[1], watch_filter=wants, step=int(sys.argv[2]),
+                                     debounce=int(sys.argv[3]), stop_event=anyio.Event(),
+                                     recursive=True, yield_on_timeout=False):
+        pass
+anyio.run(main)
+"""
+
 WATCH_PROBE = """
 import sys, watchfiles
 wants = lambda change, path: path.endswith(".jsonl") and change != watchfiles.Change.deleted
@@ -108,10 +119,12 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (cpu_seconds(pid) - c0) / (time.perf_counter() - w0) * 100
 
 
-def bare_watch_cpu(root: Path, seconds: float) -> float:
+def bare_watch_cpu(root: Path, seconds: float, probe: str = WATCH_PROBE) -> float:
+    """CPU of a bare watchfiles loop (``watch``, or ``awatch`` in anyio as memd runs it) with
+    memd's settings on the same tree."""
     cfg = TranscriptsConfig()
     args = [str(root), str(cfg.watch_step_ms), str(cfg.watch_debounce_ms)]
-    proc = subprocess.Popen([sys.executable, "-c", WATCH_PROBE, *args])
+    proc = subprocess.Popen([sys.executable, "-c", probe, *args])
     try:
         time.sleep(2.0)  # the initial inotify walk is not idle time
         return idle_cpu(proc.pid, seconds)
@@ -258,6 +271,7 @@ def sessions_run(total: int, floor: float, runs: int, idle: float) -> dict[str, 
                 }
             fig["idle_cpu"] = idle_cpu(d.proc.pid, idle)
         fig["bare_watch_cpu"] = bare_watch_cpu(root, idle)
+        fig["bare_awatch_cpu"] = bare_watch_cpu(root, idle, AWATCH_PROBE)
     return fig
 
 
@@ -270,9 +284,10 @@ def print_sessions(total: int, fig: dict[str, float]) -> None:
     for key in ("hello", "status", "sessions_all", "sessions_50", "session"):
         print(f"  {key:<14} p50 {fig[key]:8.2f} ms  ({fig[key] / hello:5.1f}x hello)")
     ratio = fig["idle_cpu"] / max(fig["bare_watch_cpu"], 1e-9)
+    aratio = fig["idle_cpu"] / max(fig["bare_awatch_cpu"], 1e-9)
     print(
         f"  idle CPU {fig['idle_cpu']:.3f} % vs bare watchfiles {fig['bare_watch_cpu']:.3f} %"
-        f" ({ratio:.2f}x)"
+        f" ({ratio:.2f}x), vs bare awatch {fig['bare_awatch_cpu']:.3f} % ({aratio:.2f}x)"
     )
 
 

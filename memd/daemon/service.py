@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 SESSIONS_FILE = "sessions.json"
 NOTES_RUN_TIMEOUT_S = 300.0
 LEDGER_FLUSH_S = 30.0
+MISSING_SWEEP_MINUTES = 60
 
 
 class Daemon:
@@ -516,11 +517,17 @@ async def _run_state_flusher(daemon: Daemon) -> None:
 
 
 async def _run_maintenance(daemon: Daemon) -> None:
+    """Each minute, drop idle conversations; each hour, sweep for transcripts deleted while
+    no event said so (the watcher reports deletions; this covers an overflowed queue). The
+    sweep stats every known transcript: not work for every minute of an idle daemon."""
+    minutes = 0
     while True:
         await anyio.sleep(60.0)
+        minutes += 1
         idle = daemon.loaded.config.transcripts.evict_idle_minutes * 60.0
         daemon.registry.evict_idle(idle, keep=daemon.compaction.wants_warming)
-        await daemon.registry.forget_missing()
+        if minutes % MISSING_SWEEP_MINUTES == 0:
+            await daemon.registry.forget_missing()
 
 
 async def _run_watchdog(daemon: Daemon) -> None:

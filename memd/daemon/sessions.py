@@ -183,11 +183,14 @@ class SessionRegistry:
         paths = self._index.paths()
         gone = await anyio.to_thread.run_sync(lambda: [p for p in paths if not os.path.exists(p)])
         for key in gone:
-            self._index.remove(key)
-            self._conversations.pop(key, None)
-        if gone:
-            self.dirty = True
+            self._forget(key)
         return len(gone)
+
+    def _forget(self, path: str) -> None:
+        if self._index.remove(path) is not None:
+            self.dirty = True
+        self._conversations.pop(path, None)
+        self._last_used.pop(path, None)
 
     # -- ingest --------------------------------------------------------------------------------
 
@@ -215,7 +218,8 @@ class SessionRegistry:
                 key.session_id, key.project, str(path)
             )
             after = await anyio.to_thread.run_sync(self._ingest_sync, before)
-        if after is None:
+        if after is None:  # the file is gone (the watcher reports deletions too)
+            self._forget(str(path))
             return None
         grew = after.offset != before.offset or after.resets != before.resets
         self._index.put(after)

@@ -25,12 +25,11 @@ NEW_DIR_DEPTH = 3
 
 
 def wants(change: watchfiles.Change, path: str) -> bool:
-    """Transcript files that appear or grow, and anything added (it may be a directory).
+    """Transcript files that appear, grow or go, and anything added (it may be a directory).
 
-    Deletions are not watched: a deleted transcript is noticed when it is next read.
+    A deletion is passed on: ingesting a vanished transcript forgets its session, so the
+    periodic sweep for missing files can be rare (it stats every known transcript).
     """
-    if change == watchfiles.Change.deleted:
-        return False
     return path.endswith(".jsonl") or change == watchfiles.Change.added
 
 
