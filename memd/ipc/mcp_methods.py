@@ -22,7 +22,7 @@ from memd.ipc.params import opt_str, req_str
 from memd.ipc.server import Handler, InvalidParams
 from memd.memory.location import Location
 from memd.memory.paths import project_root, project_slug
-from memd.memory.remember import Limits, MemoryDraft, RememberRefused, write_memory
+from memd.memory.remember import Limits, MemoryDraft, write_memory
 from memd.memory.remember import read_memory as read_memory_file
 from memd.privacy import scrub_text
 from memd.state import SessionState
@@ -68,8 +68,10 @@ def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
                     written = await anyio.to_thread.run_sync(
                         write_memory, where.memory_dir, draft, limits
                     )
-                except RememberRefused as exc:
+                except ValueError as exc:  # RememberRefused, or a path outside the dir
                     raise InvalidParams(str(exc)) from None
+                except OSError as exc:
+                    raise InvalidParams(f"the memory could not be written: {exc}") from None
         if written is None:
             raise Busy(
                 f"{daemon.exclusion.holder(key) or 'another writer'} is changing this project's "

@@ -35,6 +35,7 @@ log = logging.getLogger("memd.mcp")
 
 CALL_TIMEOUT_S = 10.0
 RECALL_TIMEOUT_S = 20.0  # the daemon gives the model memory.recall_timeout_s, then ranks
+REMEMBER_TIMEOUT_S = 25.0  # the daemon waits up to 15 s for an extraction or dream to finish
 ROOTS_TIMEOUT_S = 2.0
 URI_PREFIX = "memd://memory/"
 
@@ -139,7 +140,11 @@ async def recall(
     ctx: Context,
     query: Annotated[
         str,
-        Field(min_length=1, description="What you are about to do or need to know, in a sentence."),
+        Field(
+            min_length=1,
+            max_length=4_000,
+            description="What you are about to do or need to know, in a sentence.",
+        ),
     ],
     limit: Annotated[int, Field(ge=1, le=5, description="At most this many memories (1-5).")] = 5,
     project: ProjectArg = None,
@@ -205,6 +210,7 @@ async def remember(
         str,
         Field(
             min_length=1,
+            max_length=65_536,  # the daemon enforces mcp.remember_max_bytes (4 KB default)
             description="The memory itself, in Markdown: one fact or rule and why. "
             "At most 4 KB by default.",
         ),
@@ -222,7 +228,8 @@ async def remember(
         "content": content,
         "agent": client_name(ctx),
     }
-    return render.render_remembered(await _tool(ctx, project, "remember", params))
+    result = await _tool(ctx, project, "remember", params, REMEMBER_TIMEOUT_S)
+    return render.render_remembered(result)
 
 
 async def session_notes(

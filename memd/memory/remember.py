@@ -145,7 +145,7 @@ def plan_memory(draft: MemoryDraft, limits: Limits) -> Planned:
     body = _scrub(_valid_text(draft.content), limits, redacted).strip()
     if not body:
         raise RememberRefused("content is empty: say what should be remembered")
-    agent = normalize_line(_valid_text(draft.agent))[:AGENT_MAX_CHARS]
+    agent = normalize_line(_scrub(draft.agent, limits, {}))[:AGENT_MAX_CHARS]
     extra: tuple[tuple[str, Any], ...] = (("agent", agent),) if agent else ()
     return Planned(Frontmatter(name, description, kind, extra), body + "\n", redacted)
 
@@ -211,9 +211,22 @@ def write_memory(memory_dir: Path, draft: MemoryDraft, limits: Limits) -> Writte
     relative, created = choose_file(planned.meta.type, planned.meta.name, headers)
     entry = IndexEntry(planned.meta.name, relative, planned.meta.description or "")
     _check_index_room(store.read_index(), entry, limits)
-    path = store.write(relative, planned.meta, planned.body)
+    meta = planned.meta if created else _keep_extra(store, relative, planned.meta)
+    path = store.write(relative, meta, planned.body)
     store.update_index(entry)
     return Written(relative, path, created, planned.redacted)
+
+
+def _keep_extra(store: MemoryStore, relative: str, meta: Frontmatter) -> Frontmatter:
+    """``meta`` with the other frontmatter keys the existing file has (an update replaces
+    name, description, type, agent and the content, nothing else)."""
+    try:
+        old = store.read(relative).document.meta.extra
+    except (NotFound, OSError):
+        return meta
+    ours = dict(meta.extra)
+    kept = tuple((k, v) for k, v in old if k not in ours)
+    return Frontmatter(meta.name, meta.description, meta.type, kept + meta.extra)
 
 
 def _check_index_room(index_text: str, entry: IndexEntry, limits: Limits) -> None:

@@ -17,7 +17,9 @@ folder, is not ``*.md``, or resolves (through symlinks) outside the dir is refus
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -96,9 +98,14 @@ class MemoryStore:
     def read_index(self) -> str:
         """MEMORY.md as it is on disk; ``""`` when there is none yet."""
         try:
-            return self.index_path.read_text(encoding="utf-8", errors="replace")
+            # O_NONBLOCK and a type check: a FIFO named MEMORY.md must not hang its reader.
+            fd = os.open(self.index_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return ""
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(self.index_path))
+            return handle.read().decode("utf-8", errors="replace")
 
     def load_index(
         self, *, max_lines: int = DEFAULT_MAX_LINES, max_bytes: int = DEFAULT_MAX_BYTES
