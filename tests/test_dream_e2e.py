@@ -214,6 +214,8 @@ def test_five_sessions_dream_once_four_do_not(tmp_path: Path) -> None:
             runs = wait_for(lambda: finished(home, cwd, 1), timeout=30, what="the dream to end")
             assert len(runs) == 1
             run = runs[0]
+            text = memdctl(home, "status")
+            assert f"dream     {mdir}: open - open: 5 sessions to review" in text.stdout, text
             assert run["state"] == "completed", run
             assert sorted(run["files"]) == [
                 "MEMORY.md",
@@ -342,6 +344,18 @@ def test_abort_undoes_the_run_and_keeps_other_writers_files(tmp_path: Path) -> N
         try:
             call(home, "dream", {"cwd": str(cwd), "force": True})
             wait_edited(home, cwd)
+            # memd's own extraction waits while the dream holds the memory dir
+            stop_hook(home, cwd, "trigger", mdir)
+            wait_for(
+                lambda: (
+                    call(home, "status")["memory"]["projects"]
+                    .get(str(mdir), {})
+                    .get("waiting_reason")
+                    == "a dream is running there"
+                ),
+                timeout=30,
+                what="the extraction to wait for the dream",
+            )
             (mdir / "user_role.md").write_text("written by another process\n")
             (mdir / "feedback_tests.md").write_text("edited by hand meanwhile\n")
             aborted = memdctl(home, "dream", str(cwd), "--abort", "--json")

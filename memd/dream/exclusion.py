@@ -33,7 +33,3 @@ class DirExclusion:
     def holder(self, key: str) -> str | None:
         """Who holds ``key`` now, if anyone."""
         return self._holders.get(key)
-
-    def busy(self, key: str) -> bool:
-        lock = self._locks.get(key)
-        return lock is not None and lock.locked()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, assert_never
 
 GateName = Literal["enabled", "time", "throttle", "sessions", "lock"]
 GATE_ORDER: tuple[GateName, ...] = ("enabled", "time", "throttle", "sessions", "lock")
@@ -114,3 +114,5 @@ def verdict_row(verdict: Verdict | None, at: float | None) -> dict[str, object]:
             return {"state": "closed", "gate": gate, "reason": reason, "at": at}
         case NeedScan():
             return {"state": "scanning", "gate": "sessions", "reason": "counting", "at": at}
+        case unreachable:
+            assert_never(unreachable)

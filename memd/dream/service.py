@@ -408,10 +408,6 @@ class DreamService:
     def find_dir(self, memory_dir: Path) -> DreamDir:
         return self._dir(memory_dir)
 
-    def is_dreaming(self, memory_dir: str) -> bool:
-        found = self._dirs.get(memory_dir)
-        return found is not None and found.running is not None
-
     def row(self, memory_dir: Path) -> dict[str, Any]:
         """One memory dir's status row (no I/O)."""
         return dir_row(self._dir(memory_dir), self._clock.now())
