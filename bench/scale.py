@@ -168,9 +168,13 @@ class Running:
                 time.sleep(0.2)
 
 
+BUILD = [REPO]  # the source tree the daemon runs from (--build)
+
+
 def daemon_env(home: Path, runtime: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMD_", "XDG_"))}
     env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime))
+    env["PYTHONPATH"] = f"{BUILD[0]}{os.pathsep}{BUILD[0] / 'client'}"
     return env
 
 
@@ -416,11 +420,18 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=10.0, help="idle CPU window, seconds")
     ap.add_argument("--settle", type=float, default=5.0, help="wait after restart, seconds")
     ap.add_argument(
+        "--build",
+        type=Path,
+        default=REPO,
+        help="run the daemon from this source tree (e.g. an export of the build to compare)",
+    )
+    ap.add_argument(
         "--only", nargs="*", default=["startup", "sessions", "recall", "compact"], help="sections"
     )
     args = ap.parse_args()
+    BUILD[0] = args.build.resolve()
     load = os.getloadavg()
-    print(f"load: {load[0]:.2f} {load[1]:.2f}  python {sys.version.split()[0]}")
+    print(f"load: {load[0]:.2f} {load[1]:.2f}  python {sys.version.split()[0]}  build {BUILD[0]}")
     floor = library_floor()
     print(f"library floor (anyio, msgpack, watchfiles, tiktoken cl100k): {floor:.1f} MiB")
     if "startup" in args.only:

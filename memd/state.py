@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,13 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionState:
-    """What memd knows about one main transcript. Mutable; owned by the session registry."""
+    """What memd knows about one main transcript. Mutable; owned by the session registry.
+
+    Slotted: a daemon knows every transcript of the history (10,000 and more), and a
+    per-instance ``__dict__`` would be most of what each one costs.
+    """
 
     session_id: str
     project: str  # the project folder name (the cwd slug)
@@ -51,7 +56,13 @@ class SessionState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        state = cls(**{k: v for k, v in data.items() if k in known})
+        # Many sessions share a project and a cwd: one copy of each string, not one per session.
+        if isinstance(state.project, str):
+            state.project = sys.intern(state.project)
+        if isinstance(state.cwd, str):
+            state.cwd = sys.intern(state.cwd)
+        return state
 
 
 def load_sessions(path: Path) -> dict[str, SessionState]:

@@ -48,7 +48,9 @@ class SessionIndex:
 
     def __init__(self) -> None:
         self._by_path: dict[str, SessionState] = {}
-        self._by_id: dict[str, set[str]] = {}  # a session id may (rarely) exist in two projects
+        # id → its path; a tuple of paths for an id that (rarely) exists in two projects. Not
+        # a set per id: with 10,000 sessions that alone would be ~2 MiB.
+        self._by_id: dict[str, str | tuple[str, ...]] = {}
         self._ids: list[str] = []  # sorted, for prefix lookups
         self._order: list[_OrderKey] = []
         self._project_order: dict[str, list[_OrderKey]] = {}
@@ -71,16 +73,20 @@ class SessionIndex:
 
     def by_id(self, session_id: str) -> SessionState | None:
         paths = self._by_id.get(session_id)
-        if not paths:
+        if paths is None:
             return None
-        return self._by_path[min(paths)]  # deterministic when an id is in two projects
+        return self._by_path[paths if isinstance(paths, str) else min(paths)]
+
+    def _paths_of(self, session_id: str) -> tuple[str, ...]:
+        paths = self._by_id.get(session_id, ())
+        return (paths,) if isinstance(paths, str) else tuple(sorted(paths))
 
     def with_prefix(self, prefix: str) -> list[SessionState]:
         """Sessions whose id starts with ``prefix``; O(log n + matches)."""
         out: list[SessionState] = []
         i = bisect_left(self._ids, prefix)
         while i < len(self._ids) and self._ids[i].startswith(prefix):
-            out.extend(self._by_path[p] for p in sorted(self._by_id[self._ids[i]]))
+            out.extend(self._by_path[p] for p in self._paths_of(self._ids[i]))
             i += 1
         return out
 
@@ -97,10 +103,12 @@ class SessionIndex:
             self._unlink(old)
         self._by_path[state.path] = state
         self.totals.add(state, 1)
-        paths = self._by_id.setdefault(state.session_id, set())
+        paths = self._paths_of(state.session_id)
         if not paths:
             insort(self._ids, state.session_id)
-        paths.add(state.path)
+            self._by_id[state.session_id] = state.path
+        else:
+            self._by_id[state.session_id] = (*paths, state.path)
         key = _key(state)
         insort(self._order, key)
         insort(self._project_order.setdefault(state.project, []), key)
@@ -113,12 +121,12 @@ class SessionIndex:
 
     def _unlink(self, state: SessionState) -> None:
         self.totals.add(state, -1)
-        paths = self._by_id.get(state.session_id)
-        if paths is not None:
-            paths.discard(state.path)
-            if not paths:
-                del self._by_id[state.session_id]
-                _discard_id(self._ids, state.session_id)
+        rest = tuple(p for p in self._paths_of(state.session_id) if p != state.path)
+        if not rest:
+            self._by_id.pop(state.session_id, None)
+            _discard_id(self._ids, state.session_id)
+        else:
+            self._by_id[state.session_id] = rest[0] if len(rest) == 1 else rest
         key = _key(state)
         _discard(self._order, key)
         project = self._project_order.get(state.project)

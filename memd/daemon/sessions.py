@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ def session_key_for(projects_root: Path, path: Path) -> SessionKey | None:
         return None
     if len(rel.parts) != 2 or rel.suffix != ".jsonl" or rel.name.startswith("agent-"):
         return None
-    return SessionKey(rel.parts[0], rel.stem)
+    return SessionKey(sys.intern(rel.parts[0]), rel.stem)  # one copy per project
 
 
 def is_active(mtime: float, started_at: float, window_hours: float) -> bool:
@@ -360,5 +361,5 @@ def _publish_figures(conv: Conversation, state: SessionState) -> None:
     state.turn_ends = conv.turn_ends
     state.last_timestamp = conv.last_timestamp or ""
     state.last_uuid = conv.last_uuid or ""
-    state.cwd = conv.cwd or state.cwd
+    state.cwd = sys.intern(conv.cwd) if conv.cwd else state.cwd
     state.slug = conv.slug or state.slug

@@ -96,6 +96,9 @@ class NotesStatistics:
         }
 
 
+_NO_RECORD = ExtractionRecord("", "")  # a session never extracted (one shared value)
+
+
 def session_status(
     state: SessionState,
     record: ExtractionRecord | None,
@@ -107,7 +110,7 @@ def session_status(
     follow_up: bool,
     running_for_s: float | None,
 ) -> SessionNotesStatus:
-    record = record or ExtractionRecord(state.session_id, state.project)
+    record = record or _NO_RECORD  # its ids are never read: they come from ``state``
     upcoming = next_trigger(
         TriggerInput(state.context_tokens, record.tokens_at_extraction, 0, True), config
     )
