@@ -381,7 +381,7 @@ def test_a_live_foreign_holder_is_busy_even_when_forced(tmp_path: Path) -> None:
         try:
             (mdir / LOCK_NAME).write_text(str(holder.pid))  # fresh mtime, a live non-memd PID
             done = memdctl(home, "dream", str(cwd), "--force", "--json")
-            assert done.returncode == 0, done.stderr
+            assert done.returncode == 1, done.stderr
             verdict = json.loads(done.stdout)["verdict"]
             assert verdict["gate"] == "lock" and str(holder.pid) in verdict["reason"]
             assert (mdir / LOCK_NAME).read_text() == str(holder.pid)

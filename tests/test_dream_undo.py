@@ -54,8 +54,11 @@ def test_snapshot_skips_locks_links_and_fifos_and_restores_byte_for_byte(tmp_pat
     (mdir / "a.md").write_text("changed")
     (mdir / "b.md").unlink()
     (mdir / "new.md").write_text("new")
+    (mdir / "made" / "by").mkdir(parents=True)
+    (mdir / "made" / "by" / "run.md").write_text("x")
     changed = snapshot.restore_tree(mdir, tmp_path / "snap")
-    assert sorted(changed) == ["a.md", "b.md", "new.md"]
+    assert sorted(changed) == ["a.md", "b.md", "made/by/run.md", "new.md"]
+    assert not (mdir / "made").exists()
     assert snapshot.current_tree(mdir).files == before
     assert (mdir / LOCK_NAME).read_text() == "123"
 
@@ -77,6 +80,8 @@ def test_undo_touches_only_the_runs_own_changes(tmp_path: Path) -> None:
     write(book, mdir, "a.md", b"merged")
     write(book, mdir, "b.md", None)
     write(book, mdir, "c.md", b"created")
+    (mdir / "new" / "deeper").mkdir(parents=True)
+    write(book, mdir, "new/deeper/d.md", b"created in a new folder")
     write(book, mdir, "MEMORY.md", b"index by the run")
     book.intent("team/t.md")  # killed in the middle of this write
     (mdir / "team" / "t.md").write_bytes(b"half")
@@ -84,7 +89,8 @@ def test_undo_touches_only_the_runs_own_changes(tmp_path: Path) -> None:
     (mdir / "theirs.md").write_text("written by another process")
     undone = journal.undo(mdir, run, snap)
     assert undone.flagged == ("MEMORY.md",)
-    assert sorted(undone.restored) == ["a.md", "b.md", "c.md", "team/t.md"]
+    assert sorted(undone.restored) == ["a.md", "b.md", "c.md", "new/deeper/d.md", "team/t.md"]
+    assert not (mdir / "new").exists() and (mdir / "team").is_dir()
     now = snapshot.current_tree(mdir).files
     assert now.pop("theirs.md") and now.pop("MEMORY.md") != before["MEMORY.md"]
     assert now == {k: v for k, v in before.items() if k != "MEMORY.md"}

@@ -5,8 +5,8 @@ snapshot back. Self-contained: :func:`register` adds the subcommand,
     memdctl dream [PROJECT] [--force] [--wait] [--abort] [--log [RUN]] [--restore [RUN]] [--json]
 
 PROJECT is a project folder name under the projects root, or a project's directory (default:
-the current directory). Exit codes as for every memdctl command; ``--wait`` exits 1 when the
-run did not complete.
+the current directory). Exit codes as for every memdctl command; ``--force`` exits 1 when no
+run could start (the lock is held, memory is off), ``--wait`` when the run did not complete.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def cmd_dream(ctx: Ctx) -> int:
         started = result.get("started")
         if args.wait and started:
             return _follow(ctx, params, started["run_id"])
+        if args.force and not started:  # a run was demanded and could not start
+            ctx.emit(result, render_dream)
+            return EXIT_REMOTE
     return ctx.emit(result, render_dream)
 
 

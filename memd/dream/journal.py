@@ -145,6 +145,8 @@ def undo(memory_dir: Path, run_dir: Path, snapshot_dir: Path) -> Undone:
             continue
         snapshot.put_back(memory_dir, relative, data)
         restored.append(relative)
+    if saved is not None:
+        snapshot.prune_new_dirs(memory_dir, saved)
     return Undone(tuple(restored), tuple(flagged))
 
 

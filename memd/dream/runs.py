@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ CHANGES = "changes.json"
 SNAPSHOT = "snapshot"
 MAX_RUNS_KEPT = 50
 MAX_RECORD_BYTES = 1 << 20
+MAX_CHANGES_BYTES = 256 << 20  # diffs are cut per file; this bounds a hostile file
 _RUN_ID = re.compile(r"^\d{8}T\d{6}-\d{6}-[a-z]+$")
 
 
@@ -104,7 +106,7 @@ class RunStore:
         write_atomic(folder / CHANGES, json.dumps(data, indent=1).encode())
 
     def changes(self, project: str, run_id: str) -> list[dict[str, Any]]:
-        raw = _read_json(self.run_dir(project, run_id) / CHANGES)
+        raw = _read_json(self.run_dir(project, run_id) / CHANGES, MAX_CHANGES_BYTES)
         return [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
 
     def load(self, project: str, run_id: str) -> RunRecord | None:
@@ -137,13 +139,19 @@ class RunStore:
             shutil.rmtree(self.run_dir(project, record.run_id), ignore_errors=True)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, limit: int = MAX_RECORD_BYTES) -> Any:
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_RECORD_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    if len(data) > MAX_RECORD_BYTES:
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            data = handle.read(limit + 1)
+    except OSError:
+        return None
+    if len(data) > limit:
         return None
     try:
         return json.loads(data)

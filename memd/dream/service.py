@@ -409,8 +409,11 @@ class DreamService:
         return self._dir(memory_dir)
 
     def row(self, memory_dir: Path) -> dict[str, Any]:
-        """One memory dir's status row (no I/O)."""
-        return dir_row(self._dir(memory_dir), self._clock.now())
+        """One memory dir's status row (no I/O; an unknown dir is not remembered)."""
+        found = self._dirs.get(str(memory_dir)) or DreamDir(
+            str(memory_dir), memory_dir, {memory_dir.parent}
+        )
+        return dir_row(found, self._clock.now())
 
     def statistics(self) -> dict[str, Any]:
         """The ``dream`` section of ``status`` (no I/O)."""

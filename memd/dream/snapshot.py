@@ -42,6 +42,7 @@ class Tree:
 
     files: dict[str, str]
     skipped: tuple[str, ...] = ()
+    dirs: tuple[str, ...] = ()  # every folder below the memory dir (relative), ``.git`` out
 
 
 def sha256(data: bytes) -> str:
@@ -73,13 +74,16 @@ def read_regular(path: Path, *, limit: int = SNAPSHOT_MAX_BYTES) -> bytes | None
         os.close(fd)
 
 
-def walk(memory_dir: Path) -> tuple[list[str], list[str]]:
-    """The regular files (relative, sorted) and the skipped special entries of a memory dir."""
+def walk(memory_dir: Path, folders: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The regular files (relative, sorted) and the skipped special entries of a memory dir;
+    ``folders`` collects the sub-folders."""
     files: list[str] = []
     skipped: list[str] = []
     root = str(memory_dir)
     for folder, dirs, names in os.walk(root, followlinks=False):
         dirs[:] = sorted(d for d in dirs if d != ".git" and not _is_link(folder, d, skipped, root))
+        if folders is not None:
+            folders.extend(os.path.relpath(os.path.join(folder, d), root) for d in dirs)
         for name in sorted(names):
             relative = os.path.relpath(os.path.join(folder, name), root)
             if relative in EXCLUDED_NAMES:
@@ -113,7 +117,8 @@ def current_tree(memory_dir: Path) -> Tree:
 
 def take(memory_dir: Path, into: Path, *, max_bytes: int = SNAPSHOT_MAX_BYTES) -> Tree:
     """Copy the memory dir into ``into`` (created); raises :class:`TooLarge` over budget."""
-    files, skipped = walk(memory_dir)
+    folders: list[str] = []
+    files, skipped = walk(memory_dir, folders)
     store = into / FILES
     store.mkdir(parents=True, exist_ok=True)
     hashes: dict[str, str] = {}
@@ -127,8 +132,8 @@ def take(memory_dir: Path, into: Path, *, max_bytes: int = SNAPSHOT_MAX_BYTES) -
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         hashes[relative] = sha256(data)
-    tree = Tree(hashes, tuple(skipped))
-    manifest = {"files": hashes, "skipped": list(skipped)}
+    tree = Tree(hashes, tuple(skipped), tuple(sorted(folders)))
+    manifest = {"files": hashes, "skipped": list(skipped), "dirs": list(tree.dirs)}
     write_atomic(into / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return tree
 
@@ -143,7 +148,12 @@ def load(into: Path) -> Tree | None:
     if not isinstance(files, dict):
         return None
     clean = {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
-    return Tree(clean, tuple(str(s) for s in raw.get("skipped") or ()))
+    dirs = raw.get("dirs") if isinstance(raw.get("dirs"), list) else []
+    return Tree(
+        clean,
+        tuple(str(s) for s in raw.get("skipped") or ()),
+        tuple(d for d in dirs if isinstance(d, str) and safe_relative(d)),
+    )
 
 
 def saved_bytes(into: Path, relative: str) -> bytes | None:
@@ -189,4 +199,16 @@ def restore_tree(memory_dir: Path, into: Path) -> list[str]:
             memory_dir, relative, saved_bytes(into, relative) if relative in saved.files else None
         )
         changed.append(relative)
+    prune_new_dirs(memory_dir, saved)
     return changed
+
+
+def prune_new_dirs(memory_dir: Path, saved: Tree) -> None:
+    """Remove empty folders the snapshot did not have (deepest first; never a full one)."""
+    now: list[str] = []
+    walk(memory_dir, now)
+    keep = set(saved.dirs)
+    for relative in sorted(now, key=lambda d: d.count(os.sep), reverse=True):
+        if relative not in keep:
+            with contextlib.suppress(OSError):
+                os.rmdir(memory_dir / relative)
