@@ -95,8 +95,19 @@ def test_success_moves_the_mtime_to_completion(tmp_path: Path) -> None:
     old = time.time() - 500
     os.utime(memory / lock.LOCK_NAME, (old, old))
     before = time.time()
-    lock.mark_consolidated(memory)
+    assert lock.mark_consolidated(memory)
     assert os.stat(memory / lock.LOCK_NAME).st_mtime >= before - 1
+
+
+def test_success_leaves_a_lock_taken_over_meanwhile_alone(tmp_path: Path) -> None:
+    memory = tmp_path / "memory"
+    assert isinstance(lock.acquire(memory, stale_s=HOUR), Acquired)
+    path = memory / lock.LOCK_NAME
+    path.write_text("999999")  # another process took it over (we ran past the stale age)
+    os.utime(path, ns=(5_000_000_000, 5_000_000_000))
+    assert not lock.mark_consolidated(memory)
+    assert not lock.roll_back(memory, 0)
+    assert path.read_text() == "999999" and os.stat(path).st_mtime_ns == 5_000_000_000
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

@@ -84,6 +84,8 @@ ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("Edit", {"file_path": ".git/HEAD", "old_string": "main", "new_string": "evil"}),
     ("Delete", {"file_path": ".git/HEAD", "merged_into": "note.md"}),
     ("Write", {"file_path": LOCK_NAME, "content": "1"}),
+    ("Write", {"file_path": LOCK_NAME + ".flock", "content": "1"}),
+    ("Write", {"file_path": LOCK_NAME + ".x.tmp", "content": "1"}),
     ("Delete", {"file_path": LOCK_NAME, "merged_into": "note.md"}),
     ("Delete", {"file_path": "note.md"}),
     ("Delete", {"file_path": "note.md", "merged_into": "MEMORY.md"}),  # not written this run

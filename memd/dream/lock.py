@@ -31,6 +31,7 @@ import fcntl
 import os
 import re
 import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -240,11 +241,15 @@ def acquire(
         return Acquired(state.mtime_ns or 0)
 
 
-def mark_consolidated(memory_dir: Path) -> None:
-    """Success: the lock's mtime becomes now (its body keeps our PID, as Claude Code's does)."""
+def mark_consolidated(memory_dir: Path, *, own_pid: int | None = None) -> bool:
+    """Success: the lock's mtime becomes now (its body keeps our PID, as Claude Code's does).
+    A lock another process took over meanwhile is left alone; False then."""
     path = lock_path(memory_dir)
-    if read_state(path).problem is None:
-        os.utime(path, follow_symlinks=False)
+    state = read_state(path)
+    if state.problem is not None or state.pid != (os.getpid() if own_pid is None else own_pid):
+        return False
+    os.utime(path, follow_symlinks=False)
+    return True
 
 
 def roll_back(memory_dir: Path, prior_mtime_ns: int, *, own_pid: int | None = None) -> bool:
@@ -267,12 +272,16 @@ def roll_back(memory_dir: Path, prior_mtime_ns: int, *, own_pid: int | None = No
 
 
 def _write_body(path: Path, body: bytes) -> None:
-    """Replace the lock file's body in place (``O_NOFOLLOW``: never through a link)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o644)
+    """Replace the lock file with ``body`` by a rename: a reader (Claude Code's check) sees
+    the old body or the new one, never the empty file a truncating write shows for a moment.
+    The rename replaces the name itself, so it never writes through a link."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{LOCK_NAME}.", suffix=".tmp")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        os.write(fd, body)
-    finally:
-        os.close(fd)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(body)
+            os.fchmod(handle.fileno(), 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

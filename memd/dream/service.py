@@ -355,7 +355,8 @@ class DreamService:
     def _finish_lock(self, record: RunRecord, ok: bool) -> None:
         memory_dir = Path(record.memory_dir)
         if ok:
-            lock.mark_consolidated(memory_dir)
+            if not lock.mark_consolidated(memory_dir):
+                log.warning("dream in %s: the lock was taken over during the run", memory_dir)
         elif not lock.roll_back(memory_dir, record.prior_mtime_ns):
             log.warning("dream in %s: the lock is someone else's now; left alone", memory_dir)
 

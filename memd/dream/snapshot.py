@@ -32,6 +32,11 @@ EXCLUDED_NAMES = frozenset({LOCK_NAME, FLOCK_NAME})
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+def is_lock_file(relative: str) -> bool:
+    """The lock, its side file, or a lock being written (``.consolidate-lock.*``)."""
+    return relative in EXCLUDED_NAMES or relative.startswith(LOCK_NAME + ".")
+
+
 class TooLarge(Exception):
     """The memory dir is larger than the snapshot budget."""
 
@@ -86,7 +91,7 @@ def walk(memory_dir: Path, folders: list[str] | None = None) -> tuple[list[str],
             folders.extend(os.path.relpath(os.path.join(folder, d), root) for d in dirs)
         for name in sorted(names):
             relative = os.path.relpath(os.path.join(folder, name), root)
-            if relative in EXCLUDED_NAMES:
+            if is_lock_file(relative):
                 continue
             try:
                 mode = os.lstat(os.path.join(folder, name)).st_mode

@@ -26,13 +26,11 @@ from memd.agent.permissions import MemoryDirPolicy, authorize
 from memd.agent.tools import Tool, ToolResult, denial, make_tools
 from memd.dream import snapshot
 from memd.dream.journal import Journal
-from memd.dream.lock import FLOCK_NAME, LOCK_NAME
 from memd.dream.transcripts import TranscriptGrep
 from memd.memory.extract import ScrubbedTool
 
 READ_TOOLS = ("Read", "Grep", "Glob", "Shell")
 WRITE_TOOLS = ("Edit", "Write", "Delete")
-_PROTECTED = frozenset({LOCK_NAME, FLOCK_NAME})
 
 
 @dataclass
@@ -102,7 +100,11 @@ class JournaledTool:
         target = checked[0].path
         relative = os.path.relpath(target, self.memory_dir)
         parts = Path(relative).parts
-        if relative in _PROTECTED or ".git" in parts or not snapshot.safe_relative(relative):
+        if (
+            snapshot.is_lock_file(relative)
+            or ".git" in parts
+            or not snapshot.safe_relative(relative)
+        ):
             return Deny(f"denied: {target} is memd's or git's own file; leave it alone")
         return relative
 
