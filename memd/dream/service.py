@@ -17,6 +17,7 @@ abort, log, restore, status (R-D1 … R-D4, R-B3).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -40,7 +41,7 @@ from memd.dream import gates, lock
 from memd.dream.consolidate import DreamOutcome, DreamSettings, Job, consolidate
 from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
-from memd.dream.restore import recover_all
+from memd.dream.restore import recover_all, recover_run
 from memd.dream.runs import RunRecord, RunStore, project_key
 from memd.dream.status import dir_row
 from memd.dream.transcripts import count_sessions
@@ -236,16 +237,35 @@ class DreamService:
                 return
             found.busy = None
             record = self.new_record(found, "dream", got.prior_mtime_ns, go)
-            await anyio.to_thread.run_sync(self.store.save, record)
+            try:
+                await anyio.to_thread.run_sync(self.store.save, record)
+            except OSError as exc:
+                await anyio.to_thread.run_sync(self._finish_lock, record, False)
+                task_status.started(Skip("lock", f"lock: cannot record the run: {exc}"))
+                return
             running = Running(record)
             found.running = running
             task_status.started(record)
             try:
                 await self._dream(found, running, trigger)
+            except Exception as exc:  # the isolation boundary of one run: the service goes on
+                log.exception("dream %s in %s crashed", record.run_id, record.memory_dir)
+                await self._crashed(record, exc)
             finally:
                 found.running = None
                 found.history.appendleft(record)
                 running.done.set()
+
+    async def _crashed(self, record: RunRecord, exc: Exception) -> None:
+        """Undo a run that crashed outside the agent (as a restart would) and record why."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(recover_run, self.store, record)
+            except OSError as again:
+                log.error("dream %s: the undo failed too: %s", record.run_id, again)
+            record.state, record.reason = "failed", f"crashed: {type(exc).__name__}: {exc}"
+            with contextlib.suppress(OSError):
+                await anyio.to_thread.run_sync(self.store.save, record)
 
     def _acquire(self, found: DreamDir) -> lock.Acquired | lock.Busy:
         stale = self.config.dream.lock_stale_minutes * 60.0
