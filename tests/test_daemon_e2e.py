@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from memd.transcript.conversation import Conversation
-from memd.transcript.parse import BadLine, parse_line
 from tests.conftest import TRANSCRIPTS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.transcript_oracle import read_lines
 
 pytestmark = pytest.mark.slow
 
@@ -54,16 +53,10 @@ def session_row(home: Home, session_id: str) -> dict[str, Any] | None:
 
 
 def expected_figures(data: bytes) -> tuple[int, int]:
-    """Message count and context tokens of ``data`` by memd's own parser, in process."""
-    conv = Conversation()
-    for line in data.splitlines():
-        try:
-            entry = parse_line(line)
-        except BadLine:
-            continue
-        if entry is not None:
-            conv.add(entry)
-    return conv.message_count, conv.context().tokens
+    """Message count and context tokens of ``data`` by the independent oracle (not memd's own
+    objects: a bug shared by the daemon and its parser would hide there)."""
+    reading = read_lines(data.splitlines(), sidechain_file=False)
+    return reading.message_count, reading.context_tokens
 
 
 def append(path: Path, data: bytes) -> None:

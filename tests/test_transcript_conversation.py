@@ -160,11 +160,43 @@ def test_the_walk_stops_at_a_boundary_even_if_it_names_a_parent() -> None:
     assert _uuids(t.conversation())[0] == boundary
 
 
-def test_a_parent_missing_from_the_file_is_a_root() -> None:
+def test_a_parent_missing_at_the_start_of_the_file_is_a_root() -> None:
     t = Transcript()
     first = t.user("context from elsewhere", parent="not-in-this-file")
     second = t.assistant("m1", text("ok"))
     assert _uuids(t.conversation()) == [first, second]
+
+
+def test_a_dangling_parent_mid_file_links_to_the_previous_entry() -> None:
+    """anthropics/claude-code#24304: progress entries whose parent is in no file."""
+    t = Transcript()
+    t.user("hello")
+    t.assistant("m1", text("hi"), usage=(10, 0, 40_000, 50))
+    progress = t.progress(parent="never-written")
+    t.user("and now?")
+    conversation = t.conversation()
+    assert conversation.relinked == 1
+    assert len(conversation.active_chain()) == 4
+    assert conversation.active_chain()[2].uuid == progress
+    assert conversation.message_count == 3
+    assert conversation.context().from_usage == 40_060
+
+
+def test_a_boundary_after_a_dangling_parent_keeps_the_context_before_it() -> None:
+    t = Transcript()
+    t.user("hello")
+    t.assistant("m1", text("hi"), usage=(10, 0, 90_000, 50))
+    t.progress(parent="never-written")
+    t.system("compact_boundary", parent=None, compactMetadata={"trigger": "auto"})
+    (boundary,) = t.conversation().boundaries
+    assert boundary.context_before.from_usage == 90_060
+
+
+def test_a_self_parent_cannot_make_a_cycle() -> None:
+    t = Transcript()
+    t.user("a")
+    t.user("b", uuid="me", parent="me")
+    assert _uuids(t.conversation()) == ["e1", "me"]
 
 
 def test_a_parent_cycle_does_not_hang() -> None:
@@ -360,3 +392,80 @@ def test_view_is_a_snapshot_that_later_lines_do_not_change() -> None:
     assert [m.to_api() for m in view.messages()] == before
     assert view.last_uuid != conv.last_uuid
     assert [m.to_api() for m in conv.view().messages()] == conv.api_messages()
+
+
+def test_parallel_calls_still_waiting_are_held_back_and_reported_pending() -> None:
+    t = Transcript()
+    t.user("run both", parent=None)
+    first = t.assistant("m1", tool("t1"))
+    result = t.result("t1")
+    second = t.assistant("m1", tool("t2"), parent=result)
+    conversation = t.conversation()
+    assert [m["role"] for m in conversation.api_messages()] == ["user"]
+    assert conversation.pending_tool_use_ids() == {"t2"}
+    assert conversation.pending_uuids == (first, second, result)
+    t.result("t2")
+    done = t.conversation()
+    assert [m["role"] for m in done.api_messages()] == ["user", "assistant", "user"]
+    assert done.pending_tool_use_ids() == frozenset() and done.pending_uuids == ()
+
+
+def test_a_call_the_conversation_moved_on_from_is_left_out() -> None:
+    """An interrupt without a tool_result, then a new prompt: no unanswered tool_use."""
+    t = Transcript()
+    t.user("do it", parent=None)
+    t.assistant("m1", text("Let me look."))
+    t.assistant("m1", tool("t1"))
+    t.user("stop, do something else")
+    messages = t.conversation().api_messages()
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[1]["content"] == [text("Let me look.")]
+
+
+def test_two_responses_in_a_row_become_one_valid_message() -> None:
+    t = Transcript()
+    t.user("go", parent=None)
+    t.assistant("m1", tool("t1"))
+    t.assistant("m2", text("Answer without the tool."))
+    messages = t.conversation().api_messages()
+    assert messages == [
+        {"role": "user", "content": [text("go")]},
+        {"role": "assistant", "content": [text("Answer without the tool.")]},
+    ]
+
+
+def test_blank_text_and_malformed_blocks_never_reach_the_api() -> None:
+    t = Transcript()
+    t.user([text("  "), {"type": "tool_result"}, text("real question")], parent=None)
+    t.assistant("m1", text("\n\n"))
+    t.assistant("m1", {"type": "tool_use", "id": "t1", "name": "Bash"})  # no input
+    t.assistant("m1", {"type": "server_tool_use", "id": "s"})
+    conversation = t.conversation()
+    assert conversation.api_messages() == [{"role": "user", "content": [text("real question")]}]
+
+
+def test_a_response_without_a_prompt_before_it_is_left_out() -> None:
+    t = Transcript()
+    t.assistant("m0", tool("t0"), parent=None)
+    t.result("t0")
+    t.user("hello")
+    t.assistant("m1", text("hi"))
+    messages = t.conversation().api_messages()
+    assert messages == [
+        {"role": "user", "content": [text("hello")]},
+        {"role": "assistant", "content": [text("hi")]},
+    ]
+
+
+def test_a_repeated_tool_use_id_is_called_once() -> None:
+    t = Transcript()
+    t.user("go", parent=None)
+    t.assistant("m1", tool("t1"))
+    t.result("t1")
+    t.assistant("m2", tool("t1"))
+    t.result("t1")
+    t.assistant("m3", text("done"))
+    messages = t.conversation().api_messages()
+    calls = [b["id"] for m in messages for b in m["content"] if b["type"] == "tool_use"]
+    assert calls == ["t1"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]

@@ -1,29 +1,26 @@
 """The transcript pipeline against every real transcript in the shared corpus.
 
-The expected figures are computed here a second time, plainly, from the raw JSON with the
-stdlib ``json`` module, following FORMAT.md: walk ``parentUuid`` back from the newest
-conversation entry, stop at a ``compact_boundary``, take back the other lines of each response
-on the chain with the tool results that answer them, and so on.
+The expected figures come from :mod:`tests.transcript_oracle`, an independent reading of the
+raw JSON with the stdlib ``json`` module, and are checked at many prefixes of every file (the
+daemon reads files as they grow), not only at their ends.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from memd.tokens import estimate_content
+from memd.testing.api_rules import request_problems
 from memd.transcript.conversation import Conversation
 from memd.transcript.tail import LineSplitter, TailPosition, read_appended
 from tests.conftest import TRANSCRIPTS, all_transcripts, main_transcripts
+from tests.transcript_oracle import Reading, load, read_lines, read_values
 
-CONVERSATION_TYPES = {"user", "assistant", "system", "progress", "attachment"}
 FILES = all_transcripts()
+PREFIXES_PER_FILE = 60  # plus the first 30 and every line around a boundary or sidechain
 
 
 def _id(path: Path) -> str:
@@ -42,139 +39,34 @@ def _conversation(path: Path) -> Conversation:
     return conversation
 
 
-# ---------------------------------------------------------------------------------------------
-# The independent computation
+def expected_for(path: Path) -> Reading:
+    return read_lines(path.read_bytes().splitlines(), sidechain_file=_is_subagent(path))
 
 
-@dataclass
-class Expected:
-    chain: list[dict[str, Any]]
-    message_count: int
-    context_tokens: int
-    stale: bool
-    boundaries: list[str]
-    sidechain_uuids: set[str]
+def _assert_same(conversation: Conversation, expected: Reading, where: str) -> None:
+    assert [e.uuid for e in conversation.active_chain()] == expected.chain, where
+    messages = conversation.messages()
+    assert [m.role for m in messages] == expected.roles, where
+    assert [list(m.uuids) for m in messages] == expected.message_uuids, where
+    assert conversation.message_count == expected.message_count, where
+    assert list(conversation.pending_uuids) == expected.pending, where
+    figure = conversation.context()
+    assert (figure.tokens, figure.stale) == (expected.context_tokens, expected.stale), where
+    assert [b.uuid for b in conversation.boundaries] == expected.boundaries, where
 
 
-def _is_boundary(entry: dict[str, Any]) -> bool:
-    return bool(entry.get("type") == "system" and entry.get("subtype") == "compact_boundary")
-
-
-def _is_real_assistant(entry: dict[str, Any]) -> bool:
-    return bool(entry["type"] == "assistant" and entry["message"].get("model") != "<synthetic>")
-
-
-def _blocks(entry: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    content = entry.get("message", {}).get("content")
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
-
-
-def expected_for(path: Path) -> Expected:
-    keep_sidechain = _is_subagent(path)
-    entries: list[dict[str, Any]] = []
-    sidechain_uuids: set[str] = set()
-    with path.open("rb") as file:
-        for raw in file:
-            entry = json.loads(raw)
-            if entry.get("type") not in CONVERSATION_TYPES or not entry.get("uuid"):
-                continue
-            if entry.get("isSidechain") and not keep_sidechain:
-                sidechain_uuids.add(entry["uuid"])
-                continue
-            entries.append(entry)
-    chain = _expected_chain(entries)
-    tokens, stale = _expected_context(chain)
-    return Expected(
-        chain=chain,
-        message_count=_expected_message_count(chain),
-        context_tokens=tokens,
-        stale=stale,
-        boundaries=[e["uuid"] for e in entries if _is_boundary(e)],
-        sidechain_uuids=sidechain_uuids,
-    )
-
-
-def _expected_chain(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_uuid = {e["uuid"]: e for e in entries}
-    position = {e["uuid"]: i for i, e in enumerate(entries)}
-    walked: list[dict[str, Any]] = []
-    current = entries[-1]["uuid"] if entries else None
-    while current in by_uuid:
-        entry = by_uuid[current]
-        walked.append(entry)
-        if _is_boundary(entry):
-            break
-        current = entry.get("parentUuid")
-    on_chain = {e["uuid"] for e in walked}
-    response_ids = {e["message"]["id"] for e in walked if e["type"] == "assistant"}
-    response_lines = [
-        e for e in entries if e["type"] == "assistant" and e["message"]["id"] in response_ids
-    ]
-    line_uuids = {e["uuid"] for e in response_lines}
-    tool_ids = {b["id"] for e in response_lines for b in _blocks(e, "tool_use")}
-    taken_back = [e for e in response_lines if e["uuid"] not in on_chain]
-    taken_back += [
-        e
-        for e in entries
-        if e["type"] == "user"
-        and e["uuid"] not in on_chain
-        and e.get("parentUuid") in line_uuids
-        and any(b.get("tool_use_id") in tool_ids for b in _blocks(e, "tool_result"))
-    ]
-    return sorted(walked + taken_back, key=lambda e: position[e["uuid"]])
-
-
-def _expected_message_count(chain: list[dict[str, Any]]) -> int:
-    roles: list[str] = []
-    message_ids: list[str | None] = []
-    only_results: list[bool] = []
-    for entry in chain:
-        if entry["type"] == "user":
-            results = bool(_blocks(entry, "tool_result"))
-            if roles and roles[-1] == "user":
-                only_results[-1] = only_results[-1] and results
-            else:
-                roles.append("user")
-                message_ids.append(None)
-                only_results.append(results)
-        elif _is_real_assistant(entry):
-            message_id = entry["message"]["id"]
-            back = len(roles) - 1
-            while back >= 0 and roles[back] == "user" and only_results[back]:
-                back -= 1
-            if back >= 0 and roles[back] == "assistant" and message_ids[back] == message_id:
-                continue
-            roles.append("assistant")
-            message_ids.append(message_id)
-            only_results.append(False)
-    return len(roles)
-
-
-def _expected_context(chain: list[dict[str, Any]]) -> tuple[int, bool]:
-    real = [e for e in chain if _is_real_assistant(e)]
-    if not real:
-        estimate = sum(
-            estimate_content(e["message"]["content"]) for e in chain if e["type"] == "user"
-        )
-        return estimate, bool(chain) and _is_boundary(chain[0])
-    last_id = real[-1]["message"]["id"]
-    lines = [e for e in real if e["message"]["id"] == last_id]
-    usage = lines[-1]["message"]["usage"]
-    prompt = (
-        usage["input_tokens"]
-        + usage.get("cache_creation_input_tokens", 0)
-        + usage.get("cache_read_input_tokens", 0)
-    )
-    output = max(e["message"]["usage"]["output_tokens"] for e in lines)
-    after = chain[chain.index(lines[0]) + 1 :]
-    tail = sum(
-        estimate_content(e["message"]["content"])
-        for e in after
-        if e["type"] == "user" or (_is_real_assistant(e) and e["message"]["id"] != last_id)
-    )
-    return prompt + output + tail, False
+def prefix_ends(lines: list[bytes], count: int, seed: str) -> list[int]:
+    """Line counts at which to check a file: the first 30, ``count`` spread over the rest
+    (some at random), every line next to a compact boundary or a sidechain line, the end."""
+    n = len(lines)
+    ends = set(range(1, min(n, 30) + 1)) | {n}
+    ends.update(1 + (i * n) // count for i in range(count) if (i * n) // count < n)
+    rng = random.Random(seed)
+    ends.update(rng.randrange(1, n + 1) for _ in range(count // 2))
+    for i, line in enumerate(lines):
+        if b'"compact_boundary"' in line or b'"isSidechain":true' in line:
+            ends.update(j for j in (i, i + 1, i + 2) if 1 <= j <= n)
+    return sorted(ends)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,17 +74,41 @@ def _expected_context(chain: list[dict[str, Any]]) -> tuple[int, bool]:
 
 
 @pytest.mark.parametrize("path", FILES, ids=_id)
-def test_conversation_matches_independent_computation(path: Path) -> None:
-    expected = expected_for(path)
+def test_conversation_matches_independent_reading(path: Path) -> None:
     conversation = _conversation(path)
-    assert [e.uuid for e in conversation.active_chain()] == [e["uuid"] for e in expected.chain]
-    assert conversation.message_count == expected.message_count
-    assert len(conversation.api_messages()) == expected.message_count
-    figure = conversation.context()
-    assert figure.tokens == expected.context_tokens
-    assert figure.stale == expected.stale
-    assert [b.uuid for b in conversation.boundaries] == expected.boundaries
+    _assert_same(conversation, expected_for(path), "whole file")
+    assert len(conversation.api_messages()) == conversation.message_count
     assert conversation.bad_lines == 0
+
+
+@pytest.mark.parametrize("path", FILES, ids=_id)
+def test_every_sampled_prefix_matches_independent_reading(path: Path) -> None:
+    """The figures the daemon publishes while a file grows, checked as it grows (issue 15)."""
+    lines = path.read_bytes().splitlines()
+    values = [load(line) for line in lines]
+    conversation = Conversation(sidechain=_is_subagent(path))
+    done = 0
+    for end in prefix_ends(lines, PREFIXES_PER_FILE, path.name):
+        conversation.add_lines(lines[done:end])
+        done = end
+        expected = read_values(values[:end], sidechain_file=_is_subagent(path))
+        _assert_same(conversation, expected, f"prefix of {end} lines")
+
+
+@pytest.mark.parametrize("path", FILES, ids=_id)
+def test_api_messages_of_sampled_prefixes_pass_the_strict_validator(path: Path) -> None:
+    """Valid by construction: no repair, roles strictly alternating, at every prefix."""
+    lines = path.read_bytes().splitlines()
+    conversation = Conversation(sidechain=_is_subagent(path))
+    done = 0
+    for end in prefix_ends(lines, 4 * PREFIXES_PER_FILE, path.name + "api"):
+        conversation.add_lines(lines[done:end])
+        done = end
+        messages = conversation.api_messages()
+        if not messages:
+            continue
+        body = {"model": "m", "max_tokens": 1, "messages": messages}
+        assert request_problems(body, strict_alternation=True) == [], f"prefix of {end} lines"
 
 
 @pytest.mark.parametrize("path", main_transcripts(), ids=_id)
@@ -209,7 +125,6 @@ def test_messages_form_a_valid_api_history(path: Path) -> None:
     """Roles alternate and every tool call is answered in the very next message."""
     conversation = _conversation(path)
     messages = conversation.api_messages()
-    pending = conversation.pending_tool_use_ids()
     assert messages and messages[0]["role"] == "user"
     for before, after in itertools.pairwise(messages):
         assert before["role"] != after["role"]
@@ -219,7 +134,7 @@ def test_messages_form_a_valid_api_history(path: Path) -> None:
         kinds = [b["type"] for b in after["content"]]
         assert kinds == sorted(kinds, key=lambda kind: kind != "tool_result")
     last_calls = {b["id"] for b in messages[-1]["content"] if b["type"] == "tool_use"}
-    assert pending == last_calls
+    assert not last_calls  # a response waiting for its results is held back, not shown
 
 
 def test_every_compact_boundary_is_found_with_the_context_before_it() -> None:

@@ -4,13 +4,16 @@
 a few dict inserts) and answers, at any moment, what the model currently sees:
 
 * :meth:`~Conversation.active_chain`: from the newest entry, follow ``parentUuid`` back to a
-  root; a ``compact_boundary`` is a root (what came before is no longer in context), and a
-  parent that is missing from the file is treated as one. Parallel tool calls make the
-  transcript a little tree — each tool_use line gets its own tool_result child, and the walk
-  passes through only one of them — so the other lines of each response on the chain, and
-  the tool results answering them, are taken back in (FORMAT.md §6).
+  root; a ``compact_boundary`` is a root (what came before is no longer in context). A parent
+  that names no earlier entry of the file (Claude Code writes such progress entries) links to
+  the previous entry in file order (R-T7); only the first entry of a file keeps it as a root.
+  Parallel tool calls make the transcript a little tree — each tool_use line gets its own
+  tool_result child, and the walk passes through only one of them — so the other lines of
+  each response on the chain, and the tool results answering them, are taken back in
+  (FORMAT.md §6).
 * :meth:`~Conversation.messages` / :meth:`~Conversation.api_messages`: that chain as
-  Messages-API messages.
+  Messages-API messages, valid for the API at every prefix of the file; a response still in
+  progress is held back (:meth:`~Conversation.pending_tool_use_ids`).
 * :meth:`~Conversation.context`: the context size (R-T5).
 
 Derived values are computed on demand in O(chain length) and cached until the next
@@ -24,9 +27,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+
 from memd.tokens import estimate_content
-from memd.transcript.messages import ApiMessage, MessageLines, group_lines, to_message
-from memd.transcript.model import AssistantEntry, Entry, SystemEntry, UserEntry, decode_content
+from memd.transcript.messages import ApiMessage, Built, MessageLines, build_messages, group_lines
+from memd.transcript.model import AssistantEntry, Entry, SystemEntry, UserEntry
 from memd.transcript.parse import BadLine, parse_line
 
 
@@ -62,6 +67,7 @@ class Boundary:
 class _Derived:
     chain: tuple[Entry, ...]
     groups: tuple[MessageLines, ...]
+    built: Built
 
 
 class ConversationReader(Protocol):
@@ -102,6 +108,7 @@ class Conversation:
         self.sidechain = sidechain
         self.bad_lines = 0
         self.duplicates = 0
+        self.relinked = 0  # entries whose parent named no earlier entry
         self.turn_ends = 0
         self.last_timestamp: str | None = None
         self.cwd: str | None = None
@@ -116,7 +123,6 @@ class Conversation:
         self._estimates: dict[str, int] = {}
         self._derived: _Derived | None = None
         self._context: ContextFigure | None = None
-        self._messages: list[ApiMessage] | None = None
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -127,12 +133,15 @@ class Conversation:
         if entry.uuid in self._entries:
             self.duplicates += 1
             return
+        parent = entry.parent_uuid
+        if parent is not None and parent not in self._entries and self._leaf is not None:
+            entry = msgspec.structs.replace(entry, parent_uuid=self._leaf)
+            self.relinked += 1
         if isinstance(entry, SystemEntry):
             self._note_system(entry)
         self._index(entry)
         self._derived = None
         self._context = None
-        self._messages = None
 
     def add_lines(self, lines: Iterable[bytes]) -> None:
         """Parse and add raw JSONL lines; lines that are not JSON objects count as bad."""
@@ -201,7 +210,8 @@ class Conversation:
     def _derive(self) -> _Derived:
         if self._derived is None:
             chain = self._chain()
-            self._derived = _Derived(chain, tuple(group_lines(chain)))
+            groups = tuple(group_lines(chain))
+            self._derived = _Derived(chain, groups, build_messages(groups))
         return self._derived
 
     def _chain(self) -> tuple[Entry, ...]:
@@ -261,8 +271,8 @@ class Conversation:
 
     @property
     def message_count(self) -> int:
-        """The number of API messages in :meth:`api_messages` (no content is decoded)."""
-        return len(self._derive().groups)
+        """The number of API messages in :meth:`api_messages`."""
+        return len(self._derive().built.messages)
 
     def messages(self) -> list[ApiMessage]:
         """The active chain as API messages, each with the uuids of its transcript lines.
@@ -270,11 +280,11 @@ class Conversation:
         Lines of one response (one ``message.id``) form one assistant message even when tool
         results were written between them; consecutive user lines form one user message with
         its tool results first. Progress, system and synthetic entries are left out; the
-        compaction summary is kept (it is in context).
+        compaction summary is kept (it is in context). The list is valid for the Messages API
+        as it is (see :mod:`memd.transcript.messages`); a response whose tool results have not
+        all arrived is held back until they have.
         """
-        if self._messages is None:
-            self._messages = [to_message(group) for group in self._derive().groups]
-        return list(self._messages)
+        return list(self._derive().built.messages)
 
     def api_messages(self) -> list[dict[str, Any]]:
         """:meth:`messages` as plain ``{"role", "content"}`` dicts for the Messages API."""
@@ -295,7 +305,11 @@ class Conversation:
             root = chain[0] if chain else None
             stale = isinstance(root, SystemEntry) and root.is_compact_boundary
             return ContextFigure(tail, 0, tail, stale)
-        lines = [e for e in chain if isinstance(e, AssistantEntry) and e.message_id == last]
+        lines = [
+            e
+            for e in chain
+            if isinstance(e, AssistantEntry) and e.message_id == last and not e.synthetic
+        ]
         usage = lines[-1].usage
         prompt = usage.prompt_tokens if usage is not None else 0
         output = max((e.usage.output_tokens for e in lines if e.usage is not None), default=0)
@@ -314,7 +328,7 @@ class Conversation:
         ):
             cached = self._estimates.get(entry.uuid)
             if cached is None:
-                cached = estimate_content(decode_content(entry.content))
+                cached = estimate_content(entry.content)
                 self._estimates[entry.uuid] = cached
             return cached
         return 0
@@ -352,11 +366,13 @@ class Conversation:
         return any(e.tool_use_ids for e in self._responses() if e.message_id == last)
 
     def pending_tool_use_ids(self) -> frozenset[str]:
-        """Tool calls on the active chain that have no tool_result yet."""
-        chain = self.active_chain()
-        called = {i for e in self._responses() for i in e.tool_use_ids}
-        answered = {i for e in chain if isinstance(e, UserEntry) for i in e.tool_result_ids}
-        return frozenset(called - answered)
+        """Tool calls of the response held back from :meth:`messages` that wait for a result."""
+        return self._derive().built.pending_tool_use_ids
+
+    @property
+    def pending_uuids(self) -> tuple[str, ...]:
+        """Lines held back from :meth:`messages`: a response in progress and its results so far."""
+        return self._derive().built.pending_uuids
 
     def _responses(self) -> list[AssistantEntry]:
         return [e for e in self.active_chain() if isinstance(e, AssistantEntry) and not e.synthetic]

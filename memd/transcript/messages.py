@@ -1,33 +1,43 @@
 """Turning an active chain of transcript entries into Messages-API messages (FORMAT.md §6).
 
 Pure functions over entries. Grouping (:func:`group_lines`) looks at roles, ``message.id`` and
-the tool ids the parser already extracted, so counting messages decodes no content; only
-:func:`to_message` decodes the contents of the lines it is given.
-
-The rules, which are what the API needs from a rebuilt history:
+the tool ids the parser already extracted; :func:`build_messages` turns the groups into a list
+the Messages API accepts, by construction, at every prefix of every transcript:
 
 * the lines of one response (one ``message.id``) are one assistant message, also when tool
   results were written between them (parallel tool calls stream as tool_use, tool_result,
   tool_use, … all under one id);
 * consecutive user lines are one user message, its ``tool_result`` blocks first;
 * progress, system, attachment and synthetic (``<synthetic>`` model) entries are left out;
-  responses with different ids stay separate messages.
+  responses with different ids stay separate messages;
+* blocks the API refuses are left out: blank text, malformed tool calls, blocks of the other
+  role, unknown block types; a message left with nothing is left out;
+* the list starts with a user message and roles alternate;
+* every tool call is answered by the next message and every tool result answers a call of the
+  message before it. A call the conversation moved on from without an answer (an interrupt,
+  a lost line) is left out, and so is a result that answers nothing;
+* a response still in progress at the end (tool calls whose results have not all arrived) is
+  held back, with the results that did arrive, and reported in :attr:`Built.pending_uuids`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memd.transcript.model import AssistantEntry, Entry, UserEntry, content_blocks
+from memd.transcript.model import AssistantEntry, Block, Entry, UserEntry
+
+Role = Literal["user", "assistant"]
+_MEDIA = frozenset({"image", "document"})
+_RESULT_PARTS = frozenset({"text", "image", "document"})
 
 
 @dataclass(frozen=True)
 class ApiMessage:
     """One Messages-API message and the transcript lines it was built from (file order)."""
 
-    role: Literal["user", "assistant"]
+    role: Role
     content: list[dict[str, Any]]
     uuids: tuple[str, ...]
 
@@ -44,7 +54,7 @@ class ApiMessage:
 class MessageLines:
     """The transcript lines that make up one API message, in file order."""
 
-    role: Literal["user", "assistant"]
+    role: Role
     message_id: str | None  # the response id, for assistant messages
     lines: list[UserEntry | AssistantEntry]
     only_tool_results: bool  # a user message holding nothing but tool results
@@ -84,21 +94,206 @@ def _open_response(groups: list[MessageLines], message_id: str) -> MessageLines 
     return None
 
 
-def to_message(group: MessageLines) -> ApiMessage:
-    """Decode the lines' contents into one API message."""
-    blocks: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class Built:
+    """The API messages of a chain, and the response held back because it is in progress."""
+
+    messages: tuple[ApiMessage, ...]
+    pending_uuids: tuple[str, ...] = ()  # lines held back: the response and results so far
+    pending_tool_use_ids: frozenset[str] = frozenset()  # its calls still waiting for a result
+
+
+@dataclass
+class _Draft:
+    role: Role
+    blocks: list[Block]
+    uuids: list[str] = field(default_factory=list)
+
+    def calls(self) -> list[str]:
+        return [b["id"] for b in self.blocks if b.get("type") == "tool_use"]
+
+    def results(self) -> list[str]:
+        return [b["tool_use_id"] for b in self.blocks if b.get("type") == "tool_result"]
+
+    def drop_calls(self, ids: set[str]) -> None:
+        self.blocks = [
+            b for b in self.blocks if not (b.get("type") == "tool_use" and b.get("id") in ids)
+        ]
+
+    def to_message(self) -> ApiMessage:
+        return ApiMessage(self.role, self.blocks, tuple(self.uuids))
+
+
+def build_messages(groups: Iterable[MessageLines]) -> Built:
+    """The API messages of ``groups`` (see the module docstring for the rules)."""
+    drafts = [_draft(group) for group in groups]
+    _drop_repeated_calls(drafts)
+    split = len(drafts) - _in_progress(drafts)
+    out: list[_Draft] = []
+    for draft in drafts[:split]:
+        if draft.role == "assistant":
+            _append_response(out, draft)
+        else:
+            _append_user(out, draft)
+    if out and out[-1].calls():
+        _abandon_calls(out, set(out[-1].calls()))  # a later response exists: never answered
+    kept = tuple(d.to_message() for d in out)
+    held = drafts[split:]
+    if not held:
+        return Built(kept)
+    waiting = frozenset(held[0].calls()) - {r for d in held[1:] for r in d.results()}
+    return Built(kept, tuple(u for d in held for u in d.uuids), waiting)
+
+
+def _in_progress(drafts: list[_Draft]) -> int:
+    """How many trailing drafts are a response still in progress: the last response if it
+    called tools (1), with the message of its results so far if some are missing (2)."""
+    if drafts and drafts[-1].role == "assistant":
+        return 1 if drafts[-1].calls() else 0
+    if len(drafts) < 2 or drafts[-2].role != "assistant" or not drafts[-2].calls():
+        return 0
+    results = drafts[-1].results()
+    only_results = bool(results) and len(results) == len(drafts[-1].blocks)
+    return 2 if only_results and set(drafts[-2].calls()) - set(results) else 0
+
+
+def _draft(group: MessageLines) -> _Draft:
+    valid = _user_block if group.role == "user" else _assistant_block
+    blocks: list[Block] = []
     for line in group.lines:
-        blocks.extend(content_blocks(line.content))
+        for block in line.content:
+            kept = valid(block)
+            if kept is not None:
+                blocks.append(kept)
     if group.role == "user":
         results = [b for b in blocks if b.get("type") == "tool_result"]
         blocks = results + [b for b in blocks if b.get("type") != "tool_result"]
+    return _Draft(group.role, blocks, list(group.uuids))
+
+
+def _drop_repeated_calls(drafts: list[_Draft]) -> None:
+    """A tool_use id is called once: later blocks with an id already seen are left out."""
+    seen: set[str] = set()
+    for draft in drafts:
+        calls = draft.calls()
+        if not calls:
+            continue
+        if seen.isdisjoint(calls) and len(set(calls)) == len(calls):
+            seen.update(calls)
+            continue
+        kept: list[Block] = []
+        for block in draft.blocks:
+            if block.get("type") == "tool_use":
+                if block["id"] in seen:
+                    continue
+                seen.add(block["id"])
+            kept.append(block)
+        draft.blocks = kept
+
+
+def _append_response(out: list[_Draft], draft: _Draft) -> None:
+    if not out:
+        return  # a conversation starts with the user: a leading response has no prompt
+    if out[-1].role == "assistant":
+        _abandon_calls(out, set(out[-1].calls()))  # nothing answered them
+    if not draft.blocks:
+        return
+    if out[-1].role == "assistant":
+        out[-1].blocks += draft.blocks
+        out[-1].uuids += draft.uuids
     else:
-        # Streaming leaves "\n\n" text blocks between thinking and tool calls; the API refuses
-        # whitespace-only text, and they carry nothing.
-        blocks = [b for b in blocks if not _blank_text(b)] or blocks
-    return ApiMessage(group.role, blocks, group.uuids)
+        out.append(draft)
 
 
-def _blank_text(block: dict[str, Any]) -> bool:
-    text = block.get("text")
-    return block.get("type") == "text" and (not isinstance(text, str) or not text.strip())
+def _append_user(out: list[_Draft], draft: _Draft) -> None:
+    asked = out[-1].calls() if out and out[-1].role == "assistant" else []
+    answered: set[str] = set()
+    blocks: list[Block] = []
+    for block in draft.blocks:
+        if block.get("type") == "tool_result":
+            ident = block["tool_use_id"]
+            if ident not in asked or ident in answered:
+                continue
+            answered.add(ident)
+        blocks.append(block)
+    draft.blocks = blocks
+    missing = set(asked) - answered
+    if missing:
+        _abandon_calls(out, missing)  # the conversation moved on without these results
+    if not draft.blocks:
+        return
+    if out and out[-1].role == "user":
+        out[-1].blocks += draft.blocks
+        out[-1].uuids += draft.uuids
+    else:
+        out.append(draft)
+
+
+def _abandon_calls(out: list[_Draft], ids: set[str]) -> None:
+    """Leave the unanswered calls ``ids`` out of the last (assistant) message."""
+    response = out[-1]
+    response.drop_calls(ids)
+    if not response.blocks:
+        out.pop()
+
+
+# -- which blocks the API accepts, per role ------------------------------------------------------
+
+
+def _user_block(block: Block) -> Block | None:
+    match block.get("type"):
+        case "text":
+            return _clean(block) if _nonblank(block.get("text")) else None
+        case "image" | "document":
+            return _clean(block)
+        case "tool_result":
+            return _tool_result(block)
+        case _:
+            return None
+
+
+def _assistant_block(block: Block) -> Block | None:
+    match block.get("type"):
+        case "text":
+            return _clean(block) if _nonblank(block.get("text")) else None
+        case "thinking" | "redacted_thinking":
+            return _clean(block)
+        case "tool_use":
+            ok = _nonblank(block.get("id")) and _nonblank(block.get("name"))
+            return _clean(block) if ok and isinstance(block.get("input"), dict) else None
+        case _:
+            return None
+
+
+def _tool_result(block: Block) -> Block | None:
+    if not _nonblank(block.get("tool_use_id")):
+        return None
+    content = block.get("content")
+    if content is None or isinstance(content, str):
+        return _clean(block)
+    parts = content if isinstance(content, list) else []
+    kept = [p for p in parts if isinstance(p, dict) and _result_part(p)]
+    if len(kept) == len(parts) and parts is content:
+        return _clean(block)
+    fixed = {k: v for k, v in block.items() if k not in ("content", "cache_control")}
+    if kept:
+        fixed["content"] = kept
+    return fixed
+
+
+def _result_part(part: dict[str, Any]) -> bool:
+    kind = part.get("type")
+    if kind == "text":
+        return _nonblank(part.get("text"))
+    return kind in _MEDIA
+
+
+def _clean(block: Block) -> Block:
+    """The block without prompt-caching marks: a transcript's breakpoints are not ours."""
+    if "cache_control" not in block:
+        return block
+    return {k: v for k, v in block.items() if k != "cache_control"}
+
+
+def _nonblank(text: object) -> bool:
+    return isinstance(text, str) and text.strip() != ""

@@ -2,8 +2,9 @@
 
 Only conversation entries (``user``, ``assistant``, ``system``, ``progress``, ``attachment``)
 become values; bookkeeping lines are dropped by the parser. Each entry keeps just the fields
-memd reads. ``message.content`` stays undecoded JSON (:class:`msgspec.Raw`) until someone needs
-it: most entries are never looked into, and their contents can be megabytes.
+memd reads. ``message.content`` is decoded and validated once, by the parser (valid UTF-8, no
+lone surrogates, bounded nesting), into a tuple of content blocks (plain dicts; a string
+content becomes one text block), so nothing downstream can fail on the bytes of a line.
 
 Entries are immutable and carry no references to the line they came from, so a long-lived
 conversation holds only what it needs.
@@ -11,14 +12,16 @@ conversation holds only what it needs.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import msgspec
 
 SYNTHETIC_MODEL: Final = "<synthetic>"
 COMPACT_BOUNDARY: Final = "compact_boundary"
 TURN_END_SUBTYPES: Final = frozenset({"turn_duration", "stop_hook_summary"})
-EMPTY_CONTENT: Final = msgspec.Raw(b'""')
+
+Block: TypeAlias = dict[str, Any]
+Content: TypeAlias = tuple[Block, ...]
 
 
 class Usage(msgspec.Struct, frozen=True, gc=False):
@@ -48,7 +51,7 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class UserEntry(_Envelope, frozen=True, kw_only=True, gc=False):
     """A ``user`` line: a prompt, tool results, injected (meta) text or a compaction summary."""
 
-    content: msgspec.Raw = EMPTY_CONTENT
+    content: Content = ()
     is_meta: bool = False
     is_compact_summary: bool = False
     tool_result_ids: tuple[str, ...] = ()  # tool_use ids this line answers
@@ -59,7 +62,7 @@ class AssistantEntry(_Envelope, frozen=True, kw_only=True, gc=False):
 
     message_id: str
     model: str | None = None
-    content: msgspec.Raw = EMPTY_CONTENT
+    content: Content = ()
     usage: Usage | None = None
     tool_use_ids: tuple[str, ...] = ()
 
@@ -95,21 +98,3 @@ class AttachmentEntry(_Envelope, frozen=True, kw_only=True, gc=False):
 
 
 Entry = UserEntry | AssistantEntry | SystemEntry | ProgressEntry | AttachmentEntry
-
-_content_decoder: Final = msgspec.json.Decoder()
-
-
-def decode_content(raw: msgspec.Raw) -> str | list[Any]:
-    """Decode an entry's ``message.content``: a string or a list of blocks (plain data)."""
-    value = _content_decoder.decode(raw)
-    if isinstance(value, str | list):
-        return value
-    return ""
-
-
-def content_blocks(raw: msgspec.Raw) -> list[dict[str, Any]]:
-    """``message.content`` as a list of API blocks; a plain string becomes one text block."""
-    value = decode_content(raw)
-    if isinstance(value, str):
-        return [{"type": "text", "text": value}] if value else []
-    return [block for block in value if isinstance(block, dict)]

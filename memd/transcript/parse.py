@@ -1,25 +1,29 @@
 """One transcript line (bytes) to one typed entry (R-T2, FORMAT.md §3).
 
 The decoder is msgspec with typed structs that name only the fields memd reads: everything
-else, ``toolUseResult`` included, is skipped without building Python objects, and
-``message.content`` is kept as raw JSON. Measured on the shared corpus (34 MB, 16k lines):
-typed structs ~1,000 MB/s, untyped msgspec ~470 MB/s, orjson ~430 MB/s, stdlib ~130 MB/s.
+else, ``toolUseResult`` included, is skipped without building Python objects.
+``message.content`` is decoded in the same pass, once: the parser is the one place where the
+bytes of a line can fail, so every entry it returns is safe to use anywhere (R-T7).
 
 Transcripts change between Claude Code versions, so the parser is tolerant: unknown types and
 fields are ignored, and a known field with an unexpected type is dropped (slow path, rare)
-rather than losing the whole entry. Only a line that is not a JSON object is an error.
+rather than losing the whole entry. A line is bad (:class:`BadLine`) when it is not a JSON
+object: invalid UTF-8 anywhere in it, invalid JSON, or content nested deeper than
+:data:`MAX_CONTENT_DEPTH`. A lone UTF-16 surrogate escape (``"\\ud83d"``, what JavaScript
+writes for an emoji cut in half) is not a reason to lose a line: it becomes U+FFFD.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 import msgspec
 
 from memd.transcript.model import (
-    EMPTY_CONTENT,
     AssistantEntry,
     AttachmentEntry,
+    Content,
     Entry,
     ProgressEntry,
     SystemEntry,
@@ -27,11 +31,15 @@ from memd.transcript.model import (
     UserEntry,
 )
 
-__all__ = ["BadLine", "parse_line"]
+__all__ = ["MAX_CONTENT_DEPTH", "BadLine", "parse_line"]
+
+# Nesting allowed in message.content (list > block > tool input > …). Deeper content could make
+# later consumers (JSON and msgpack encoders, the tokenizer's JSON form) hit recursion limits.
+MAX_CONTENT_DEPTH: Final = 100
 
 
 class BadLine(ValueError):
-    """A transcript line that is not a JSON object; the tailer counts it and moves on."""
+    """A transcript line that cannot become an entry; the tailer counts it and moves on."""
 
 
 # Wire structs: the JSON shape, optional everywhere (any key may be absent or null).
@@ -48,7 +56,7 @@ class _WireMessage(msgspec.Struct, gc=False):
     id: str | None = None
     role: str | None = None
     model: str | None = None
-    content: msgspec.Raw = EMPTY_CONTENT
+    content: Any = None
     usage: _WireUsage | None = None
 
 
@@ -74,18 +82,9 @@ class _WireLine(msgspec.Struct, gc=False):
     message: _WireMessage | None = None
 
 
-class _BlockHead(msgspec.Struct, gc=False):
-    """The part of a content block needed to pair tool calls with results."""
-
-    type: Any = None
-    id: Any = None
-    tool_use_id: Any = None
-
-
 _NO_MESSAGE: Final = _WireMessage()
 _NO_COMPACT: Final = _WireCompact()
 _line_decoder: Final = msgspec.json.Decoder(_WireLine)
-_heads_decoder: Final = msgspec.json.Decoder(str | list[_BlockHead] | None)
 _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
 
@@ -95,30 +94,81 @@ def parse_line(line: bytes) -> Entry | None:
 
     Returns ``None`` for lines memd does not use: bookkeeping types (``summary``,
     ``file-history-snapshot``, …), unknown types, conversation lines without a ``uuid``, and
-    blank lines. Raises :class:`BadLine` when the line is not a JSON object.
+    blank lines. Raises :class:`BadLine` for anything that cannot become an entry; no other
+    exception comes out of it, whatever the bytes.
     """
     try:
-        wire = _line_decoder.decode(line)
+        wire = _wire(line)
+        return None if wire is None else _to_entry(wire, line)
+    except RecursionError:
+        raise BadLine("nested deeper than the decoder can follow") from None
+
+
+def _wire(line: bytes) -> _WireLine | None:
+    if not line.isascii():
+        try:
+            line.decode("utf-8")  # also checks the fields the typed decoder skips
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        return _line_decoder.decode(line)
     except msgspec.ValidationError:
-        wire = _lenient(line)
+        return _lenient(line)
     except msgspec.DecodeError as exc:
         if not line.strip():
             return None
-        raise BadLine(f"not valid JSON: {exc}") from None
-    return _to_entry(wire)
+        repaired = replace_lone_surrogates(line)
+        if repaired is None:
+            raise BadLine(f"not valid JSON: {exc}") from None
+    return _wire(repaired)
+
+
+_ESCAPE: Final = re.compile(rb"(\\+)u([dD][89a-fA-F][0-9a-fA-F]{2})")
+_REPLACEMENT: Final = rb"\ufffd"
+
+
+def replace_lone_surrogates(line: bytes) -> bytes | None:
+    """``line`` with each unpaired ``\\uD800``-``\\uDFFF`` escape made ``\\ufffd``; ``None``
+    when it has none (then the line's JSON error is something else)."""
+    escapes = [m for m in _ESCAPE.finditer(line) if len(m.group(1)) % 2 == 1]
+    lone: list[tuple[int, int]] = []
+    i = 0
+    while i < len(escapes):
+        unit = int(escapes[i].group(2), 16)
+        after = escapes[i + 1] if i + 1 < len(escapes) else None
+        if (
+            unit < 0xDC00
+            and after is not None
+            and after.start() == escapes[i].end()
+            and len(after.group(1)) == 1
+            and int(after.group(2), 16) >= 0xDC00
+        ):
+            i += 2  # a valid high + low pair
+            continue
+        lone.append((escapes[i].end() - 6, escapes[i].end()))
+        i += 1
+    if not lone:
+        return None
+    parts: list[bytes] = []
+    start = 0
+    for begin, end in lone:
+        parts += [line[start:begin], _REPLACEMENT]
+        start = end
+    parts.append(line[start:])
+    return b"".join(parts)
 
 
 # Each constructor below spells out the envelope fields (uuid … session_id) rather than
 # sharing a dict of them: building that dict per line measured ~6% of ingest throughput.
-def _to_entry(wire: _WireLine) -> Entry | None:
+def _to_entry(wire: _WireLine, line: bytes) -> Entry | None:
     uuid = wire.uuid
-    if uuid is None:
+    if not uuid:
         return None
     match wire.type:
         case "user":
-            return _user(wire, uuid)
+            return _user(wire, uuid, _content(wire.message, line))
         case "assistant":
-            return _assistant(wire, uuid)
+            return _assistant(wire, uuid, _content(wire.message, line))
         case "system":
             return _system(wire, uuid)
         case "progress":
@@ -145,15 +195,34 @@ def _to_entry(wire: _WireLine) -> Entry | None:
             return None
 
 
-def _content(message: _WireMessage | None) -> msgspec.Raw:
-    if message is None:
-        return EMPTY_CONTENT
-    # A decoded Raw is a view of the whole line (toolUseResult included); keep only our slice.
-    return message.content.copy()
+def _content(message: _WireMessage | None, line: bytes) -> Content:
+    """``message.content`` as blocks: a string is one text block, non-object items drop."""
+    value = None if message is None else message.content
+    if isinstance(value, str):
+        return ({"type": "text", "text": value},) if value else ()
+    if not isinstance(value, list):
+        return ()
+    # A line with fewer brackets than the limit cannot nest deeper: most lines stop here.
+    if line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH and _deeper_than(
+        value, MAX_CONTENT_DEPTH
+    ):
+        raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
+    return tuple(block for block in value if isinstance(block, dict))
 
 
-def _user(wire: _WireLine, uuid: str) -> UserEntry:
-    content = _content(wire.message)
+def _deeper_than(value: list[Any], limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, list | dict):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _user(wire: _WireLine, uuid: str, content: Content) -> UserEntry:
     return UserEntry(
         uuid=uuid,
         parent_uuid=wire.parentUuid,
@@ -169,9 +238,8 @@ def _user(wire: _WireLine, uuid: str) -> UserEntry:
     )
 
 
-def _assistant(wire: _WireLine, uuid: str) -> AssistantEntry:
+def _assistant(wire: _WireLine, uuid: str, content: Content) -> AssistantEntry:
     message = wire.message or _NO_MESSAGE
-    content = _content(message)
     usage = message.usage
     return AssistantEntry(
         uuid=uuid,
@@ -191,10 +259,10 @@ def _assistant(wire: _WireLine, uuid: str) -> AssistantEntry:
 
 def _usage(wire: _WireUsage) -> Usage:
     return Usage(
-        input_tokens=wire.input_tokens or 0,
-        output_tokens=wire.output_tokens or 0,
-        cache_creation_input_tokens=wire.cache_creation_input_tokens or 0,
-        cache_read_input_tokens=wire.cache_read_input_tokens or 0,
+        input_tokens=max(0, wire.input_tokens or 0),
+        output_tokens=max(0, wire.output_tokens or 0),
+        cache_creation_input_tokens=max(0, wire.cache_creation_input_tokens or 0),
+        cache_read_input_tokens=max(0, wire.cache_read_input_tokens or 0),
     )
 
 
@@ -215,18 +283,12 @@ def _system(wire: _WireLine, uuid: str) -> SystemEntry:
     )
 
 
-def _block_ids(content: msgspec.Raw, block_type: str, key: str) -> tuple[str, ...]:
-    """Ids of the ``block_type`` blocks in ``content``, decoding only the block heads."""
-    try:
-        heads = _heads_decoder.decode(content)
-    except msgspec.ValidationError:
-        return ()
-    if not isinstance(heads, list):
-        return ()
+def _block_ids(content: Content, block_type: str, key: str) -> tuple[str, ...]:
+    """Ids of the ``block_type`` blocks in ``content``."""
     ids: list[str] = []
-    for head in heads:
-        if head.type == block_type:
-            value = getattr(head, key)
+    for block in content:
+        if block.get("type") == block_type:
+            value = block.get(key)
             if isinstance(value, str):
                 ids.append(value)
     return tuple(ids)
@@ -269,7 +331,7 @@ def _struct_in(annotation: Any) -> type[msgspec.Struct] | None:
 
 
 def _fits(item: Any, annotation: Any) -> bool:
-    if annotation is msgspec.Raw:
+    if annotation is Any:
         return True
     try:
         msgspec.convert(item, annotation)

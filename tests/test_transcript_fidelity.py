@@ -1,0 +1,101 @@
+"""Generated transcripts, every prefix: memd's conversation is valid for the API and agrees
+with the independent oracle (issue 9 item 6, issue 15 item 2)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memd.testing.api_rules import request_problems
+from memd.transcript.conversation import Conversation
+from tests.transcript_oracle import load, read_values
+
+TOOL_IDS = ["t1", "t2", "t3", "t4"]
+MESSAGE_IDS = ["m1", "m2", "m3"]
+
+_blocks = (
+    st.sampled_from(
+        [
+            {"type": "text", "text": "hello"},
+            {"type": "text", "text": "\n\n"},
+            {"type": "text", "text": ""},
+            {"type": "thinking", "thinking": "hmm", "signature": "s"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}},
+            {"type": "server_tool_use", "id": "s1", "name": "web"},
+            {"type": "tool_use", "id": "t1", "name": "Bash"},  # no input: malformed
+            {"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}},
+        ]
+    )
+    | st.builds(
+        lambda i: {"type": "tool_use", "id": i, "name": "Bash", "input": {"command": "ls"}},
+        st.sampled_from(TOOL_IDS),
+    )
+    | st.builds(
+        lambda i, c: {"type": "tool_result", "tool_use_id": i, "content": c},
+        st.sampled_from(TOOL_IDS),
+        st.sampled_from(
+            ["ok", "", [{"type": "text", "text": " "}], [{"type": "text", "text": "y"}]]
+        ),
+    )
+)
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> list[bytes]:
+    lines: list[bytes] = []
+    uuids: list[str] = []
+    for n in range(draw(st.integers(1, 30))):
+        kind = draw(st.sampled_from(["user", "user", "assistant", "assistant", "progress", "sys"]))
+        parent_choice = draw(st.sampled_from(["prev", "prev", "prev", "none", "dangling", "old"]))
+        parent: str | None = uuids[-1] if uuids else None
+        if parent_choice == "none":
+            parent = None
+        elif parent_choice == "dangling":
+            parent = f"missing-{n}"
+        elif parent_choice == "old" and uuids:
+            parent = draw(st.sampled_from(uuids))
+        uuid = draw(st.sampled_from([f"e{n}", f"e{n}", f"e{max(0, n - 1)}"]))  # some repeats
+        entry: dict[str, Any] = {"type": kind, "uuid": uuid, "parentUuid": parent}
+        if draw(st.integers(0, 9)) == 0:
+            entry["isSidechain"] = True
+        if kind == "sys":
+            entry["type"] = "system"
+            entry["subtype"] = draw(st.sampled_from(["compact_boundary", "turn_duration"]))
+        elif kind == "user":
+            content: Any = draw(st.lists(_blocks, max_size=3) | st.sampled_from(["hi", "", " "]))
+            entry["message"] = {"role": "user", "content": content}
+        elif kind == "assistant":
+            entry["message"] = {
+                "id": draw(st.sampled_from(MESSAGE_IDS)),
+                "model": draw(st.sampled_from(["claude", "claude", "<synthetic>"])),
+                "content": draw(st.lists(_blocks, max_size=2)),
+                "usage": {"input_tokens": n, "output_tokens": draw(st.integers(0, 5))},
+            }
+        lines.append(json.dumps(entry).encode())
+        uuids.append(uuid)
+    return lines
+
+
+@settings(max_examples=300)
+@given(lines=transcripts(), sidechain=st.booleans())
+def test_every_prefix_is_valid_and_agrees_with_the_oracle(
+    lines: list[bytes], sidechain: bool
+) -> None:
+    conversation = Conversation(sidechain=sidechain)
+    values = [load(line) for line in lines]
+    for end, line in enumerate(lines, start=1):
+        conversation.add_lines([line])
+        messages = conversation.api_messages()
+        if messages:
+            body = {"model": "m", "max_tokens": 1, "messages": messages}
+            assert request_problems(body, strict_alternation=True) == [], end
+        expected = read_values(values[:end], sidechain_file=sidechain)
+        assert [e.uuid for e in conversation.active_chain()] == expected.chain, end
+        assert [list(m.uuids) for m in conversation.messages()] == expected.message_uuids, end
+        assert [m.role for m in conversation.messages()] == expected.roles, end
+        assert list(conversation.pending_uuids) == expected.pending, end
+        figure = conversation.context()
+        assert (figure.tokens, figure.stale) == (expected.context_tokens, expected.stale), end
