@@ -225,7 +225,10 @@ def test_env_file_feeds_the_model_is_reloaded_and_refused_when_open(tmp_path: Pa
             environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
             assert b"zq81" not in environ and b"ANTHROPIC_API_KEY" not in environ
             env.chmod(0o644)
-            assert memdctl(home, "reload").returncode == 0
+            done = memdctl(home, "reload")
+            assert (
+                done.returncode == 1 and "env file: " in done.stdout and "chmod 600" in done.stdout
+            )
             status = call(home, "status")
             assert not status["llm"]["enabled"]
             assert "chmod 600" in status["daemon"]["env_file"]["problem"]

@@ -203,4 +203,5 @@ def cmd_reload(ctx: Ctx) -> int:
     except RemoteError as exc:
         raise CliFailure(f"reload failed: {exc.message}") from None
     ctx.emit(result, render.render_reload)
-    return EXIT_OK if str(result.get("result", "")).startswith("reloaded") else EXIT_REMOTE
+    reloaded = str(result.get("result", "")).startswith("reloaded")
+    return EXIT_OK if reloaded and not result.get("env_file_problem") else EXIT_REMOTE

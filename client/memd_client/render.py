@@ -138,6 +138,8 @@ def notes_state(n: dict[str, Any]) -> str:
 
 def render_reload(r: dict[str, Any]) -> str:
     lines = [str(r.get("result"))]
+    if r.get("env_file_problem"):
+        lines.append(f"env file: {r['env_file_problem']}")
     for key in r.get("restart_needed") or []:
         lines.append(
             f"{key} changed: it takes effect after a restart (systemctl --user restart memd)"

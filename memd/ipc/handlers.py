@@ -105,23 +105,18 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
 
     async def config(params: dict[str, Any]) -> Any:
         """The effective configuration and the resolved paths."""
-        paths = daemon.loaded.paths
-        return {
-            "config": config_as_dict(daemon.loaded.config),
-            "paths": {
-                "config_file": str(paths.config_file) if paths.config_file else None,
-                "projects_root": str(paths.projects_root),
-                "state_dir": str(paths.state_dir),
-                "socket": str(paths.socket_path),
-            },
-        }
+        return config_result(daemon)
 
     async def reload(params: dict[str, Any]) -> Any:
         """Reload the config file and the env file (the same path as SIGHUP). Result: outcome
         text, and the settings that changed but wait for a restart."""
         result = daemon.reload()
         last = daemon.last_reload
-        return {"result": result, "restart_needed": list(last.restart_needed) if last else []}
+        return {
+            "result": result,
+            "restart_needed": list(last.restart_needed) if last else [],
+            "env_file_problem": daemon.env_file.problem,
+        }
 
     return {
         "hello": hello,
@@ -169,6 +164,19 @@ def deferred_methods(daemon: Daemon) -> dict[str, Handler]:
         return call
 
     return {name: stand_in(name) for name in FEATURE_METHODS}
+
+
+def config_result(daemon: Daemon) -> dict[str, Any]:
+    paths = daemon.loaded.paths
+    return {
+        "config": config_as_dict(daemon.loaded.config),
+        "paths": {
+            "config_file": str(paths.config_file) if paths.config_file else None,
+            "projects_root": str(paths.projects_root),
+            "state_dir": str(paths.state_dir),
+            "socket": str(paths.socket_path),
+        },
+    }
 
 
 def compact_threshold(daemon: Daemon) -> int:
