@@ -9,16 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp_types import CallToolResult, Implementation, TextContent
+from mcp_types import CallToolResult, Implementation, ListRootsResult, Root, TextContent
+from pydantic import FileUrl
 
 from tests.daemon_harness import Home
 
 
 @asynccontextmanager
 async def mcp_session(
-    home: Home, cwd: Path, *, client: str = "codex-test", env: dict[str, str] | None = None
+    home: Home,
+    cwd: Path,
+    *,
+    client: str = "codex-test",
+    env: dict[str, str] | None = None,
+    roots: list[Path] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """A fresh ``python -m memd.mcp`` process in ``cwd`` and an initialized SDK session."""
     params = StdioServerParameters(
@@ -28,11 +34,21 @@ async def mcp_session(
         cwd=str(cwd),
     )
     info = Implementation(name=client, version="1.0")
+    answer = ListRootsResult(roots=[Root(uri=FileUrl(p.as_uri())) for p in roots or []])
+
+    async def list_roots(context: ClientRequestContext) -> ListRootsResult:
+        return answer
+
     # The server's stderr goes to a file beside the daemon's log (the SDK wants a text file).
     with open(home.root / "memd-mcp.log", "a") as errlog:  # noqa: ASYNC230 - a local file
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write, client_info=info) as session,
+            ClientSession(
+                read,
+                write,
+                client_info=info,
+                list_roots_callback=list_roots if roots is not None else None,
+            ) as session,
         ):
             with anyio.fail_after(30):
                 await session.initialize()

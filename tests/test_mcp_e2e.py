@@ -171,7 +171,9 @@ async def test_remember_honours_the_opt_out_and_limits(tmp_path: Path) -> None:
             stop_memd(proc)
 
 
-async def test_home_is_refused_with_how_to_name_the_project(tmp_path: Path) -> None:
+async def test_home_is_refused_roots_and_claude_project_dir_name_the_project(
+    tmp_path: Path,
+) -> None:
     with fake_home(tmp_path) as home:
         proc = start_memd(home)
         try:
@@ -182,6 +184,17 @@ async def test_home_is_refused_with_how_to_name_the_project(tmp_path: Path) -> N
                 repo = make_project(tmp_path)
                 named = await call(session, "list_memories", {"project": str(repo)})
                 assert not named.is_error and "No memories yet" in text_of(named)
+            # The client's root, else CLAUDE_PROJECT_DIR, names the project instead of the cwd.
+            other = tmp_path / "work" / "other"
+            (other / ".git").mkdir(parents=True)
+            env = {"CLAUDE_PROJECT_DIR": str(repo)}
+            async with mcp_session(home, tmp_path, env=env, roots=[other / "sub"]) as session:
+                (other / "sub").mkdir()
+                status = text_of(await call(session, "memory_status", {}))
+                assert f"project root: {other}\n" in status
+            async with mcp_session(home, tmp_path, env=env) as session:
+                status = text_of(await call(session, "memory_status", {}))
+                assert f"project root: {repo}\n" in status
         finally:
             stop_memd(proc)
 

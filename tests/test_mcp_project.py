@@ -49,3 +49,19 @@ def test_root_uris() -> None:
         assert path_from_root(uri) is None
     # Non-file roots are skipped, not fatal.
     assert isinstance(resolve_project(None, ["https://x"], None, None, None), NoProject)
+
+
+def test_the_server_imports_no_daemon_internals() -> None:
+    """memd-mcp starts with the SDK and the msgpack client only (R-I4: a thin face)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, memd.mcp.server; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('anthropic', 'tiktoken', 'yaml', 'tomlkit') or m.startswith("
+        "('memd.daemon', 'memd.memory', 'memd.ipc', 'memd.llm', 'memd.config')))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
