@@ -22,7 +22,7 @@ from memd.ipc.params import opt_str, req_str
 from memd.ipc.server import Handler, InvalidParams
 from memd.memory.location import Location
 from memd.memory.paths import project_root, project_slug
-from memd.memory.remember import Limits, MemoryDraft, write_memory
+from memd.memory.remember import Limits, MemoryDraft, Written, write_memory
 from memd.memory.remember import read_memory as read_memory_file
 from memd.privacy import scrub_text
 from memd.state import SessionState
@@ -39,118 +39,126 @@ class Busy(InvalidParams):
 
 
 def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
-    async def remember(params: dict[str, Any]) -> Any:
-        """Params: ``cwd`` (absolute, inside the project), ``type``, ``name``,
-        ``description``, ``content``, optional ``agent`` (who writes). Writes one memory file
-        and its index line (see :mod:`memd.memory.remember`). Result: ``file``, ``path``,
-        ``created``, ``redacted`` (kind → count), ``memory_dir``. Errors: invalid_params
-        (a bad field, the size limit, a full index, memory off for the project)."""
-        where = await _located(daemon, params)
-        draft = MemoryDraft(
-            req_str(params, "type", "one of user, feedback, project, reference"),
-            req_str(params, "name", "a short title for the memory"),
-            req_str(params, "description", "one line saying when the memory is useful"),
-            req_str(params, "content", "the memory itself"),
-            opt_str(params, "agent") or "",
-        )
-        memory, privacy = daemon.loaded.config.memory, daemon.loaded.config.privacy
-        limits = Limits(
-            daemon.loaded.config.mcp.remember_max_bytes,
-            memory.index_max_lines,
-            memory.index_max_bytes,
-            privacy.redact_secrets,
-        )
-        key = str(where.memory_dir)
-        written = None
-        with anyio.move_on_after(HOLD_WAIT_S):
-            async with daemon.exclusion.hold(key, "remember"):
-                try:
-                    written = await anyio.to_thread.run_sync(
-                        write_memory, where.memory_dir, draft, limits
-                    )
-                except ValueError as exc:  # RememberRefused, or a path outside the dir
-                    raise InvalidParams(str(exc)) from None
-                except OSError as exc:
-                    raise InvalidParams(f"the memory could not be written: {exc}") from None
-        if written is None:
-            raise Busy(
-                f"{daemon.exclusion.holder(key) or 'another writer'} is changing this project's "
-                f"memories; nothing was written. Try again in a minute"
-            )
-        return {
-            "file": written.relative,
-            "path": str(written.path),
-            "created": written.created,
-            "redacted": dict(written.redacted),
-            "memory_dir": str(where.memory_dir),
-        }
-
-    async def project_status(params: dict[str, Any]) -> Any:
-        """Params: ``cwd``. Result: the project root and memory dir, opt-out, the index
-        figures, the number of memories, the last extraction run for the project, and its
-        Claude Code sessions (newest first, at most 20) with their notes status."""
-        cwd = _cwd(params)
-        svc = daemon.memory
-        index = await _valid(svc.index(cwd))
-        listing = await _valid(svc.memories(cwd=cwd))
-        sessions = await project_sessions(daemon, cwd)
-        runs = svc.statistics()["projects"].get(index["memory_dir"])
-        return {
-            "project_root": str(await anyio.to_thread.run_sync(project_root, Path(cwd))),
-            "memory_dir": index["memory_dir"],
-            "opted_out": index["opted_out"],
-            "disabled": index["disabled"],
-            "index": {k: index[k] for k in ("exists", "total_lines", "total_bytes", "truncated")},
-            "memories": len(listing["memories"]),
-            "extraction": runs,
-            "sessions": [_session_row(daemon, s) for s in sessions[:MAX_PROJECT_SESSIONS]],
-            "dream": _dream_row(daemon, index["memory_dir"]),
-        }
-
-    async def project_notes(params: dict[str, Any]) -> Any:
-        """Params: ``cwd``, optional ``session`` (id or unique prefix). The working notes of
-        the named session, else of the project's most recently active session that has
-        notes (else its most recent one). Errors: not_found (no session in the project),
-        invalid_params (memory work is off for the project)."""
-        where = await _located(daemon, params)
-        sessions = await project_sessions(daemon, _cwd(params))
-        wanted = opt_str(params, "session")
-        if wanted:
-            sessions = [s for s in sessions if s.session_id.startswith(wanted)]
-        if not sessions:
-            suffix = f" matching {wanted!r}" if wanted else ""
-            raise NotFound(f"no Claude Code session{suffix} in the project of {where.memory_dir}")
-        views = [
-            await daemon.notes.read_notes(s.session_id) for s in sessions[:MAX_PROJECT_SESSIONS]
-        ]
-        view = next((v for v in views if v.text is not None and not v.empty), views[0])
-        data = view.as_dict()
-        if data["text"] is not None:
-            data["text"] = scrub_text(
-                data["text"], secrets=daemon.loaded.config.privacy.redact_secrets
-            )
-        state = daemon.registry.get(view.session_id)
-        data["cwd"] = state.cwd if state else ""
-        data["last_activity"] = state.mtime if state else 0.0
-        return {**data, "disabled": daemon.notes.disabled_reason}
-
-    async def read_memory(params: dict[str, Any]) -> Any:
-        """Params: ``cwd``, ``name`` (a memory's file or its frontmatter name). Result: the
-        memory in full (scrubbed) with type, agent, mtime, age and freshness warning.
-        Errors: not_found, invalid_params (a path outside the memory dir, memory off)."""
-        where = await _located(daemon, params)
-        wanted = req_str(params, "name", "a memory's file (as list_memories shows) or name")
-        now_ms = int(daemon.clock.now() * 1000)
-        secrets = daemon.loaded.config.privacy.redact_secrets
-        read = partial(read_memory_file, where.memory_dir, wanted, now_ms=now_ms, secrets=secrets)
-        return await _valid(anyio.to_thread.run_sync(read))
-
     return {
-        "remember": remember,
-        "read_memory": read_memory,
-        "project_status": project_status,
-        "project_notes": project_notes,
+        "remember": partial(remember, daemon),
+        "read_memory": partial(read_memory, daemon),
+        "project_status": partial(project_status, daemon),
+        "project_notes": partial(project_notes, daemon),
     }
+
+
+async def remember(daemon: Daemon, params: dict[str, Any]) -> Any:
+    """Params: ``cwd`` (absolute, inside the project), ``type``, ``name``, ``description``,
+    ``content``, optional ``agent`` (who writes). Writes one memory file and its index line
+    (see :mod:`memd.memory.remember`) while no extraction or dream holds the dir (waiting up
+    to 15 s). Result: ``file``, ``path``, ``created``, ``redacted`` (kind → count),
+    ``memory_dir``. Errors: invalid_params (a bad field, the size limit, a full index,
+    memory off for the project, the dir busy)."""
+    where = await _located(daemon, params)
+    draft = MemoryDraft(
+        req_str(params, "type", "one of user, feedback, project, reference"),
+        req_str(params, "name", "a short title for the memory"),
+        req_str(params, "description", "one line saying when the memory is useful"),
+        req_str(params, "content", "the memory itself"),
+        opt_str(params, "agent") or "",
+    )
+    cfg = daemon.loaded.config
+    limits = Limits(
+        cfg.mcp.remember_max_bytes,
+        cfg.memory.index_max_lines,
+        cfg.memory.index_max_bytes,
+        cfg.privacy.redact_secrets,
+    )
+    written = await _write_held(daemon, where.memory_dir, draft, limits)
+    return {
+        "file": written.relative,
+        "path": str(written.path),
+        "created": written.created,
+        "redacted": dict(written.redacted),
+        "memory_dir": str(where.memory_dir),
+    }
+
+
+async def _write_held(
+    daemon: Daemon, directory: Path, draft: MemoryDraft, limits: Limits
+) -> Written:
+    key = str(directory)
+    with anyio.move_on_after(HOLD_WAIT_S):
+        async with daemon.exclusion.hold(key, "remember"):
+            try:
+                return await anyio.to_thread.run_sync(write_memory, directory, draft, limits)
+            except ValueError as exc:  # RememberRefused, or a path outside the dir
+                raise InvalidParams(str(exc)) from None
+            except OSError as exc:
+                raise InvalidParams(f"the memory could not be written: {exc}") from None
+    raise Busy(
+        f"{daemon.exclusion.holder(key) or 'another writer'} is changing this project's "
+        "memories; nothing was written. Try again in a minute"
+    )
+
+
+async def project_status(daemon: Daemon, params: dict[str, Any]) -> Any:
+    """Params: ``cwd``. Result: the project root and memory dir, opt-out, the index
+    figures, the number of memories, the last extraction run for the project, its Claude
+    Code sessions (newest first, at most 20) with their notes status, its dream row."""
+    cwd = _cwd(params)
+    svc = daemon.memory
+    index = await _valid(svc.index(cwd))
+    listing = await _valid(svc.memories(cwd=cwd))
+    sessions = await project_sessions(daemon, cwd)
+    runs = svc.statistics()["projects"].get(index["memory_dir"])
+    return {
+        "project_root": str(await anyio.to_thread.run_sync(project_root, Path(cwd))),
+        "memory_dir": index["memory_dir"],
+        "opted_out": index["opted_out"],
+        "disabled": index["disabled"],
+        "index": {k: index[k] for k in ("exists", "total_lines", "total_bytes", "truncated")},
+        "memories": len(listing["memories"]),
+        "extraction": runs,
+        "sessions": [_session_row(daemon, s) for s in sessions[:MAX_PROJECT_SESSIONS]],
+        "dream": _dream_row(daemon, index["memory_dir"]),
+    }
+
+
+async def project_notes(daemon: Daemon, params: dict[str, Any]) -> Any:
+    """Params: ``cwd``, optional ``session`` (id or unique prefix). The working notes of
+    the named session, else of the project's most recently active session that has notes
+    (else its most recent one). Errors: not_found (no session in the project),
+    invalid_params (memory work is off for the project)."""
+    where = await _located(daemon, params)
+    sessions = await project_sessions(daemon, _cwd(params))
+    wanted = opt_str(params, "session")
+    if wanted:
+        sessions = [s for s in sessions if s.session_id.startswith(wanted)]
+    if not sessions:
+        suffix = f" matching {wanted!r}" if wanted else ""
+        raise NotFound(f"no Claude Code session{suffix} in the project of {where.memory_dir}")
+    view = await daemon.notes.read_notes(sessions[0].session_id)
+    for other in sessions[1:MAX_PROJECT_SESSIONS]:
+        if view.text is not None and not view.empty:
+            break
+        candidate = await daemon.notes.read_notes(other.session_id)
+        if candidate.text is not None and not candidate.empty:
+            view = candidate
+    data = view.as_dict()
+    if data["text"] is not None:
+        data["text"] = scrub_text(data["text"], secrets=daemon.loaded.config.privacy.redact_secrets)
+    state = daemon.registry.get(view.session_id)
+    data["cwd"] = state.cwd if state else ""
+    data["last_activity"] = state.mtime if state else 0.0
+    return {**data, "disabled": daemon.notes.disabled_reason}
+
+
+async def read_memory(daemon: Daemon, params: dict[str, Any]) -> Any:
+    """Params: ``cwd``, ``name`` (a memory's file or its frontmatter name). Result: the
+    memory in full (scrubbed) with type, agent, mtime, age and freshness warning.
+    Errors: not_found, invalid_params (memory off for the project)."""
+    where = await _located(daemon, params)
+    wanted = req_str(params, "name", "a memory's file (as list_memories shows) or name")
+    now_ms = int(daemon.clock.now() * 1000)
+    secrets = daemon.loaded.config.privacy.redact_secrets
+    read = partial(read_memory_file, where.memory_dir, wanted, now_ms=now_ms, secrets=secrets)
+    return await _valid(anyio.to_thread.run_sync(read))
 
 
 def _dream_row(daemon: Daemon, memory_dir: str) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Which project an MCP call is about (pure).
+"""Which project an MCP call is about (no I/O beyond stat and realpath).
 
 In this order, the first one given decides:
 
