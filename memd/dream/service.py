@@ -56,6 +56,9 @@ from memd.state import SessionState
 log = logging.getLogger(__name__)
 
 HISTORY = 10
+# A dream parked by the cost guard (an error retrying cannot fix) stays parked for automatic
+# checks; `memdctl dream --force` is the manual trigger that releases it.
+GUARD_KEY = "dream"
 ABORT_WAIT_S = 120.0
 
 
@@ -134,6 +137,8 @@ class DreamService:
         if where.opted_out:
             raise ValueError(f"the project is opted out of memory: {where.opted_out}")
         found = self._dir(where.memory_dir)
+        if force:
+            self._guard.release("dream", subject=found.key)
         verdict, record = await self._check(found, force=force, trigger="", auto=False)
         return {
             "memory_dir": str(found.memory_dir),
@@ -207,9 +212,9 @@ class DreamService:
             return "the model client is loading"
         if isinstance(llm, Disabled):
             return llm.reason
-        decision = self._guard.check("dream", subject=key)
+        decision = self._guard.check("dream", subject=key, input_key=GUARD_KEY)
         if not isinstance(decision, GuardGo):
-            return f"cost guard: {type(decision).__name__.lower()}"
+            return f"cost guard: {decision.reason}"
         return None
 
     # -- a run -------------------------------------------------------------------------------
@@ -345,7 +350,7 @@ class DreamService:
             self._guard.record_success("dream", subject=found.key)
         elif outcome.error is not None:
             self._guard.record_failure(
-                "dream", outcome.error, subject=found.key, input_key=record.run_id
+                "dream", outcome.error, subject=found.key, input_key=GUARD_KEY
             )
         record.state, record.reason = outcome.state, outcome.reason
         record.turns, record.tool_calls = outcome.turns, outcome.tool_calls
