@@ -159,14 +159,20 @@ async def test_remember_honours_the_opt_out_and_limits(tmp_path: Path) -> None:
                     {"type": "project", "name": "n", "description": "d", "content": "x" * 5000},
                 )
                 assert big.is_error and "mcp.remember_max_bytes" in text_of(big)
+                assert not memory_dir(home.projects, repo).exists()
+                secret = "deploy with sk-ant-api03-" + "k" * 40 + " <private>my pin 9931</private>"
+                args = {"type": "project", "name": "Deploy", "description": "d", "content": secret}
+                saved = text_of(await call(session, "remember", args))
+                assert "Removed before writing: anthropic_key ×1, private ×1" in saved
+                written = (memory_dir(home.projects, repo) / "project_deploy.md").read_text()
+                assert "sk-ant-api03" not in written and "9931" not in written
                 (repo / ".memd-ignore").touch()
-                off = await call(
-                    session,
-                    "remember",
-                    {"type": "project", "name": "n", "description": "d", "content": "c"},
-                )
+                off = await call(session, "remember", {**args, "name": "Other"})
                 assert off.is_error and ".memd-ignore" in text_of(off)
-            assert not memory_dir(home.projects, repo).exists()
+                listing = await call(session, "list_memories", {})
+                assert "Memory is off for this project" in text_of(listing)
+            files = sorted(p.name for p in memory_dir(home.projects, repo).iterdir())
+            assert files == ["MEMORY.md", "project_deploy.md"]
         finally:
             stop_memd(proc)
 
