@@ -134,21 +134,23 @@ def test_ambiguous_id_exits_2_with_candidates_and_ids_are_unique(tmp_path: Path)
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`memdctl status | head -1` ended in a BrokenPipeError traceback."""
     with fake_home(tmp_path) as home:
         proc = start_memd(home)
         try:
-            reader = subprocess.Popen(
-                [sys.executable, "-m", "memd_client.cli", "status"],
-                env=home.env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-            assert reader.stdout is not None and reader.stderr is not None
-            reader.stdout.close()  # the reader went away before memdctl printed
-            code = reader.wait(timeout=30)
-            assert code == 141
-            assert reader.stderr.read() == b""
-            reader.stderr.close()
+            buffered = {k: v for k, v in home.env.items() if k != "PYTHONUNBUFFERED"}
+            for command in ("status", "sessions", "config"):  # long and one-line outputs
+                reader = subprocess.Popen(
+                    [sys.executable, "-m", "memd_client.cli", command],
+                    env=buffered,  # as a user runs it: stdout into a pipe is block-buffered
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+                assert reader.stdout is not None and reader.stderr is not None
+                reader.stdout.close()  # the reader went away before memdctl printed
+                assert reader.wait(timeout=30) == 141
+                assert reader.stderr.read() == b""
+                reader.stderr.close()
         finally:
             assert stop_memd(proc) == 0
 

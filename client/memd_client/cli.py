@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ctx = Ctx(args)
     try:
-        return _run(ctx)
+        code = _run(ctx)
+        ctx.out.flush()  # a reader that went away shows here, not at interpreter exit
+        return code
     except BrokenPipeError:
         # The reader is gone: point stdout at /dev/null so the interpreter's final flush
         # does not print a second traceback, and end like any tool whose pipe closed.
