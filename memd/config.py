@@ -97,6 +97,10 @@ class MemoryConfig:
     recall_timeout_s: float = 3.0
     extraction_quiet_s: float = 30.0  # R-M3: quiet period after an answer with no tool calls
     extraction_max_turns: int = 4
+    # Issue 10: the model's share of a recall on the prompt path (then the lexical answer).
+    recall_model_budget_s: float = 0.6
+    # Issue 10: extract for sessions whose Claude Code writes its own memories too.
+    extract_beside_claude_code: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from memd.config import LLMConfig
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.testing.loopback import LoopbackAPI
+from tests.claude_cli import PACKAGE, ClaudeCLI, installed_claude
 
 # One Hypothesis profile for every @given, loaded before any test module is imported so each
 # @settings(...) in the suite inherits it: no deadline and no "too slow" or "too large" health
@@ -173,3 +174,13 @@ def pytest_runtest_makereport(
             release_locals(call.excinfo.tb)
             gc.collect()
     return report
+
+
+@pytest.fixture(scope="session")
+def claude_cli() -> ClaudeCLI:
+    """The real Claude Code CLI (pinned, installed with npm into a cache dir on first use);
+    skips when npm is absent. See ``tests/claude_cli.py``."""
+    command = installed_claude()
+    if command is None:
+        pytest.skip(f"npm is not installed: cannot install {PACKAGE} for the real-client tests")
+    return ClaudeCLI(command)

@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memd_client.hook import render
+import memd_client
+from memd.memory.hook_context import hook_stdout
 from memd_client.hooks_install import install_hooks, merge_hooks
 
 EVENTS = [
@@ -57,8 +59,8 @@ def test_garbage_stdin_is_ignored(tmp_path: Path, stdin: bytes) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
 
 
-def test_render_uses_the_hooks_json_format() -> None:
-    out = render("UserPromptSubmit", {"additionalContext": "remember: tests use pytest"})
+def test_the_daemon_renders_the_hooks_json_format() -> None:
+    out = hook_stdout("UserPromptSubmit", "remember: tests use pytest")
     assert out is not None
     assert json.loads(out) == {
         "hookSpecificOutput": {
@@ -66,8 +68,27 @@ def test_render_uses_the_hooks_json_format() -> None:
             "additionalContext": "remember: tests use pytest",
         }
     }
-    assert render("Stop", {"additionalContext": ""}) is None
-    assert render("Stop", None) is None
+    assert hook_stdout("Stop", "anything") is None
+    assert hook_stdout("SessionStart", None) is None
+
+
+def test_the_hook_imports_no_heavy_module() -> None:
+    """Its import graph is os, sys, _socket and msgpack (issue 12): no pathlib, socket,
+    json or typing, measured in a fresh interpreter that has not imported them."""
+    code = (
+        "import sys; before = set(sys.modules); import memd_client.hook as h; "
+        "h.request(b'{}', {}); import _socket; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    packages = str(Path(msgpack.__file__).parents[1])
+    client = str(Path(memd_client.__file__).parents[1])
+    env = {"PYTHONPATH": f"{client}:{packages}", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert not loaded & {"pathlib", "socket", "json", "typing", "re", "memd_client.client"}
 
 
 def test_install_hooks_keeps_user_hooks_and_is_idempotent(tmp_path: Path) -> None:
@@ -112,7 +133,7 @@ json_values = st.recursive(
 @given(st.dictionaries(st.sampled_from(["model", "env", "permissions", "x"]), json_values))
 def test_merge_keeps_everything_else(settings: dict[str, Any]) -> None:
     merged, changed = merge_hooks(settings, "/bin/memd-hook")
-    assert changed == ["SessionStart", "UserPromptSubmit", "Stop"]
+    assert changed == ["SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"]
     assert {k: v for k, v in merged.items() if k != "hooks"} == settings
     again, changed_again = merge_hooks(merged, "/bin/memd-hook")
     assert again == merged and changed_again == []

@@ -3,6 +3,7 @@ over a memory service (no model: the lexical ranker answers recalls)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
@@ -114,7 +115,11 @@ def test_the_recall_inside_a_hook_fits_the_hooks_own_deadline() -> None:
 
 
 class Fixture:
-    def __init__(self, tmp: Path, config: Config | None = None) -> None:
+    def __init__(
+        self, tmp: Path, config: Config | None = None, *, claude_auto_memory: bool = False
+    ) -> None:
+        # Claude Code's user settings (the service's claude dir is the projects root's parent)
+        (tmp / "settings.json").write_text(json.dumps({"autoMemoryEnabled": claude_auto_memory}))
         self.clock = FakeClock(start=time.time())
         self.cwd = tmp / "work" / "proj"
         self.cwd.mkdir(parents=True)
@@ -177,25 +182,58 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
     )
     both = resumed["additionalContext"]
     assert both is not None and both.index("Real DB") < both.index("working on s1")
-    budget = utf8_len(both.split("\n\nWorking notes")[0]) + 80
-    tight = await hook_context(
+    resumed = await hook_context(
         "SessionStart",
         world.event("SessionStart", source="resume"),
         world.service,
         notes_for=notes_for,
-        budget_bytes=budget,
+        budget_bytes=BUDGET,
     )
-    cut = tight["additionalContext"]
-    assert cut is not None and utf8_len(cut) <= budget and "Real DB" in cut
-    assert "working on" not in cut and cut.endswith("injection budget]")
-    nothing = await hook_context(
-        "SessionStart",
-        world.event("SessionStart", source="resume"),
-        world.service,
-        notes_for=notes_for,
-        budget_bytes=40,
+    assert resumed == {"additionalContext": None}  # the index is in the conversation already
+    prompt = world.event("UserPromptSubmit", prompt="zzz unrelated")
+    owed = await hook_context(
+        "UserPromptSubmit", prompt, world.service, notes_for=notes_for, budget_bytes=BUDGET
     )
+    assert owed["additionalContext"] is not None and "working on s1" in owed["additionalContext"]
+    again = await hook_context(
+        "UserPromptSubmit", prompt, world.service, notes_for=notes_for, budget_bytes=BUDGET
+    )
+    assert again == {"additionalContext": None}  # the notes once per resume
+
+
+@pytest.mark.anyio
+async def test_index_is_cut_to_the_budget_with_a_note(tmp_path: Path) -> None:
+    world = Fixture(tmp_path)
+    (world.memory / "MEMORY.md").write_text(
+        "".join(f"- [Memory {n}](m{n}.md) — hook {n}\n" for n in range(40))
+    )
+    event = world.event("SessionStart", source="startup")
+    cut = (await hook_context("SessionStart", event, world.service, budget_bytes=600))[
+        "additionalContext"
+    ]
+    assert cut is not None and utf8_len(cut) <= 600 and "Memory 0" in cut
+    assert cut.endswith("injection budget]")
+    nothing = await hook_context("SessionStart", event, world.service, budget_bytes=40)
     assert nothing == {"additionalContext": None}
+
+
+@pytest.mark.anyio
+async def test_no_index_when_claude_code_loads_its_own(tmp_path: Path) -> None:
+    world = Fixture(tmp_path, claude_auto_memory=True)
+    (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md) — never mock Postgres\n")
+    event = world.event("SessionStart", source="startup")
+    assert await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET) == {
+        "additionalContext": None
+    }
+    off = {**event, "session_id": "s2"}
+    forced_off = await hook_context(
+        "SessionStart",
+        off,
+        world.service,
+        budget_bytes=BUDGET,
+        env={"CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1"},
+    )
+    assert "Real DB" in str(forced_off["additionalContext"])
 
 
 @pytest.mark.anyio
@@ -279,20 +317,20 @@ async def test_prompt_submit_degrades_to_the_best_memory_cut_under_a_small_budge
 
 
 @pytest.mark.anyio
-async def test_stop_queues_an_extraction_and_injects_nothing(tmp_path: Path) -> None:
+async def test_stop_and_session_end_arm_a_turn_end_and_inject_nothing(tmp_path: Path) -> None:
     world = Fixture(tmp_path)
-    event = world.event("Stop", transcript_path="/t/-work-proj/s1.jsonl", stop_hook_active=False)
-    assert await hook_context("Stop", event, world.service, budget_bytes=BUDGET) == {
-        "additionalContext": None
-    }
-    assert world.service.statistics()["queued"] == 1
+    for name in ("Stop", "SessionEnd"):
+        event = world.event(name, transcript_path="/t/-work-proj/s1.jsonl", stop_hook_active=False)
+        assert await hook_context(name, event, world.service, budget_bytes=BUDGET) == {
+            "additionalContext": None
+        }
+        assert world.service.statistics()["quiet_timers"] == 1  # waiting for the transcript
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     "event,fields",
     [
-        ("SessionEnd", {"reason": "other"}),
         ("UserPromptSubmit", {"prompt": "   "}),
         ("UserPromptSubmit", {"prompt": "postgres", "cwd": "relative/dir"}),
         ("SessionStart", {"cwd": None}),

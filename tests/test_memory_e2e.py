@@ -75,7 +75,8 @@ def context_of(done: subprocess.CompletedProcess[bytes], event: str) -> str:
 def test_hook_events_recall_and_memories(tmp_path: Path) -> None:
     cwd = tmp_path / "work" / "proj"
     cwd.mkdir(parents=True)
-    with fake_home(tmp_path) as home:
+    # Claude Code's own auto memory off (forwarded by the hook): memd injects its index.
+    with fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home:
         write_memories(home, cwd, age_days=3)
         proc = start_memd(home)
         try:

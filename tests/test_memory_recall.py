@@ -81,8 +81,11 @@ def memory_dir(tmp_path: Path, clock: FakeClock) -> Path:
     return directory
 
 
-def config(timeout_s: float = 3.0) -> Config:
-    return replace(Config(), memory=MemoryConfig(recall_timeout_s=timeout_s))
+def config(timeout_s: float = 3.0, model_budget_s: float | None = None) -> Config:
+    """The whole recall budget is the model's unless ``model_budget_s`` says otherwise."""
+    budget = timeout_s if model_budget_s is None else model_budget_s
+    memory = MemoryConfig(recall_timeout_s=timeout_s, recall_model_budget_s=budget)
+    return replace(Config(), memory=memory)
 
 
 def selector_answer(api: LoopbackAPI, text: str) -> None:
@@ -228,6 +231,27 @@ async def test_a_server_slower_than_the_budget_is_cut_off_within_the_timeout(
         )
     assert time.monotonic() - started < 1.0
     assert result.method == "lexical" and "did not answer" in result.reason
+    assert result.memories[0].relative == "feedback_testing.md"
+
+
+@pytest.mark.anyio
+async def test_the_model_gets_only_its_own_budget_then_the_lexical_answer_goes_out(
+    api: LoopbackAPI, llm: LLM, memory_dir: Path
+) -> None:
+    """The prompt path stays fast: a slow model costs ``recall_model_budget_s``, not the
+    whole recall timeout."""
+    api.delay_next(1, seconds=30.0)
+    started = time.monotonic()
+    with anyio.fail_after(2.5):
+        result = await recall(
+            "postgres integration tests",
+            memory_dir=memory_dir,
+            llm=llm,
+            cfg=config(timeout_s=10.0, model_budget_s=0.3),
+            clock=SystemClock(),
+        )
+    assert time.monotonic() - started < 2.5  # a guard; bench/recall.py measures it
+    assert result.method == "lexical" and "within 0.3 s" in result.reason
     assert result.memories[0].relative == "feedback_testing.md"
 
 

@@ -21,6 +21,7 @@ from memd.llm.ledger import Ledger
 from memd.memory.cursors import CursorStore
 from memd.memory.paths import memory_dir
 from memd.memory.service import MemoryService
+from memd.memory.turns import STOP_WAIT_S
 from memd.state import SessionState
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
@@ -51,7 +52,10 @@ class World:
     tmp: Path
     llm: LLM | Disabled | None
     clock: FakeClock = field(default_factory=FakeClock)
-    config: Config = field(default_factory=Config)
+    # Claude Code's own auto memory is on by default: memd extracts beside it in these tests.
+    config: Config = field(
+        default_factory=lambda: Config(memory=MemoryConfig(extract_beside_claude_code=True))
+    )
     builders: dict[str, TranscriptBuilder] = field(default_factory=dict)
     states: dict[str, SessionState] = field(default_factory=dict)
     conversations_read: int = 0
@@ -293,14 +297,60 @@ async def test_turn_ends_come_from_the_counter_and_from_a_quiet_pause(
     assert world.service.statistics()["runs"] == {"extracted": 2}
 
 
+ANSWER = "Understood, I will use the real test database."
+
+
 @pytest.mark.anyio
-async def test_a_stop_hook_queues_the_session_of_its_transcript(tmp_path: Path) -> None:
+async def test_a_stop_before_its_transcript_exists_waits_for_it_then_queues(
+    tmp_path: Path,
+) -> None:
+    """Print mode: the Stop hook fires ~50 ms before the transcript file is created."""
     world = World(tmp_path, Disabled("no API key"))
-    feedback_turn(world.session())
-    assert await world.service.on_stop("s1", "/transcripts/-work-proj/s1.jsonl", str(world.cwd))
+    transcript = tmp_path / "-work-proj" / "s1.jsonl"
+    async with anyio.create_task_group() as tg:
+        await start(tg, world.service)
+        assert world.service.on_stop("s1", str(transcript), str(world.cwd), ANSWER)
+        await anyio.wait_all_tasks_blocked()
+        stats = world.service.statistics()
+        assert stats["queued"] == 0 and stats["last_error"] is None
+        transcript.parent.mkdir()
+        transcript.write_text("{}\n")
+        feedback_turn(world.session())
+        world.service.notify_growth(replace(world.state(), path=str(transcript)))
+        with anyio.fail_after(10):
+            while not world.service.statistics()["pending_sessions"]:
+                await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
     stats = world.service.statistics()
-    assert stats["queued"] == 1 and stats["disabled_reason"] == "disabled: no API key"
-    assert not await world.service.on_stop("unknown", "", str(world.cwd))
+    assert stats["disabled_reason"] == "disabled: no API key" and stats["last_error"] is None
+    assert not world.service.on_stop("unknown", "", str(world.cwd))
+
+
+@pytest.mark.anyio
+async def test_a_stop_whose_transcript_never_appears_is_dropped_without_an_error(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path, Disabled("no API key"))
+    transcript = tmp_path / "-work-proj" / "never.jsonl"
+    async with anyio.create_task_group() as tg:
+        await start(tg, world.service)
+        assert world.service.on_stop("never", str(transcript), str(world.cwd), ANSWER)
+        await anyio.wait_all_tasks_blocked()
+        world.clock.advance(STOP_WAIT_S)
+        await anyio.wait_all_tasks_blocked()
+        assert world.service.statistics()["quiet_timers"] == 0
+        tg.cancel_scope.cancel()
+    stats = world.service.statistics()
+    assert stats["queued"] == 0 and stats["last_error"] is None
+
+
+@pytest.mark.anyio
+async def test_no_extraction_beside_claude_codes_own_auto_memory(tmp_path: Path) -> None:
+    world = World(tmp_path, Disabled("no API key"), config=Config())
+    feedback_turn(world.session())
+    assert not await world.service.on_turn_end(world.state())
+    (tmp_path / "settings.json").write_text(json.dumps({"autoMemoryEnabled": False}))
+    assert await world.service.on_turn_end(world.state())
 
 
 @pytest.mark.anyio

@@ -14,7 +14,12 @@ from typing import Any
 
 from memd_client.atomic import write_atomic, write_text_atomic
 
-MATCHERS = {"SessionStart": "startup|resume|clear|compact", "UserPromptSubmit": None, "Stop": None}
+MATCHERS = {
+    "SessionStart": "startup|resume|clear|compact",
+    "UserPromptSubmit": None,
+    "Stop": None,
+    "SessionEnd": None,  # the session's last memory extraction (the hook only notifies memd)
+}
 HOOK_TIMEOUT_S = 10
 
 

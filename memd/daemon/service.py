@@ -190,6 +190,7 @@ class Daemon:
             home=env.get("HOME"),
             hold_dir=self.exclusion.hold,
             after_turn=self._after_turn,
+            claude_dir=loaded.paths.claude_dir,
         )
         self.compaction.memory_index_for = self._memory_index_text
         self.dream = DreamService(

@@ -101,6 +101,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
             "boundaries": state.boundaries,
             "notes": notes.as_dict() if notes else None,
             "opted_out": daemon.optouts.reason(state.cwd),
+            "claude_code": await daemon.memory.claude_code_status(state),
         }
 
     async def config(params: dict[str, Any]) -> Any:

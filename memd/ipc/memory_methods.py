@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
-from memd.memory.hook_context import hook_context
+from memd.memory.hook_context import hook_context, hook_stdout, parse_hook_stdin
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
@@ -54,18 +54,33 @@ def memory_methods(daemon: Daemon) -> dict[str, Handler]:
         )()
 
     async def hook(params: dict[str, Any]) -> Any:
-        """Params: ``event`` (a Claude Code hook event) and ``input`` (its stdin JSON).
-        Result: ``{"additionalContext": text or None}`` under the injection budget."""
-        event = req_str(params, "event", "the hook event name")
-        hook_input = params.get("input")
-        if not isinstance(hook_input, dict):
-            raise InvalidParams("'input' must be the hook's JSON object")
-        return await hook_context(
+        """Params: ``raw`` (the hook's stdin bytes, as ``memd-hook`` sends them) or ``event``
+        (a Claude Code hook event) and ``input`` (its stdin JSON); ``env``: the Claude Code
+        environment the hook forwards. Result: ``{"additionalContext": text or None,
+        "stdout": what the hook prints or None}`` under the injection budget."""
+        raw = params.get("raw")
+        if isinstance(raw, bytes):
+            parsed = parse_hook_stdin(raw)
+            if parsed is None:
+                return {"additionalContext": None, "stdout": None}
+            event, hook_input = parsed[0], dict(parsed[1])
+        else:
+            event = req_str(params, "event", "the hook event name")
+            given = params.get("input")
+            if not isinstance(given, dict):
+                raise InvalidParams("'input' must be the hook's JSON object")
+            hook_input = given
+        env = params.get("env")
+        result = await hook_context(
             event,
             hook_input,
             svc,
             notes_for=daemon.notes_text,
             budget_bytes=daemon.loaded.config.hook.injection_max_bytes,
+            env={k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
+            if isinstance(env, dict)
+            else None,
         )
+        return {**result, "stdout": hook_stdout(event, result["additionalContext"])}
 
     return {"memory_index": memory_index, "memories": memories, "recall": recall, "hook": hook}

@@ -38,6 +38,7 @@ from memd.errors import NotFound
 from memd.llm.client import LLM, Usage
 from memd.llm.ledger import Ledger
 from memd.memory import prompts
+from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.index import IndexEntry, load_index, parse_index
 from memd.memory.paths import INDEX_FILENAME
 from memd.memory.plan import Job
@@ -65,6 +66,7 @@ class ExtractSettings:
     index_max_bytes: int = 25_000
     scan_max_files: int = 200
     redact_secrets: bool = True
+    frontmatter_form: FrontmatterForm = "metadata"  # as the session's Claude Code writes
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ async def extract_memories(
     spec = AgentSpec(
         kind="memory_extract",
         model=settings.model,
-        system=prompts.system_prompt(max_turns=settings.max_turns),
+        system=prompts.system_prompt(max_turns=settings.max_turns, form=settings.frontmatter_form),
         tools=scrubbed_tools(memory_dir, secrets=settings.redact_secrets),
         max_turns=settings.max_turns,
         timeout_s=settings.timeout_s,

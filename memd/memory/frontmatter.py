@@ -11,6 +11,10 @@ A topic file looks like::
     ## Auth token issues
     ...
 
+Claude Code 2.1.197 asks its agent for the type under ``metadata:`` instead
+(``metadata:\n  type: feedback``); both forms are read (top-level ``type`` wins), and
+:func:`render_document` writes either (``form``), keeping the other ``metadata`` keys.
+
 Parsing never raises: whatever is wrong (no frontmatter, an unclosed block, invalid YAML, a
 type outside {user, feedback, project, reference}) is reported in ``Document.problems`` and the
 fields that could be read are kept. Invalid YAML falls back to reading plain ``key: value``
@@ -27,6 +31,7 @@ from typing import Any, Literal, get_args
 import yaml
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
+FrontmatterForm = Literal["metadata", "top-level"]
 MEMORY_TYPES: tuple[MemoryType, ...] = get_args(MemoryType)
 
 _FENCE = "---"
@@ -124,15 +129,26 @@ def _first_line(exc: Exception) -> str:
 def _meta_from(raw: Mapping[str, Any], problems: list[str]) -> Frontmatter:
     name = _one_line(raw.get("name"), "name", problems)
     description = _one_line(raw.get("description"), "description", problems)
-    kind = parse_memory_type(raw.get("type"))
-    if "type" not in raw:
+    nested = raw.get("metadata")
+    given: object = raw.get("type")
+    if "type" not in raw and isinstance(nested, dict) and "type" in nested:
+        given = nested["type"]
+    kind = parse_memory_type(given)
+    if "type" not in raw and not (isinstance(nested, dict) and "type" in nested):
         problems.append("no type (expected one of " + ", ".join(MEMORY_TYPES) + ")")
     elif kind is None:
-        problems.append(f"type {raw.get('type')!r} is not one of " + ", ".join(MEMORY_TYPES))
+        problems.append(f"type {str(given)[:80]!r} is not one of " + ", ".join(MEMORY_TYPES))
     if description is None:
         problems.append("no description")
-    extra = tuple((k, v) for k, v in raw.items() if k not in _KNOWN)
-    return Frontmatter(name, description, kind, extra)
+    extra = tuple(_without_nested_type(k, v) for k, v in raw.items() if k not in _KNOWN)
+    return Frontmatter(name, description, kind, tuple(e for e in extra if e[1] != {}))
+
+
+def _without_nested_type(key: str, value: Any) -> tuple[str, Any]:
+    """``metadata.type`` is the type (in ``Frontmatter.type``), not an extra key."""
+    if key == "metadata" and isinstance(value, dict):
+        return key, {k: v for k, v in value.items() if k != "type"}
+    return key, value
 
 
 def _one_line(value: object, key: str, problems: list[str]) -> str | None:
@@ -150,17 +166,28 @@ def normalize_line(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
-def render_document(meta: Frontmatter, body: str) -> str:
-    """Frontmatter block, a blank line, then ``body``; parses back to the same fields."""
+def render_document(meta: Frontmatter, body: str, *, form: FrontmatterForm = "metadata") -> str:
+    """Frontmatter block, a blank line, then ``body``; parses back to the same fields. The
+    type goes where ``form`` says (``metadata``: Claude Code 2.1.197 and later)."""
     data: dict[str, Any] = {}
     if meta.name is not None:
         data["name"] = normalize_line(meta.name)
     if meta.description is not None:
         data["description"] = normalize_line(meta.description)
-    if meta.type is not None:
+    if meta.type is not None and form == "top-level":
         data["type"] = meta.type
     for key, value in meta.extra:
         if key not in _KNOWN:
             data[key] = value
+    nested = data.get("metadata")
+    if isinstance(nested, dict):
+        nested = {k: v for k, v in nested.items() if k != "type"}
+    if meta.type is not None and form == "metadata":
+        nested = {**(nested if isinstance(nested, dict) else {}), "type": meta.type}
+    if isinstance(nested, dict):
+        if nested:
+            data["metadata"] = nested
+        else:
+            data.pop("metadata", None)
     block = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1 << 30) if data else ""
     return f"{_FENCE}\n{block}{_FENCE}\n\n{body}"

@@ -1,48 +1,58 @@
 """What the Claude Code hook injects into the agent's context (R-I4, R-B5).
 
-The daemon's ``hook`` method passes the event name and the hook's stdin JSON here:
+The daemon's ``hook`` method passes the event name, the hook's stdin JSON and the part of
+Claude Code's environment the hook forwards here. Nothing already in the conversation is
+injected again (the session's :class:`~memd.memory.session_context.SessionContext`, caught
+up with the transcript, says what is there):
 
-* ``SessionStart`` — the project's memory index; on ``source`` ``resume`` or ``compact``
-  also the session's working notes, when ``notes_for(session_id)`` has them;
-* ``UserPromptSubmit`` — the memories recalled for the prompt, each with its age and, when
-  older than a day, its freshness warning; the ones injected are marked surfaced so the
-  session never gets the same memory twice this way;
-* ``Stop`` — the turn ended: queue the memory extraction; nothing is injected;
+* ``SessionStart`` — the project's memory index, only when Claude Code's own auto memory is
+  off for the session (it loads ``MEMORY.md`` itself otherwise) and the conversation does not
+  hold memd's copy already (``startup``, ``clear`` and ``compact`` start a new context; a
+  ``resume`` replays the old one); on ``compact`` also the session's working notes. On
+  ``resume`` the notes are owed to the next prompt instead: Claude Code 2.1.197 drops
+  SessionStart context on ``-p --resume`` (FORMAT.md §13), and must not get them twice;
+* ``UserPromptSubmit`` — the notes owed after a resume, then the memories recalled for the
+  prompt, each with its age and, when older than a day, its freshness warning, leaving out
+  every memory already surfaced in the session (by memd or by Claude Code);
+* ``Stop`` and ``SessionEnd`` — a turn end for memory extraction; nothing is injected;
 * anything else — nothing.
 
-Claude Code wraps ``additionalContext`` in a system reminder itself, so the text here is
-plain (the freshness warnings are the bare variant, not a nested reminder).
+Claude Code 2.1 sends ``additionalContext`` to the model as a ``role: "system"`` message of
+its own ("SessionStart hook additional context: …"), so the text here is plain (the
+freshness warnings are the bare variant, not a nested reminder).
 
 Everything stays under ``budget_bytes`` (``hook.injection_max_bytes``, UTF-8) and degrades
-gracefully: :func:`fit` keeps sections in priority order — the index first, then the best
-memories — and cuts the first one that does not fit on a line boundary, with a note saying
-what was left out. Bad or missing input fields mean nothing is injected, never an error.
+gracefully: :func:`fit` keeps sections in priority order and cuts the first one that does not
+fit on a line boundary, with a note saying what was left out. Bad or missing input fields
+mean nothing is injected, never an error.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memd.config import Config
+from memd.memory.claude_code import FORWARDED_ENV
 from memd.memory.service import MemoryService
+from memd.memory.session_context import INDEX_MARK, NOTES_MARK, RECALL_MARK, SessionContext
 from memd.privacy import scrub_text
 
 NotesFor = Callable[[str], Awaitable[str | None]]
 
 HOOK_MARGIN_S = 0.3  # the daemon answers this much before the hook's own deadline
 MIN_RECALL_S = 0.2
+MAX_HOOK_INPUT_BYTES = 4 * 1024 * 1024
 
 INDEX_HEAD = (
-    "Memory index of this project, kept by memd ({memory_dir}). Each entry points to a "
+    INDEX_MARK + " ({memory_dir}). Each entry points to a "
     "memory file in that directory; read the file when its topic matters for the task."
 )
-NOTES_HEAD = (
-    "Working notes of this session, kept by memd from the conversation so far "
-    "(they survive compaction and resume):"
-)
-RECALL_HEAD = "Memories from earlier sessions that may help with this prompt (recalled by memd). "
+NOTES_HEAD = NOTES_MARK + " from the conversation so far (they survive compaction and resume):"
+RECALL_HEAD = RECALL_MARK + ". "
+NEW_CONTEXT = ("startup", "clear", "compact")
 CUT_NOTE = "[memd: cut to fit the {budget}-byte injection budget{more}]"
 
 
@@ -142,19 +152,31 @@ async def hook_context(
     *,
     notes_for: NotesFor | None = None,
     budget_bytes: int,
+    env: dict[str, str] | None = None,
 ) -> dict[str, str | None]:
     """``{"additionalContext": text or None}`` for one hook call (see the module doc)."""
     text: str | None = None
+    session_id, cwd = _field(hook_input, "session_id"), _cwd(hook_input)
+    transcript = _field(hook_input, "transcript_path")
     match event:
-        case "SessionStart":
-            text = await _session_start(hook_input, service, notes_for, budget_bytes)
-        case "UserPromptSubmit":
-            text = await _prompt_submit(hook_input, service, budget_bytes)
-        case "Stop":
-            await _stop(hook_input, service)
+        case "SessionStart" if session_id:
+            record = await service.session_context(session_id, transcript, env)
+            text = await _session_start(hook_input, record, service, notes_for, budget_bytes)
+        case "UserPromptSubmit" if session_id:
+            record = await service.session_context(session_id, transcript, env)
+            text = await _prompt_submit(hook_input, record, service, notes_for, budget_bytes)
+        case "Stop" | "SessionEnd" if session_id:
+            if env is not None:
+                service.contexts.get(session_id).env = _forwarded(env)
+            answer = _field(hook_input, "last_assistant_message") if event == "Stop" else ""
+            service.on_stop(session_id, transcript, cwd, answer)
         case _:
             pass
     return {"additionalContext": text or None}
+
+
+def _forwarded(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v[:4096] for k, v in env.items() if k in FORWARDED_ENV and isinstance(v, str)}
 
 
 def _field(hook_input: Mapping[str, Any], key: str) -> str:
@@ -169,51 +191,98 @@ def _cwd(hook_input: Mapping[str, Any]) -> str:
 
 async def _session_start(
     hook_input: Mapping[str, Any],
+    record: SessionContext,
     service: MemoryService,
     notes_for: NotesFor | None,
     budget_bytes: int,
 ) -> str | None:
     sections: list[str] = []
-    cwd = _cwd(hook_input)
-    if cwd:
-        index = await service.index(cwd)
+    cwd, source = _cwd(hook_input), _field(hook_input, "source")
+    if source in NEW_CONTEXT:
+        record.index_injected = record.notes_delivered = False
+    if source == "resume":
+        # delivered with the next prompt, once, unless the resumed conversation holds them
+        record.notes_owed = not record.notes_delivered
+    index_section = -1
+    if cwd and not record.index_injected:
+        facts = await service.claude_code(record, cwd)
+        index = {} if facts.auto_memory else await service.index(cwd)
         body = str(index.get("text") or "").strip()
         if body:
+            index_section = len(sections)
             sections.append(INDEX_HEAD.format(memory_dir=index["memory_dir"]) + "\n\n" + body)
-    session_id = _field(hook_input, "session_id")
-    if _field(hook_input, "source") in ("resume", "compact") and notes_for and session_id:
-        notes = await notes_for(session_id)
-        if notes and notes.strip():
-            secrets = service.config.privacy.redact_secrets
-            sections.append(NOTES_HEAD + "\n\n" + scrub_text(notes.strip(), secrets=secrets))
-    return fit(sections, budget_bytes).text or None
+    if source == "compact":
+        notes = await _notes(record.session_id, service, notes_for)
+        if notes:
+            sections.append(notes)
+    fitted = fit(sections, budget_bytes)
+    if index_section in fitted.included:
+        record.index_injected = True
+    if source == "compact" and len(fitted.included) > index_section + 1:
+        record.notes_delivered = True
+    return fitted.text or None
+
+
+async def _notes(session_id: str, service: MemoryService, notes_for: NotesFor | None) -> str:
+    notes = await notes_for(session_id) if notes_for else None
+    if not notes or not notes.strip():
+        return ""
+    secrets = service.config.privacy.redact_secrets
+    return NOTES_HEAD + "\n\n" + scrub_text(notes.strip(), secrets=secrets)
 
 
 async def _prompt_submit(
-    hook_input: Mapping[str, Any], service: MemoryService, budget_bytes: int
+    hook_input: Mapping[str, Any],
+    record: SessionContext,
+    service: MemoryService,
+    notes_for: NotesFor | None,
+    budget_bytes: int,
 ) -> str | None:
-    prompt = _field(hook_input, "prompt")
-    cwd = _cwd(hook_input)
-    if not prompt.strip() or not cwd:
+    prompt, cwd = _field(hook_input, "prompt"), _cwd(hook_input)
+    sections: list[str] = []
+    if record.notes_owed:
+        record.notes_owed = False
+        notes = await _notes(record.session_id, service, notes_for)
+        if notes:
+            sections.append(notes)
+            record.notes_delivered = True
+    memories: list[Mapping[str, Any]] = []
+    if prompt.strip() and cwd:
+        tools = await service.recent_tools(record.session_id)
+        result = await service.recall(
+            prompt, cwd, record.session_id, tools, timeout_s=hook_recall_timeout(service.config)
+        )
+        memories = list(result.get("memories") or [])
+    first = len(sections)
+    if memories:
+        sections.append(RECALL_HEAD + str(result.get("caveat") or ""))
+        sections.extend(render_memory(m) for m in memories)
+    fitted = fit(sections, budget_bytes)
+    shown = [str(memories[i - first - 1]["path"]) for i in fitted.included if i > first]
+    service.mark_surfaced(record.session_id, shown)
+    if not shown and first == 0:
         return None
-    session_id = _field(hook_input, "session_id")
-    tools = await service.recent_tools(session_id) if session_id else []
-    result = await service.recall(
-        prompt, cwd, session_id, tools, timeout_s=hook_recall_timeout(service.config)
-    )
-    memories: list[Mapping[str, Any]] = list(result.get("memories") or [])
-    if not memories:
-        return None
-    head = RECALL_HEAD + str(result.get("caveat") or "")
-    fitted = fit([head, *(render_memory(m) for m in memories)], budget_bytes)
-    shown = [str(memories[i - 1]["path"]) for i in fitted.included if i > 0]
-    if not shown:
-        return None
-    service.mark_surfaced(session_id, shown)
+    if not shown:  # the recall head alone says nothing
+        return fit(sections[:first], budget_bytes).text or None
     return fitted.text
 
 
-async def _stop(hook_input: Mapping[str, Any], service: MemoryService) -> None:
-    session_id = _field(hook_input, "session_id")
-    if session_id:
-        await service.on_stop(session_id, _field(hook_input, "transcript_path"), _cwd(hook_input))
+def hook_stdout(event: str, context: str | None) -> str | None:
+    """What the hook prints for ``context`` (Claude Code's hooks JSON), or None: nothing."""
+    if not context or event not in ("SessionStart", "UserPromptSubmit"):
+        return None
+    output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}}
+    return json.dumps(output, ensure_ascii=False)
+
+
+def parse_hook_stdin(raw: bytes) -> tuple[str, dict[str, Any]] | None:
+    """The event and input of a hook's raw stdin, or None when it is not a hook's JSON."""
+    if len(raw) > MAX_HOOK_INPUT_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("hook_event_name"), str):
+        return None
+    return data["hook_event_name"], data

@@ -30,6 +30,7 @@ from memd.llm.guard import CostGuard, Parked, Retry, describe
 from memd.llm.ledger import Ledger, billed_tokens
 from memd.memory.cursors import CursorStore, SessionCursor
 from memd.memory.extract import ExtractSettings, extract_memories
+from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.location import Location
 from memd.memory.plan import Job, Skip, plan_extraction
 from memd.state import SessionState
@@ -103,6 +104,8 @@ class ExtractionJobs:
         self._store_lock = anyio.Lock()
         self._last_error: dict[str, Any] | None = None
         self._runs: Counter[str] = Counter()
+        # Where the type goes in the files of a session's run (its Claude Code's form).
+        self.form_for: Callable[[SessionState], Awaitable[FrontmatterForm]] | None = None
 
     async def enqueue(self, where: Location, state: SessionState, cwd: str) -> None:
         """Queue an extraction for the session's project, marking the session pending on disk."""
@@ -228,6 +231,7 @@ class ExtractionJobs:
             index_max_bytes=config.memory.index_max_bytes,
             scan_max_files=config.memory.scan_max_files,
             redact_secrets=config.privacy.redact_secrets,
+            frontmatter_form=await self.form_for(state) if self.form_for else "metadata",
         )
         result = await extract_memories(
             llm,

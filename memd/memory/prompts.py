@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.index import ENTRY_MAX_CHARS
 from memd.memory.paths import INDEX_FILENAME
 from memd.privacy import scrub_messages, scrub_text
@@ -74,7 +75,7 @@ Format of a memory file (one topic per file, Markdown, named like `feedback_test
 name: A short title
 description: One line that says what this memory is about, specific enough to decide \
 from it alone whether the memory is relevant to a task
-type: user | feedback | project | reference
+{type_lines}
 ---
 
 The memory itself: short, factual, self-contained.
@@ -120,9 +121,17 @@ conversations, following your instructions, and record it. If nothing does, repl
 "Nothing to save." without calling any tool."""
 
 
-def system_prompt(*, max_turns: int) -> str:
+TYPE_LINES: dict[FrontmatterForm, str] = {
+    "top-level": "type: user | feedback | project | reference",
+    "metadata": "metadata:\n  type: user | feedback | project | reference",
+}
+
+
+def system_prompt(*, max_turns: int, form: FrontmatterForm = "metadata") -> str:
     """The extraction agent's system prompt for a run of at most ``max_turns`` turns."""
-    return SYSTEM_PROMPT.format(max_turns=max_turns, entry_chars=ENTRY_MAX_CHARS)
+    return SYSTEM_PROMPT.format(
+        max_turns=max_turns, entry_chars=ENTRY_MAX_CHARS, type_lines=TYPE_LINES[form]
+    )
 
 
 def instruction(*, memory_dir: str, index_path: str, manifest: str, index: str, today: str) -> str:

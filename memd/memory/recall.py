@@ -7,7 +7,9 @@ already been shown, and asks the fast model (``llm.models.recall``) to pick up t
 
 * there is no model (no API key, or the client is still loading);
 * the cost guard says recalls are backing off or the account is blocked;
-* the call fails, or does not answer within the time left of ``memory.recall_timeout_s``;
+* the call fails, or does not answer within ``memory.recall_model_budget_s`` (the prompt
+  path must stay fast: the lexical answer goes out instead) or the time left of
+  ``memory.recall_timeout_s``;
 * the answer names no memory in any readable form.
 
 A recall never raises: whatever goes wrong, an answer (possibly empty) comes back, and
@@ -24,7 +26,7 @@ general caveat that memories can be stale.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -50,7 +52,7 @@ from memd.memory.rank import (
     selection_candidates,
     selector_system,
 )
-from memd.memory.scan import MemoryHeader, iso_mtime, scan_memories
+from memd.memory.scan import HeaderCache, MemoryHeader, iso_mtime, scan_memories
 from memd.privacy import scrub_text
 
 log = logging.getLogger(__name__)
@@ -139,18 +141,31 @@ async def recall(
     project: str = "",
     session: str = "",
     timeout_s: float | None = None,
+    cache: HeaderCache | None = None,
 ) -> RecallResult:
     """Memories for ``query`` from ``memory_dir``; see the module docstring. Never raises
     for a model, guard or file problem. ``timeout_s`` overrides ``memory.recall_timeout_s``.
+    With ``cache``, the scan is cached and what was already surfaced is left out before
+    the newest ``memory.scan_max_files`` are taken.
     """
     started = clock.monotonic()
     budget = cfg.memory.recall_timeout_s if timeout_s is None else timeout_s
-    scan = partial(
-        scan_memories,
-        memory_dir,
-        max_files=cfg.memory.scan_max_files,
-        head_lines=cfg.memory.frontmatter_lines,
-    )
+    scan: Callable[[], list[MemoryHeader]]
+    if cache is not None:
+        scan = partial(
+            cache.scan,
+            memory_dir,
+            exclude=frozenset(already_surfaced),
+            max_files=cfg.memory.scan_max_files,
+            head_lines=cfg.memory.frontmatter_lines,
+        )
+    else:
+        scan = partial(
+            scan_memories,
+            memory_dir,
+            max_files=cfg.memory.scan_max_files,
+            head_lines=cfg.memory.frontmatter_lines,
+        )
     try:
         headers = await anyio.to_thread.run_sync(scan)
     except OSError as exc:
@@ -241,6 +256,7 @@ async def _ask_model(
     """The memories the model picked, or why its answer cannot be used."""
     left = context.deadline - context.clock.monotonic()
     remaining = left - min(LEXICAL_RESERVE_S, left / 4)  # so the fallback still fits
+    remaining = min(remaining, context.cfg.memory.recall_model_budget_s)
     if remaining <= 0:
         return "no time was left for the model"
     limit = context.cfg.memory.recall_max

@@ -10,6 +10,11 @@ The head is also capped in bytes (:data:`HEAD_MAX_BYTES`), so a file without lin
 cannot make the scan read it whole. Hidden directories (``.git``, snapshots) and symlinked
 directories are not entered.
 
+:class:`HeaderCache` is what recall uses (issue 12): the headers of each memory dir kept by
+``(inode, mtime_ns, size)``, so a recall stats the files (``scandir``), leaves out what the
+session has already seen, keeps the newest 200, and reads the head of only the new or changed
+ones among them. Only regular files are read (a FIFO named ``x.md`` would block a read).
+
 This is a blocking I/O shell: call it from a worker thread (``anyio.to_thread.run_sync``).
 """
 
@@ -19,7 +24,9 @@ import errno
 import io
 import os
 import stat
-from collections.abc import Iterable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,6 +139,94 @@ def scan_memories(
             continue
         headers.append(header_from_head(path, relative, head))
     return newest_first(headers)[:max_files]
+
+
+@dataclass(frozen=True)
+class _Listed:
+    path: str
+    relative: str
+    key: tuple[int, int, int]  # inode, mtime_ns, size
+
+    @property
+    def order(self) -> tuple[int, str]:
+        return (-(self.key[1] // 1_000_000), self.relative)
+
+
+def list_topic_stats(memory_dir: Path) -> list[_Listed]:
+    """Every regular topic file below ``memory_dir`` with its identity, unsorted (same rules
+    as :func:`list_topic_files`; a missing dir lists as empty)."""
+    found: list[_Listed] = []
+    pending = [(str(memory_dir), "")]
+    while pending:
+        folder, prefix = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((entry.path, f"{prefix}{name}/"))
+                    elif name.endswith(".md") and name != INDEX_FILENAME:
+                        _add_listed(found, entry, prefix + name)
+        except OSError:
+            continue
+    return found
+
+
+def _add_listed(found: list[_Listed], entry: os.DirEntry[str], relative: str) -> None:
+    try:
+        info = entry.stat()
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode):
+        found.append(_Listed(entry.path, relative, (info.st_ino, info.st_mtime_ns, info.st_size)))
+
+
+class HeaderCache:
+    """Headers per memory dir by file identity; see the module docstring. Thread-safe."""
+
+    def __init__(self, max_dirs: int = 64) -> None:
+        self._dirs: OrderedDict[str, dict[str, tuple[tuple[int, int, int], MemoryHeader]]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self._max_dirs = max_dirs
+        self.heads_read = 0
+
+    def scan(
+        self,
+        memory_dir: Path,
+        *,
+        exclude: Collection[str] = (),
+        max_files: int = DEFAULT_MAX_FILES,
+        head_lines: int = DEFAULT_HEAD_LINES,
+    ) -> list[MemoryHeader]:
+        """The newest ``max_files`` headers not in ``exclude`` (absolute paths), newest first."""
+        listed = sorted(list_topic_stats(memory_dir), key=lambda e: e.order)
+        kept = [e for e in listed if e.path not in exclude][:max_files]
+        key = str(memory_dir)
+        with self._lock:
+            cached = dict(self._dirs.get(key) or {})
+        headers: list[MemoryHeader] = []
+        for entry in kept:
+            hit = cached.get(entry.relative)
+            if hit is None or hit[0] != entry.key:
+                try:
+                    head = read_head(Path(entry.path), max_lines=head_lines)
+                except OSError:
+                    continue
+                self.heads_read += 1
+                hit = (entry.key, header_from_head(Path(entry.path), entry.relative, head))
+                cached[entry.relative] = hit
+            headers.append(hit[1])
+        present = {e.relative for e in listed}
+        with self._lock:
+            self._dirs[key] = {r: v for r, v in cached.items() if r in present}
+            self._dirs.move_to_end(key)
+            while len(self._dirs) > self._max_dirs:
+                self._dirs.popitem(last=False)
+        return headers
 
 
 def newest_first(headers: Iterable[MemoryHeader]) -> list[MemoryHeader]:

@@ -7,6 +7,10 @@ What the daemon calls (every method returns plain msgpack-able data):
 * :meth:`MemoryService.memories` — the manifest rows of a project's memory dir (R-M5);
 * :meth:`MemoryService.recall` — :func:`memd.memory.recall.recall` with the session's
   already-surfaced memories left out; :meth:`mark_surfaced` records what a hook injected;
+* :meth:`MemoryService.session_context` — what the session's context already holds and what
+  its Claude Code does itself (:mod:`memd.memory.session_context`,
+  :mod:`memd.memory.claude_code`); beside Claude Code's own auto memory, memd extracts
+  nothing for the session unless ``memory.extract_beside_claude_code``;
 * :meth:`MemoryService.notify_growth` — on every transcript growth: a grown ``turn_ends``
   counts as a turn end at once; otherwise a quiet timer is armed, and when the transcript
   stays quiet for ``memory.extraction_quiet_s`` after an answer with no tool calls, that
@@ -23,6 +27,7 @@ no extraction.
 
 from __future__ import annotations
 
+import os
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
@@ -38,13 +43,23 @@ from memd.errors import MemdError
 from memd.llm.client import LLM, Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
+from memd.memory.claude_code import (
+    FORWARDED_ENV,
+    ClaudeCodeFacts,
+    Settings,
+    decide,
+    expand_directory,
+    read_settings,
+)
 from memd.memory.freshness import RECALL_CAVEAT, age_text, freshness_warning
+from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.index import load_index
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate
 from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs
 from memd.memory.recall import recall
-from memd.memory.scan import iso_mtime, manifest_line, scan_memories
+from memd.memory.scan import HeaderCache, iso_mtime, manifest_line, scan_memories
+from memd.memory.session_context import SessionContext, SessionContexts, apply, scan_transcript
 from memd.memory.store import MemoryStore
 from memd.memory.turns import TurnEnds
 from memd.privacy import scrub_text
@@ -72,6 +87,7 @@ class MemoryService:
         workers: int = 2,
         hold_dir: DirHold | None = None,
         after_turn: Callable[[Location, SessionState], None] | None = None,
+        claude_dir: Path | None = None,
     ) -> None:
         self.projects_root = projects_root
         self.state_dir = state_dir
@@ -84,7 +100,10 @@ class MemoryService:
         self._session_of = session_of
         self._home = home
         self._workers = max(1, workers)
-        self._surfaced: OrderedDict[str, set[str]] = OrderedDict()
+        self._claude_dir = str(claude_dir or projects_root.parent)
+        self.contexts = SessionContexts()
+        self.headers = HeaderCache()
+        self._project_versions: OrderedDict[str, str] = OrderedDict()
         self._recalls: Counter[str] = Counter()
         self._jobs = ExtractionJobs(
             state_dir,
@@ -105,7 +124,9 @@ class MemoryService:
             locate=self.locate,
             session_of=session_of,
             after_turn=after_turn,
+            extraction_off=self._extraction_off,
         )
+        self._jobs.form_for = self._form_for
 
     def reconfigure(self, config: Config) -> None:
         """New settings (config reload); a running extraction finishes with the old ones."""
@@ -117,8 +138,99 @@ class MemoryService:
         return None if self.config.memory.auto_memory else "memory.auto_memory is false"
 
     async def locate(self, cwd: str) -> Location:
+        """The memory dir for ``cwd``: ``autoMemoryDirectory`` from the user, local or policy
+        settings when set, else Claude Code's default under the projects root."""
+        return await anyio.to_thread.run_sync(self._locate_sync, cwd)
+
+    def _locate_sync(self, cwd: str) -> Location:
         globs = self.config.privacy.ignore_projects
-        return await anyio.to_thread.run_sync(locate, self.projects_root, cwd, globs, self._home)
+        where = locate(self.projects_root, cwd, globs, self._home)
+        settings = read_settings(self._claude_dir, cwd)
+        moved = settings.memory_directory and expand_directory(
+            settings.memory_directory, self._home
+        )
+        if not moved:
+            return where
+        return Location(Path(moved), (moved, os.path.realpath(moved)), where.opted_out)
+
+    async def _settings(self, project_dir: str) -> Settings:
+        return await anyio.to_thread.run_sync(read_settings, self._claude_dir, project_dir)
+
+    # -- what the session's context holds, what its Claude Code does ---------------------------
+
+    async def session_context(
+        self,
+        session_id: str,
+        transcript: str = "",
+        env: dict[str, str] | None = None,
+    ) -> SessionContext:
+        """The session's record, caught up with its transcript (the env the hook forwarded
+        replaces the one remembered)."""
+        record = self.contexts.get(session_id)
+        if env is not None:
+            record.env = {k: v[:4096] for k, v in env.items() if k in FORWARDED_ENV}
+        if transcript.startswith("/") and transcript.endswith(".jsonl"):
+            record.transcript = transcript
+        if record.transcript:
+            found = await anyio.to_thread.run_sync(
+                scan_transcript, record.transcript, record.scanned_ino, record.scanned_offset
+            )
+            if found is not None:
+                apply(record, found)
+        return record
+
+    async def claude_code(self, record: SessionContext, cwd: str) -> ClaudeCodeFacts:
+        """What the session's Claude Code does itself (settings, environment, version)."""
+        project = record.env.get("CLAUDE_PROJECT_DIR") or cwd
+        settings = await self._settings(project)
+        key = cwd or project
+        if record.version and key:
+            self._project_versions[key] = record.version
+            self._project_versions.move_to_end(key)
+            while len(self._project_versions) > MAX_SURFACED_SESSIONS:
+                self._project_versions.popitem(last=False)
+        version = record.version or self._project_versions.get(key)
+        record.facts = decide(settings, record.env, version)
+        return record.facts
+
+    async def claude_code_status(self, state: SessionState) -> dict[str, Any]:
+        """For ``memdctl session``: what the session's Claude Code does itself, and so what
+        memd does and does not do beside it."""
+        record = await self.session_context(state.session_id, state.path)
+        facts = await self.claude_code(record, state.cwd or "")
+        off = await self._extraction_off(state)
+        return {
+            **facts.as_dict(),
+            "memd_index": "not injected: Claude Code loads MEMORY.md itself"
+            if facts.auto_memory
+            else ("injected" if record.index_injected else "not injected yet"),
+            "memd_extraction": f"off: {off}" if off else "on",
+            "surfaced": len(record.surfaced),
+            "notes_owed": record.notes_owed,
+        }
+
+    def beside_claude_code(self) -> dict[str, Any]:
+        """For ``memdctl status``: sessions seen through hooks, by Claude Code's auto memory."""
+        decided = [r.facts for r in self.contexts.records() if r.facts is not None]
+        return {
+            "sessions": len(decided),
+            "claude_auto_memory_on": sum(1 for f in decided if f.auto_memory),
+            "extract_beside_claude_code": self.config.memory.extract_beside_claude_code,
+        }
+
+    async def _form_for(self, state: SessionState) -> FrontmatterForm:
+        record = await self.session_context(state.session_id, state.path)
+        return (await self.claude_code(record, state.cwd or "")).frontmatter_form
+
+    async def _extraction_off(self, state: SessionState) -> str | None:
+        """Why memd extracts nothing for this session (Claude Code's agent does it), or None."""
+        if self.config.memory.extract_beside_claude_code:
+            return None
+        record = await self.session_context(state.session_id, state.path)
+        facts = await self.claude_code(record, state.cwd or "")
+        if facts.auto_memory:
+            return f"Claude Code's own auto memory is on ({facts.auto_memory_reason})"
+        return None
 
     async def index(self, cwd: str) -> dict[str, Any]:
         """The project's MEMORY.md as it goes into context (R-M2). ``ValueError`` for a
@@ -229,7 +341,8 @@ class MemoryService:
             self._recalls["none"] += 1
             empty = {"memories": [], "method": "none", "reason": f"memory is off: {off}"}
             return {**base, **empty, "caveat": RECALL_CAVEAT, "candidates": 0, "elapsed_ms": 0.0}
-        surfaced = set(already_surfaced) | self._surfaced.get(session, set())
+        record = self.contexts.peek(session) if session else None
+        surfaced = set(already_surfaced) | (record.surfaced if record else set())
         result = await recall(
             query,
             memory_dir=where.memory_dir,
@@ -243,6 +356,7 @@ class MemoryService:
             project=where.memory_dir.parent.name,
             session=session,
             timeout_s=timeout_s,
+            cache=self.headers,
         )
         self._recalls[result.method] += 1
         return {**base, **result.as_dict()}
@@ -251,11 +365,7 @@ class MemoryService:
         """Remember that ``session`` was shown these memories (absolute paths)."""
         if not session or not paths:
             return
-        seen = self._surfaced.setdefault(session, set())
-        seen.update(paths)
-        self._surfaced.move_to_end(session)
-        while len(self._surfaced) > MAX_SURFACED_SESSIONS:
-            self._surfaced.popitem(last=False)
+        self.contexts.get(session).surfaced.update(paths)
 
     async def recent_tools(self, session_id: str) -> list[str]:
         """Tools the session's agent called in its last few responses (newest first)."""
@@ -280,9 +390,10 @@ class MemoryService:
         """A transcript grew (call on every growth; never blocks)."""
         self._turns.notify_growth(state)
 
-    async def on_stop(self, session_id: str, transcript_path: str, cwd: str) -> bool:
-        """A Stop hook: the session's turn ended (the transcript may still lag behind)."""
-        return await self._turns.on_stop(session_id, transcript_path, cwd)
+    def on_stop(self, session_id: str, transcript_path: str, cwd: str, answer: str = "") -> bool:
+        """A Stop (``answer``: its last assistant message) or SessionEnd hook: a turn end,
+        queued once the transcript holds it (never blocks)."""
+        return self._turns.on_stop(session_id, transcript_path, cwd, answer)
 
     async def on_turn_end(self, state: SessionState) -> bool:
         """Queue an extraction for the session's project; False when memory is off for it."""
@@ -332,4 +443,5 @@ class MemoryService:
             "recalls": dict(self._recalls),
             "last_error": jobs.last_error,
             "projects": jobs.projects,
+            "claude_code": self.beside_claude_code(),
         }

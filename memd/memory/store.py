@@ -25,7 +25,13 @@ from pathlib import Path, PurePosixPath
 
 from memd.atomic import write_text_atomic
 from memd.errors import NotFound
-from memd.memory.frontmatter import Document, Frontmatter, parse_document, render_document
+from memd.memory.frontmatter import (
+    Document,
+    Frontmatter,
+    FrontmatterForm,
+    parse_document,
+    render_document,
+)
 from memd.memory.index import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -50,9 +56,12 @@ class MemoryFile:
 class MemoryStore:
     """One memory dir. The directory is created on the first write, not before."""
 
-    def __init__(self, memory_dir: Path, *, redact: bool = True) -> None:
+    def __init__(
+        self, memory_dir: Path, *, redact: bool = True, form: FrontmatterForm = "metadata"
+    ) -> None:
         self.root = memory_dir
         self.redact = redact
+        self.form: FrontmatterForm = form  # where the type goes in files this store writes
 
     @property
     def index_path(self) -> Path:
@@ -88,7 +97,7 @@ class MemoryStore:
     def write(self, relative: str, meta: Frontmatter, body: str) -> Path:
         """Create or replace a topic file atomically; returns its path."""
         path = self.topic_path(relative)
-        write_text_atomic(path, self._clean(render_document(meta, body)))
+        write_text_atomic(path, self._clean(render_document(meta, body, form=self.form)))
         return path
 
     def list_topics(self) -> list[str]:

@@ -3,19 +3,27 @@
 On every transcript growth (:meth:`TurnEnds.notify_growth`) a grown ``turn_ends`` counts as
 a turn end at once; otherwise a quiet timer is armed, and when the transcript stays quiet for
 ``memory.extraction_quiet_s`` after an answer with no tool calls, that counts as a turn end
-too. A Stop hook (:meth:`TurnEnds.on_stop`) is one more. Each turn end queues the session's
-project with :class:`~memd.memory.jobs.ExtractionJobs`, unless memory is off for it.
+too. A Stop hook (:meth:`TurnEnds.on_stop`) is a turn end in its own right (print mode
+writes no ``turn_duration`` entry, FORMAT.md §13), and so is ``SessionEnd``. A Stop may
+arrive before its transcript holds the answer, or before the file exists at all (a new
+print-mode session's file is created ~50 ms after its Stop hook): the turn end then waits,
+by watching the transcript's growth (the daemon's watcher), for the answer Claude Code sent
+as ``last_assistant_message``, at most :data:`STOP_WAIT_S`; a file that never appears is
+not an error (the session wrote nothing to extract). Each turn end queues the session's
+project with :class:`~memd.memory.jobs.ExtractionJobs`, unless memory is off for it, or the
+session's Claude Code keeps its own auto memory (``extraction_off``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from memd.clock import Clock
 from memd.config import Config
@@ -27,12 +35,17 @@ from memd.transcript.conversation import ConversationReader
 
 log = logging.getLogger(__name__)
 
+STOP_WAIT_S = 10.0  # how long a Stop waits for its transcript to catch up
+_EXPECT_CHARS = 200
+
 
 @dataclass(frozen=True)
 class _Watch:
     deadline: float  # monotonic
     state: SessionState
     quiet: bool  # fire only if the transcript paused after an answer
+    expect: str | None = None  # a Stop: the answer the transcript must hold ("" any)
+    give_up: float = 0.0  # a Stop: when to stop waiting for it
 
 
 class TurnEnds:
@@ -49,9 +62,11 @@ class TurnEnds:
         locate: Callable[[str], Awaitable[Location]],
         session_of: Callable[[str], SessionState | None] | None = None,
         after_turn: Callable[[Location, SessionState], None] | None = None,
+        extraction_off: Callable[[SessionState], Awaitable[str | None]] | None = None,
     ) -> None:
         self._config = config
         self._after_turn = after_turn  # the dream's gate check listens to the same signal
+        self._extraction_off = extraction_off
         self._clock = clock
         self._jobs = jobs
         self._conversation_of = conversation_of
@@ -71,24 +86,37 @@ class TurnEnds:
         before = self._turns_seen.get(state.session_id)
         self._turns_seen[state.session_id] = state.turn_ends
         now = self._clock.monotonic()
-        if before is not None and state.turn_ends > before:
+        waiting = self._watches.get(state.session_id)
+        if waiting is not None and waiting.expect is not None:  # a Stop waits for this growth
+            self._watches[state.session_id] = dataclasses.replace(
+                waiting, deadline=now, state=state
+            )
+        elif before is not None and state.turn_ends > before:
             self._watches[state.session_id] = _Watch(now, state, quiet=False)
         else:
             quiet = self._config().memory.extraction_quiet_s
             self._watches[state.session_id] = _Watch(now + quiet, state, quiet=True)
         self._wake.set()
 
-    async def on_stop(self, session_id: str, transcript_path: str, cwd: str) -> bool:
-        """A Stop hook: the session's turn ended (the transcript may still lag behind)."""
+    def on_stop(self, session_id: str, transcript_path: str, cwd: str, answer: str = "") -> bool:
+        """A Stop (``answer``: its ``last_assistant_message``) or ``SessionEnd`` (``""``): the
+        turn ended. Queued at once when the transcript holds it, else when it catches up.
+        Never blocks; False when there is nothing to go on."""
         state = self._session_of(session_id) if self._session_of else None
         if state is None:
-            if not transcript_path:
+            if not transcript_path.startswith("/") or not transcript_path.endswith(".jsonl"):
                 return False
-            project = Path(transcript_path).parent.name
+            project = os.path.basename(os.path.dirname(transcript_path))
             state = SessionState(session_id, project, transcript_path, cwd=cwd)
         elif cwd and not state.cwd:
             state = dataclasses.replace(state, cwd=cwd)
-        return await self.on_turn_end(state)
+        if self._disabled_reason():
+            return False
+        now = self._clock.monotonic()
+        expect = " ".join(answer.split())[:_EXPECT_CHARS]
+        self._watches[session_id] = _Watch(now, state, False, expect, now + STOP_WAIT_S)
+        self._wake.set()
+        return True
 
     async def on_turn_end(self, state: SessionState) -> bool:
         """Queue an extraction for the session's project; False when memory is off for it."""
@@ -106,11 +134,15 @@ class TurnEnds:
             return False
         if where.opted_out:
             return False
-        self._last_trigger[state.session_id] = state.last_uuid
-        await self._jobs.enqueue(where, state, cwd)
+        off = await self._extraction_off(state) if self._extraction_off is not None else None
+        if off:
+            log.debug("memory: no extraction for session %s: %s", state.session_id, off)
+        else:
+            self._last_trigger[state.session_id] = state.last_uuid
+            await self._jobs.enqueue(where, state, cwd)
         if self._after_turn is not None:
-            self._after_turn(where, state)
-        return True
+            self._after_turn(where, state)  # the dream's gate: a turn ended either way
+        return not off
 
     async def _cwd_from_transcript(self, state: SessionState) -> str:
         try:
@@ -166,11 +198,49 @@ class TurnEnds:
 
     async def _fire(self, watch: _Watch) -> None:
         try:
+            if watch.expect is not None and not await self._caught_up(watch):
+                return
             if watch.quiet and not await self._paused(watch.state):
                 return
             await self.on_turn_end(watch.state)
         except Exception:  # one session's trouble must not stop the timers of the others
             log.exception("memory: handling the turn end of %s failed", watch.state.session_id)
+
+    async def _caught_up(self, watch: _Watch) -> bool:
+        """Whether a Stop's transcript holds its answer; if not, wait for the next growth
+        (until ``give_up``: then go ahead if the file exists, drop it if not)."""
+        late = self._clock.monotonic() >= watch.give_up
+        if not await anyio.to_thread.run_sync(os.path.exists, watch.state.path):
+            if late:
+                log.info(
+                    "memory: session %s has no transcript; no turn end", watch.state.session_id
+                )
+                return False
+            self._park(watch)
+            return False
+        if late or not watch.expect:
+            return True
+        try:
+            conv = await self._conversation_of(watch.state)
+        except MemdError:
+            self._park(watch)
+            return False
+        answers = [m for m in conv.messages() if m.role == "assistant"]
+        text = " ".join(
+            " ".join(str(b.get("text") or "").split())
+            for b in (answers[-1].content if answers else [])
+            if b.get("type") == "text"
+        )
+        if watch.expect in text:
+            return True
+        self._park(watch)
+        return False
+
+    def _park(self, watch: _Watch) -> None:
+        if watch.state.session_id not in self._watches:  # no newer signal replaced it
+            self._watches[watch.state.session_id] = dataclasses.replace(
+                watch, deadline=watch.give_up
+            )
 
     async def _paused(self, state: SessionState) -> bool:
         """The transcript ends with an answer that calls no tool, not seen as a turn end yet."""

@@ -26,8 +26,15 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_CACHE_BREAKPOINTS = 4
 
 
-def request_problems(body: object, *, strict_alternation: bool = False) -> list[str]:
-    """Everything the API would reject in ``body`` (the decoded JSON of a request)."""
+def request_problems(
+    body: object, *, strict_alternation: bool = False, system_messages: bool = False
+) -> list[str]:
+    """Everything the API would reject in ``body`` (the decoded JSON of a request).
+
+    ``system_messages`` accepts ``{"role": "system", …}`` entries inside ``messages``, as
+    Claude Code 2.1 sends hook context (the "real client" profile of the loopback server);
+    memd's own requests never may.
+    """
     if not isinstance(body, dict):
         return ["(body): the request body must be a JSON object"]
     problems = [*_top_level(body), *_system(body.get("system")), *_tools(body.get("tools"))]
@@ -35,7 +42,7 @@ def request_problems(body: object, *, strict_alternation: bool = False) -> list[
     if not isinstance(messages, list) or not messages:
         problems.append("messages: at least one message is required")
     else:
-        problems += _messages(messages, strict_alternation)
+        problems += _messages(messages, strict_alternation, system_messages)
     breakpoints = count_cache_breakpoints(body)
     if breakpoints > MAX_CACHE_BREAKPOINTS:
         problems.append(
@@ -114,7 +121,7 @@ def _tools(tools: object) -> list[str]:
     return problems
 
 
-def _messages(messages: list[Any], strict_alternation: bool) -> list[str]:
+def _messages(messages: list[Any], strict_alternation: bool, system_messages: bool) -> list[str]:
     problems: list[str] = []
     previous_role: str | None = None
     for i, message in enumerate(messages):
@@ -123,10 +130,13 @@ def _messages(messages: list[Any], strict_alternation: bool) -> list[str]:
             problems.append(f"{path}: must be an object with role and content")
             continue
         role = message.get("role")
+        if role == "system" and system_messages:
+            problems += _system_message(path, message.get("content"))
+            continue
         if role not in ("user", "assistant"):
             problems.append(f"{path}.role: must be 'user' or 'assistant', got {role!r}")
             continue
-        if i == 0 and role != "user":
+        if previous_role is None and role != "user":
             problems.append(f"{path}.role: the first message must come from the user")
         if strict_alternation and role == previous_role:
             problems.append(f"{path}.role: two {role} messages in a row")
@@ -135,6 +145,16 @@ def _messages(messages: list[Any], strict_alternation: bool) -> list[str]:
         problems += _content(path, role, message.get("content"), final)
     problems += _tool_pairing(messages)
     return problems
+
+
+def _system_message(path: str, content: object) -> list[str]:
+    if isinstance(content, str):
+        return [] if content.strip() else [f"{path}.content: must not be empty"]
+    return (
+        [f"{path}.{p.removeprefix('system.')}" for p in _system(content)]
+        if content
+        else [f"{path}.content: must not be empty"]
+    )
 
 
 def _content(path: str, role: str, content: object, final: bool) -> list[str]:

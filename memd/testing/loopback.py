@@ -37,16 +37,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from memd.llm.client import Usage
 from memd.testing import loopback_billing as billing
 from memd.testing import loopback_replies as replies
 from memd.testing.api_rules import request_problems
-from memd.testing.loopback_http import HTTPFrontend, json_reply
+from memd.testing.loopback_http import HTTPFrontend, Streamed, json_reply
 from memd.testing.loopback_replies import ApiError, Drop, Message, Reply, Rule, When
 
 Handler = Callable[[dict[str, Any]], Reply | None]
+Profile = Literal["strict", "real_client"]
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,14 @@ class LoopbackAPI:
         default_text: str = "OK.",
         api_key: str | None = None,
         strict_alternation: bool = False,
+        profile: Profile = "strict",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.context_limit = context_limit
         self.default_text = default_text
         self.api_key = api_key  # None: any non-empty key is accepted
         self.strict_alternation = strict_alternation
+        self.profile: Profile = profile
         self._address = (host, port)
         self._cond = threading.Condition()
         self._closing = threading.Event()
@@ -295,7 +298,8 @@ class LoopbackAPI:
             self._closing.wait(reply.delay_s)
         match reply:
             case Message():
-                status, response, usage = 200, payload, _usage(payload)
+                message = payload.message if isinstance(payload, Streamed) else payload
+                status, response, usage = 200, message, _usage(message)
             case ApiError():
                 status, response, usage = reply.status, reply.body(""), None
             case Drop():
@@ -327,10 +331,13 @@ class LoopbackAPI:
             return fault, None
         counting = path.endswith("/count_tokens")
         checked = {"max_tokens": 1, **body} if counting else body
-        problems = request_problems(checked, strict_alternation=self.strict_alternation)
+        real = self.profile == "real_client"
+        problems = request_problems(
+            checked, strict_alternation=self.strict_alternation, system_messages=real
+        )
         if problems:
             return replies.api_error(400, "; ".join(problems)), None
-        if body.get("stream"):
+        if body.get("stream") and not real:
             return replies.api_error(400, "stream: the loopback server does not stream"), None
         prompt = billing.count_prompt(body)
         if prompt > self.context_limit:
@@ -339,7 +346,8 @@ class LoopbackAPI:
             return json_reply({"input_tokens": prompt})
         reply = self._pick(body)
         if isinstance(reply, Message):
-            return reply, self._message_body(body, reply)
+            message = self._message_body(body, reply)
+            return reply, Streamed(message) if body.get("stream") else message
         return reply, None
 
     def _control(self, method: str, path: str, raw: bytes) -> tuple[Reply, Any]:

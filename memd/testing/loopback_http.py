@@ -7,7 +7,8 @@ import itertools
 import json
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
@@ -20,6 +21,50 @@ class Backend(Protocol):
     ) -> tuple[Reply, Any]:
         """The reply to one request; for a :class:`Message`, the JSON body to send with 200."""
         ...
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A message answered as server-sent events (``"stream": true``, the real client's way)."""
+
+    message: dict[str, Any]
+
+    def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The Messages API's event sequence for the whole message, one delta per block."""
+        message, usage = self.message, self.message.get("usage") or {}
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {**usage, "output_tokens": 1},
+        }
+        yield "message_start", {"type": "message_start", "message": start}
+        for index, block in enumerate(message.get("content") or []):
+            yield from _block_events(index, block)
+        delta = {"stop_reason": message.get("stop_reason"), "stop_sequence": None}
+        tail = {"output_tokens": usage.get("output_tokens", 0)}
+        yield "message_delta", {"type": "message_delta", "delta": delta, "usage": tail}
+        yield "message_stop", {"type": "message_stop"}
+
+
+def _block_events(index: int, block: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    kind = block.get("type")
+    first: dict[str, Any]
+    delta: dict[str, Any] | None
+    if kind == "text":
+        first, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+    elif kind == "tool_use":
+        first = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input", {}))}
+    else:
+        first, delta = block, None
+    yield (
+        "content_block_start",
+        {"type": "content_block_start", "index": index, "content_block": first},
+    )
+    if delta is not None:
+        yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+    yield "content_block_stop", {"type": "content_block_stop", "index": index}
 
 
 class HTTPFrontend(ThreadingHTTPServer):
@@ -86,6 +131,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         headers = {name.lower(): value for name, value in self.headers.items()}
         reply, payload = self.server.backend.serve(method, self.path.split("?", 1)[0], headers, raw)
         match reply:
+            case Message() if isinstance(payload, Streamed):
+                self._send_events(payload)
             case Message():
                 self._send_json(200, payload)
             case ApiError():
@@ -114,6 +161,22 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:
             self.close_connection = True  # the client gave up (timeout) or we are closing
+
+    def _send_events(self, stream: Streamed) -> None:
+        data = b"".join(
+            f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
+            for name, event in stream.events()
+        )
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", self.server.next_request_id())
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True
 
 
 def _shutdown(conn: socket.socket) -> None:

@@ -1,0 +1,230 @@
+"""What Claude Code does itself in a session: its own auto memory, dream, memory dir, version.
+
+Claude Code 2.1 (FORMAT.md §13) keeps an auto memory of its own: it loads ``MEMORY.md`` into
+every conversation, its main agent writes memory files, and it consolidates them ("auto
+dream"). memd must not repeat any of that. What decides it, per session:
+
+* the settings files — user (``~/.claude/settings.json``), project
+  (``<project>/.claude/settings.json``), local (``<project>/.claude/settings.local.json``) and
+  policy (``/etc/claude-code/managed-settings.json``), later ones winning: ``autoMemoryEnabled``,
+  ``autoDreamEnabled`` and ``autoMemoryDirectory``. ``autoMemoryDirectory`` is honoured only
+  from the user, local and policy files: a repository's own ``.claude/settings.json`` is
+  written by whoever wrote the repository, and must not point memd's writing agents anywhere;
+* the environment Claude Code runs in, forwarded by the hook: ``CLAUDE_CODE_DISABLE_AUTO_MEMORY``
+  (truthy turns auto memory off, an explicit falsy value forces it on) and
+  ``CLAUDE_CODE_SIMPLE`` (simple mode has no auto memory); ``CLAUDE_PROJECT_DIR`` names the
+  project whose settings apply;
+* the version (from the transcript, else the last one seen in the project): versions before
+  :data:`AUTO_MEMORY_SINCE` have no auto memory, and the frontmatter form memory files are
+  written in follows the version (:func:`frontmatter_form`).
+
+Every settings file is hostile input: it is opened without following into a FIFO or device
+(``O_NONBLOCK``, regular files only), read up to :data:`MAX_SETTINGS_BYTES`, and a file that
+is not a JSON object, or a key of the wrong type, counts as absent (and is named in
+``problems``). Nothing here raises for a bad file. :func:`read_settings` is blocking: call it
+from a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from memd.memory.frontmatter import FrontmatterForm
+
+SettingsScope = Literal["user", "project", "local", "policy"]
+
+MAX_SETTINGS_BYTES = 1024 * 1024
+POLICY_FILE = "/etc/claude-code/managed-settings.json"
+FORWARDED_ENV = ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "CLAUDE_CODE_SIMPLE", "CLAUDE_PROJECT_DIR")
+AUTO_MEMORY_SINCE = (2, 1, 0)  # the first release line with auto memory on by default
+METADATA_TYPE_SINCE = (2, 1, 197)  # the first version seen asking for ``metadata: type:``
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_VERSION = re.compile(r"^(\d{1,6})\.(\d{1,6})\.(\d{1,6})")
+_DIR_SCOPES: tuple[SettingsScope, ...] = ("user", "local", "policy")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The memory keys of Claude Code's merged settings, and where each came from."""
+
+    auto_memory: bool | None = None
+    auto_memory_from: str = ""
+    auto_dream: bool | None = None
+    auto_dream_from: str = ""
+    memory_directory: str | None = None
+    memory_directory_from: str = ""
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaudeCodeFacts:
+    """What Claude Code does itself in one session (see the module docstring)."""
+
+    auto_memory: bool
+    auto_memory_reason: str
+    auto_dream: bool
+    memory_directory: str | None
+    version: str | None
+    frontmatter_form: FrontmatterForm
+    problems: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "auto_memory": self.auto_memory,
+            "auto_memory_reason": self.auto_memory_reason,
+            "auto_dream": self.auto_dream,
+            "memory_directory": self.memory_directory,
+            "version": self.version,
+            "frontmatter_form": self.frontmatter_form,
+            "problems": list(self.problems),
+        }
+
+
+def parse_version(text: object) -> tuple[int, int, int] | None:
+    """``"2.1.197"`` → ``(2, 1, 197)``; ``None`` for anything else."""
+    match = _VERSION.match(text) if isinstance(text, str) else None
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def frontmatter_form(version: str | None) -> FrontmatterForm:
+    """The form the given Claude Code version writes (an unknown version: the newest)."""
+    parsed = parse_version(version)
+    return "top-level" if parsed is not None and parsed < METADATA_TYPE_SINCE else "metadata"
+
+
+def settings_paths(claude_dir: str, project_dir: str | None) -> list[tuple[SettingsScope, str]]:
+    """The settings files in precedence order, lowest first."""
+    paths: list[tuple[SettingsScope, str]] = [("user", os.path.join(claude_dir, "settings.json"))]
+    if project_dir and os.path.isabs(project_dir):
+        paths.append(("project", os.path.join(project_dir, ".claude", "settings.json")))
+        paths.append(("local", os.path.join(project_dir, ".claude", "settings.local.json")))
+    paths.append(("policy", POLICY_FILE))
+    return paths
+
+
+def read_json_object(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A settings file's object, or ``None`` and why not (``None, None``: no such file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path}: cannot open ({exc.strerror})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{path}: not a regular file"
+        if info.st_size > MAX_SETTINGS_BYTES:
+            return None, f"{path}: larger than {MAX_SETTINGS_BYTES} bytes"
+        raw = os.read(fd, MAX_SETTINGS_BYTES + 1)
+    except OSError as exc:
+        return None, f"{path}: cannot read ({exc.strerror})"
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_SETTINGS_BYTES:
+        return None, f"{path}: larger than {MAX_SETTINGS_BYTES} bytes"
+    try:
+        loaded = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None, f"{path}: not valid JSON"
+    if not isinstance(loaded, dict):
+        return None, f"{path}: not a JSON object"
+    return loaded, None
+
+
+def read_settings(claude_dir: str, project_dir: str | None) -> Settings:
+    """Merge the memory keys of every settings file (blocking; never raises)."""
+    merged: dict[str, Any] = {}
+    problems: list[str] = []
+    for scope, path in settings_paths(claude_dir, project_dir):
+        loaded, problem = read_json_object(path)
+        if problem:
+            problems.append(problem)
+        if loaded is not None:
+            _merge(merged, scope, path, loaded, problems)
+    return Settings(**merged, problems=tuple(problems))
+
+
+def _merge(
+    merged: dict[str, Any],
+    scope: SettingsScope,
+    path: str,
+    loaded: Mapping[str, Any],
+    problems: list[str],
+) -> None:
+    for key, field in (("autoMemoryEnabled", "auto_memory"), ("autoDreamEnabled", "auto_dream")):
+        if key not in loaded:
+            continue
+        if isinstance(loaded[key], bool):
+            merged[field], merged[field + "_from"] = loaded[key], f"{scope} settings"
+        else:
+            problems.append(f"{path}: {key} is not true or false; ignored")
+    if "autoMemoryDirectory" not in loaded:
+        return
+    value = loaded["autoMemoryDirectory"]
+    if scope not in _DIR_SCOPES:
+        problems.append(f"{path}: autoMemoryDirectory is ignored in project settings")
+    elif isinstance(value, str) and value.strip() and "\x00" not in value:
+        merged["memory_directory"] = value
+        merged["memory_directory_from"] = f"{scope} settings"
+    else:
+        problems.append(f"{path}: autoMemoryDirectory is not a path; ignored")
+
+
+def expand_directory(value: str, home: str | None) -> str | None:
+    """``autoMemoryDirectory`` as an absolute path (``~`` expanded), else ``None``."""
+    if value.startswith("~/") or value == "~":
+        if not home:
+            return None
+        value = home + value[1:]
+    return os.path.normpath(value) if os.path.isabs(value) else None
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool | None:
+    """True/False for a set flag, ``None`` when unset or unreadable."""
+    raw = env.get(name)
+    if not isinstance(raw, str):
+        return None
+    value = raw.strip().lower()
+    return True if value in _TRUE else False if value in _FALSE else None
+
+
+def decide(settings: Settings, env: Mapping[str, str], version: str | None) -> ClaudeCodeFacts:
+    """Pure: what Claude Code does itself, from its settings, environment and version."""
+    on, reason = _auto_memory(settings, env, version)
+    dream = on and settings.auto_dream is not False
+    return ClaudeCodeFacts(
+        auto_memory=on,
+        auto_memory_reason=reason,
+        auto_dream=dream,
+        memory_directory=settings.memory_directory,
+        version=version,
+        frontmatter_form=frontmatter_form(version),
+        problems=settings.problems,
+    )
+
+
+def _auto_memory(
+    settings: Settings, env: Mapping[str, str], version: str | None
+) -> tuple[bool, str]:
+    if env_flag(env, "CLAUDE_CODE_SIMPLE"):
+        return False, "CLAUDE_CODE_SIMPLE is set"
+    disabled = env_flag(env, "CLAUDE_CODE_DISABLE_AUTO_MEMORY")
+    if disabled is not None:
+        return (
+            not disabled,
+            f"CLAUDE_CODE_DISABLE_AUTO_MEMORY={env.get('CLAUDE_CODE_DISABLE_AUTO_MEMORY')}",
+        )
+    if settings.auto_memory is not None:
+        return settings.auto_memory, f"autoMemoryEnabled in {settings.auto_memory_from}"
+    parsed = parse_version(version)
+    if parsed is not None and parsed < AUTO_MEMORY_SINCE:
+        return False, f"Claude Code {version} has no auto memory"
+    return True, "Claude Code's default"

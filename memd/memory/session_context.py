@@ -1,0 +1,216 @@
+"""What is already in a session's context, so memd never injects it twice (R-I4, R-B5).
+
+Per session the daemon keeps a :class:`SessionContext`: the memory files already surfaced (by
+memd's own recall, or by Claude Code itself), whether memd's index is in the conversation,
+whether the notes are owed after a resume, the environment the hook forwarded and the Claude
+Code version. It lives in memory (bounded to :data:`MAX_SESSIONS`, least recently used out)
+and is rebuilt from the transcript after a daemon restart: :func:`scan_transcript` reads the
+``hook_additional_context`` attachments Claude Code records for every hook output (memd's
+index, notes and recalled memories are recognised by their head lines), memory paths in any
+other attachment (Claude Code's own recalled memories), and the ``version`` of the entries.
+
+A scan reads only the bytes added since the previous one (the file's identity is checked; a
+replaced file is read again from the start) and at most :data:`MAX_SCAN_BYTES` per call, one
+line at a time: a line that is not JSON, or not the shape expected, is skipped.
+:func:`scan_transcript` is blocking: call it from a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memd.memory.claude_code import ClaudeCodeFacts
+
+MAX_SESSIONS = 1_024
+MAX_SCAN_BYTES = 32 * 1024 * 1024
+MAX_LINE_BYTES = 4 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+# The head lines of what memd injects (hook_context renders them; the scan recognises them).
+INDEX_MARK = "Memory index of this project, kept by memd"
+NOTES_MARK = "Working notes of this session, kept by memd"
+RECALL_MARK = "Memories from earlier sessions that may help with this prompt (recalled by memd)"
+_RECALLED_LINE = re.compile(r"^## .* — (/.+\.md)$", re.MULTILINE)
+_MEMORY_PATH = re.compile(r"(/[^\"\s\\]+/memory/[^\"\s\\]+\.md)")
+_OWN_ATTACHMENTS = frozenset({"hook_success", "hook_additional_context", "hook_non_blocking_error"})
+
+
+@dataclass
+class SessionContext:
+    """What one session's conversation already holds (see the module docstring)."""
+
+    session_id: str
+    surfaced: set[str] = field(default_factory=set)  # absolute memory paths
+    index_injected: bool = False
+    notes_owed: bool = False  # a resume happened; the next prompt gets the notes
+    notes_delivered: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    version: str | None = None
+    transcript: str = ""
+    scanned_ino: int = 0
+    scanned_offset: int = 0
+    facts: ClaudeCodeFacts | None = None  # the last decision (for status)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a transcript scan found (only in the bytes it read)."""
+
+    version: str | None = None
+    memd_surfaced: frozenset[str] = frozenset()
+    claude_surfaced: frozenset[str] = frozenset()
+    index_injected: bool = False
+    notes_delivered: bool = False
+    ino: int = 0
+    offset: int = 0
+
+
+class SessionContexts:
+    """The per-session records, least recently used dropped past :data:`MAX_SESSIONS`."""
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
+        self._records: OrderedDict[str, SessionContext] = OrderedDict()
+        self._max = max_sessions
+
+    def get(self, session_id: str) -> SessionContext:
+        record = self._records.get(session_id)
+        if record is None:
+            record = self._records[session_id] = SessionContext(session_id)
+            while len(self._records) > self._max:
+                self._records.popitem(last=False)
+        self._records.move_to_end(session_id)
+        return record
+
+    def peek(self, session_id: str) -> SessionContext | None:
+        return self._records.get(session_id)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def records(self) -> list[SessionContext]:
+        return list(self._records.values())
+
+
+def apply(record: SessionContext, evidence: Evidence) -> None:
+    """Fold a scan's findings into ``record``."""
+    record.surfaced |= evidence.memd_surfaced | evidence.claude_surfaced
+    record.index_injected = record.index_injected or evidence.index_injected
+    record.notes_delivered = record.notes_delivered or evidence.notes_delivered
+    if evidence.notes_delivered:
+        record.notes_owed = False
+    if evidence.version:
+        record.version = evidence.version
+    record.scanned_ino, record.scanned_offset = evidence.ino, evidence.offset
+
+
+def scan_transcript(path: str, ino: int, offset: int) -> Evidence | None:
+    """Evidence from the bytes of ``path`` after ``offset`` (from 0 if the file changed
+    identity or shrank); ``None`` when the file cannot be read (blocking; never raises)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        start = offset if info.st_ino == ino and offset <= info.st_size else 0
+        found = _Found()
+        end = start + _read_lines(fd, start, info.st_size, found)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return found.evidence(info.st_ino, end)
+
+
+class _Found:
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.memd: set[str] = set()
+        self.claude: set[str] = set()
+        self.index = False
+        self.notes = False
+
+    def evidence(self, ino: int, offset: int) -> Evidence:
+        return Evidence(
+            self.version,
+            frozenset(self.memd),
+            frozenset(self.claude),
+            self.index,
+            self.notes,
+            ino,
+            offset,
+        )
+
+    def line(self, raw: bytes) -> None:
+        if b'"attachment"' not in raw and b'"version"' not in raw:
+            return
+        try:
+            entry = json.loads(raw)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(entry, dict):
+            return
+        if isinstance(entry.get("version"), str) and entry.get("type") in ("user", "assistant"):
+            self.version = entry["version"][:64]
+        attachment = entry.get("attachment")
+        if isinstance(attachment, dict):
+            self._attachment(attachment, raw)
+
+    def _attachment(self, attachment: Mapping[str, Any], raw: bytes) -> None:
+        kind = attachment.get("type")
+        if kind == "hook_additional_context":
+            content = attachment.get("content")
+            for text in content if isinstance(content, list) else [content]:
+                if isinstance(text, str):
+                    self.memd_text(text)
+        elif kind not in _OWN_ATTACHMENTS:
+            text = raw.decode("utf-8", errors="replace")
+            self.claude.update(m.group(1) for m in _MEMORY_PATH.finditer(text))
+
+    def memd_text(self, text: str) -> None:
+        if INDEX_MARK in text:
+            self.index = True
+        if NOTES_MARK in text:
+            self.notes = True
+        if RECALL_MARK in text:
+            self.memd.update(injected_paths(text))
+
+
+def injected_paths(text: str) -> Iterator[str]:
+    """The memory paths named by memd's rendered recall (``## name (…) — /abs/path.md``)."""
+    return (m.group(1) for m in _RECALLED_LINE.finditer(text))
+
+
+def _read_lines(fd: int, start: int, size: int, found: _Found) -> int:
+    """Feed whole lines from ``start`` to ``found``; the bytes consumed (up to a newline)."""
+    budget = min(size - start, MAX_SCAN_BYTES)
+    consumed = 0
+    pending = b""
+    skipping = False
+    while consumed + len(pending) < budget:
+        chunk = os.pread(
+            fd, min(_CHUNK, budget - consumed - len(pending)), start + consumed + len(pending)
+        )
+        if not chunk:
+            break
+        pending += chunk
+        while (cut := pending.find(b"\n")) >= 0:
+            line, pending = pending[:cut], pending[cut + 1 :]
+            consumed += cut + 1
+            if not skipping:
+                found.line(line)
+            skipping = False
+        if len(pending) > MAX_LINE_BYTES:  # one huge line: skip it, keep the scan bounded
+            consumed += len(pending)
+            pending = b""
+            skipping = True
+    return consumed

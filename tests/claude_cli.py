@@ -1,0 +1,101 @@
+"""The real Claude Code CLI for end-to-end tests (issue 10): installed once with npm, pinned.
+
+:func:`installed_claude` installs ``@anthropic-ai/claude-code@2.1.197`` into a cache dir
+(``$MEMD_CLAUDE_CODE_CACHE`` or ``~/.cache/memd-tests``; the native binary arrives as an npm
+optional dependency) and returns the ``claude`` command, or ``None`` when npm is absent.
+:func:`claude_env` and :func:`prepare_home` make a throwaway user for it: onboarding accepted
+in ``~/.claude.json``, the model at a loopback Messages-API server (``ANTHROPIC_BASE_URL``),
+no telemetry or update checks. The ``claude_cli`` fixture in ``conftest.py`` wraps this, so any
+test can run ``claude -p …`` or ``claude mcp list``::
+
+    def test_x(claude_cli: ClaudeCLI, tmp_path: Path) -> None:
+        with LoopbackAPI(profile="real_client") as api:
+            done = claude_cli.run(["-p", "hello"], cwd=..., env=claude_cli.env(tmp_path, api.url))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+CLAUDE_CODE_VERSION = "2.1.197"
+PACKAGE = f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"
+INSTALL_TIMEOUT_S = 600.0
+API_KEY = "sk-ant-loopback-0000000000000000000000"
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    root = env.get("MEMD_CLAUDE_CODE_CACHE") or str(Path.home() / ".cache" / "memd-tests")
+    return Path(root) / f"claude-code-{CLAUDE_CODE_VERSION}"
+
+
+def installed_claude(env: Mapping[str, str] | None = None) -> Path | None:
+    """The pinned ``claude`` command, installed into the cache dir when missing; ``None``
+    when npm is not available. Raises ``RuntimeError`` when npm fails."""
+    prefix = cache_dir(env)
+    command = prefix / "node_modules" / ".bin" / "claude"
+    if command.exists():
+        return command
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    prefix.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), PACKAGE],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    if done.returncode != 0 or not command.exists():
+        raise RuntimeError(f"npm install {PACKAGE} failed ({done.returncode}): {done.stderr}")
+    return command
+
+
+def prepare_home(home: Path) -> None:
+    """Onboarding accepted, so ``claude`` asks nothing."""
+    state = home / ".claude.json"
+    data = json.loads(state.read_text()) if state.exists() else {}
+    data.update(hasCompletedOnboarding=True, lastOnboardingVersion=CLAUDE_CODE_VERSION)
+    state.write_text(json.dumps(data))
+
+
+def claude_env(base: Mapping[str, str], api_url: str) -> dict[str, str]:
+    """``base`` (HOME and the rest) plus the model at ``api_url`` and no background traffic."""
+    return {
+        **base,
+        "ANTHROPIC_BASE_URL": api_url,
+        "ANTHROPIC_API_KEY": API_KEY,
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+
+
+@dataclass(frozen=True)
+class ClaudeCLI:
+    """The installed command; :meth:`run` runs it to completion."""
+
+    command: Path
+
+    def env(self, base: Mapping[str, str], api_url: str) -> dict[str, str]:
+        prepare_home(Path(base["HOME"]))
+        return claude_env(base, api_url)
+
+    def run(
+        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.command), *args],
+            cwd=cwd,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )

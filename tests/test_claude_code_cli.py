@@ -1,0 +1,170 @@
+"""memd beside the real Claude Code CLI 2.1.197 (issue 10), through ``claude -p``, ``-c`` and
+``--resume`` with memd's hooks installed. Claude Code talks to a loopback Messages-API server
+in its "real client" profile (streaming, ``role: "system"`` messages); memd's own requests go
+to a second one in the strict profile."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.memory.paths import memory_dir
+from memd.testing import loopback_replies as replies
+from memd.testing.loopback import LoopbackAPI, RecordedRequest
+from memd.testing.loopback_replies import When
+from memd_client.hooks_install import install_hooks
+from tests.claude_cli import ClaudeCLI
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+
+INDEX_LINE = "- [Deploy](deploy.md) — how deploys work"
+DEPLOY_BODY = "Deploys go through scripts/bg-deploy.sh with a 10 minute canary."
+NOTES_LINE = "Canary rollout of the billing service is half done"
+DEPLOY = (
+    "---\nname: Deploy\ndescription: how deploys work\nmetadata:\n  type: project\n---\n\n"
+    + DEPLOY_BODY
+    + "\n"
+)
+
+
+@pytest.fixture
+def memd_api() -> Iterator[LoopbackAPI]:
+    """memd's own model: the strict profile."""
+    with LoopbackAPI() as server:
+        yield server
+
+
+@pytest.fixture
+def claude_api() -> Iterator[LoopbackAPI]:
+    """Claude Code's model: the real-client profile."""
+    with LoopbackAPI(profile="real_client", default_text="OK from stub") as server:
+        yield server
+
+
+def setup(home: Home, memd_api: LoopbackAPI, settings: dict[str, Any]) -> Path:
+    """A project with one memory, memd's hooks installed, memd's config; the project dir."""
+    project = home.root / "proj"
+    project.mkdir()
+    user_settings = home.root / ".claude" / "settings.json"
+    user_settings.parent.mkdir(parents=True, exist_ok=True)
+    user_settings.write_text(json.dumps(settings))
+    install_hooks(user_settings, f"{sys.executable} -m memd_client.hook")
+    mdir = memory_dir(home.projects, project)
+    mdir.mkdir(parents=True)
+    (mdir / "MEMORY.md").write_text(INDEX_LINE + "\n")
+    (mdir / "deploy.md").write_text(DEPLOY)
+    config = home.root / "memd.yaml"
+    config.write_text("memory:\n  extraction_quiet_s: 600\n")
+    home.env.update(
+        MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test"
+    )
+    return project
+
+
+def texts(request: RecordedRequest) -> str:
+    """Everything a request puts before the model (system prompt and messages)."""
+    return json.dumps(
+        [request.body.get("system"), request.body.get("messages")], ensure_ascii=False
+    )
+
+
+def main_requests(api: LoopbackAPI, since: int) -> list[RecordedRequest]:
+    return [
+        r
+        for r in api.requests[since:]
+        if r.path == "/v1/messages" and isinstance(r.body, dict) and r.body.get("tools")
+    ]
+
+
+def run_claude(
+    cli: ClaudeCLI, api: LoopbackAPI, home: Home, project: Path, *args: str
+) -> list[RecordedRequest]:
+    since = len(api.requests)
+    done = cli.run(list(args), cwd=project, env=cli.env(home.env, api.url))
+    assert done.returncode == 0, (done.stdout, done.stderr, read_log(home))
+    assert "OK from stub" in done.stdout
+    requests = main_requests(api, since)
+    assert requests, [r.path for r in api.requests[since:]]
+    return requests
+
+
+def session_of(home: Home) -> str:
+    (transcript,) = (p for p in home.projects.glob("*/*.jsonl"))
+    return transcript.stem
+
+
+def test_nothing_is_injected_twice_across_print_continue_and_resume(
+    claude_cli: ClaudeCLI, claude_api: LoopbackAPI, memd_api: LoopbackAPI, tmp_path: Path
+) -> None:
+    with fake_home(tmp_path) as home:
+        project = setup(home, memd_api, {})  # Claude Code's own auto memory: on (default)
+        proc = start_memd(home)
+        try:
+            first = run_claude(
+                claude_cli, claude_api, home, project, "-p", "how do we deploy this service?"
+            )
+            assert DEPLOY_BODY in texts(first[0])  # recalled on the first prompt
+            sid = session_of(home)
+            wait_for(lambda: call(home, "session", {"session": sid}), timeout=20, what="ingest")
+            notes = home.projects / project_slug_of(home) / sid / "session-memory" / "summary.md"
+            notes.parent.mkdir(parents=True)
+            notes.write_text(f"# Current State\n{NOTES_LINE}\n")
+            later = run_claude(
+                claude_cli, claude_api, home, project, "-c", "-p", "and how do we deploy again?"
+            )
+            later += run_claude(
+                claude_cli, claude_api, home, project, "-p", "--resume", sid, "where is it?"
+            )
+            for request in first + later:
+                text = texts(request)
+                assert text.count(INDEX_LINE) <= 1, "the index twice"
+                assert text.count(DEPLOY_BODY) <= 1, "a recalled memory twice"
+                assert text.count(NOTES_LINE) <= 1, "the notes twice"
+            assert NOTES_LINE in texts(later[-1])  # the resume notes reached the model
+            facts = call(home, "session", {"session": sid})["claude_code"]
+            assert facts["auto_memory"] and facts["version"] == "2.1.197"
+            rows = call(home, "memories", {"cwd": str(project)})["memories"]
+            assert [r["type"] for r in rows] == ["project"]  # metadata.type is typed
+            assert call(home, "status")["memory"]["runs"] == {}  # Claude Code extracts itself
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def project_slug_of(home: Home) -> str:
+    (folder,) = (p.name for p in home.projects.iterdir() if p.is_dir())
+    return folder
+
+
+def test_print_mode_stop_extracts_at_once_beside_claude_code_without_auto_memory(
+    claude_cli: ClaudeCLI, claude_api: LoopbackAPI, memd_api: LoopbackAPI, tmp_path: Path
+) -> None:
+    extract_model = "claude-sonnet-4-6"
+    memd_api.add_rule(When(model=extract_model), replies.text("Nothing to save."))
+    with fake_home(tmp_path) as home:
+        project = setup(home, memd_api, {"autoMemoryEnabled": False})
+        proc = start_memd(home)
+        try:
+            started = time.monotonic()
+            requests = run_claude(
+                claude_cli, claude_api, home, project, "-p", "how do we deploy this service?"
+            )
+            text = texts(requests[0])
+            assert text.count(INDEX_LINE) == 1 and text.count(DEPLOY_BODY) == 1
+
+            def extracted() -> bool:
+                return bool(call(home, "status")["memory"]["runs"].get("extracted"))
+
+            wait_for(extracted, timeout=60, what="the Stop-triggered extraction")
+            assert time.monotonic() - started < 300  # the quiet period is 600 s
+            status = call(home, "status")
+            assert status["memory"]["last_error"] is None and status["last_error"] is None
+            (asked,) = (r for r in memd_api.requests if r.body["model"] == extract_model)
+            system = "".join(block["text"] for block in asked.body["system"])
+            assert "metadata:\n  type: user | feedback" in system  # the form 2.1.197 writes
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
