@@ -189,14 +189,35 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
         notes_for=notes_for,
         budget_bytes=BUDGET,
     )
-    assert resumed == {"additionalContext": None}  # the index is in the conversation already
+    assert resumed == {"additionalContext": None}  # index and notes are in the conversation
     prompt = world.event("UserPromptSubmit", prompt="zzz unrelated")
-    owed = await hook_context(
+    held = await hook_context(
         "UserPromptSubmit", prompt, world.service, notes_for=notes_for, budget_bytes=BUDGET
     )
-    assert owed["additionalContext"] is not None and "working on s1" in owed["additionalContext"]
+    assert held == {"additionalContext": None}
+    other = {"session_id": "s2"}
+    resumed = await hook_context(
+        "SessionStart",
+        {**world.event("SessionStart", source="resume"), **other},
+        world.service,
+        notes_for=notes_for,
+        budget_bytes=BUDGET,
+    )
+    assert "working on" not in str(resumed["additionalContext"])  # never at SessionStart
+    owed = await hook_context(
+        "UserPromptSubmit",
+        {**prompt, **other},
+        world.service,
+        notes_for=notes_for,
+        budget_bytes=BUDGET,
+    )
+    assert owed["additionalContext"] is not None and "working on s2" in owed["additionalContext"]
     again = await hook_context(
-        "UserPromptSubmit", prompt, world.service, notes_for=notes_for, budget_bytes=BUDGET
+        "UserPromptSubmit",
+        {**prompt, **other},
+        world.service,
+        notes_for=notes_for,
+        budget_bytes=BUDGET,
     )
     assert again == {"additionalContext": None}  # the notes once per resume
 
