@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import memd_client
 from memd.memory.hook_context import hook_stdout
+from memd_client import hook
 from memd_client.hooks_install import install_hooks, merge_hooks
 
 EVENTS = [
@@ -88,7 +89,41 @@ def test_the_hook_imports_no_heavy_module() -> None:
     )
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
-    assert not loaded & {"pathlib", "socket", "json", "typing", "re", "memd_client.client"}
+    heavy = {"pathlib", "socket", "json", "typing", "re", "msgpack", "memd_client.client"}
+    assert not loaded & heavy
+
+
+VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.text()
+    | st.binary(),
+    lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(), inner, max_size=20),
+    max_leaves=60,
+)
+
+
+@given(VALUES)
+def test_the_hooks_msgpack_subset_reads_what_msgpack_writes(value: Any) -> None:
+    body = msgpack.packb(value, use_bin_type=True)
+    assert hook.unpack(body) == (value, len(body))
+
+
+@given(
+    st.dictionaries(
+        st.text(),
+        st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.text() | st.binary(),
+    )
+)
+def test_msgpack_reads_what_the_hook_writes(value: dict[str, Any]) -> None:
+    assert msgpack.unpackb(hook.pack({"params": value}), raw=False) == {"params": value}
+
+
+@pytest.mark.parametrize("body", [b"", b"\x81", b"\xd9\x05ab", b"\xc7\x01\x01x", b"\x91" * 100])
+def test_the_hooks_reader_refuses_what_it_cannot_read(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        hook.unpack(body)
 
 
 def test_install_hooks_keeps_user_hooks_and_is_idempotent(tmp_path: Path) -> None:

@@ -286,7 +286,7 @@ def test_doctor_verdicts(tmp_path: Path) -> None:
                     {
                         "hooks": {
                             event: [{"hooks": [{"type": "command", "command": str(hook)}]}]
-                            for event in ("SessionStart", "UserPromptSubmit", "Stop")
+                            for event in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")
                         }
                     }
                 )
@@ -411,6 +411,7 @@ def test_install_and_uninstall_hooks_keep_mode_and_other_hooks(tmp_path: Path) -
             "SessionStart",
             "UserPromptSubmit",
             "Stop",
+            "SessionEnd",
         }
         done = memdctl(home, "uninstall-hooks", "--json")
         assert done.returncode == 0, done.stderr

@@ -15,9 +15,14 @@ It fails open: when the daemon is down, slow or confused, the hook prints nothin
 so it never blocks the agent and never puts an error into its context.
 
 It runs on every prompt, so it starts as fast as Python itself: the JSON is parsed by the
-daemon, and the import graph is ``os``, ``sys``, ``_socket`` and ``msgpack`` — no
-``pathlib``, ``socket``, ``json`` or ``typing`` (``python -X importtime -m memd_client.hook``;
-``bench/hook.py`` measures it in a regular install).
+daemon, and the import graph is ``os``, ``sys`` and ``_socket`` — no ``pathlib``,
+``socket``, ``json``, ``typing``, not even ``msgpack`` (whose ``datetime`` import alone costs
+more than the rest): the one request frame and the reply are coded by the small msgpack
+subset below (:func:`pack`, :func:`unpack`; the reply may use any msgpack type but ext).
+``python -X importtime -m memd_client.hook`` shows it; ``bench/hook.py --regular`` measures
+it in a regular install. The module needs nothing else from ``memd_client``, so it can also
+run as a script (``python …/memd_client/hook.py``), which spares the ``re`` import of a
+console-script launcher.
 """
 
 from __future__ import annotations
@@ -56,14 +61,105 @@ def socket_path(env: Env) -> str:
 
 def request(stdin: bytes, env: Env) -> bytes:
     """One length-prefixed msgpack request frame for the daemon's ``hook`` method."""
-    import msgpack
-
     forwarded = {k: env[k] for k in FORWARDED_ENV if k in env}
-    body: bytes = msgpack.packb(
-        {"id": 1, "method": "hook", "params": {"raw": stdin, "env": forwarded}},
-        use_bin_type=True,
-    )
+    body = pack({"id": 1, "method": "hook", "params": {"raw": stdin, "env": forwarded}})
     return len(body).to_bytes(4, "big") + body
+
+
+def pack(obj: object) -> bytes:
+    """msgpack of a map/str/bytes/int/None tree (what :func:`request` sends)."""
+    if obj is None:
+        return b"\xc0"
+    if isinstance(obj, bool):
+        return b"\xc3" if obj else b"\xc2"
+    if isinstance(obj, int):
+        if 0 <= obj < 128:
+            return bytes([obj])
+        return b"\xd3" + obj.to_bytes(8, "big", signed=True)
+    if isinstance(obj, str):
+        data = obj.encode("utf-8", "surrogatepass")
+        return _head(data, 0xA0, 32, b"\xd9", b"\xda", b"\xdb") + data
+    if isinstance(obj, bytes):
+        return _head(obj, None, 0, b"\xc4", b"\xc5", b"\xc6") + obj
+    if isinstance(obj, dict):
+        size = len(obj)
+        head = bytes([0x80 | size]) if size < 16 else b"\xdf" + size.to_bytes(4, "big")
+        return head + b"".join(pack(k) + pack(v) for k, v in obj.items())
+    raise TypeError(f"cannot pack {type(obj).__name__}")
+
+
+def _head(data: bytes, fix: int | None, fix_max: int, b8: bytes, b16: bytes, b32: bytes) -> bytes:
+    n = len(data)
+    if fix is not None and n < fix_max:
+        return bytes([fix | n])
+    if n < 256:
+        return b8 + bytes([n])
+    return b16 + n.to_bytes(2, "big") if n < 65536 else b32 + n.to_bytes(4, "big")
+
+
+_FIXED = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}
+_SIZED = {0xD9: 1, 0xDA: 2, 0xDB: 4, 0xC4: 1, 0xC5: 2, 0xC6: 4}
+_CONTAINERS = {0xDC: 2, 0xDD: 4, 0xDE: 2, 0xDF: 4}
+
+
+def unpack(data: bytes, at: int = 0, depth: int = 0) -> tuple[object, int]:
+    """One msgpack value at ``at`` and the offset after it; ``ValueError`` for anything
+    malformed, an ext type, or nesting deeper than 64."""
+    if depth > 64 or at >= len(data):
+        raise ValueError("truncated or too deep")
+    tag = data[at]
+    at += 1
+    if tag < 0x80 or tag >= 0xE0:
+        return (tag if tag < 0x80 else tag - 0x100), at
+    if tag <= 0x9F or tag in _CONTAINERS:
+        if tag <= 0x9F:
+            size, is_map = tag & 0x0F, tag < 0x90
+        else:
+            width = _CONTAINERS[tag]
+            size, is_map = int.from_bytes(data[at : at + width], "big"), tag >= 0xDE
+            at += width
+        return _container(data, at, size, is_map, depth)
+    if tag <= 0xBF:
+        return _text(data, at, tag & 0x1F, True)
+    if tag in (0xC0, 0xC2, 0xC3):
+        return {0xC0: None, 0xC2: False, 0xC3: True}[tag], at
+    if tag in _FIXED:
+        width = _FIXED[tag]
+        signed = tag >= 0xD0
+        return int.from_bytes(data[at : at + width], "big", signed=signed), at + width
+    if tag in _SIZED:
+        width = _SIZED[tag]
+        size = int.from_bytes(data[at : at + width], "big")
+        return _text(data, at + width, size, tag >= 0xD9)
+    if tag in (0xCA, 0xCB):
+        return 0.0, at + (4 if tag == 0xCA else 8)  # the hook reads no float
+    raise ValueError(f"msgpack type 0x{tag:02x} is not expected")
+
+
+def _text(data: bytes, at: int, size: int, is_str: bool) -> tuple[object, int]:
+    if at + size > len(data):
+        raise ValueError("truncated")
+    raw = data[at : at + size]
+    return (raw.decode("utf-8") if is_str else raw), at + size
+
+
+def _container(data: bytes, at: int, size: int, is_map: bool, depth: int) -> tuple[object, int]:
+    if size > len(data):
+        raise ValueError("truncated")
+    if not is_map:
+        items = []
+        for _ in range(size):
+            item, at = unpack(data, at, depth + 1)
+            items.append(item)
+        return items, at
+    mapping = {}
+    for _ in range(size):
+        key, at = unpack(data, at, depth + 1)
+        value, at = unpack(data, at, depth + 1)
+        if not isinstance(key, str | int | bytes | None):
+            raise ValueError("unhashable map key")
+        mapping[key] = value
+    return mapping, at
 
 
 def exchange(path: str, frame: bytes, timeout: float) -> bytes | None:
@@ -90,9 +186,7 @@ def exchange(path: str, frame: bytes, timeout: float) -> bytes | None:
 
 def stdout_of(body: bytes) -> str | None:
     """What to print from the daemon's reply: its ``result.stdout`` string, else None."""
-    import msgpack
-
-    reply = msgpack.unpackb(body, raw=False)
+    reply, _ = unpack(body)
     result = reply.get("result") if isinstance(reply, dict) else None
     out = result.get("stdout") if isinstance(result, dict) else None
     return out if isinstance(out, str) and out else None
