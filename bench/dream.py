@@ -18,16 +18,52 @@ import argparse
 import dataclasses
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 import anyio
 
-from memd.config import Config, DreamConfig
-from memd.dream.lock import LOCK_NAME
-from memd.testing.lock_race import race
-from tests.dream_support import make_service
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO)]
+
+from memd.clock import SystemClock  # noqa: E402
+from memd.config import Config, DreamConfig  # noqa: E402
+from memd.dream.exclusion import DirExclusion  # noqa: E402
+from memd.dream.lock import LOCK_NAME  # noqa: E402
+from memd.dream.service import DreamService  # noqa: E402
+from memd.llm.client import LLM  # noqa: E402
+from memd.llm.guard import CostGuard  # noqa: E402
+from memd.llm.ledger import LEDGER_FILE, Ledger  # noqa: E402
+from memd.memory.location import Location  # noqa: E402
+from memd.testing.lock_race import race  # noqa: E402
+
+
+def make_service(root: Path, cfg: Config) -> DreamService:
+    """The real dream service; the model client is a stand-in no check gets far enough to
+    call (the session threshold is out of reach)."""
+    clock = SystemClock()
+    ledger = Ledger(root / LEDGER_FILE, clock)
+    projects = root / "projects"
+
+    async def locate(cwd: str) -> Location:
+        raise AssertionError("the benchmark never locates a cwd")
+
+    guard = CostGuard(cfg.budget, ledger, clock)
+    stand_in = cast(LLM, object())
+    return DreamService(
+        projects,
+        root / "state",
+        cfg,
+        clock,
+        ledger,
+        guard,
+        lambda: stand_in,
+        locate,
+        DirExclusion(),
+    )
 
 
 def build(root: Path, transcripts: int) -> Path:
@@ -64,7 +100,7 @@ def gate_figures(transcripts: int, runs: int) -> None:
         cfg = dataclasses.replace(
             Config(), dream=DreamConfig(scan_throttle_minutes=0.0, min_sessions=10**9)
         )
-        service = make_service(root, object(), cfg)
+        service = make_service(root, cfg)
         found = service.find_dir(memory)
         lock = memory / LOCK_NAME
         lock.write_text("")  # fresh: the time gate is closed

@@ -232,6 +232,13 @@ def test_five_sessions_dream_once_four_do_not(tmp_path: Path) -> None:
             ]
             assert len(dream_requests) == 3
 
+            plain = memdctl(home, "dream", str(cwd))  # the gates now: just consolidated
+            assert plain.returncode == 0, plain.stderr
+            assert "closed - time: 0.0 h of 24 h" in plain.stdout
+            runs_text = memdctl(home, "dream", str(cwd), "--log")
+            assert runs_text.returncode == 0 and f"{run['run_id']}  dream completed" in (
+                runs_text.stdout
+            )
             log = memdctl(home, "dream", str(cwd), "--log", run["run_id"])
             assert log.returncode == 0, log.stderr
             assert "-The release branch was cut yesterday" in log.stdout
