@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import signal
 import statistics
@@ -104,13 +105,17 @@ def library_floor() -> float:
     return float(out.stdout.strip() or 0.0)
 
 
-def python_pass() -> float:
-    runs = []
+def python_pass() -> tuple[float, float]:
+    """Median wall time and CPU time (user + system) of ``python -c pass``."""
+    runs, cpus = [], []
     for _ in range(7):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return statistics.median(runs), statistics.median(cpus)
 
 
 def idle_cpu(pid: int, seconds: float) -> float:
@@ -341,12 +346,15 @@ def recall_run(count: int, runs: int) -> tuple[float, float]:
 # -- start-up and compaction after a restart ----------------------------------------------------
 
 
-def hello_after_start(runs: int = 5) -> float:
-    times = []
+def hello_after_start(runs: int = 5) -> tuple[float, float]:
+    """Median wall time to the first ``hello`` answer, and the CPU the daemon had used by
+    then (less sensitive to the load of a shared machine than wall time)."""
+    times, cpus = [], []
     for _ in range(runs):
         with temp_home() as (home, runtime), run_daemon(home, runtime) as d:
             times.append(d.wait_hello())
-    return statistics.median(times)
+            cpus.append(cpu_seconds(d.proc.pid))
+    return statistics.median(times), statistics.median(cpus)
 
 
 def cut_before_auto_compaction(data: bytes) -> bytes | None:
@@ -435,10 +443,14 @@ def main() -> None:
     floor = library_floor()
     print(f"library floor (anyio, msgpack, watchfiles, tiktoken cl100k): {floor:.1f} MiB")
     if "startup" in args.only:
-        bare, hello = python_pass(), hello_after_start()
+        (bare, bare_cpu), (hello, hello_cpu) = python_pass(), hello_after_start()
         print(
             f"python -c pass {bare * 1000:.1f} ms; memd hello after start {hello * 1000:.1f} ms"
             f" ({hello / bare:.1f}x)"
+        )
+        print(
+            f"  CPU: python -c pass {bare_cpu * 1000:.0f} ms; memd until hello"
+            f" {hello_cpu * 1000:.0f} ms ({hello_cpu / bare_cpu:.1f}x)"
         )
     if "sessions" in args.only:
         for total in args.sizes:
