@@ -36,10 +36,6 @@ from memd.daemon.watch import run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server, run_server
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
-from memd.llm.guard import CostGuard
-from memd.llm.ledger import Ledger, run_ledger_flusher
-from memd.session.store import ExtractionStore
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.transcript.conversation import Conversation, ConversationView
 
@@ -50,10 +46,14 @@ if TYPE_CHECKING:
     from memd.compaction.strategy import NotesInput
     from memd.dream.exclusion import DirExclusion
     from memd.dream.service import DreamService
+    from memd.llm.client import LLM, Disabled
+    from memd.llm.guard import CostGuard
+    from memd.llm.ledger import Ledger
     from memd.memory.location import Location
     from memd.memory.service import MemoryService
     from memd.session.extract import NotesSettings
     from memd.session.scheduler import NotesScheduler
+    from memd.session.store import ExtractionStore
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ class Daemon:
     memory: MemoryService
     exclusion: DirExclusion
     dream: DreamService
+    ledger: Ledger
+    guard: CostGuard
 
     @classmethod
     def load(cls, loaded: LoadedConfig, *, env: dict[str, str]) -> Daemon:
@@ -87,8 +89,6 @@ class Daemon:
             env=env,
             clock=clock,
             sessions=load_sessions(loaded.paths.state_dir / SESSIONS_FILE),
-            ledger=Ledger.load(loaded.paths.state_dir, clock),
-            notes_store=ExtractionStore.load(loaded.paths.state_dir),
             env_file=_read_env_file(env),
         )
 
@@ -99,8 +99,6 @@ class Daemon:
         env: dict[str, str],
         clock: Clock,
         sessions: dict[str, SessionState],
-        ledger: Ledger,
-        notes_store: ExtractionStore,
         env_file: EnvFile | None = None,
     ) -> None:
         self.loaded = loaded
@@ -129,19 +127,23 @@ class Daemon:
         self.server: Server | None = None
         # Opened in the background after start-up: importing the SDK costs ~1.5 s.
         self.llm: LLM | Disabled | None = None
-        self.ledger = ledger
-        self.guard = CostGuard(loaded.config.budget, self.ledger, self.clock)
-        self.guard.on_failure = self._job_failed
         self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
         self.features_ready = anyio.Event()
-        self._notes_store = notes_store
         self._early_growth: dict[str, SessionState] = {}
 
     async def build_features(self) -> None:
-        """Import the feature modules in a worker thread (the loop keeps serving), build them,
-        replay the growth seen meanwhile and set ``features_ready``."""
-        await anyio.to_thread.run_sync(_import_features)
-        self._build_features(self._notes_store)
+        """Import the feature modules and read their state (the usage ledger, the notes
+        records: one file per session) in a worker thread while the loop keeps serving; build
+        them, replay the growth seen meanwhile and set ``features_ready``."""
+        from memd.llm.guard import CostGuard
+
+        ledger, notes_store = await anyio.to_thread.run_sync(
+            _load_features, self.loaded.paths.state_dir, self.clock
+        )
+        self.ledger = ledger
+        self.guard = CostGuard(self.loaded.config.budget, ledger, self.clock)
+        self.guard.on_failure = self._job_failed
+        self._build_features(notes_store)
         self.features_ready.set()
         early, self._early_growth = self._early_growth, {}
         for state in early.values():
@@ -296,8 +298,8 @@ class Daemon:
         self.env_file = env_file
         self.registry.config = fresh.config.transcripts
         self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
-        self.guard.reconfigure(fresh.config.budget)
         if self.features_ready.is_set():  # otherwise they are built from ``self.loaded``
+            self.guard.reconfigure(fresh.config.budget)
             self.compaction.config = fresh.config
             self.notes.reconfigure(notes_settings(fresh))
             self.memory.reconfigure(fresh.config)
@@ -370,6 +372,8 @@ async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> N
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(daemon.save_state)
         if daemon.llm is not None:
+            from memd.llm.client import close_llm
+
             await close_llm(daemon.llm)
     log.info("state saved to %s; bye", daemon.state_file)
     tg.cancel_scope.cancel()
@@ -390,10 +394,15 @@ async def _run_signals(
 
 
 async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
+    from memd.llm.ledger import run_ledger_flusher
     from memd.session.scheduler import run_notes_scheduler
 
     with scope:
-        await daemon.build_features()
+        try:
+            await daemon.build_features()
+        except OSError as exc:  # as fatal as it was when this state was read before READY
+            where = exc.filename or daemon.loaded.paths.state_dir
+            raise StartupError(f"cannot read the state in {where}: {exc.strerror}") from exc
         await _warm_at_start(daemon)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_run_ingest, daemon)
@@ -418,6 +427,8 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
 async def _run_llm(daemon: Daemon) -> None:
     """Import the SDK and build the client off the event loop, after the daemon serves; build
     it again when a reload changes the model settings or the env file."""
+    from memd.llm.client import Disabled, close_llm, open_llm
+
     while True:
         daemon.llm_changed = anyio.Event()
         llm = await anyio.to_thread.run_sync(open_llm, daemon.loaded.config.llm, daemon.llm_env)
@@ -562,11 +573,16 @@ def _read_env_file(env: dict[str, str]) -> EnvFile:
     return env_file
 
 
-def _import_features() -> None:
+def _load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionStore]:
+    """Import the feature modules and read their state (blocking: run in a worker thread)."""
     import memd.compaction.service
     import memd.dream.service
     import memd.memory.service
     import memd.session.scheduler  # noqa: F401
+    from memd.llm.ledger import Ledger
+    from memd.session.store import ExtractionStore
+
+    return Ledger.load(state_dir, clock), ExtractionStore.load(state_dir)
 
 
 def _prepare_dirs(state_dir: Path) -> None:

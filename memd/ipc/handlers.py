@@ -17,11 +17,9 @@ from memd import __version__
 from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.daemon.logsetup import log_destination
-from memd.ipc.doctor_methods import doctor_methods
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
 from memd.ipc.params import find_session, int_param, opt_str
 from memd.ipc.server import Handler
-from memd.llm.client import AnthropicLLM, Disabled
 from memd.memory.paths import project_slug
 from memd.state import SessionState
 from memd_client.protocol import hello_result
@@ -51,6 +49,8 @@ FEATURE_METHODS = (
     "project_notes",
     "read_memory",
     "dream",
+    "probe_api",
+    "doctor_facts",
 )
 
 
@@ -126,7 +126,6 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         "session": session,
         "config": config,
         "reload": reload,
-        **doctor_methods(daemon),
         **deferred_methods(daemon),
     }
 
@@ -134,6 +133,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
 def feature_methods(daemon: Daemon) -> dict[str, Handler]:
     """The feature methods' table (imports the features: call it once they are built)."""
     from memd.ipc.compaction_methods import compaction_methods
+    from memd.ipc.doctor_methods import doctor_methods
     from memd.ipc.dream_methods import dream_methods
     from memd.ipc.mcp_methods import mcp_methods
     from memd.ipc.memory_methods import memory_methods
@@ -145,6 +145,7 @@ def feature_methods(daemon: Daemon) -> dict[str, Handler]:
         **memory_methods(daemon),
         **mcp_methods(daemon),
         **dream_methods(daemon),
+        **doctor_methods(daemon),
     }
 
 
@@ -270,6 +271,8 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
 
 
 def llm_status(daemon: Daemon) -> dict[str, Any]:
+    from memd.llm.client import AnthropicLLM, Disabled  # loaded after READY, as the features
+
     provider = daemon.loaded.config.llm.provider
     llm = daemon.llm
     if llm is None:
