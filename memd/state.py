@@ -52,6 +52,9 @@ class SessionState:
     cwd: str = ""
     slug: str = ""  # Claude Code's readable session name (plan files are named after it)
     parsed: bool = False  # has memd ever read this file?
+    # Why the path cannot be read ({"reason", "since" (epoch s), "transient"}), None if it can.
+    unreadable: dict[str, Any] | None = None
+    pending_tool_calls: int = 0  # calls of a response held back until their results arrive
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:

@@ -32,7 +32,7 @@ from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
-from memd.daemon.watch import run_watcher
+from memd.daemon.watch import WatcherStatus, run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server, run_server
@@ -116,6 +116,7 @@ class Daemon:
             started_at=self.started_at,
         )
         self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
+        self.watcher_status = WatcherStatus()
         self.warm_queue: CoalescingQueue[Path] = CoalescingQueue()
         self.notifier = Notifier(env)
         self.health = Health()
@@ -330,6 +331,7 @@ async def run_daemon(
                 cfg.transcripts,
                 daemon.ingest_queue,
                 stop=daemon.stop_watching,
+                status=daemon.watcher_status,
             )
         )
         work = anyio.CancelScope()
@@ -462,14 +464,16 @@ async def _run_startup_scan(daemon: Daemon) -> None:
 
 
 async def _run_ingest(daemon: Daemon) -> None:
+    """Ingest queued transcripts, one file at a time. One file is the isolation boundary:
+    whatever goes wrong with it is logged and recorded, and the next file is read (R-T7)."""
     while True:
         path = await daemon.ingest_queue.get()
         try:
             await daemon.registry.ingest(path)
             daemon.health.progressed()
-        except OSError as exc:
-            daemon.health.record(f"cannot read {path}: {exc}")
-            log.warning("cannot read %s: %s", path, exc)
+        except Exception as exc:  # the per-file boundary; unreadable files never get here
+            daemon.health.record(f"ingest of {path} failed: {exc!r}")
+            log.exception("ingest of %s failed; other transcripts go on", path)
         finally:
             daemon.ingest_queue.done(path)
 

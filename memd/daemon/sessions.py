@@ -8,6 +8,11 @@ always resumes from the saved byte offset (R-T3).
 Threading: the file work of one session runs in a worker thread under that session's lock;
 the published :class:`SessionState` is replaced as a whole, so readers on the event loop never
 see a half-updated record.
+
+Hostile paths (R-T7): a ``*.jsonl`` that is not a readable regular file (FIFO, directory,
+socket, symlink, no permission, EMFILE) is registered with ``unreadable`` set to the reason,
+and not tried again until its ``lstat`` changes (or, for a transient reason such as EMFILE,
+until :data:`TRANSIENT_RETRY_S` have passed). Bad lines are counted, never raised.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -24,19 +30,27 @@ from typing import TypeVar
 
 import anyio
 
+from memd import regular_file
 from memd.config import TranscriptsConfig
 from memd.daemon.session_index import SessionIndex
 from memd.errors import NotFound
 from memd.state import SessionState
 from memd.transcript.conversation import Conversation
 from memd.transcript.parse import BadLine, parse_line
-from memd.transcript.tail import LineSplitter, TailPosition, read_appended
+from memd.transcript.tail import (
+    LineSplitter,
+    TailPosition,
+    UnreadableTranscript,
+    read_appended,
+)
 
 log = logging.getLogger(__name__)
 
 GrowthListener = Callable[[SessionState], None]
 T = TypeVar("T")
 REHYDRATE_STEP = 8 * 1024 * 1024
+TRANSIENT_RETRY_S = 30.0
+Signature = tuple[int, ...] | None
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,7 @@ class SessionRegistry:
         self._conversations: dict[str, Conversation] = {}
         self._last_used: dict[str, float] = {}
         self._locks: dict[str, anyio.Lock] = {}
+        self._unreadable: dict[str, Signature] = {}  # path -> lstat signature when it failed
         self._listeners: list[GrowthListener] = []
         self._bytes_rehydrated = 0
         self.dirty = False
@@ -131,6 +146,12 @@ class SessionRegistry:
             bad_lines=totals.bad_lines,
         )
 
+    def unreadable(self, limit: int = 20) -> tuple[int, list[SessionState]]:
+        """How many known paths cannot be read, and up to ``limit`` of them (by path)."""
+        paths = sorted(self._unreadable)[:limit]
+        states = [s for s in map(self._index.by_path, paths) if s is not None]
+        return len(self._unreadable), states
+
     def add_listener(self, listener: GrowthListener) -> None:
         self._listeners.append(listener)
 
@@ -159,7 +180,7 @@ class SessionRegistry:
                 continue
             for entry in entries:
                 try:
-                    if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+                    if entry.name.endswith(".jsonl"):  # whatever it is: R-T7 reports the odd ones
                         found.append((Path(entry.path), entry.stat(follow_symlinks=False)))
                 except OSError:
                     continue
@@ -174,6 +195,8 @@ class SessionRegistry:
             state = SessionState(key.session_id, key.project, str(path), mtime=st.st_mtime)
             self._index.put(state)
             self.dirty = True
+        if not stat.S_ISREG(st.st_mode) or state.unreadable is not None:
+            return True  # ingest records why, or sees whether it changed since
         changed = st.st_size != state.offset or st.st_ino != state.inode
         if state.parsed:
             return changed
@@ -182,16 +205,21 @@ class SessionRegistry:
     async def forget_missing(self) -> int:
         """Drop sessions whose transcript is gone (Claude Code's cleanup deletes old ones)."""
         paths = self._index.paths()
-        gone = await anyio.to_thread.run_sync(lambda: [p for p in paths if not os.path.exists(p)])
+        gone = await anyio.to_thread.run_sync(lambda: [p for p in paths if not os.path.lexists(p)])
         for key in gone:
             self._forget(key)
         return len(gone)
 
     def _forget(self, path: str) -> None:
+        """Drop the session and everything kept per path for it."""
         if self._index.remove(path) is not None:
             self.dirty = True
         self._conversations.pop(path, None)
         self._last_used.pop(path, None)
+        self._unreadable.pop(path, None)
+        lock = self._locks.get(path)
+        if lock is not None and not lock.locked():
+            del self._locks[path]
 
     # -- ingest --------------------------------------------------------------------------------
 
@@ -218,10 +246,14 @@ class SessionRegistry:
             before = self._index.by_path(str(path)) or SessionState(
                 key.session_id, key.project, str(path)
             )
-            after = await anyio.to_thread.run_sync(self._ingest_sync, before)
+            signature = self._unreadable.get(str(path), False)
+            after = await anyio.to_thread.run_sync(self._ingest_sync, before, signature)
         if after is None:  # the file is gone (the watcher reports deletions too)
             self._forget(str(path))
             return None
+        if after is before:
+            return before  # still unreadable, and nothing changed since
+        self._note_readability(after)
         grew = after.offset != before.offset or after.resets != before.resets
         self._index.put(after)
         self._last_used[str(path)] = time.monotonic()
@@ -254,12 +286,37 @@ class SessionRegistry:
             self._last_used[path] = time.monotonic()
             return await anyio.to_thread.run_sync(fn, conv)
 
-    def _ingest_sync(self, before: SessionState) -> SessionState | None:
+    def _note_readability(self, state: SessionState) -> None:
+        if state.unreadable is None:
+            self._unreadable.pop(state.path, None)
+        else:
+            self._unreadable[state.path] = regular_file.signature(state.path)
+            self._conversations.pop(state.path, None)
+
+    def _ingest_sync(self, before: SessionState, failed: Signature | bool) -> SessionState | None:
+        """Read the file in a worker thread; ``failed`` is the signature it had when it last
+        could not be read (``False``: it could)."""
+        if failed is not False and not _worth_retry(before, failed):
+            return before
+        try:
+            return self._read_sync(before)
+        except FileNotFoundError:
+            return None
+        except UnreadableTranscript as exc:
+            if not os.path.lexists(before.path):
+                return None
+            log.warning("%s", exc)
+            since = (before.unreadable or {}).get("since") or time.time()
+            state = dataclasses.replace(before, boundaries=list(before.boundaries))
+            state.unreadable = {"reason": exc.reason, "since": since, "transient": exc.transient}
+            return state
+
+    def _read_sync(self, before: SessionState) -> SessionState | None:
         path = Path(before.path)
         conv = self._conversations.get(before.path)
         if conv is None and before.offset > 0:
             conv = self._rehydrate(before)
-        state = dataclasses.replace(before, boundaries=list(before.boundaries))
+        state = dataclasses.replace(before, boundaries=list(before.boundaries), unreadable=None)
         position = TailPosition(before.offset, before.inode, before.size)
         while True:
             try:
@@ -300,7 +357,13 @@ class SessionRegistry:
         conv = Conversation()
         splitter = LineSplitter(self.config.max_line_bytes)
         remaining = state.offset
-        with Path(state.path).open("rb") as f:
+        try:
+            f = regular_file.open_regular(state.path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise UnreadableTranscript.of(state.path, exc) from exc
+        with f:
             while remaining > 0:
                 chunk = f.read(min(REHYDRATE_STEP, remaining))
                 if not chunk:
@@ -326,6 +389,16 @@ class SessionRegistry:
             self._conversations.pop(path, None)
             self._last_used.pop(path, None)
         return len(idle)
+
+
+def _worth_retry(state: SessionState, failed: Signature | bool) -> bool:
+    """Try an unreadable path again only when it changed, or after a while when the cause
+    was transient: an error that retrying cannot fix is never retried in a loop."""
+    if regular_file.signature(state.path) != failed:
+        return True
+    since = (state.unreadable or {}).get("since", 0.0)
+    transient = bool((state.unreadable or {}).get("transient"))
+    return transient and time.time() - float(since) >= TRANSIENT_RETRY_S
 
 
 def _feed(conv: Conversation, lines: list[bytes], path: Path) -> int:
@@ -356,6 +429,7 @@ def _publish_figures(conv: Conversation, state: SessionState) -> None:
     state.context_estimated_tail = figure.estimated_tail
     state.context_stale = figure.stale
     state.message_count = conv.message_count
+    state.pending_tool_calls = len(conv.pending_tool_use_ids())
     state.boundaries = [dataclasses.asdict(b) for b in conv.boundaries]
     state.tool_uses = conv.tool_use_count
     state.turn_ends = conv.turn_ends

@@ -1,12 +1,18 @@
 """Watching the projects root for transcripts that appear or grow (watchfiles, inotify).
 
 The watcher holds no decisions: it turns file events into keys on the ingest queue.
+
+It never stops while the daemon runs. When inotify cannot be used (out of watches or
+instances: ``fs.inotify.max_user_watches``), it degrades to polling the tree every
+``transcripts.poll_interval_ms`` and says so in :class:`WatcherStatus` (``memdctl status``);
+directories it may not read are skipped, not fatal.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -56,16 +62,69 @@ def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
     return found
 
 
+RESTART_DELAY_S = 5.0  # after the polling watcher itself failed (e.g. the root vanished)
+
+
+@dataclass
+class WatcherStatus:
+    """How transcripts are being watched, for ``status``."""
+
+    mode: str = "starting"  # "inotify", or "polling" when inotify is unavailable
+    reason: str | None = None  # why it is polling
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"mode": self.mode, "reason": self.reason}
+
+
 async def run_watcher(
     projects_root: Path,
     config: TranscriptsConfig,
     queue: CoalescingQueue[Path],
     *,
     stop: anyio.Event,
+    status: WatcherStatus | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Mark every changed transcript on ``queue`` until ``stop`` is set or cancelled."""
     await anyio.Path(projects_root).mkdir(parents=True, exist_ok=True)
+    status = status if status is not None else WatcherStatus()
+    task_status.started()
+    polling = False
+    while not stop.is_set():
+        status.mode = "polling" if polling else "inotify"
+        try:
+            await _follow(projects_root, config, queue, stop, polling=polling)
+        except OSError as exc:
+            if not polling:
+                log.warning(
+                    "cannot watch %s with inotify (%s); polling it every %d ms instead",
+                    projects_root,
+                    exc,
+                    config.poll_interval_ms,
+                )
+                status.reason = f"inotify unavailable: {exc}"
+                polling = True
+                continue
+            log.error(
+                "watching %s failed (%s); trying again in %.0fs",
+                projects_root,
+                exc,
+                RESTART_DELAY_S,
+            )
+            with anyio.move_on_after(RESTART_DELAY_S):
+                await stop.wait()
+            await anyio.Path(projects_root).mkdir(parents=True, exist_ok=True)
+    log.debug("watcher for %s stopped", projects_root)
+
+
+async def _follow(
+    projects_root: Path,
+    config: TranscriptsConfig,
+    queue: CoalescingQueue[Path],
+    stop: anyio.Event,
+    *,
+    polling: bool,
+) -> None:
     watcher = watchfiles.awatch(
         projects_root,
         watch_filter=wants,
@@ -74,8 +133,10 @@ async def run_watcher(
         stop_event=stop,
         recursive=True,
         yield_on_timeout=False,
+        force_polling=polling,
+        poll_delay_ms=config.poll_interval_ms,
+        ignore_permission_denied=True,
     )
-    task_status.started()
     async for changes in watcher:
         for change, path in changes:
             if path.endswith(".jsonl"):
@@ -83,4 +144,3 @@ async def run_watcher(
             elif change == watchfiles.Change.added:
                 for found in await anyio.to_thread.run_sync(transcripts_below, path):
                     queue.mark_nowait(found)
-    log.debug("watcher for %s stopped", projects_root)

@@ -211,6 +211,30 @@ def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -
         "size": s.size,
         "lines": s.lines,
         "bad_lines": s.bad_lines,
+        "unreadable": _unreadable(s),
+        "pending_tool_calls": s.pending_tool_calls,
+    }
+
+
+def unreadable_report(daemon: Daemon, limit: int = 20) -> dict[str, Any]:
+    """``unreadable_count`` and the first ``limit`` unreadable transcripts with their reasons."""
+    count, states = daemon.registry.unreadable(limit)
+    return {
+        "unreadable_count": count,
+        "unreadable": [
+            {"session_id": s.session_id, "path": s.path, **(_unreadable(s) or {})} for s in states
+        ],
+    }
+
+
+def _unreadable(s: SessionState) -> dict[str, Any] | None:
+    """Why the transcript cannot be read (``reason``, ``since`` ISO time), None if it can."""
+    if s.unreadable is None:
+        return None
+    since = s.unreadable.get("since")
+    return {
+        "reason": s.unreadable.get("reason"),
+        "since": _iso(since) if isinstance(since, int | float) else None,
     }
 
 
@@ -249,6 +273,8 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
             "bad_lines": reg.bad_lines,
             "queued": queue.queued,
             "running": queue.running,
+            **unreadable_report(daemon),
+            "watcher": daemon.watcher_status.as_dict(),
         },
         "notes": notes,
         "memory": memory,

@@ -45,6 +45,7 @@ from memd.memory.plan import Job
 from memd.memory.scan import format_manifest, scan_memories
 from memd.memory.store import MemoryStore
 from memd.privacy import scrub_text
+from memd.regular_file import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ def _list_files(root: str) -> set[str]:
 
 def _read_bytes(path: str) -> bytes | None:
     try:
-        return Path(path).read_bytes()
+        return read_regular(path)
     except OSError:
         return None
 
@@ -272,7 +273,7 @@ def scrub_files(paths: Iterable[str], *, secrets: bool = True) -> tuple[str, ...
         if os.path.islink(path) or not os.path.isfile(path):
             continue
         try:
-            text = Path(path).read_bytes().decode("utf-8")
+            text = read_regular(path).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
         clean = scrub_text(text, secrets=secrets)

@@ -54,6 +54,7 @@ from memd.memory.rank import (
 )
 from memd.memory.scan import HeaderCache, MemoryHeader, iso_mtime, scan_memories
 from memd.privacy import scrub_text
+from memd.regular_file import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -337,8 +338,7 @@ def load_memory(header: MemoryHeader, now_ms: int, *, redact: bool = True) -> Re
     """The whole memory behind ``header`` (its body cut at :data:`MAX_CONTENT_BYTES`), or
     ``None`` when the file is gone or unreadable."""
     try:
-        with header.path.open("rb") as handle:
-            raw = handle.read(MAX_CONTENT_BYTES + 1)
+        raw = read_regular(header.path, MAX_CONTENT_BYTES + 1)
     except OSError:
         return None
     truncated = len(raw) > MAX_CONTENT_BYTES

@@ -20,7 +20,6 @@ This is a blocking I/O shell: call it from a worker thread (``anyio.to_thread.ru
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import stat
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from memd.memory.frontmatter import Document, MemoryType, parse_document
 from memd.memory.paths import INDEX_FILENAME
+from memd.regular_file import open_regular
 
 DEFAULT_MAX_FILES = 200
 DEFAULT_HEAD_LINES = 30
@@ -69,12 +69,10 @@ def read_head(path: Path, *, max_lines: int = DEFAULT_HEAD_LINES) -> Head:
     Raises ``OSError`` as ``open`` does (a file removed since the listing, a permission error)
     and for anything but a regular file (a FIFO, a device), which it never blocks on.
     """
-    # O_NONBLOCK: a FIFO named *.md must not hang the scan (and every recall) in open().
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with io.FileIO(fd, "r", closefd=True) as raw:
+    # A FIFO named *.md must not hang the scan (and every recall) in open(), nor a link lead
+    # out of the memory dir: regular files only, opened without blocking or following links.
+    with open_regular(path) as raw:
         info = os.fstat(raw.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
         mtime_ms = info.st_mtime_ns // 1_000_000
         reader = io.BufferedReader(raw, buffer_size=_READ_CHUNK)
         lines: list[bytes] = []

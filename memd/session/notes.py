@@ -16,6 +16,7 @@ from pathlib import Path
 
 from memd.atomic import write_text_atomic
 from memd.config import SessionNotesConfig
+from memd.regular_file import read_regular
 from memd.session.template import parse_sections
 
 NOTES_DIR = "session-memory"
@@ -33,7 +34,7 @@ def notes_path(projects_root: Path, project: str, session_id: str) -> Path:
 def read_notes(path: Path) -> str | None:
     """The notes text, or None when the file does not exist yet (blocking)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_regular(path).decode("utf-8")  # never blocks on a FIFO put in its place
     except FileNotFoundError:
         return None
 

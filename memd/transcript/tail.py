@@ -13,13 +13,32 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from memd import regular_file
 from memd.errors import StateError, TranscriptError
 
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
-DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024  # config: transcripts.max_line_bytes
+
+
+class UnreadableTranscript(TranscriptError):
+    """A transcript path that cannot be read: not a regular file, no permission, EMFILE….
+
+    ``reason`` is the short text shown to the user; ``transient`` says whether retrying later
+    may help without the file changing (out of file descriptors, out of memory).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, *, transient: bool) -> None:
+        super().__init__(f"cannot read transcript {os.fspath(path)}: {reason}")
+        self.reason = reason
+        self.transient = transient
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], exc: OSError) -> UnreadableTranscript:
+        return cls(path, regular_file.reason(exc), transient=regular_file.is_transient(exc))
+
+
+DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024  # config: transcripts.max_line_bytes
 _BLOCK: Final = 1024 * 1024
 
 
@@ -150,13 +169,15 @@ def read_appended(
     and is never taken for a replacement. Reads about ``max_bytes`` at most (a single line
     longer than that is still read whole, up to ``max_line_bytes``).
 
-    Raises :class:`FileNotFoundError` when the file is gone (an ordinary event: Claude Code
-    deletes old transcripts) and :class:`TranscriptError` when it cannot be read otherwise.
+    Only a regular file is opened, without following a link and without ever blocking
+    (:func:`memd.regular_file.open_regular`). Raises :class:`FileNotFoundError` when the file
+    is gone (an ordinary event: Claude Code deletes old transcripts) and
+    :class:`UnreadableTranscript` when it cannot be read otherwise.
     """
     try:
-        with Path(path).open("rb") as file:
+        with regular_file.open_regular(path) as file:
             stat = os.fstat(file.fileno())
-            reset = _was_replaced(position, stat)
+            reset = _was_replaced(position, stat) or _not_at_line_start(file, position)
             start = 0 if position is None or reset else position.offset
             file.seek(start)
             splitter = LineSplitter(max_line_bytes)
@@ -164,7 +185,7 @@ def read_appended(
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise TranscriptError(f"cannot read transcript {path}: {exc.strerror or exc}") from exc
+        raise UnreadableTranscript.of(path, exc) from exc
     return TailRead(
         lines=lines,
         position=TailPosition(
@@ -185,6 +206,15 @@ def _was_replaced(position: TailPosition | None, stat: os.stat_result) -> bool:
         return False
     replaced = position.inode != 0 and stat.st_ino != position.inode
     return replaced or stat.st_size < position.offset
+
+
+def _not_at_line_start(file: BinaryIO, position: TailPosition | None) -> bool:
+    """A saved offset always follows a newline: any other byte there means the file was
+    rewritten in place (same inode, e.g. deleted and re-created, or copied over)."""
+    if position is None or position.offset == 0:
+        return False
+    file.seek(position.offset - 1)
+    return file.read(1) != b"\n"
 
 
 def _read_lines(file: BinaryIO, splitter: LineSplitter, max_bytes: int) -> tuple[list[bytes], bool]:
