@@ -135,9 +135,9 @@ def merge_script(final_delay_s: float = 0.0) -> str:
     )
 
 
-def start(home: Home, api: LoopbackProcess) -> subprocess.Popen[bytes]:
+def start(home: Home, api: LoopbackProcess, *args: str) -> subprocess.Popen[bytes]:
     home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
-    proc = start_memd(home, "--set", "dream.scan_throttle_minutes=0")
+    proc = start_memd(home, "--set", "dream.scan_throttle_minutes=0", *args)
     wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model client")
     return proc
 
@@ -347,7 +347,8 @@ def test_abort_undoes_the_run_and_keeps_other_writers_files(tmp_path: Path) -> N
         cwd, mdir = setup_project(home, tmp_path, sessions=0)
         before = tree(mdir)
         api.add_script(slow_script())
-        proc = start(home, api)
+        # memd extracts here too (beside Claude Code it leaves that to Claude Code's agent)
+        proc = start(home, api, "--set", "memory.extract_beside_claude_code=true")
         try:
             call(home, "dream", {"cwd": str(cwd), "force": True})
             wait_edited(home, cwd)

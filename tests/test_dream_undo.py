@@ -196,3 +196,23 @@ def test_run_records_from_garbage_are_skipped(tmp_path: Path) -> None:
     store.save(good)
     assert [r.run_id for r in store.runs("proj")] == [good.run_id]
     assert store.load("proj", "../../etc") is None
+
+
+def test_names_that_are_not_utf8_stay_encodable(tmp_path: Path) -> None:
+    import msgpack
+
+    from memd.dream.status import printable
+
+    mdir = memory(tmp_path)
+    odd = os.fsdecode(b"caf\xe9.md")  # a Latin-1 name: a lone surrogate in Python
+    (mdir / odd).write_text(NOTE)
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = snapshot.take(mdir, run / "snapshot")
+    assert odd in saved.files
+    book = Journal(run)
+    write(book, mdir, odd, b"changed")
+    changes = [c.as_dict() for c in journal.changes(mdir, run, run / "snapshot")]
+    assert msgpack.packb(printable({"changes": changes}), use_bin_type=True)
+    assert journal.undo(mdir, run, run / "snapshot").restored == (odd,)
+    assert (mdir / odd).read_text() == NOTE

@@ -43,7 +43,7 @@ from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
 from memd.dream.restore import recover_all, recover_run
 from memd.dream.runs import RunRecord, RunStore, project_key
-from memd.dream.status import dir_row
+from memd.dream.status import dir_row, printable
 from memd.dream.transcripts import count_sessions
 from memd.errors import NotFound
 from memd.llm.client import LLM, Disabled
@@ -439,7 +439,8 @@ class DreamService:
         found = self._dirs.get(str(memory_dir)) or DreamDir(
             str(memory_dir), memory_dir, {memory_dir.parent}
         )
-        return dir_row(found, self._clock.now())
+        row: dict[str, Any] = printable(dir_row(found, self._clock.now()))
+        return row
 
     def statistics(self) -> dict[str, Any]:
         """The ``dream`` section of ``status`` (no I/O)."""
@@ -452,5 +453,5 @@ class DreamService:
                 "min_sessions": cfg.min_sessions,
             },
             "queued_checks": self._queue.statistics().queued,
-            "projects": [dir_row(d, self._clock.now()) for d in self._dirs.values()],
+            "projects": [printable(dir_row(d, self._clock.now())) for d in self._dirs.values()],
         }

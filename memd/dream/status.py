@@ -92,3 +92,15 @@ def _brief(run: dict[str, Any]) -> dict[str, Any]:
     """A past run for status: the session list cut (a run may review thousands)."""
     sessions = run.get("sessions") or []
     return {**run, "sessions": sessions[:MAX_SESSIONS_SHOWN], "session_count": len(sessions)}
+
+
+def printable(value: Any) -> Any:
+    """``value`` with every string made valid UTF-8: a file name that is not (its bytes come
+    back as lone surrogates) must not make a status or log answer unencodable."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable(v) for v in value]
+    return value

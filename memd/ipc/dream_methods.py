@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memd.dream.history import dream_log, dream_restore
+from memd.dream.status import printable
 from memd.ipc.params import opt_str
 from memd.ipc.server import Handler, InvalidParams
 
@@ -33,14 +34,14 @@ def dream_methods(daemon: Daemon) -> dict[str, Handler]:
             raise InvalidParams("'force' must be true or false")
         try:
             if op == "check":
-                return await svc.check(cwd=cwd, project=project, force=force)
+                return printable(await svc.check(cwd=cwd, project=project, force=force))
             if op == "abort":
-                return await svc.abort(cwd=cwd, project=project)
+                return printable(await svc.abort(cwd=cwd, project=project))
             where = await svc.where(cwd, project)
             if op == "log":
-                return await dream_log(svc, where.memory_dir, run)
+                return printable(await dream_log(svc, where.memory_dir, run))
             if op == "restore":
-                return await dream_restore(svc, where.memory_dir, run)
+                return printable(await dream_restore(svc, where.memory_dir, run))
             return svc.row(where.memory_dir)
         except ValueError as exc:
             raise InvalidParams(str(exc)) from None
