@@ -395,6 +395,21 @@ def compact_ms(c: Client, sid: str) -> tuple[float, Any]:
     return (time.perf_counter() - t0) * 1000, result.get("level")
 
 
+def wait_resident(d: Running, ids: list[str], settle: float) -> None:
+    """Give the warmer its chance, as a user's next turn would: until the sessions are in
+    memory (builds that report it), else for ``settle`` seconds."""
+    deadline = time.perf_counter() + max(settle, 120.0)
+    with d.client(60.0) as c:
+        while time.perf_counter() < deadline:
+            rows = [r for r in c.call("sessions") if r["session_id"] in ids]
+            if rows and "in_memory" not in rows[0]:
+                time.sleep(settle)
+                return
+            if len(rows) == len(ids) and all(r["in_memory"] for r in rows):
+                return
+            time.sleep(0.2)
+
+
 def compaction_after_restart(settle: float) -> list[tuple[str, float, float, Any]]:
     """(session, first request after restart, warm request, level) per large session."""
     out = []
@@ -406,7 +421,7 @@ def compaction_after_restart(settle: float) -> list[tuple[str, float, float, Any
             time.sleep(2.0)  # the state flush
         with run_daemon(home, runtime) as d:
             d.wait_hello()
-            time.sleep(settle)  # give the warmer its chance, as a user's next turn would
+            wait_resident(d, ids, settle)
             with d.client(120.0) as c:
                 for sid in ids:
                     first, level = compact_ms(c, sid)

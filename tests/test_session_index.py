@@ -109,3 +109,14 @@ def test_status_dicts_name_every_field() -> None:
     assert view.as_dict() == dataclasses.asdict(view)
     stats = NotesStatistics(True, "", "auto", 0, 1, 2, (status,))
     assert stats.as_dict() == {**dataclasses.asdict(stats), "sessions": [status.as_dict()]}
+
+
+def test_last_activity_is_iso_utc_and_a_planted_mtime_does_not_fail_the_listing() -> None:
+    from datetime import UTC, datetime
+
+    from memd.ipc.handlers import _iso
+
+    for ts in (1.0, 1_763_800_000.7, 4_102_444_800.0):
+        assert _iso(ts) == datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+    assert _iso(0.0) == ""
+    assert _iso(1e20) == "" and _iso(float("nan")) == ""  # touch -d far future, or garbage
