@@ -13,6 +13,11 @@ Latency: the same memories padded with generated ones to 200 files (the scan cap
 - index rebuild: building the index when term caches are warm (one memory changed);
 - first query: everything cold (term analysis of 200 files, index build, query).
 
+Cached recall (issue 12): :func:`memd.memory.recall.recall` end to end (no model: the lexical
+ranker), with the :class:`~memd.memory.scan.HeaderCache` the daemon keeps vs a fresh scan of
+every head, at 200 and 2,000 unchanged memories (the newest 200 are candidates either way).
+Target: p50 ≤ 10 ms at 2,000.
+
 Run: ``python3 bench/recall.py``. Not part of the test pass/fail.
 """
 
@@ -200,6 +205,47 @@ def _p50_p95(values: Sequence[float]) -> tuple[float, float]:
     return statistics.median(values), _percentile(values, 0.95)
 
 
+def bench_cached_recall(queries: Sequence[Query], count: int) -> dict[str, tuple[float, float]]:
+    """(p50, p95) in ms of a whole lexical recall at ``count`` memories, cached vs not."""
+    import anyio
+
+    from memd.clock import SystemClock
+    from memd.config import Config
+    from memd.llm.client import Disabled
+    from memd.memory.recall import recall
+    from memd.memory.scan import HeaderCache
+
+    cfg, clock, llm = Config(), SystemClock(), Disabled("bench: lexical")
+    cache = HeaderCache()
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = Path(tmp) / "memory"
+        shutil.copytree(DATA / "memories", memory)
+        have = len(list(memory.glob("*.md")))
+        for relative, text in padding_memories(count - have):
+            (memory / relative).write_text(text, encoding="utf-8")
+
+        async def timed(use_cache: bool, query: Query) -> float:
+            start = time.perf_counter()
+            result = await recall(
+                query.text,
+                memory_dir=memory,
+                llm=llm,
+                cfg=cfg,
+                clock=clock,
+                cache=cache if use_cache else None,
+            )
+            assert result.method == "lexical"
+            return (time.perf_counter() - start) * 1000.0
+
+        async def run() -> dict[str, tuple[float, float]]:
+            await timed(True, queries[0])  # fill the cache
+            cached = [await timed(True, q) for _ in range(3) for q in queries]
+            fresh = [await timed(False, q) for q in queries[:8]]
+            return {"cached": _p50_p95(cached), "fresh scan": _p50_p95(fresh)}
+
+        return anyio.run(run)
+
+
 def main() -> None:
     queries = load_queries()
     headers = scan_memories(DATA / "memories")
@@ -215,6 +261,10 @@ def main() -> None:
     print(f"latency at {TARGET_FILES} memories, ms (p50 / p95):")
     for step, (p50, p95) in bench_latency(queries).items():
         print(f"  {step:20} {p50:8.3f} / {p95:8.3f}")
+    for count in (200, 2_000):
+        print(f"whole recall (lexical) at {count} memories, ms (p50 / p95):")
+        for step, (p50, p95) in bench_cached_recall(queries, count).items():
+            print(f"  {step:20} {p50:8.3f} / {p95:8.3f}")
 
 
 if __name__ == "__main__":

@@ -117,8 +117,18 @@ def test_nothing_is_injected_twice_across_print_continue_and_resume(
             later = run_claude(
                 claude_cli, claude_api, home, project, "-c", "-p", "and how do we deploy again?"
             )
+            # A restarted daemon rebuilds what the session holds from its transcript.
+            assert stop_memd(proc) == 0, read_log(home)
+            proc = start_memd(home)
             later += run_claude(
-                claude_cli, claude_api, home, project, "-p", "--resume", sid, "where is it?"
+                claude_cli,
+                claude_api,
+                home,
+                project,
+                "-p",
+                "--resume",
+                sid,
+                "where is the deploy script?",
             )
             for request in first + later:
                 text = texts(request)

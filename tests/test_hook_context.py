@@ -223,6 +223,29 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
 
 
 @pytest.mark.anyio
+async def test_auto_memory_directory_moves_the_memory_dir_but_not_from_a_repository(
+    tmp_path: Path,
+) -> None:
+    world = Fixture(tmp_path)
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    (moved / "MEMORY.md").write_text("- [Moved](moved.md) — lives elsewhere\n")
+    repo_settings = world.cwd / ".claude" / "settings.json"
+    repo_settings.parent.mkdir()
+    repo_settings.write_text(json.dumps({"autoMemoryDirectory": str(tmp_path / "evil")}))
+    assert (await world.service.locate(str(world.cwd))).memory_dir == world.memory
+    (tmp_path / "settings.json").write_text(
+        json.dumps({"autoMemoryEnabled": False, "autoMemoryDirectory": str(moved)})
+    )
+    assert (await world.service.locate(str(world.cwd))).memory_dir == moved
+    event = world.event("SessionStart", source="startup")
+    text = (await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET))[
+        "additionalContext"
+    ]
+    assert text is not None and "- [Moved](moved.md)" in text and str(moved) in text
+
+
+@pytest.mark.anyio
 async def test_index_is_cut_to_the_budget_with_a_note(tmp_path: Path) -> None:
     world = Fixture(tmp_path)
     (world.memory / "MEMORY.md").write_text(
