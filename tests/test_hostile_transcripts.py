@@ -266,3 +266,66 @@ def test_a_transcript_the_daemon_may_not_read_is_unreadable_until_fixed(tmp_path
         finally:
             code = stop_memd(proc, timeout=20)
         assert code == 0, read_log(home)
+
+
+# -- out of inotify watches: the watcher polls, says so, and follows growth -------------------
+
+UNSHARE = shutil.which("unshare")
+INOTIFY_LIMIT = "/proc/sys/user/max_inotify_watches"  # per user namespace
+IN_USERNS = [UNSHARE or "unshare", "--user", "--map-root-user", "sh", "-c"]
+
+
+def _userns_works() -> bool:
+    if UNSHARE is None:
+        return False
+    done = subprocess.run(
+        [UNSHARE, "--user", "--map-root-user", "sh", "-c", f"echo 1 > {INOTIFY_LIMIT}"],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+WATCHER_SCRIPT = """
+import sys, anyio
+from pathlib import Path
+from memd.config import TranscriptsConfig
+from memd.daemon.queues import CoalescingQueue
+from memd.daemon.watch import WatcherStatus, run_watcher
+
+async def main() -> None:
+    root = Path(sys.argv[1])
+    queue, status, stop = CoalescingQueue(), WatcherStatus(), anyio.Event()
+    config = TranscriptsConfig(poll_interval_ms=100)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(lambda task_status: run_watcher(
+                root, config, queue, stop=stop, status=status, task_status=task_status))
+            while status.mode != "polling":
+                await anyio.sleep(0.05)
+            (root / "p" / "s.jsonl").write_bytes(b"{}\\n")
+            path = await queue.get()
+            print(status.mode, status.reason, path.name, flush=True)
+            stop.set()
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.skipif(not _userns_works(), reason="needs user namespaces (per-namespace limits)")
+def test_out_of_inotify_watches_the_watcher_polls_and_says_so(tmp_path: Path) -> None:
+    """In a user namespace of its own the watcher gets one inotify watch, too few for the
+    tree: it falls back to polling, says why, and still reports a transcript that appears."""
+    (tmp_path / "p" / "q").mkdir(parents=True)
+    script = f'echo 1 > {INOTIFY_LIMIT} && exec "$@"'
+    done = subprocess.run(
+        [*IN_USERNS, script, "sh", sys.executable, "-c", WATCHER_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    mode, _, rest = done.stdout.strip().partition(" ")
+    assert mode == "polling"
+    assert "inotify unavailable" in rest and rest.endswith("s.jsonl")

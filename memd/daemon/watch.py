@@ -90,10 +90,21 @@ async def run_watcher(
     status = status if status is not None else WatcherStatus()
     task_status.started()
     polling = False
+    # watchfiles' ignore_permission_denied also swallows "out of watches": inotify starts strict,
+    # and turns lenient only after a directory it may not read, so a full table is still seen.
+    lenient = False
     while not stop.is_set():
         status.mode = "polling" if polling else "inotify"
         try:
-            await _follow(projects_root, config, queue, stop, polling=polling)
+            await _follow(projects_root, config, queue, stop, polling=polling, lenient=lenient)
+        except PermissionError as exc:
+            if not lenient:
+                log.warning(
+                    "skipping what the watcher may not read under %s: %s", projects_root, exc
+                )
+                lenient = True
+                continue
+            await _fail(projects_root, exc, stop)
         except OSError as exc:
             if not polling:
                 log.warning(
@@ -103,18 +114,17 @@ async def run_watcher(
                     config.poll_interval_ms,
                 )
                 status.reason = f"inotify unavailable: {exc}"
-                polling = True
+                polling = lenient = True
                 continue
-            log.error(
-                "watching %s failed (%s); trying again in %.0fs",
-                projects_root,
-                exc,
-                RESTART_DELAY_S,
-            )
-            with anyio.move_on_after(RESTART_DELAY_S):
-                await stop.wait()
-            await anyio.Path(projects_root).mkdir(parents=True, exist_ok=True)
+            await _fail(projects_root, exc, stop)
     log.debug("watcher for %s stopped", projects_root)
+
+
+async def _fail(projects_root: Path, exc: OSError, stop: anyio.Event) -> None:
+    log.error("watching %s failed (%s); trying again in %.0fs", projects_root, exc, RESTART_DELAY_S)
+    with anyio.move_on_after(RESTART_DELAY_S):
+        await stop.wait()
+    await anyio.Path(projects_root).mkdir(parents=True, exist_ok=True)
 
 
 async def _follow(
@@ -124,6 +134,7 @@ async def _follow(
     stop: anyio.Event,
     *,
     polling: bool,
+    lenient: bool,
 ) -> None:
     watcher = watchfiles.awatch(
         projects_root,
@@ -135,7 +146,7 @@ async def _follow(
         yield_on_timeout=False,
         force_polling=polling,
         poll_delay_ms=config.poll_interval_ms,
-        ignore_permission_denied=True,
+        ignore_permission_denied=lenient,
     )
     async for changes in watcher:
         for change, path in changes:
