@@ -164,6 +164,9 @@ class HookConfig:
 class IPCConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     request_timeout_s: float = 30.0
+    max_buffered_bytes: int = 64 * 1024 * 1024  # incoming frames, across all connections
+    frame_timeout_s: float = 10.0  # to finish a frame once its first byte arrived
+    max_connections: int = 256  # the next one gets a `busy` error frame and is closed
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from tests.ipc_support import (
     serving_in_thread,
     short_dir,
 )
+from tests.uid_support import NOBODY, Exited, run_forked
 
 pytestmark = pytest.mark.anyio
 
@@ -429,6 +430,88 @@ async def test_another_user_is_refused(sock_path: Path) -> None:
         assert "65534" in reply.message
         assert server.statistics().connections_refused == 1
         assert server.statistics().requests_total == 0
+
+
+async def test_a_peer_whose_uid_is_not_the_servers_is_refused(sock_path: Path) -> None:
+    """The end-to-end peer check without root: a server that serves only another uid must
+    refuse this process (the same path as a real second user, SO_PEERCRED included)."""
+    async with anyio.create_task_group() as tg:
+        server: Server = await tg.start(
+            partial(
+                run_server,
+                sock_path,
+                methods(),
+                max_frame_bytes=FRAME_LIMIT,
+                request_timeout=10,
+                own_uid=os.getuid() + 1,
+            )
+        )
+        conn = await RawConnection.open(sock_path)
+        await conn.request(1, "status")
+        with anyio.fail_after(10):
+            reply = await conn.reply()
+            assert isinstance(reply, p.Failure)
+            assert (reply.id, reply.code) == (None, p.FORBIDDEN)
+            assert f"peer uid {os.getuid()}" in reply.message
+            assert await conn.frame() is None
+        await conn.aclose()
+        assert server.statistics().connections_refused == 1
+        assert server.statistics().requests_total == 0
+        tg.cancel_scope.cancel()
+
+
+def _serve_until_told(path: Path, stop_r: int, stop_w: int) -> int:
+    """In a child running as 65534: serve until the parent closes its end of the pipe."""
+    os.close(stop_w)
+
+    async def serve() -> None:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                await tg.start(
+                    partial(
+                        run_server, path, methods(), max_frame_bytes=FRAME_LIMIT, request_timeout=5
+                    )
+                )
+                await anyio.wait_readable(stop_r)
+                tg.cancel_scope.cancel()
+
+    anyio.run(serve)
+    return 0
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the daemon as another user")
+async def test_a_daemon_running_as_another_user_refuses_root() -> None:
+    """The other way round: the server itself unprivileged (uid 65534), root connects."""
+    with short_dir() as d:
+        d.chmod(0o711)
+        run_dir = d / "run"
+        run_dir.mkdir(mode=0o700)
+        os.chown(run_dir, NOBODY, NOBODY)
+        path = run_dir / "memd.sock"
+        stop_r, stop_w = os.pipe()
+        async with anyio.create_task_group() as tg:
+            child: list[Exited] = []
+
+            async def run_child() -> None:
+                serve = partial(_serve_until_told, path, stop_r, stop_w)
+                child.append(await anyio.to_thread.run_sync(partial(run_forked, serve, uid=NOBODY)))
+
+            tg.start_soon(run_child)
+            try:
+                with anyio.fail_after(20):
+                    while not await anyio.Path(path).exists():  # noqa: ASYNC110 - another process
+                        await anyio.sleep(0.01)
+                    assert (await anyio.Path(path).stat()).st_uid == NOBODY
+                    conn = await RawConnection.open(path)
+                    await conn.request(1, "status")
+                    reply = await conn.reply()
+                    await conn.aclose()
+            finally:
+                os.close(stop_w)
+        os.close(stop_r)
+        assert child == [Exited(0, "")]
+        assert isinstance(reply, p.Failure) and reply.code == p.FORBIDDEN
+        assert "peer uid 0" in reply.message and f"uid {NOBODY}" in reply.message
 
 
 # -- phased shutdown ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from memd_client.errors import (
         ClientTimeout,
         ConnectionLost,
+        DaemonBusy,
         DaemonNotRunning,
         MemdClientError,
         ProtocolMismatch,
@@ -23,6 +24,7 @@ __all__ = [
     "Client",
     "ClientTimeout",
     "ConnectionLost",
+    "DaemonBusy",
     "DaemonNotRunning",
     "MemdClientError",
     "ProtocolMismatch",

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 from memd_client.errors import (
     ClientTimeout,
     ConnectionLost,
+    DaemonBusy,
     DaemonNotRunning,
     MemdClientError,
     ProtocolMismatch,
@@ -73,10 +74,12 @@ def _reply_for(frame: dict[str, Any], rid: RequestId) -> Success | Failure | Non
             return reply if reply_id == rid else None
 
 
-def _outcome(reply: Success | Failure) -> Any:
+def _outcome(reply: Success | Failure, path: Path) -> Any:
     match reply:
         case Success(result=result):
             return result
+        case Failure(code="busy", message=message):
+            raise DaemonBusy(path, message)
         case Failure(code=code, message=message):
             raise RemoteError(code, message)
 
@@ -147,7 +150,7 @@ class Client:
             raise
         if reply.id is None:
             self.close()  # the daemon closes after a connection-level failure
-        return _outcome(reply)
+        return _outcome(reply, self.path)
 
     def _exchange(self, payload: bytes, rid: RequestId, deadline: float) -> Success | Failure:
         sock = self._connected(deadline)
@@ -268,7 +271,7 @@ class AsyncClient:
                 raise
             if reply.id is None:
                 self._drop()
-        return _outcome(reply)
+        return _outcome(reply, self.path)
 
     async def _exchange(self, payload: bytes, rid: RequestId) -> Success | Failure:
         reader, writer = await self._connected()

@@ -2,6 +2,7 @@
 
 MemdClientError
 ├── DaemonNotRunning   nothing listens on the socket (missing file, ECONNREFUSED)
+│   └── DaemonBusy     the daemon turned the connection away (``busy``): treat it as down
 ├── ConnectionLost     the daemon closed the connection before answering
 ├── ClientTimeout      no answer within the client's timeout
 ├── ProtocolMismatch   the daemon speaks another protocol version or sent unreadable frames
@@ -23,6 +24,14 @@ class DaemonNotRunning(MemdClientError):
             f"memd is not running (nothing listens at {path}); "
             "start it with `memd` or `systemctl --user start memd`"
         )
+        self.path = path
+
+
+class DaemonBusy(DaemonNotRunning):
+    """The daemon is at its connection or buffer limit; callers fail open as when it is down."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        MemdClientError.__init__(self, f"memd is busy at {path} ({message}); try again shortly")
         self.path = path
 
 

@@ -23,8 +23,9 @@ PROTOCOL_VERSION: Final = 1
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 HEADER: Final = struct.Struct(">I")
 
-# Error codes. The first nine are the contract in docs/ARCHITECTURE.md; the last two answer
-# a refused peer and a request that ran past the daemon's per-request timeout.
+# Error codes. The first nine are the contract in docs/ARCHITECTURE.md; then a refused peer,
+# a request (or a frame) that ran past its deadline, and a daemon at its connection or read
+# buffer limit (``busy``: clients treat it like a daemon that is down).
 BAD_FRAME: Final = "bad_frame"
 FRAME_TOO_LARGE: Final = "frame_too_large"
 BAD_REQUEST: Final = "bad_request"
@@ -36,6 +37,7 @@ UNAVAILABLE: Final = "unavailable"
 INTERNAL: Final = "internal"
 FORBIDDEN: Final = "forbidden"
 TIMEOUT: Final = "timeout"
+BUSY: Final = "busy"
 ERROR_CODES: Final = frozenset(
     {
         BAD_FRAME,
@@ -49,6 +51,7 @@ ERROR_CODES: Final = frozenset(
         INTERNAL,
         FORBIDDEN,
         TIMEOUT,
+        BUSY,
     }
 )
 

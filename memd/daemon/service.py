@@ -35,7 +35,7 @@ from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import WatcherStatus, run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
-from memd.ipc.server import Server, run_server
+from memd.ipc.server import ServeLimits, Server, run_server
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.transcript.conversation import Conversation, ConversationView
 
@@ -318,7 +318,7 @@ class Daemon:
 async def run_daemon(
     daemon: Daemon, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    from memd.ipc.handlers import method_table, method_timeouts
+    from memd.ipc.handlers import INLINE_METHODS, method_table, method_timeouts
 
     paths = daemon.loaded.paths
     cfg = daemon.loaded.config
@@ -343,6 +343,12 @@ async def run_daemon(
                 max_frame_bytes=cfg.ipc.max_frame_bytes,
                 request_timeout=cfg.ipc.request_timeout_s,
                 method_timeouts=method_timeouts(daemon),
+                inline=INLINE_METHODS,
+                limits=ServeLimits(
+                    max_buffered_bytes=cfg.ipc.max_buffered_bytes,
+                    frame_timeout_s=cfg.ipc.frame_timeout_s,
+                    max_connections=cfg.ipc.max_connections,
+                ),
             )
         )
         daemon.notifier.ready(f"serving on {paths.socket_path}")

@@ -17,7 +17,7 @@ from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
 from memd.daemon.logsetup import log_destination
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
-from memd.ipc.params import find_session, int_param, opt_str
+from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
 from memd.memory.paths import project_slug
 from memd.state import SessionState
@@ -51,6 +51,11 @@ FEATURE_METHODS = (
     "probe_api",
     "doctor_facts",
 )
+
+# Methods whose handlers never wait on I/O (no thread, no lock, no model call): the server
+# answers them inline on their connection, with no task and no timeout scope of their own.
+# memory_index, memories and notes read files in a worker thread, so they keep a timeout.
+INLINE_METHODS = frozenset({"hello", "status", "sessions", "session", "should_compact", "config"})
 
 
 def method_timeouts(daemon: Daemon) -> dict[str, float]:
@@ -118,7 +123,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
             "env_file_problem": daemon.env_file.problem,
         }
 
-    return {
+    table: dict[str, Handler] = {
         "hello": hello,
         "status": status,
         "sessions": sessions,
@@ -127,6 +132,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         "reload": reload,
         **deferred_methods(daemon),
     }
+    return checked(table)  # null and wrong-kind params answer invalid_params for every method
 
 
 def feature_methods(daemon: Daemon) -> dict[str, Handler]:

@@ -1,20 +1,131 @@
-"""Reading request params: typed getters that raise :class:`InvalidParams` naming the key."""
+"""Request params: what each method takes, checked before its handler runs, and typed getters.
+
+Every method's params are declared in :data:`METHOD_PARAMS` (name → kind). The method table
+is wrapped by :func:`checked`, so for every method, whatever its handler does with its params:
+
+- a ``null`` value answers ``invalid_params`` (leave a param out to get its default);
+- a value of the wrong kind answers ``invalid_params`` naming the key and the kind;
+- keys a method does not declare are ignored (newer clients may send more).
+
+The getters below (``opt_str``, ``int_param``…) then read values that have the right kind
+and check their range; each raises :class:`InvalidParams` naming the key. A test calls every
+method of the table with ``null`` and with a wrong-kind value for each declared key, and
+checks that handlers read only declared keys.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from memd.errors import NotFound
-from memd.ipc.server import InvalidParams
+from memd.ipc.server import Handler, InvalidParams
 from memd.state import SessionState
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
 
+Kind = Literal["str", "int", "number", "bool", "list[str]", "list", "map"]
+
+_SESSION: Final[dict[str, Kind]] = {"session": "str"}
+_WINDOW: Final[dict[str, Kind]] = {"context_window": "int", "max_output_tokens": "int"}
+_CWD: Final[dict[str, Kind]] = {"cwd": "str"}
+
+METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
+    "hello": {"protocol": "int", "client": "str"},
+    "status": {"limit": "int"},
+    "sessions": {"project": "str", "limit": "int"},
+    "session": _SESSION,
+    "config": {},
+    "reload": {},
+    "should_compact": {**_SESSION, "tokens": "int", **_WINDOW},
+    "compact": {
+        **_SESSION,
+        "messages": "list",
+        "trigger": "str",
+        "dry_run": "bool",
+        "cwd": "str",
+        "custom_instructions": "str",
+        **_WINDOW,
+    },
+    "microcompact": {**_SESSION, "messages": "list", "keep_recent": "int"},
+    "notes": _SESSION,
+    "extract": {**_SESSION, "wait": "number"},
+    "wait_extraction": _SESSION,
+    "memory_index": _CWD,
+    "memories": {**_CWD, "project": "str"},
+    "recall": {
+        "query": "str",
+        **_CWD,
+        **_SESSION,
+        "recent_tools": "list[str]",
+        "already_surfaced": "list[str]",
+    },
+    "hook": {"event": "str", "input": "map"},
+    "remember": {
+        **_CWD,
+        "type": "str",
+        "name": "str",
+        "description": "str",
+        "content": "str",
+        "agent": "str",
+    },
+    "read_memory": {**_CWD, "name": "str"},
+    "project_status": _CWD,
+    "project_notes": {**_CWD, **_SESSION},
+    "dream": {"op": "str", **_CWD, "project": "str", "run": "str", "force": "bool"},
+}
+
+_KINDS: Final[dict[Kind, tuple[Callable[[Any], bool], str]]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "number": (
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "a number",
+    ),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "list[str]": (
+        lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "a list of strings",
+    ),
+    "list": (lambda v: isinstance(v, list), "a list"),
+    "map": (lambda v: isinstance(v, dict), "a map"),
+}
+
+
+def check_params(method: str, params: Mapping[str, Any]) -> None:
+    """Refuse ``null`` values and values of the wrong kind (:class:`InvalidParams`)."""
+    declared = METHOD_PARAMS.get(method, {})
+    for key, value in params.items():
+        if value is None:
+            raise InvalidParams(f"'{key}' must not be null; leave it out for its default")
+        kind = declared.get(key)
+        if kind is None:
+            continue
+        accepts, what = _KINDS[kind]
+        if not accepts(value):
+            raise InvalidParams(f"'{key}' must be {what}, got {type(value).__name__}")
+
+
+def checked(table: Mapping[str, Handler]) -> dict[str, Handler]:
+    """The method table with :func:`check_params` run before every handler."""
+    return {name: _checked(name, handler) for name, handler in table.items()}
+
+
+def _checked(method: str, handler: Handler) -> Handler:
+    async def run(params: dict[str, Any]) -> Any:
+        if params:
+            check_params(method, params)
+        return await handler(params)
+
+    run.__doc__ = handler.__doc__
+    run.__wrapped__ = handler  # type: ignore[attr-defined]
+    return run
+
 
 def opt_str(params: dict[str, Any], key: str) -> str | None:
     value = params.get(key)
-    if value is not None and not isinstance(value, str):
+    if key in params and not isinstance(value, str):
         raise InvalidParams(f"'{key}' must be a string, got {type(value).__name__}")
     return value
 
@@ -27,18 +138,17 @@ def req_str(params: dict[str, Any], key: str, what: str) -> str:
 
 
 def opt_int(params: dict[str, Any], key: str, default: int | None = None) -> int | None:
-    value = params.get(key, default)
-    if value is None:
-        return None
+    if key not in params:
+        return default
+    value = params[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidParams(f"'{key}' must be a non-negative integer, got {value!r}")
     return value
 
 
 def int_param(params: dict[str, Any], key: str, default: int) -> int:
-    value = opt_int(params, key, default)
-    assert value is not None
-    return value
+    value = opt_int(params, key)
+    return default if value is None else value
 
 
 def str_list(params: dict[str, Any], key: str) -> list[str]:

@@ -15,9 +15,17 @@ cancelled; after ``stop_accepting()`` it returns on its own once every connectio
 
 Each request is an isolation boundary: whatever its handler raises becomes an error reply
 and the connection lives on. A frame that cannot be read (bad msgpack, not a map, an
-oversize length prefix) gets an error reply with a nil id, then the connection is closed,
-since the byte stream has no boundary left to resynchronise on. Requests on one connection
-are served concurrently (up to ``max_in_flight`` each); replies may come out of order.
+oversize length prefix, a frame not finished by its deadline) gets an error reply with a nil
+id, then the connection is closed, since the byte stream has no boundary left to
+resynchronise on. Requests on one connection are served concurrently (up to
+``max_in_flight`` each); replies may come out of order. Methods named in ``inline`` (their
+handlers never wait on I/O) are answered in the connection's reader loop, without a task or
+a timeout of their own (see :mod:`memd.ipc.connection`).
+
+Serving is bounded (:class:`ServeLimits`): connections beyond ``max_connections`` get a
+``busy`` error frame and are closed; bytes held for incoming frames across all connections
+stay under ``max_buffered_bytes``; a frame must be complete within ``frame_timeout_s``.
+Accept failures from exhaustion (EMFILE…) are logged once per burst, with back-off.
 """
 
 from __future__ import annotations
@@ -25,7 +33,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +44,7 @@ import anyio.abc
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
 from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound
+from memd.ipc.connection import Connection, ReadBudget
 from memd.ipc.peercred import Allow, Deny, check_peer, peer_uid
 from memd.ipc.socketfile import (
     clear_stale_socket,
@@ -51,11 +59,18 @@ log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
-_RECEIVE_BYTES = 256 * 1024
-_LINGER_SECONDS = 1.0
-_LINGER_BYTES = 1024 * 1024
-_ACCEPT_BACKOFF = 0.1
+_ACCEPT_BACKOFF_FIRST = 0.01
+_ACCEPT_BACKOFF_MAX = 1.0
 _EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """The bounds of serving (config ``ipc.*``)."""
+
+    max_buffered_bytes: int = 64 * 1024 * 1024
+    frame_timeout_s: float = 10.0
+    max_connections: int = 256
 
 
 class InvalidParams(MemdError):
@@ -67,7 +82,10 @@ class ServerStats:
     accepting: bool
     connections_open: int
     connections_total: int
-    connections_refused: int
+    connections_refused: int  # peers of another uid
+    connections_busy: int  # turned away at the connection limit
+    accept_failures: int
+    buffered_bytes: int  # read budget held by incomplete frames now
     requests_total: int
     requests_in_flight: int
     errors: dict[str, int]  # error replies sent, by code
@@ -103,6 +121,9 @@ class Server:
         request_timeout: float,
         method_timeouts: Mapping[str, float] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_PER_CONNECTION,
+        inline: frozenset[str] = frozenset(),
+        limits: ServeLimits | None = None,
+        own_uid: int | None = None,
     ) -> None:
         self.path = path
         self.methods = methods
@@ -112,14 +133,21 @@ class Server:
         # name their own limit; everything else gets request_timeout.
         self.method_timeouts = dict(method_timeouts or {})
         self.max_in_flight = max_in_flight
+        self.inline = inline
+        self.limits = limits or ServeLimits()
+        self.budget = ReadBudget(self.limits.max_buffered_bytes)
+        # The uid peers must have: the daemon's own (a test may name another one).
+        self.own_uid = os.getuid() if own_uid is None else own_uid
         self._accepting = True
         self._accept_scope = anyio.CancelScope()
         self._inode: int | None = None
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._idle: anyio.Event | None = None  # made by wait_idle, set when in-flight hits 0
         self._in_flight = 0
         self._connections_total = 0
         self._refused = 0
+        self._busy = 0
+        self._accept_failures = 0
         self._requests = 0
         self._errors: Counter[str] = Counter()
 
@@ -161,12 +189,16 @@ class Server:
             connections_open=len(self._connections),
             connections_total=self._connections_total,
             connections_refused=self._refused,
+            connections_busy=self._busy,
+            accept_failures=self._accept_failures,
+            buffered_bytes=self.budget.used,
             requests_total=self._requests,
             requests_in_flight=self._in_flight,
             errors=dict(self._errors),
         )
 
     async def _accept_loop(self, listener: anyio.abc.SocketListener, tg: TaskGroup) -> None:
+        backoff = 0.0  # > 0 while a burst of accept failures lasts
         while True:
             try:
                 stream = await listener.accept()
@@ -175,15 +207,40 @@ class Server:
                 if not isinstance(cause, OSError) or cause.errno not in _EXHAUSTION:
                     raise
                 # Out of file descriptors or memory: keep the connections we have and try
-                # again shortly rather than dying (the trio serve_listeners policy).
-                log.error("accept failed (%s); retrying in %ss", cause, _ACCEPT_BACKOFF)
-                await anyio.sleep(_ACCEPT_BACKOFF)
+                # again later rather than dying (the trio serve_listeners policy); one log
+                # line per burst, and a growing pause so the loop never spins.
+                self._accept_failures += 1
+                if not backoff:
+                    log.error("accept failed (%s); backing off until it recovers", cause)
+                backoff = min(_ACCEPT_BACKOFF_MAX, max(_ACCEPT_BACKOFF_FIRST, backoff * 2))
+                await anyio.sleep(backoff)
                 continue
-            tg.start_soon(self._serve, stream)
+            if backoff:
+                log.warning("accepting again after %d failed attempts", self._accept_failures)
+                backoff = 0.0
+            if len(self._connections) >= self.limits.max_connections:
+                tg.start_soon(self._turn_away, stream)
+            else:
+                tg.start_soon(self._serve, stream)
+
+    async def _turn_away(self, stream: SocketStream) -> None:
+        """At the connection limit: a ``busy`` error frame, then close."""
+        self._busy += 1
+        if self._busy == 1 or self._busy % 1000 == 0:
+            log.warning(
+                "at the limit of %d connections; turned %d away so far",
+                self.limits.max_connections,
+                self._busy,
+            )
+        message = f"memd is serving its limit of {self.limits.max_connections} connections"
+        async with stream:
+            connection = Connection(self, stream.extra(SocketAttribute.raw_socket))
+            with anyio.move_on_after(self.limits.frame_timeout_s):
+                await connection.refuse(self.error_frame(None, p.BUSY, message))
 
     async def _serve(self, stream: SocketStream) -> None:
         self._connections_total += 1
-        connection = _Connection(self, stream)
+        connection = Connection(self, stream.extra(SocketAttribute.raw_socket))
         self._connections.add(connection)
         try:
             async with stream:
@@ -204,7 +261,7 @@ class Server:
             uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
         except OSError as exc:
             return Deny(f"cannot read the peer's credentials: {exc}")
-        return check_peer(uid, os.getuid())
+        return check_peer(uid, self.own_uid)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -213,13 +270,12 @@ class Server:
         return p.encode_frame(p.failure(rid, code, message))
 
     async def answer(self, request: p.Request) -> bytes:
-        """The encoded reply to one request; never raises except on cancellation."""
+        """The encoded reply to one request, under its timeout; never raises except on
+        cancellation."""
         self._requests += 1
         handler = self.methods.get(request.method)
         if handler is None:
-            return self.error_frame(
-                request.id, p.UNKNOWN_METHOD, f"memd has no method {request.method!r}"
-            )
+            return self._unknown(request)
         if not self._accepting:
             return self.error_frame(request.id, p.UNAVAILABLE, "memd is shutting down")
         limit = self.method_timeouts.get(request.method, self.request_timeout)
@@ -230,6 +286,24 @@ class Server:
             return self._error_for(request, exc)
         return self.error_frame(
             request.id, p.TIMEOUT, f"{request.method} did not finish within {limit:g}s"
+        )
+
+    async def answer_inline(self, request: p.Request) -> bytes:
+        """Like :meth:`answer` for a handler that does not wait on I/O: no timeout scope."""
+        self._requests += 1
+        handler = self.methods.get(request.method)
+        if handler is None:
+            return self._unknown(request)
+        if not self._accepting:
+            return self.error_frame(request.id, p.UNAVAILABLE, "memd is shutting down")
+        try:
+            return self._encode_result(request, await handler(request.params))
+        except Exception as exc:  # noqa: BLE001 - the per-request isolation boundary
+            return self._error_for(request, exc)
+
+    def _unknown(self, request: p.Request) -> bytes:
+        return self.error_frame(
+            request.id, p.UNKNOWN_METHOD, f"memd has no method {request.method!r}"
         )
 
     def _encode_result(self, request: p.Request, result: Any) -> bytes:
@@ -263,120 +337,6 @@ class Server:
             self._idle = None
 
 
-class _Connection:
-    """One client connection: a read loop plus one task per request."""
-
-    def __init__(self, server: Server, stream: SocketStream) -> None:
-        self._server = server
-        self._sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
-        # fast_acquire: no extra trip through the event loop when nobody else is sending
-        self._send_lock = anyio.Lock(fast_acquire=True)
-        self._read_scope = anyio.CancelScope()
-        self._slots = anyio.Semaphore(server.max_in_flight, fast_acquire=True)
-
-    def stop_reading(self) -> None:
-        self._read_scope.cancel()
-
-    async def run(self) -> None:
-        decoder = p.FrameDecoder(self._server.max_frame_bytes)
-        problem: p.FrameError | None = None  # stays None when stop_reading() ends the loop
-        async with anyio.create_task_group() as tg:
-            with self._read_scope:
-                problem = await self._read_loop(decoder, tg)
-            if problem is not None:
-                log.info("closing a connection after an unreadable frame: %s", problem)
-                await self.send(self._server.error_frame(None, problem.code, str(problem)))
-        if problem is not None:
-            await self.close_gently()
-
-    async def refuse(self, frame: bytes) -> None:
-        """Send a last error reply and close without reading any request."""
-        await self.send(frame)
-        await self.close_gently()
-
-    async def close_gently(self) -> None:
-        """Half-close, then discard what the client still sends, for a moment.
-
-        Closing a Unix socket with unread input makes the kernel reset the connection, and
-        the client would read ECONNRESET instead of a clean end after our last reply.
-        """
-        try:
-            self._sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            return
-        discarded = 0
-        with anyio.move_on_after(_LINGER_SECONDS):
-            while discarded <= _LINGER_BYTES and (data := await _receive(self._sock)):
-                discarded += len(data)
-
-    async def _read_loop(self, decoder: p.FrameDecoder, tg: TaskGroup) -> p.FrameError | None:
-        while True:
-            data = await _receive(self._sock)
-            if not data:
-                return None
-            decoder.receive_data(data)
-            try:
-                while (frame := decoder.next_frame()) is not None:
-                    await self._start(frame, tg)
-            except p.FrameError as exc:
-                return exc
-
-    async def _start(self, frame: dict[str, Any], tg: TaskGroup) -> None:
-        match p.parse_request(frame):
-            case p.ProtocolProblem(id=rid, code=code, message=message):
-                await self.send(self._server.error_frame(rid, code, message))
-            case p.Request() as request:
-                await self._slots.acquire()  # a full pipeline stops the reading: backpressure
-                self._server.begin_request()
-                tg.start_soon(self._handle, request)
-
-    async def _handle(self, request: p.Request) -> None:
-        try:
-            await self.send(await self._server.answer(request))
-        finally:
-            self._server.end_request()
-            self._slots.release()
-
-    async def send(self, frame: bytes) -> None:
-        async with self._send_lock:
-            try:
-                await _send_all(self._sock, frame)
-            except OSError as exc:
-                log.debug("a client left before its reply was sent: %s", exc)
-
-
-# anyio's asyncio UNIXSocketStream resolves its wait future from a raw reader callback; if the
-# read is cancelled in the loop iteration in which data arrives, that callback fails on the
-# cancelled future and the loop reports an error. wait_readable/wait_writable guard against
-# exactly that, so the connection does its socket I/O through them.
-
-
-async def _receive(sock: socket.socket) -> bytes:
-    """Up to ``_RECEIVE_BYTES`` from ``sock``; ``b""`` at end of stream or a reset.
-
-    Waits for readability first even when data may be there: the wait is the loop's one
-    checkpoint per read, so a client that keeps the socket full cannot starve the others.
-    """
-    while True:
-        await anyio.wait_readable(sock)
-        try:
-            return sock.recv(_RECEIVE_BYTES)
-        except BlockingIOError:
-            continue
-        except OSError as exc:
-            log.debug("a connection ended with %s", exc)
-            return b""
-
-
-async def _send_all(sock: socket.socket, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[sock.send(view) :]
-        except BlockingIOError:
-            await anyio.wait_writable(sock)
-
-
 async def run_server(
     path: Path,
     methods: Mapping[str, Handler],
@@ -384,14 +344,17 @@ async def run_server(
     max_frame_bytes: int,
     request_timeout: float,
     method_timeouts: Mapping[str, float] | None = None,
+    inline: frozenset[str] = frozenset(),
+    limits: ServeLimits | None = None,
+    own_uid: int | None = None,
     task_status: anyio.abc.TaskStatus[Server] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``methods`` on the Unix socket ``path`` until cancelled (see the module doc).
 
-    Creates the socket's directory 0700 if missing and refuses one that belongs to another
-    user or is open to group or others (:class:`StartupError`); removes a stale socket file
-    nobody answers on; binds 0600; passes the :class:`Server` to ``task_status.started``;
-    unlinks the socket on the way out.
+    Creates the socket's directory 0700 if missing and refuses a symlink or one that belongs
+    to another user or is open to group or others (:class:`StartupError`); removes a stale
+    socket file nobody answers on; binds 0600; passes the :class:`Server` to
+    ``task_status.started``; unlinks the socket on the way out.
     """
     server = Server(
         path,
@@ -399,5 +362,8 @@ async def run_server(
         max_frame_bytes=max_frame_bytes,
         request_timeout=request_timeout,
         method_timeouts=method_timeouts,
+        inline=inline,
+        limits=limits,
+        own_uid=own_uid,
     )
     await server.run(task_status=task_status)

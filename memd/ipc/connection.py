@@ -1,0 +1,277 @@
+"""One client connection of the IPC server: a single reader loop, bounded and deadlined.
+
+The reader takes frames out of the byte stream itself (it needs to know a frame's length
+before its body is buffered). Each frame is answered in one of two ways:
+
+- inline, for methods whose handlers do not wait on I/O (``Server.inline``): the handler runs
+  in the reader loop and the reply is sent at once. No task, no cancel scope, no lock when the
+  socket takes the reply whole: this is the path ``hello`` and ``status`` take;
+- in a task of the connection's task group, under the method's timeout, for everything else.
+  Up to ``max_in_flight`` of them run at once; a full pipeline stops the reading.
+
+Limits (``ServeLimits``): the body of a frame is buffered only once the bytes it will take are
+reserved from a budget shared by every connection (a frame that does not fit waits, and is
+refused with ``busy`` if it still does not fit when its deadline passes); a frame must be
+complete within ``frame_timeout_s`` of its first byte, else the connection gets a ``timeout``
+error frame and is closed. Between frames a connection may stay idle as long as it likes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
+
+from memd_client import protocol as p
+
+if TYPE_CHECKING:
+    from memd.ipc.server import Server
+
+log = logging.getLogger(__name__)
+
+RECEIVE_BYTES = 64 * 1024
+_LINGER_SECONDS = 1.0
+_LINGER_BYTES = 1024 * 1024
+HEADER_SIZE = p.HEADER.size
+
+
+class ReadBudget:
+    """Bytes that incoming frames may hold across all connections."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._freed: anyio.Event | None = None
+
+    def try_take(self, size: int) -> bool:
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.used -= size
+        if size and self._freed is not None:
+            self._freed.set()
+            self._freed = None
+
+    async def wait_freed(self) -> None:
+        if self._freed is None:
+            self._freed = anyio.Event()
+        await self._freed.wait()
+
+
+class FrameTimeout(p.FrameError):
+    code = p.TIMEOUT
+
+
+class Busy(p.FrameError):
+    code = p.BUSY
+
+
+class Connection:
+    """One accepted connection; :meth:`run` serves it until the client leaves or misbehaves."""
+
+    def __init__(self, server: Server, sock: socket.socket) -> None:
+        self._server = server
+        self._sock = sock
+        # fast_acquire: no extra trip through the event loop when nobody else is sending
+        self._send_lock = anyio.Lock(fast_acquire=True)
+        self._read_scope = anyio.CancelScope()
+        self._slots = anyio.Semaphore(server.max_in_flight, fast_acquire=True)
+        self._buffer = bytearray()
+        self._need: int | None = None  # body length once the header is read
+        self._reserved = 0  # bytes of the read budget this connection holds
+        self._started = 0.0  # monotonic time of the pending frame's first byte
+
+    def stop_reading(self) -> None:
+        self._read_scope.cancel()
+
+    async def run(self) -> None:
+        problem: p.FrameError | None = None  # stays None when stop_reading() ends the loop
+        try:
+            async with anyio.create_task_group() as tg:
+                with self._read_scope:
+                    problem = await self._read_loop(tg)
+                if problem is not None:
+                    log.info("closing a connection: %s", problem)
+                    await self.send(self._server.error_frame(None, problem.code, str(problem)))
+        finally:
+            self._release(self._reserved)
+            self._buffer = bytearray()
+        if problem is not None:
+            await self.close_gently()
+
+    async def refuse(self, frame: bytes) -> None:
+        """Send a last error reply and close without reading any request."""
+        await self.send(frame)
+        await self.close_gently()
+
+    async def close_gently(self) -> None:
+        """Half-close, then discard what the client still sends, for a moment.
+
+        Closing a Unix socket with unread input makes the kernel reset the connection, and
+        the client would read ECONNRESET instead of a clean end after our last reply.
+        """
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        discarded = 0
+        with anyio.move_on_after(_LINGER_SECONDS):
+            while discarded <= _LINGER_BYTES and (data := await self._receive(RECEIVE_BYTES)):
+                discarded += len(data)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def _read_loop(self, tg: TaskGroup) -> p.FrameError | None:
+        try:
+            while True:
+                if self._buffer or self._need is not None:
+                    data = await self._receive_partial()
+                else:
+                    data = await self._receive(RECEIVE_BYTES)
+                if not data:
+                    return None
+                if not self._buffer and self._need is None:
+                    self._started = time.monotonic()
+                self._buffer += data
+                await self._take_frames(tg)
+                await self._reserve_pending()
+        except p.FrameError as exc:
+            return exc
+
+    async def _receive_partial(self) -> bytes:
+        """More bytes of a pending frame, by its deadline (:class:`FrameTimeout` after)."""
+        limit = self._server.limits.frame_timeout_s
+        left = self._started + limit - time.monotonic()
+        want = RECEIVE_BYTES
+        if self._need is not None:
+            want = max(1, min(RECEIVE_BYTES, self._need - len(self._buffer)))
+        data = b""
+        with anyio.move_on_after(max(left, 0.0)):
+            data = await self._receive(want)
+            return data
+        raise FrameTimeout(f"a frame was not complete within {limit:g}s of its first byte")
+
+    async def _take_frames(self, tg: TaskGroup) -> None:
+        """Answer every complete frame in the buffer (inline or in a task)."""
+        max_frame = self._server.max_frame_bytes
+        buffer = self._buffer
+        while True:
+            if self._need is None:
+                if len(buffer) < HEADER_SIZE:
+                    return
+                (size,) = p.HEADER.unpack_from(buffer)
+                if size > max_frame:
+                    raise p.FrameTooLarge(size, max_frame)
+                del buffer[:HEADER_SIZE]
+                self._need = size
+            if len(buffer) < self._need:
+                return
+            body = bytes(buffer[: self._need])
+            del buffer[: self._need]
+            self._need = None
+            self._started = time.monotonic()
+            await self._dispatch(p.decode_body(body), tg)
+
+    async def _reserve_pending(self) -> None:
+        """Hold budget for the pending frame's whole body before reading more of it."""
+        want = self._need if self._need is not None else len(self._buffer)
+        if want <= self._reserved:
+            self._release(self._reserved - want)
+            return
+        budget = self._server.budget
+        if want > budget.limit:
+            raise Busy(f"a frame of {want} bytes exceeds the read buffer limit")
+        deadline = self._started + self._server.limits.frame_timeout_s
+        while not budget.try_take(want - self._reserved):
+            with anyio.move_on_after(max(deadline - time.monotonic(), 0.0)):
+                await budget.wait_freed()
+                continue
+            raise Busy("memd's read buffers are full; try again shortly")
+        self._reserved = want
+
+    def _release(self, size: int) -> None:
+        if size:
+            self._reserved -= size
+            self._server.budget.give(size)
+
+    async def _receive(self, size: int) -> bytes:
+        """Up to ``size`` bytes; ``b""`` at end of stream or a reset.
+
+        Tries the socket first and waits for readability only when it is empty; a read that
+        found data is followed by a checkpoint, so a client that keeps the socket full cannot
+        starve the others.
+        """
+        sock = self._sock
+        while True:
+            try:
+                data = sock.recv(size)
+            except BlockingIOError:
+                await anyio.wait_readable(sock)
+                continue
+            except OSError as exc:
+                log.debug("a connection ended with %s", exc)
+                return b""
+            if data:
+                await checkpoint()
+            return data
+
+    # -- answering -----------------------------------------------------------------------------
+
+    async def _dispatch(self, frame: dict[str, Any], tg: TaskGroup) -> None:
+        server = self._server
+        match p.parse_request(frame):
+            case p.ProtocolProblem(id=rid, code=code, message=message):
+                await self.send(server.error_frame(rid, code, message))
+            case p.Request() as request if request.method in server.inline:
+                server.begin_request()
+                try:
+                    await self.send(await server.answer_inline(request))
+                finally:
+                    server.end_request()
+            case p.Request() as request:
+                await self._slots.acquire()  # a full pipeline stops the reading: backpressure
+                server.begin_request()
+                tg.start_soon(self._handle, request)
+
+    async def _handle(self, request: p.Request) -> None:
+        try:
+            await self.send(await self._server.answer(request))
+        finally:
+            self._server.end_request()
+            self._slots.release()
+
+    async def send(self, frame: bytes) -> None:
+        """Send one whole frame; frames never interleave. A departed client is not an error."""
+        if not self._send_lock.locked():
+            try:
+                sent = self._sock.send(frame)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                log.debug("a client left before its reply was sent: %s", exc)
+                return
+            if sent == len(frame):
+                return
+            frame = frame[sent:]
+        async with self._send_lock:
+            try:
+                await _send_all(self._sock, frame)
+            except OSError as exc:
+                log.debug("a client left before its reply was sent: %s", exc)
+
+
+async def _send_all(sock: socket.socket, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view) :]
+        except BlockingIOError:
+            await anyio.wait_writable(sock)

@@ -1,0 +1,295 @@
+"""Bounded serving over real sockets: connection limit, read budget, frame deadline, EMFILE."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio import wait_all_tasks_blocked
+
+from memd.ipc.server import ServeLimits, Server, run_server
+from memd_client import protocol as p
+from memd_client.client import Client
+from memd_client.errors import ClientTimeout, DaemonBusy, DaemonNotRunning
+from memd_client.hook import run as run_hook
+from tests.ipc_support import FRAME_LIMIT, RawConnection, methods, short_dir
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def sock_path() -> Iterator[Path]:
+    with short_dir() as d:
+        yield d / "memd.sock"
+
+
+@asynccontextmanager
+async def limited(path: Path, limits: ServeLimits) -> AsyncIterator[Server]:
+    async with anyio.create_task_group() as tg:
+        server: Server = await tg.start(
+            partial(
+                run_server,
+                path,
+                methods(),
+                max_frame_bytes=FRAME_LIMIT,
+                request_timeout=10.0,
+                inline=frozenset({"hello", "status"}),
+                limits=limits,
+            )
+        )
+        yield server
+        tg.cancel_scope.cancel()
+
+
+def header(size: int) -> bytes:
+    return struct.pack(">I", size)
+
+
+async def answered(conn: RawConnection, rid: int = 1) -> None:
+    await conn.request(rid, "echo", {"n": rid})
+    assert await conn.reply() == p.Success(rid, {"n": rid})
+
+
+async def test_the_connection_past_the_limit_gets_busy_and_clients_fail_open(
+    sock_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limit = ServeLimits().max_connections
+    assert limit == 256
+    with anyio.fail_after(60):
+        async with limited(sock_path, ServeLimits()) as server, AsyncExitStack() as stack:
+            conns = []
+            for i in range(limit):
+                conn = await RawConnection.open(sock_path)
+                stack.push_async_callback(conn.aclose)
+                await answered(conn, i)
+                conns.append(conn)
+            extra = await RawConnection.open(sock_path)
+            await extra.request(1, "echo")
+            reply = await extra.reply()
+            assert isinstance(reply, p.Failure)
+            assert (reply.id, reply.code) == (None, p.BUSY)
+            assert await extra.frame() is None
+            await extra.aclose()
+            with Client(sock_path, timeout=5) as client, pytest.raises(DaemonBusy) as busy:
+                await anyio.to_thread.run_sync(client.call, "echo")
+            assert isinstance(busy.value, DaemonNotRunning)  # treated as down
+            hook_input = b'{"hook_event_name": "Stop", "session_id": "s"}'
+            monkeypatch.setenv("MEMD_SOCKET", str(sock_path))
+            with pytest.raises(DaemonBusy):
+                await anyio.to_thread.run_sync(run_hook, hook_input, dict(os.environ))
+            assert server.statistics().connections_busy == 3
+            # One leaves: the next one is served.
+            await conns.pop().aclose()
+            await wait_all_tasks_blocked()
+            assert server.statistics().connections_open == limit - 1
+            again = await RawConnection.open(sock_path)
+            stack.push_async_callback(again.aclose)
+            await answered(again, 7)
+
+
+def test_the_hook_prints_nothing_when_memd_is_busy(tmp_path: Path) -> None:
+    """The hook command exits 0 with no output when its connection is turned away."""
+    with short_dir() as d:
+        path = d / "memd.sock"
+        script = textwrap.dedent(
+            f"""
+            import anyio, sys
+            from functools import partial
+            from pathlib import Path
+            from memd.ipc.server import ServeLimits, run_server
+            from tests.ipc_support import methods
+            async def main():
+                async with anyio.create_task_group() as tg:
+                    await tg.start(partial(run_server, Path({str(path)!r}), methods(),
+                        max_frame_bytes=4096, request_timeout=5,
+                        limits=ServeLimits(max_connections=0)))
+                    print("ready", flush=True)
+                    sys.stdin.read()
+                    tg.cancel_scope.cancel()
+            anyio.run(main)
+            """
+        )
+        server = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        try:
+            assert server.stdout is not None and server.stdout.readline() == "ready\n"
+            hook = subprocess.run(
+                [sys.executable, "-m", "memd_client.hook"],
+                input=b'{"hook_event_name": "SessionStart", "session_id": "s", "cwd": "/"}',
+                env={**os.environ, "MEMD_SOCKET": str(path)},
+                capture_output=True,
+                timeout=30,
+            )
+            assert (hook.returncode, hook.stdout, hook.stderr) == (0, b"", b"")
+        finally:
+            server.communicate("", timeout=30)
+
+
+async def test_a_slow_sender_is_dropped_after_the_frame_deadline(sock_path: Path) -> None:
+    async with limited(sock_path, ServeLimits(frame_timeout_s=0.3)) as server:
+        slow = await RawConnection.open(sock_path)
+        good = await RawConnection.open(sock_path)
+        await slow.send(header(100) + b"\x81")  # a body that never finishes
+        with anyio.fail_after(10):
+            await answered(good)
+            reply = await slow.reply()
+            assert isinstance(reply, p.Failure)
+            assert (reply.id, reply.code) == (None, p.TIMEOUT)
+            assert await slow.frame() is None
+            await answered(good, 2)
+        assert server.statistics().buffered_bytes == 0
+        await slow.aclose()
+        await good.aclose()
+
+
+async def test_a_header_alone_is_also_held_to_the_deadline(sock_path: Path) -> None:
+    async with limited(sock_path, ServeLimits(frame_timeout_s=0.3)):
+        slow = await RawConnection.open(sock_path)
+        await slow.send(b"\x00\x00")
+        with anyio.fail_after(10):
+            reply = await slow.reply()
+            assert isinstance(reply, p.Failure) and reply.code == p.TIMEOUT
+        await slow.aclose()
+
+
+async def test_incoming_frames_share_one_read_budget(sock_path: Path) -> None:
+    """Three frames just under the limit fill the budget; a fourth waits for room and gets
+    it when one completes; the budget never exceeds its cap; small requests still pass."""
+    size = FRAME_LIMIT - 10
+    limits = ServeLimits(max_buffered_bytes=3 * size + 100, frame_timeout_s=30.0)
+    body = p.encode_frame(p.request(9, "echo", {"pad": "x" * (size - 40)}))[4:]
+    async with limited(sock_path, limits) as server:
+        holders = [await RawConnection.open(sock_path) for _ in range(4)]
+        good = await RawConnection.open(sock_path)
+        with anyio.fail_after(10):
+            for conn in holders:
+                await conn.send(header(len(body)) + body[:10])
+                await wait_all_tasks_blocked()
+            # the fourth holds its first 10 bytes (one read) and waits for room
+            assert server.statistics().buffered_bytes == 3 * len(body)
+            await answered(good)
+            # the first completes: its reservation goes to the waiting fourth
+            await holders[0].send(body[10:])
+            reply = await holders[0].reply()
+            assert isinstance(reply, p.Success)
+            await wait_all_tasks_blocked()
+            assert server.statistics().buffered_bytes == 3 * len(body)
+            for conn in holders[1:]:
+                await conn.send(body[10:])
+                assert isinstance(await conn.reply(), p.Success)
+            await answered(good, 2)
+        await wait_all_tasks_blocked()
+        assert server.statistics().buffered_bytes == 0
+        for conn in [*holders, good]:
+            await conn.aclose()
+
+
+async def test_a_frame_waiting_for_budget_past_its_deadline_gets_busy(sock_path: Path) -> None:
+    limits = ServeLimits(max_buffered_bytes=FRAME_LIMIT, frame_timeout_s=0.3)
+    async with limited(sock_path, limits) as server:
+        first = await RawConnection.open(sock_path)
+        second = await RawConnection.open(sock_path)
+        with anyio.fail_after(10):
+            await first.send(header(FRAME_LIMIT - 100) + b"\x81")
+            await wait_all_tasks_blocked()
+            await second.send(header(FRAME_LIMIT - 100) + b"\x81")
+            reply = await second.reply()
+            assert isinstance(reply, p.Failure) and reply.code in (p.BUSY, p.TIMEOUT)
+            reply = await first.reply()
+            assert isinstance(reply, p.Failure) and reply.code == p.TIMEOUT
+        assert server.statistics().buffered_bytes == 0
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_a_frame_larger_than_the_whole_budget_is_refused_at_once(sock_path: Path) -> None:
+    async with limited(sock_path, ServeLimits(max_buffered_bytes=100)):
+        conn = await RawConnection.open(sock_path)
+        await conn.send(header(1000))
+        with anyio.fail_after(10):
+            reply = await conn.reply()
+            assert isinstance(reply, p.Failure) and reply.code == p.BUSY
+        await conn.aclose()
+
+
+EMFILE_SERVER = """
+import logging, resource, sys, anyio
+from functools import partial
+from pathlib import Path
+from memd.ipc.server import run_server
+from tests.ipc_support import methods
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+
+async def main() -> None:
+    async with anyio.create_task_group() as tg:
+        server = await tg.start(partial(run_server, Path(sys.argv[1]), methods(),
+                                        max_frame_bytes=4096, request_timeout=5))
+        import os
+        used = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 8, used + 8))
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)  # the client holds its connections
+        await anyio.to_thread.run_sync(sys.stdin.readline)  # they are closed
+        await anyio.sleep(1.5)  # the longest back-off step, then accept works again
+        print(server.statistics().accept_failures, flush=True)
+        tg.cancel_scope.cancel()
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts fds through /proc")
+def test_accept_errors_are_logged_once_per_burst_with_back_off(tmp_path: Path) -> None:
+    import socket as socketlib
+
+    with short_dir() as d:
+        path = d / "memd.sock"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", EMFILE_SERVER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            assert proc.stdout.readline() == "ready\n"
+            held = []
+            for _ in range(30):
+                sock = socketlib.socket(socketlib.AF_UNIX)
+                sock.connect(str(path))  # the backlog takes them even when accept fails
+                held.append(sock)
+            with Client(path, timeout=0.5) as probe, pytest.raises(ClientTimeout):
+                probe.call("echo")  # no fd left to serve it: it waits in the backlog
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            for sock in held:
+                sock.close()
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            failures = int(proc.stdout.readline())
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert failures >= 1
+    assert stderr.count("accept failed") == 1, stderr
+    assert stderr.count("accepting again") == 1, stderr
+    # back-off doubling up to 1 s: a burst of a few seconds is a handful of attempts, not a spin
+    assert failures < 40, failures

@@ -1,0 +1,117 @@
+"""Every method of the real method table answers ``invalid_params`` for null or wrong-kind
+params (never ``internal``); the list of methods and params comes from the table itself."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.config import load_config
+from memd.daemon.service import Daemon
+from memd.ipc.handlers import INLINE_METHODS, method_table
+from memd.ipc.params import METHOD_PARAMS, Kind, check_params
+from memd.ipc.server import Handler, InvalidParams
+from memd_client import protocol as p
+from tests.ipc_support import RawConnection, serving, short_dir
+
+pytestmark = pytest.mark.anyio
+
+WRONG: dict[Kind, Any] = {
+    "str": 7,
+    "int": "7",
+    "number": "7",
+    "bool": "yes",
+    "list[str]": [1],
+    "list": "x",
+    "map": "x",
+}
+
+
+@pytest.fixture
+async def table(tmp_path: Path) -> AsyncIterator[dict[str, Handler]]:
+    env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}
+    daemon = Daemon.load(load_config(env=env), env=env)
+    await daemon.build_features()
+    yield method_table(daemon)
+
+
+def cases(table: dict[str, Handler]) -> list[tuple[str, dict[str, Any]]]:
+    """(method, params) pairs that must be refused, generated from the table."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for method in table:
+        declared = METHOD_PARAMS[method]
+        out.append((method, {"undeclared": None}))
+        for key, kind in declared.items():
+            out.append((method, {key: None}))
+            out.append((method, {key: WRONG[kind]}))
+    return out
+
+
+async def test_every_method_declares_its_params(table: dict[str, Handler]) -> None:
+    assert set(table) == set(METHOD_PARAMS)
+    assert set(table) >= INLINE_METHODS
+
+
+async def test_null_or_wrong_kind_params_answer_invalid_params_for_every_method(
+    table: dict[str, Handler],
+) -> None:
+    """Regression: ``status`` with ``{"limit": null}`` answered ``internal``."""
+    todo = cases(table)
+    assert ("status", {"limit": None}) in todo
+    assert len(todo) > 2 * len(table)
+    with short_dir() as d:
+        async with serving(d / "memd.sock", table):
+            conn = await RawConnection.open(d / "memd.sock")
+            for rid, (method, params) in enumerate(todo):
+                await conn.request(rid, method, params)
+                reply = await conn.reply()
+                assert isinstance(reply, p.Failure), (method, params, reply)
+                assert (reply.id, reply.code) == (rid, p.INVALID_PARAMS), (method, params, reply)
+                key = next(iter(params))
+                assert f"'{key}'" in reply.message
+            await conn.aclose()
+
+
+class Recording(dict[str, Any]):
+    """Params that remember which keys a handler looked at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return super().__contains__(key)
+
+
+async def test_handlers_read_only_declared_params(table: dict[str, Handler]) -> None:
+    for method, handler in table.items():
+        params = Recording()
+        inner = getattr(handler, "__wrapped__", handler)
+        try:
+            await inner(params)
+        except Exception:  # only the keys it read matter here
+            pass
+        assert params.read <= set(METHOD_PARAMS[method]), (method, params.read)
+
+
+def test_check_params_accepts_the_right_kinds() -> None:
+    check_params("status", {"limit": 5})
+    check_params("extract", {"session": "s", "wait": 0.5})
+    check_params("recall", {"query": "q", "cwd": "/", "recent_tools": ["Read"]})
+    check_params("hook", {"event": "Stop", "input": {"a": None}})  # nested nulls are data
+    check_params("status", {"newer_client_key": 1})
+    with pytest.raises(InvalidParams, match="'limit' must be an integer"):
+        check_params("status", {"limit": True})
