@@ -34,7 +34,7 @@ _CWD: Final[dict[str, Kind]] = {"cwd": "str"}
 METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
     "hello": {"protocol": "int", "client": "str"},
     "status": {"limit": "int"},
-    "sessions": {"project": "str", "limit": "int"},
+    "sessions": {"project": "str", **_CWD, "limit": "int"},
     "session": _SESSION,
     "config": {},
     "reload": {},
@@ -74,6 +74,8 @@ METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
     "project_status": _CWD,
     "project_notes": {**_CWD, **_SESSION},
     "dream": {"op": "str", **_CWD, "project": "str", "run": "str", "force": "bool"},
+    "probe_api": {},
+    "doctor_facts": {},
 }
 
 _KINDS: Final[dict[Kind, tuple[Callable[[Any], bool], str]]] = {
