@@ -28,6 +28,7 @@ WRONG: dict[Kind, Any] = {
     "list[str]": [1],
     "list": "x",
     "map": "x",
+    "bytes": "x",
 }
 
 

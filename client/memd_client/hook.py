@@ -12,7 +12,8 @@ nothing when there is nothing to add:
 - ``Stop`` and ``SessionEnd``: tell the daemon a turn (or the session) ended.
 
 It fails open: when the daemon is down, busy (a ``busy`` error reply), slow or confused, the
-hook prints nothing and exits 0, so it never blocks the agent and never puts an error into its context.
+hook prints nothing and exits 0, so it never blocks the agent and never puts an error into
+its context.
 
 It runs on every prompt, so it starts as fast as Python itself: the JSON is parsed by the
 daemon, and the import graph is ``os``, ``sys`` and ``_socket`` — no ``pathlib``,

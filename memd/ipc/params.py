@@ -25,7 +25,7 @@ from memd.state import SessionState
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
 
-Kind = Literal["str", "int", "number", "bool", "list[str]", "list", "map"]
+Kind = Literal["str", "int", "number", "bool", "list[str]", "list", "map", "bytes"]
 
 _SESSION: Final[dict[str, Kind]] = {"session": "str"}
 _WINDOW: Final[dict[str, Kind]] = {"context_window": "int", "max_output_tokens": "int"}
@@ -61,7 +61,7 @@ METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
         "recent_tools": "list[str]",
         "already_surfaced": "list[str]",
     },
-    "hook": {"event": "str", "input": "map"},
+    "hook": {"raw": "bytes", "event": "str", "input": "map", "env": "map"},
     "remember": {
         **_CWD,
         "type": "str",
@@ -92,6 +92,7 @@ _KINDS: Final[dict[Kind, tuple[Callable[[Any], bool], str]]] = {
     ),
     "list": (lambda v: isinstance(v, list), "a list"),
     "map": (lambda v: isinstance(v, dict), "a map"),
+    "bytes": (lambda v: isinstance(v, bytes), "bytes"),
 }
 
 
