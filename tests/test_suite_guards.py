@@ -1,6 +1,7 @@
-"""The suite's own guards (tests/conftest.py), run on a small inner suite: a test that waits
-forever fails alone within its deadline and names where it waited; a failed test's leaked
-socket does not fail the next test."""
+"""The suite's own guards (tests/conftest.py and pyproject's pytest settings), run on a small
+inner suite: a test that waits forever fails alone within its deadline and names where it
+waited; a failed test's leaked socket does not fail the next test; a failing @given reports its
+example instead of stopping the whole run."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import pytest
 pytest_plugins = ["pytester"]
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+PYPROJECT = Path(__file__).parents[1] / "pyproject.toml"
 
 INNER = """
 import socket
 
 import anyio
 import pytest
+from hypothesis import given, strategies as st
 
 pytestmark = pytest.mark.anyio
 
@@ -36,20 +39,27 @@ def test_next_one_collects_garbage() -> None:
     import gc
 
     gc.collect()
+
+
+@given(st.integers())
+def test_a_failing_property(x: int) -> None:
+    assert x < 5
+
+
+def test_after_the_property() -> None:
+    pass
 """
 
 
 def test_a_hung_test_fails_alone_naming_its_wait(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(test_inner=INNER)
-    pytester.makeini(
-        "[pytest]\naddopts = -p anyio\nfilterwarnings = error\n"
-        "markers =\n    deadline(seconds): x\n    slow: x\ntimeout = 60\n"
-    )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
-    result.assert_outcomes(passed=1, failed=2)
+    pytester.makepyprojecttoml(PYPROJECT.read_text())  # the project's own pytest settings
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_inner.py", timeout=120)
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.assert_outcomes(passed=2, failed=3)
     out = result.stdout.str()
     assert "test_waits_forever did not finish within 1 s" in out
     waited_at = INNER.lstrip("\n").splitlines().index("    await never.wait()") + 1
     assert f"test_inner.py:{waited_at} (test_waits_forever)" in out  # the line it waited at
-    assert "test_next_one_collects_garbage PASSED" in out or "1 passed" in out
+    assert "Falsifying example: test_a_failing_property(" in out
