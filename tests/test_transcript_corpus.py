@@ -8,11 +8,14 @@ daemon reads files as they grow), not only at their ends.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 
 import pytest
 
+from memd.compaction.api_form import repair
+from memd.compaction.service import messages_of
 from memd.testing.api_rules import request_problems
 from memd.transcript.conversation import Conversation
 from memd.transcript.tail import LineSplitter, TailPosition, read_appended
@@ -212,3 +215,57 @@ def test_tailing_a_growing_file_equals_reading_it_whole(path: Path, tmp_path: Pa
     assert incremental.context() == whole.context()
     assert incremental.api_messages() == whole.api_messages()
     assert incremental.boundaries == whole.boundaries
+
+
+def with_dangling_progress(lines: list[bytes], every: int) -> list[bytes]:
+    """``lines`` with a hook-progress entry whose parent is in no file after every ``every``-th
+    conversation line (anthropics/claude-code#24304), and the next entry parented on it, as
+    Claude Code does."""
+    out: list[bytes] = []
+    pending: str | None = None
+    for i, raw in enumerate(lines):
+        entry = json.loads(raw)
+        if pending is not None and entry.get("uuid") and "parentUuid" in entry:
+            entry["parentUuid"] = pending
+            raw = json.dumps(entry).encode()
+            pending = None
+        out.append(raw)
+        if i % every == every - 1 and entry.get("uuid") and not entry.get("isSidechain"):
+            pending = f"dangling-progress-{i}"
+            progress = {
+                "type": "progress",
+                "uuid": pending,
+                "parentUuid": f"never-written-{i}",
+                "data": {"type": "hook_progress", "hookEvent": "PostToolUse"},
+            }
+            out.append(json.dumps(progress).encode())
+    return out
+
+
+@pytest.mark.parametrize("path", main_transcripts(), ids=_id)
+def test_dangling_parents_mid_file_change_nothing_that_matters(path: Path) -> None:
+    """Message count and context within 1 % of the same transcript without them (issue 9)."""
+    lines = path.read_bytes().splitlines()
+    clean = Conversation()
+    clean.add_lines(lines)
+    dangling = Conversation()
+    dangling.add_lines(with_dangling_progress(lines, every=3))
+    assert dangling.relinked > 0
+    assert abs(dangling.message_count - clean.message_count) <= 0.01 * clean.message_count
+    ours, theirs = dangling.context().tokens, clean.context().tokens
+    assert abs(ours - theirs) <= 0.01 * theirs
+
+
+@pytest.mark.parametrize("path", FILES, ids=_id)
+def test_repair_finds_nothing_to_fix(path: Path) -> None:
+    """repair() is a check now, not a rescue: it returns the conversation's own messages."""
+    lines = path.read_bytes().splitlines()
+    conversation = Conversation(sidechain=_is_subagent(path))
+    done = 0
+    for end in prefix_ends(lines, PREFIXES_PER_FILE // 6, path.name + "repair"):
+        conversation.add_lines(lines[done:end])
+        done = end
+        messages = messages_of(conversation)
+        repaired = repair(messages)
+        assert len(repaired) == len(messages), f"prefix of {end} lines"
+        assert all(a is b for a, b in zip(repaired, messages, strict=True)), end

@@ -265,3 +265,62 @@ def test_arbitrary_bytes_are_an_entry_none_or_a_bad_line(data: bytes) -> None:
         parse_line(data)
     except BadLine:
         pass
+
+
+_ENTRY_LINES = [
+    _line({"type": "user", "uuid": "u", "cwd": "/w", "message": {"content": "hello"}}),
+    _line(
+        {
+            "type": "assistant",
+            "uuid": "a",
+            "message": {
+                "id": "m",
+                "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {"c": "ls"}}],
+            },
+        }
+    ),
+    _line({"type": "system", "uuid": "s", "subtype": "compact_boundary", "slug": "x"}),
+    _line({"type": "progress", "uuid": "p", "data": {"hookName": "PostToolUse"}}),
+    _line({"type": "attachment", "uuid": "t", "attachment": {"type": "skill_listing"}}),
+]
+
+
+@given(
+    line=st.sampled_from(_ENTRY_LINES),
+    where=st.integers(min_value=0),
+    bad=st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80"]),
+)
+def test_invalid_utf8_anywhere_inside_a_string_is_a_bad_line(
+    line: bytes, where: int, bad: bytes
+) -> None:
+    quotes = [i for i in range(len(line)) if line[i : i + 1] == b'"']
+    at = quotes[where % len(quotes)] + 1
+    with pytest.raises(BadLine, match="UTF-8"):
+        parse_line(line[:at] + bad + line[at:])
+
+
+@pytest.mark.parametrize("depth", [10, 100, 101, 1_000, 10_000, 100_000, 1_000_000])
+def test_any_nesting_is_an_entry_or_a_bad_line(depth: int) -> None:
+    nested = b"[" * depth + b"]" * depth
+    in_content = b'{"type":"user","uuid":"u","message":{"content":%s}}' % nested
+    elsewhere = b'{"type":"user","uuid":"u","extra":%s}' % nested
+    if depth <= 100:
+        entry = parse_line(in_content)
+        assert isinstance(entry, UserEntry) and entry.content == ()
+    else:
+        with pytest.raises(BadLine, match="nested"):
+            parse_line(in_content)
+    if depth < 500:
+        assert isinstance(parse_line(elsewhere), UserEntry)
+    elif depth >= 10_000:
+        with pytest.raises(BadLine, match="nested"):
+            parse_line(elsewhere)
+
+
+def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
+    text = rb'"cut \ud83d in half \\ud83d \ud83d\ude00"'  # lone, escaped backslash, a pair
+    line = b'{"type":"user","uuid":"u","message":{"content":%s}}' % text
+    entry = parse_line(line)
+    assert isinstance(entry, UserEntry)
+    assert entry.content == ({"type": "text", "text": "cut \ufffd in half \\ud83d \U0001f600"},)
+    json.dumps(entry.content, ensure_ascii=False).encode("utf-8")  # encodable: no surrogate left
