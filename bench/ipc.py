@@ -1,6 +1,17 @@
 """IPC round trips: memd's server against a bare anyio echo server with the same framing.
 
-    python3 bench/ipc.py [--seconds 2.0] [--clients 1 8 64]
+    python3 bench/ipc.py [--seconds 2.0] [--clients 1 8 64] [--sessions 200]
+    python3 bench/ipc.py --flood [--sessions 200]
+
+Rows: ``echo`` (bare anyio server, decodes and re-encodes each frame), ``memd`` (memd's server
+answering a constant ~1 KB status dict), and ``real hello`` / ``real status``: the real daemon
+(``python -m memd.daemon.main``, its real method table, the bounded-serving limits on, at their
+defaults) over a generated projects tree of ``--sessions`` corpus transcripts; the echo row
+for those is ``echo small`` (the same small request as theirs).
+
+``--flood``: the real daemon, 64 connections each holding a frame just under the frame limit
+(16 MiB, the last byte never sent), a well-formed client calling ``status`` meanwhile: RSS
+idle and under the flood, the client's latency, and when the slow senders are dropped.
 
 Each server runs in its own process. The load generator (this process, plain asyncio) opens
 N connections, each sending a `status` request and waiting for the reply, over and over.
@@ -67,6 +78,7 @@ async def serve_memd(path: Path) -> None:
                 {"status": _status},
                 max_frame_bytes=p.DEFAULT_MAX_FRAME_BYTES,
                 request_timeout=30.0,
+                inline=frozenset({"status"}),  # a constant: it never waits, as in memd
                 task_status=task_status,
             )
         )
@@ -115,14 +127,22 @@ def _figures(latencies: list[float], elapsed: float) -> Figures:
     return Figures(statistics.median(latencies) * 1e6, p99 * 1e6, len(latencies) / elapsed)
 
 
-async def _raw_client(path: Path, until: float, warm: float, out: list[float]) -> None:
+async def _raw_client(
+    path: Path,
+    until: float,
+    warm: float,
+    out: list[float],
+    method: str = "status",
+    params: dict[str, Any] | None = None,
+) -> None:
     reader, writer = await asyncio.open_unix_connection(str(path), limit=1 << 20)
     decoder = p.FrameDecoder()
     rid = 0
+    params = {"pad": STATUS} if params is None else params
     try:
         while (start := time.perf_counter()) < until:
             rid += 1
-            writer.write(p.encode_frame(p.request(rid, "status", {"pad": STATUS})))
+            writer.write(p.encode_frame(p.request(rid, method, params)))
             while not decoder.feed(await reader.read(1 << 16)):
                 pass
             if start >= warm:
@@ -140,15 +160,62 @@ async def _lib_client(path: Path, until: float, warm: float, out: list[float]) -
                 out.append(time.perf_counter() - start)
 
 
-async def load(path: Path, clients: int, seconds: float, *, library: bool) -> list[float]:
+async def load(
+    path: Path, clients: int, seconds: float, *, library: bool, method: str = "status"
+) -> list[float]:
     """Latencies (seconds) of every round trip after a short warm-up."""
     warmup = min(0.2, seconds / 4)
     begin = time.perf_counter()
     warm, until = begin + warmup, begin + warmup + seconds
     out: list[float] = []
-    run = _lib_client if library else _raw_client
-    await asyncio.gather(*(run(path, until, warm, out) for _ in range(clients)))
+    if library:
+        await asyncio.gather(*(_lib_client(path, until, warm, out) for _ in range(clients)))
+        return out
+    params: dict[str, Any] | None = None if method == "status-pad" else {}
+    name = "status" if method == "status-pad" else method
+    await asyncio.gather(
+        *(_raw_client(path, until, warm, out, name, params) for _ in range(clients))
+    )
     return out
+
+
+CORPUS = Path("/work/shared/data/transcripts")
+SAMPLE = "spotter/short.jsonl"
+
+
+def start_real(tmp: Path, sessions: int) -> subprocess.Popen[bytes]:
+    """The real daemon over ``sessions`` copies of a corpus transcript; waits until all are
+    parsed. Its socket is linked at ``tmp/real.sock``."""
+    import uuid
+
+    from memd_client.client import Client
+
+    home = tmp / "home"
+    source = (CORPUS / SAMPLE).read_bytes()
+    for i in range(sessions):
+        project = home / ".claude" / "projects" / f"-bench-project-{i % 10}"
+        project.mkdir(parents=True, exist_ok=True)
+        (project / f"{uuid.uuid4()}.jsonl").write_bytes(source)
+    runtime = tmp / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMD_", "XDG_"))}
+    env.update(
+        HOME=str(home), MEMD_RUNTIME_DIR=str(runtime), PYTHONPATH=f"{REPO}:{REPO / 'client'}"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memd.daemon.main"], env=env, stderr=subprocess.DEVNULL
+    )
+    (tmp / "real.sock").symlink_to(runtime / "memd.sock")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with Client(tmp / "real.sock", timeout=5) as client:
+                if client.call("status")["ingest"]["parsed"] >= sessions:
+                    return proc
+        except Exception:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the real daemon did not parse its sessions within 120 s")
 
 
 def start_server(kind: str, path: Path) -> subprocess.Popen[str]:
@@ -167,14 +234,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--flood", action="store_true")
     parser.add_argument("--serve", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve[0], Path(args.serve[1]))
         return
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="memd-b"))
-    procs = {kind: start_server(kind, tmp / f"{kind}.sock") for kind in ("echo", "memd")}
+    procs: dict[str, subprocess.Popen[Any]] = {}
     try:
+        procs["real"] = start_real(tmp, args.sessions)
+        if args.flood:
+            from bench.ipc_flood import flood
+
+            flood(tmp / "real.sock", procs["real"].pid)
+            return
+        for kind in ("echo", "memd"):
+            procs[kind] = start_server(kind, tmp / f"{kind}.sock")
         pids = {f"{kind}.sock": proc.pid for kind, proc in procs.items()}
         report(tmp, pids, args.clients, args.seconds)
     finally:
@@ -184,10 +261,14 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# row -> (socket, library client?, method sent)
 ROWS = {
-    "echo": ("echo.sock", False),
-    "memd": ("memd.sock", False),
-    "memd+client": ("memd.sock", True),
+    "echo": ("echo.sock", False, "status-pad"),
+    "memd": ("memd.sock", False, "status-pad"),
+    "memd+client": ("memd.sock", True, "status-pad"),
+    "echo small": ("echo.sock", False, "hello"),
+    "real hello": ("real.sock", False, "hello"),
+    "real status": ("real.sock", False, "status"),
 }
 
 
@@ -213,10 +294,12 @@ def report(
         samples: dict[str, list[float]] = {name: [] for name in ROWS}
         cpu: dict[str, float] = dict.fromkeys(ROWS, 0.0)
         for _ in range(rounds):
-            for name, (sock, library) in ROWS.items():
+            for name, (sock, library, method) in ROWS.items():
                 pid = pids[sock]
                 before = cpu_seconds(pid)
-                latencies = asyncio.run(load(tmp / sock, n, seconds / rounds, library=library))
+                latencies = asyncio.run(
+                    load(tmp / sock, n, seconds / rounds, library=library, method=method)
+                )
                 cpu[name] += cpu_seconds(pid) - before
                 samples[name].extend(latencies)
         rows = {name: _figures(lat, seconds) for name, lat in samples.items()}
@@ -226,12 +309,17 @@ def report(
                 f"{n:>7} {name:<12} {f.p50_us:>9.0f} {f.p99_us:>9.0f} {f.rps:>9.0f}"
                 f" {per_req[name]:>11.0f}"
             )
-        echo, memd = rows["echo"], rows["memd"]
-        print(
-            f"{'':>7} {'memd/echo':<12} {memd.p50_us / echo.p50_us:>8.2f}x "
-            f"{memd.p99_us / echo.p99_us:>8.2f}x {memd.rps / echo.rps:>8.2f}x"
-            f" {per_req['memd'] / max(per_req['echo'], 1e-9):>10.2f}x"
-        )
+        for mine, base in (
+            ("memd", "echo"),
+            ("real hello", "echo small"),
+            ("real status", "echo small"),
+        ):
+            a, b = rows[mine], rows[base]
+            print(
+                f"{'':>7} {mine + '/' + base:<24} p50 {a.p50_us / b.p50_us:>5.2f}x "
+                f"p99 {a.p99_us / b.p99_us:>5.2f}x req/s {a.rps / b.rps:>5.2f}x"
+                f" cpu {per_req[mine] / max(per_req[base], 1e-9):>5.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -293,3 +293,39 @@ def test_accept_errors_are_logged_once_per_burst_with_back_off(tmp_path: Path) -
     assert stderr.count("accepting again") == 1, stderr
     # back-off doubling up to 1 s: a burst of a few seconds is a handful of attempts, not a spin
     assert failures < 40, failures
+
+
+async def test_a_big_body_cut_off_by_its_deadline_leaves_the_server_serving(
+    sock_path: Path,
+) -> None:
+    """Regression: a body big enough for its own mapping, cancelled mid-read, crashed the
+    server (an mmap cannot be closed while a view of it is alive)."""
+    async with anyio.create_task_group() as tg:
+        server: Server = await tg.start(
+            partial(
+                run_server,
+                sock_path,
+                methods(),
+                max_frame_bytes=8 << 20,
+                request_timeout=10.0,
+                limits=ServeLimits(frame_timeout_s=0.3),
+            )
+        )
+        slow = await RawConnection.open(sock_path)
+        await slow.send(header(4 << 20) + b"\x81" + b"\x00" * (1 << 20))
+        with anyio.fail_after(10):
+            reply = await slow.reply()
+            assert isinstance(reply, p.Failure) and reply.code == p.TIMEOUT
+            good = await RawConnection.open(sock_path)
+            await answered(good)
+            big = p.encode_frame(
+                p.request(5, "echo", {"pad": "y" * (2 << 20)}), max_frame_bytes=8 << 20
+            )
+            good.decoder = p.FrameDecoder(8 << 20)
+            await good.send(big)
+            echoed = await good.reply()
+            assert isinstance(echoed, p.Success) and len(echoed.result["pad"]) == 2 << 20
+        assert server.statistics().buffered_bytes == 0
+        await slow.aclose()
+        await good.aclose()
+        tg.cancel_scope.cancel()

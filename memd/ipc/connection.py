@@ -9,7 +9,8 @@ before its body is buffered). Each frame is answered in one of two ways:
 - in a task of the connection's task group, under the method's timeout, for everything else.
   Up to ``max_in_flight`` of them run at once; a full pipeline stops the reading.
 
-Limits (``ServeLimits``): the body of a frame is buffered only once the bytes it will take are
+Limits (``ServeLimits``): the body of a frame that does not arrive in one read is buffered
+(in a buffer of its exact size, filled in place) only once the bytes it will take are
 reserved from a budget shared by every connection (a frame that does not fit waits, and is
 refused with ``busy`` if it still does not fit when its deadline passes); a frame must be
 complete within ``frame_timeout_s`` of its first byte, else the connection gets a ``timeout``
@@ -19,6 +20,7 @@ error frame and is closed. Between frames a connection may stay idle as long as 
 from __future__ import annotations
 
 import logging
+import mmap
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -34,7 +36,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECEIVE_BYTES = 64 * 1024
+# A read between frames is small: a connection waiting for budget holds at most this much
+# outside the budget. A body being filled is read in bigger steps, into its own buffer.
+RECEIVE_BYTES = 16 * 1024
+BODY_READ_BYTES = 256 * 1024
+# Bodies this big get anonymous memory of their own: its pages count only once written and go
+# back to the system when the frame is done (a freed heap block may stay in the RSS).
+MMAP_BODY_BYTES = 1024 * 1024
 _LINGER_SECONDS = 1.0
 _LINGER_BYTES = 1024 * 1024
 HEADER_SIZE = p.HEADER.size
@@ -84,8 +92,9 @@ class Connection:
         self._send_lock = anyio.Lock(fast_acquire=True)
         self._read_scope = anyio.CancelScope()
         self._slots = anyio.Semaphore(server.max_in_flight, fast_acquire=True)
-        self._buffer = bytearray()
-        self._need: int | None = None  # body length once the header is read
+        self._buffer = bytearray()  # bytes read past the last whole frame (a partial header)
+        self._body: bytearray | mmap.mmap | None = None  # a pending body, its exact size
+        self._filled = 0  # bytes of ``_body`` received so far
         self._reserved = 0  # bytes of the read budget this connection holds
         self._started = 0.0  # monotonic time of the pending frame's first byte
 
@@ -104,6 +113,8 @@ class Connection:
         finally:
             self._release(self._reserved)
             self._buffer = bytearray()
+            _free(self._body)
+            self._body = None
         if problem is not None:
             await self.close_gently()
 
@@ -132,75 +143,122 @@ class Connection:
     async def _read_loop(self, tg: TaskGroup) -> p.FrameError | None:
         try:
             while True:
-                if self._buffer or self._need is not None:
+                if self._body is not None:
+                    if not await self._fill_body():
+                        return None
+                    body, self._body = self._body, None
+                    self._release(self._reserved)
+                    self._started = time.monotonic()
+                    try:
+                        frame = p.decode_body(body)  # type: ignore[arg-type]
+                    finally:
+                        _free(body)
+                    await self._dispatch(frame, tg)
+                    continue
+                if self._buffer:
                     data = await self._receive_partial()
                 else:
                     data = await self._receive(RECEIVE_BYTES)
+                    self._started = time.monotonic()
                 if not data:
                     return None
-                if not self._buffer and self._need is None:
-                    self._started = time.monotonic()
                 self._buffer += data
                 await self._take_frames(tg)
-                await self._reserve_pending()
         except p.FrameError as exc:
             return exc
 
     async def _receive_partial(self) -> bytes:
-        """More bytes of a pending frame, by its deadline (:class:`FrameTimeout` after)."""
-        limit = self._server.limits.frame_timeout_s
-        left = self._started + limit - time.monotonic()
-        want = RECEIVE_BYTES
-        if self._need is not None:
-            want = max(1, min(RECEIVE_BYTES, self._need - len(self._buffer)))
+        """More bytes of a pending header, by the frame's deadline."""
         data = b""
-        with anyio.move_on_after(max(left, 0.0)):
-            data = await self._receive(want)
+        with anyio.move_on_after(self._time_left()):
+            data = await self._receive(RECEIVE_BYTES)
             return data
-        raise FrameTimeout(f"a frame was not complete within {limit:g}s of its first byte")
+        raise self._timed_out()
+
+    async def _fill_body(self) -> bool:
+        """Read the pending body into its buffer, by the frame's deadline; False at EOF."""
+        assert self._body is not None
+        size = len(self._body)
+        with anyio.move_on_after(self._time_left()):
+            while self._filled < size:
+                # Views are released even when the read is cancelled: an mmap with a view
+                # alive cannot be closed.
+                view = memoryview(self._body)
+                step = view[self._filled : self._filled + BODY_READ_BYTES]
+                try:
+                    got = await self._receive_into(step)
+                finally:
+                    step.release()
+                    view.release()
+                if not got:
+                    return False
+                self._filled += got
+            return True
+        raise self._timed_out()
+
+    def _time_left(self) -> float:
+        return max(self._started + self._server.limits.frame_timeout_s - time.monotonic(), 0.0)
+
+    def _timed_out(self) -> FrameTimeout:
+        limit = self._server.limits.frame_timeout_s
+        return FrameTimeout(f"a frame was not complete within {limit:g}s of its first byte")
 
     async def _take_frames(self, tg: TaskGroup) -> None:
-        """Answer every complete frame in the buffer (inline or in a task)."""
+        """Answer every complete frame in the buffer (inline or in a task); a frame whose
+        body is not all here gets its budget reserved and a buffer of its exact size."""
         max_frame = self._server.max_frame_bytes
         buffer = self._buffer
-        while True:
-            if self._need is None:
-                if len(buffer) < HEADER_SIZE:
-                    return
-                (size,) = p.HEADER.unpack_from(buffer)
-                if size > max_frame:
-                    raise p.FrameTooLarge(size, max_frame)
-                del buffer[:HEADER_SIZE]
-                self._need = size
-            if len(buffer) < self._need:
+        while len(buffer) >= HEADER_SIZE:
+            (size,) = p.HEADER.unpack_from(buffer)
+            if size > max_frame:
+                raise p.FrameTooLarge(size, max_frame)
+            end = HEADER_SIZE + size
+            if len(buffer) < end:
+                await self._reserve(size)
+                if not self._time_left():  # woken at its deadline: do not allocate for nothing
+                    raise self._timed_out()
+                self._body = mmap.mmap(-1, size) if size >= MMAP_BODY_BYTES else bytearray(size)
+                self._filled = len(buffer) - HEADER_SIZE
+                self._body[: self._filled] = buffer[HEADER_SIZE:]
+                buffer.clear()
                 return
-            body = bytes(buffer[: self._need])
-            del buffer[: self._need]
-            self._need = None
+            body = bytes(buffer[HEADER_SIZE:end])
+            del buffer[:end]
             self._started = time.monotonic()
             await self._dispatch(p.decode_body(body), tg)
 
-    async def _reserve_pending(self) -> None:
-        """Hold budget for the pending frame's whole body before reading more of it."""
-        want = self._need if self._need is not None else len(self._buffer)
-        if want <= self._reserved:
-            self._release(self._reserved - want)
-            return
+    async def _reserve(self, size: int) -> None:
+        """Hold ``size`` bytes of the shared read budget, waiting by the frame's deadline."""
         budget = self._server.budget
-        if want > budget.limit:
-            raise Busy(f"a frame of {want} bytes exceeds the read buffer limit")
-        deadline = self._started + self._server.limits.frame_timeout_s
-        while not budget.try_take(want - self._reserved):
-            with anyio.move_on_after(max(deadline - time.monotonic(), 0.0)):
+        if size > budget.limit:
+            raise Busy(f"a frame of {size} bytes exceeds the read buffer limit")
+        while not budget.try_take(size):
+            with anyio.move_on_after(self._time_left()):
                 await budget.wait_freed()
                 continue
             raise Busy("memd's read buffers are full; try again shortly")
-        self._reserved = want
+        self._reserved = size
 
     def _release(self, size: int) -> None:
         if size:
             self._reserved -= size
             self._server.budget.give(size)
+
+    async def _receive_into(self, view: memoryview) -> int:
+        """Like :meth:`_receive`, into ``view``; 0 at end of stream or a reset."""
+        sock = self._sock
+        while True:
+            try:
+                got = sock.recv_into(view)
+            except BlockingIOError:
+                await anyio.wait_readable(sock)
+                continue
+            except OSError as exc:
+                log.debug("a connection ended with %s", exc)
+                return 0
+            if got:
+                await checkpoint()
+            return got
 
     async def _receive(self, size: int) -> bytes:
         """Up to ``size`` bytes; ``b""`` at end of stream or a reset.
@@ -275,3 +333,8 @@ async def _send_all(sock: socket.socket, data: bytes) -> None:
             view = view[sock.send(view) :]
         except BlockingIOError:
             await anyio.wait_writable(sock)
+
+
+def _free(body: bytearray | mmap.mmap | None) -> None:
+    if isinstance(body, mmap.mmap):
+        body.close()

@@ -253,6 +253,8 @@ class Server:
                         if not self._accepting:
                             connection.stop_reading()
                         await connection.run()
+        except Exception:
+            log.exception("a connection failed; it is closed, the others go on")
         finally:
             self._connections.discard(connection)
 
