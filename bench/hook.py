@@ -203,9 +203,8 @@ def regular_install(tmp: Path) -> Path:
     return venv / "bin"
 
 
-def run_regular(tmp: Path, socket: Path, runs: int) -> list[float]:
-    bindir = regular_install(tmp)
-    env = {k: v for k, v in clean_env(socket).items() if k != "PYTHONPATH"}
+def script_form(bindir: Path, env: dict[str, str]) -> list[str]:
+    """``<venv python> <site-packages>/memd_client/hook.py``: the hook without a launcher."""
     python = str(bindir / "python")
     found = subprocess.run(
         [python, "-c", "import memd_client, os; print(os.path.dirname(memd_client.__file__))"],
@@ -214,9 +213,17 @@ def run_regular(tmp: Path, socket: Path, runs: int) -> list[float]:
         env=env,
         check=True,
     )
-    script = [python, os.path.join(found.stdout.strip(), "hook.py")]
-    forms = {"console script": [str(bindir / "memd-hook")], "python hook.py": script}
-    base = [python, "-c", "pass"]
+    return [python, os.path.join(found.stdout.strip(), "hook.py")]
+
+
+def run_regular(tmp: Path, socket: Path, runs: int) -> list[float]:
+    bindir = regular_install(tmp)
+    env = {k: v for k, v in clean_env(socket).items() if k != "PYTHONPATH"}
+    forms = {
+        "console script": [str(bindir / "memd-hook")],
+        "python hook.py": script_form(bindir, env),
+    }
+    base = [str(bindir / "python"), "-c", "pass"]
     ratios = []
     with stand_in_daemon(socket):
         for form, hook in forms.items():
@@ -247,12 +254,15 @@ def main() -> int:
             hook, base, out = measure(event, env, args.runs)
             check_output(event, out, daemon=False)
             ratios.append(report(f"{event} (no daemon)", hook, base))
+        command = HOOK
         if args.regular:
             ratios.extend(run_regular(Path(tmp), Path(tmp) / "run2" / "memd.sock", args.runs))
-    if args.claude:
-        from bench.hook_claude import run_claude_bench
+            plain = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            command = script_form(Path(tmp) / "venv" / "bin", plain)
+        if args.claude:
+            from bench.hook_claude import run_claude_bench
 
-        run_claude_bench(args.claude)
+            run_claude_bench(args.claude, " ".join(command))
     worst = max(ratios)
     verdict = "meets" if worst <= TARGET_RATIO else "misses"
     print(f"worst median ratio {worst:.2f}: {verdict} the target of {TARGET_RATIO}x")

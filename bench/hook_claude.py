@@ -4,7 +4,7 @@ The real Claude Code CLI (``tests/claude_cli.py``: npm, pinned) against the loop
 Messages-API server in its real-client profile; the real daemon (no API key: lexical recall)
 with one memory in the project. Two throwaway homes that differ only in
 ``~/.claude/settings.json``: one with memd's hooks installed (SessionStart, UserPromptSubmit,
-Stop, SessionEnd run ``python -m memd_client.hook``), one without. Runs are interleaved so
+Stop, SessionEnd run the hook command), one without. Runs are interleaved so
 load on the shared machine hits both alike; medians and p90s are printed.
 """
 
@@ -30,14 +30,14 @@ MEMORY = (
 )
 
 
-def _home(home: Home, hooks: bool) -> Path:
+def _home(home: Home, hooks: str | None) -> Path:
     project = home.root / "proj"
     project.mkdir()
     settings = home.root / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text("{}")
     if hooks:
-        install_hooks(settings, f"{sys.executable} -m memd_client.hook")
+        install_hooks(settings, hooks)
         mdir = memory_dir(home.projects, project)
         mdir.mkdir(parents=True)
         (mdir / "deploy.md").write_text(MEMORY)
@@ -58,7 +58,9 @@ def _p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1] if len(values) >= 2 else values[0]
 
 
-def run_claude_bench(runs: int) -> None:
+def run_claude_bench(runs: int, hook: str = f"{sys.executable} -m memd_client.hook") -> None:
+    """``hook``: the command installed (``bench/hook.py --regular`` passes the regular
+    install's ``python …/hook.py``)."""
     command = installed_claude()
     if command is None:
         print("claude -p: skipped (npm is not installed)")
@@ -71,7 +73,7 @@ def run_claude_bench(runs: int) -> None:
         fake_home(Path(b)) as without,
         LoopbackAPI(profile="real_client", default_text="OK from stub") as api,
     ):
-        hooked, bare = _home(with_hooks, True), _home(without, False)
+        hooked, bare = _home(with_hooks, hook), _home(without, None)
         daemon = start_memd(with_hooks)
         try:
             _once(cli, with_hooks, hooked, api)  # warm both (page cache, first start)
@@ -89,4 +91,5 @@ def run_claude_bench(runs: int) -> None:
         f"(p90 {p90['hooks']:6.0f})   no hooks {med['none']:7.0f} ms "
         f"(p90 {p90['none']:6.0f})   added {med['hooks'] - med['none']:5.0f} ms"
     )
+    print(f"hook command: {hook}")
     print(json.dumps({k: [round(t, 4) for t in v] for k, v in times.items()}))

@@ -16,7 +16,8 @@ Latency: the same memories padded with generated ones to 200 files (the scan cap
 Cached recall (issue 12): :func:`memd.memory.recall.recall` end to end (no model: the lexical
 ranker), with the :class:`~memd.memory.scan.HeaderCache` the daemon keeps vs a fresh scan of
 every head, at 200 and 2,000 unchanged memories (the newest 200 are candidates either way).
-Target: p50 ≤ 10 ms at 2,000.
+"cached" reuses the stat pass within a second (back-to-back recalls); "stat every call" is
+what a recall per prompt (seconds apart) pays. Target: p50 ≤ 10 ms at 2,000.
 
 Run: ``python3 bench/recall.py``. Not part of the test pass/fail.
 """
@@ -216,7 +217,7 @@ def bench_cached_recall(queries: Sequence[Query], count: int) -> dict[str, tuple
     from memd.memory.scan import HeaderCache
 
     cfg, clock, llm = Config(), SystemClock(), Disabled("bench: lexical")
-    cache = HeaderCache()
+    caches = {"cached": HeaderCache(), "cached, stat every call": HeaderCache(refresh_s=0.0)}
     with tempfile.TemporaryDirectory() as tmp:
         memory = Path(tmp) / "memory"
         shutil.copytree(DATA / "memories", memory)
@@ -224,24 +225,21 @@ def bench_cached_recall(queries: Sequence[Query], count: int) -> dict[str, tuple
         for relative, text in padding_memories(count - have):
             (memory / relative).write_text(text, encoding="utf-8")
 
-        async def timed(use_cache: bool, query: Query) -> float:
+        async def timed(cache: HeaderCache | None, query: Query) -> float:
             start = time.perf_counter()
             result = await recall(
-                query.text,
-                memory_dir=memory,
-                llm=llm,
-                cfg=cfg,
-                clock=clock,
-                cache=cache if use_cache else None,
+                query.text, memory_dir=memory, llm=llm, cfg=cfg, clock=clock, cache=cache
             )
             assert result.method == "lexical"
             return (time.perf_counter() - start) * 1000.0
 
         async def run() -> dict[str, tuple[float, float]]:
-            await timed(True, queries[0])  # fill the cache
-            cached = [await timed(True, q) for _ in range(3) for q in queries]
-            fresh = [await timed(False, q) for q in queries[:8]]
-            return {"cached": _p50_p95(cached), "fresh scan": _p50_p95(fresh)}
+            figures = {}
+            for name, cache in caches.items():
+                await timed(cache, queries[0])  # fill the cache
+                figures[name] = _p50_p95([await timed(cache, q) for _ in range(3) for q in queries])
+            figures["fresh scan"] = _p50_p95([await timed(None, q) for q in queries[:8]])
+            return figures
 
         return anyio.run(run)
 

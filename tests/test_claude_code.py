@@ -130,7 +130,7 @@ def test_the_header_cache_reads_only_new_or_changed_heads_and_excludes_before_th
         path = tmp_path / f"m{n}.md"
         path.write_text(f"---\nname: M{n}\ndescription: d{n}\nmetadata:\n  type: user\n---\n")
         os.utime(path, (1_000 + n, 1_000 + n))
-    cache = HeaderCache()
+    cache = HeaderCache(refresh_s=0.0)  # every scan stats every file
     first = cache.scan(tmp_path, max_files=3)
     assert [h.relative for h in first] == ["m4.md", "m3.md", "m2.md"]
     assert cache.heads_read == 3 and all(h.type == "user" for h in first)
@@ -147,3 +147,15 @@ def test_the_header_cache_reads_only_new_or_changed_heads_and_excludes_before_th
     assert cache.heads_read == 5 and again[1].name == "changed"
     os.mkfifo(tmp_path / "fifo.md")
     assert len(cache.scan(tmp_path, max_files=10)) == 5
+
+
+def test_the_stat_pass_is_reused_for_a_second_unless_the_dir_changed(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("---\nname: A\ndescription: a\ntype: user\n---\n")
+    cache = HeaderCache(refresh_s=3600.0)
+    assert [h.relative for h in cache.scan(tmp_path)] == ["a.md"]
+    (tmp_path / "b.md").write_text("---\nname: B\ndescription: b\ntype: user\n---\n")
+    os.utime(tmp_path, ns=(1, 1))  # the dir changed (a new file): listed again at once
+    assert sorted(h.relative for h in cache.scan(tmp_path)) == ["a.md", "b.md"]
+    (tmp_path / "a.md").write_text("---\nname: A2\ndescription: a\ntype: user\n---\n")
+    os.utime(tmp_path, ns=(1, 1))  # an edit in place leaves the dir as it was
+    assert {h.name for h in cache.scan(tmp_path)} == {"A", "B"}  # seen after refresh_s

@@ -13,7 +13,10 @@ directories are not entered.
 :class:`HeaderCache` is what recall uses (issue 12): the headers of each memory dir kept by
 ``(inode, mtime_ns, size)``, so a recall stats the files (``scandir``), leaves out what the
 session has already seen, keeps the newest 200, and reads the head of only the new or changed
-ones among them. Only regular files are read (a FIFO named ``x.md`` would block a read).
+ones among them. The stat pass itself is reused for ``refresh_s`` (1 s) while the memory
+dir's own inode and mtime are unchanged: a file added, removed or replaced atomically shows
+at once, an edit in place within a second. Only regular files are read (a FIFO named
+``x.md`` would block a read).
 
 This is a blocking I/O shell: call it from a worker thread (``anyio.to_thread.run_sync``).
 """
@@ -24,6 +27,7 @@ import io
 import os
 import stat
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -176,10 +180,12 @@ def list_topic_stats(memory_dir: Path) -> list[_Listed]:
 class HeaderCache:
     """Headers per memory dir by file identity; see the module docstring. Thread-safe."""
 
-    def __init__(self, max_dirs: int = 64) -> None:
+    def __init__(self, max_dirs: int = 64, refresh_s: float = 1.0) -> None:
         self._dirs: OrderedDict[str, dict[str, tuple[tuple[int, int, int], MemoryHeader]]] = (
             OrderedDict()
         )
+        self._listings: dict[str, tuple[tuple[int, int], float, list[_Listed]]] = {}
+        self.refresh_s = refresh_s
         self._lock = threading.Lock()
         self._max_dirs = max_dirs
         self.heads_read = 0
@@ -193,8 +199,7 @@ class HeaderCache:
         head_lines: int = DEFAULT_HEAD_LINES,
     ) -> list[MemoryHeader]:
         """The newest ``max_files`` headers not in ``exclude`` (absolute paths), newest first."""
-        listed = list_topic_stats(memory_dir)
-        listed.sort()
+        listed = self._listing(memory_dir)
         if exclude:
             kept = [e for e in listed if e[2] not in exclude][:max_files]
         else:
@@ -219,8 +224,28 @@ class HeaderCache:
             self._dirs[key] = {r: v for r, v in cached.items() if r in present}
             self._dirs.move_to_end(key)
             while len(self._dirs) > self._max_dirs:
-                self._dirs.popitem(last=False)
+                dropped, _ = self._dirs.popitem(last=False)
+                self._listings.pop(dropped, None)
         return headers
+
+    def _listing(self, memory_dir: Path) -> list[_Listed]:
+        """The sorted stat pass, reused while fresh (see the module docstring)."""
+        key = str(memory_dir)
+        try:
+            info = os.stat(memory_dir)
+        except OSError:
+            return []
+        root = (info.st_ino, info.st_mtime_ns)
+        now = time.monotonic()
+        with self._lock:
+            known = self._listings.get(key)
+        if known is not None and known[0] == root and now - known[1] < self.refresh_s:
+            return known[2]
+        listed = list_topic_stats(memory_dir)
+        listed.sort()
+        with self._lock:
+            self._listings[key] = (root, now, listed)
+        return listed
 
 
 def newest_first(headers: Iterable[MemoryHeader]) -> list[MemoryHeader]:
