@@ -39,6 +39,8 @@ NOTES_MARK = "Working notes of this session, kept by memd"
 RECALL_MARK = "Memories from earlier sessions that may help with this prompt (recalled by memd)"
 _RECALLED_LINE = re.compile(r"^## .* — (/.+\.md)$", re.MULTILINE)
 _MEMORY_PATH = re.compile(r"(/[^\"\s\\]+/memory/[^\"\s\\]+\.md)")
+# Claude Code writes compact JSON; a version is digits and dots (FORMAT.md §13: "2.1.197").
+_VERSION_FIELD = re.compile(rb'"version": ?"(\d{1,6}\.\d{1,6}\.\d{1,6}[0-9A-Za-z.+-]{0,32})"')
 _OWN_ATTACHMENTS = frozenset({"hook_success", "hook_additional_context", "hook_non_blocking_error"})
 
 
@@ -151,17 +153,15 @@ class _Found:
         )
 
     def line(self, raw: bytes) -> None:
-        if b'"attachment"' not in raw and b'"version"' not in raw:
+        if b'"attachment"' not in raw:  # only attachments are decoded: most lines are not
+            if (found := _VERSION_FIELD.search(raw)) is not None:
+                self.version = found.group(1).decode("ascii")
             return
         try:
             entry = json.loads(raw)
         except (ValueError, RecursionError):
             return
-        if not isinstance(entry, dict):
-            return
-        if isinstance(entry.get("version"), str) and entry.get("type") in ("user", "assistant"):
-            self.version = entry["version"][:64]
-        attachment = entry.get("attachment")
+        attachment = entry.get("attachment") if isinstance(entry, dict) else None
         if isinstance(attachment, dict):
             self._attachment(attachment, raw)
 
@@ -191,24 +191,26 @@ def injected_paths(text: str) -> Iterator[str]:
 
 
 def _read_lines(fd: int, start: int, size: int, found: _Found) -> int:
-    """Feed whole lines from ``start`` to ``found``; the bytes consumed (up to a newline)."""
+    """Feed whole lines from ``start`` to ``found``; the bytes consumed (up to a newline).
+    A line longer than :data:`MAX_LINE_BYTES` is skipped unread."""
     budget = min(size - start, MAX_SCAN_BYTES)
-    consumed = 0
-    pending = b""
+    consumed = 0  # bytes of whole lines handled so far
+    pending = b""  # the start of a line whose end is not read yet
     skipping = False
     while consumed + len(pending) < budget:
-        chunk = os.pread(
-            fd, min(_CHUNK, budget - consumed - len(pending)), start + consumed + len(pending)
-        )
+        want = min(_CHUNK, budget - consumed - len(pending))
+        chunk = os.pread(fd, want, start + consumed + len(pending))
         if not chunk:
             break
-        pending += chunk
-        while (cut := pending.find(b"\n")) >= 0:
-            line, pending = pending[:cut], pending[cut + 1 :]
-            consumed += cut + 1
+        data = pending + chunk if pending else chunk
+        at = 0
+        while (cut := data.find(b"\n", at)) >= 0:
             if not skipping:
-                found.line(line)
+                found.line(data[at:cut])
             skipping = False
+            consumed += cut + 1 - at
+            at = cut + 1
+        pending = data[at:]
         if len(pending) > MAX_LINE_BYTES:  # one huge line: skip it, keep the scan bounded
             consumed += len(pending)
             pending = b""
