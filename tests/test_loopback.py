@@ -386,3 +386,41 @@ def test_standalone_process_serves_a_script(tmp_path: Path) -> None:
     assert "x-api-key" not in seen[0]["headers"]
     assert totals["messages"] == 2 and totals["output_tokens"] > 0
     assert json.dumps(seen)  # plain JSON all the way down
+
+
+def _post(url: str, body: dict[str, Any]) -> tuple[int, str, bytes]:
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+    conn.request("POST", "/v1/messages?beta=true", json.dumps(body), headers)
+    answer = conn.getresponse()
+    data = answer.read()
+    conn.close()
+    return answer.status, answer.getheader("content-type") or "", data
+
+
+def test_the_real_client_profile_streams_and_accepts_system_messages() -> None:
+    body = {
+        "model": "m",
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "SessionStart hook additional context: x"},
+        ],
+    }
+    with LoopbackAPI() as strict:
+        status, _, data = _post(strict.url, body)
+        assert status == 400 and b"messages.1.role" in data
+    with LoopbackAPI(profile="real_client", default_text="OK from stub") as real:
+        status, kind, data = _post(real.url, body)
+        assert status == 200 and kind == "text/event-stream"
+        events = [line[7:] for line in data.decode().splitlines() if line.startswith("event: ")]
+        assert events[0] == "message_start" and events[-1] == "message_stop"
+        assert "content_block_delta" in events and "OK from stub" in data.decode()
+        assert real.requests[0].response["content"] == [{"type": "text", "text": "OK from stub"}]
+        status, _, data = _post(real.url, {**body, "messages": [{"role": "system", "content": ""}]})
+        assert status == 400

@@ -22,6 +22,11 @@ at ``max_tokens`` like the API. ``POST /v1/messages/count_tokens`` answers
 ``{"input_tokens": N}``. Every request is recorded (:attr:`~LoopbackAPI.requests`,
 :meth:`~LoopbackAPI.totals`).
 
+Two profiles: ``"strict"`` (the default, for memd's own requests: no streaming, only
+``user``/``assistant`` messages) and ``"real_client"`` (for the real Claude Code CLI: it
+streams, answered with server-sent events, and sends hook context as ``role: "system"``
+messages inside ``messages``). ``?beta=true`` and other query strings are ignored.
+
 Out-of-process use (``python -m memd.testing.loopback --port 0 --script FILE``) prints the URL
 on its first stdout line and serves until SIGTERM/SIGINT; ``GET /_loopback/requests`` and
 ``GET /_loopback/totals`` report what it saw, ``POST /_loopback/script`` appends script lines
