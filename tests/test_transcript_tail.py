@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,12 @@ from hypothesis import strategies as st
 
 from memd.errors import StateError, TranscriptError
 from memd.transcript.conversation import Conversation
-from memd.transcript.tail import LineSplitter, TailPosition, read_appended
+from memd.transcript.tail import (
+    LineSplitter,
+    TailPosition,
+    UnreadableTranscript,
+    read_appended,
+)
 
 
 def _line(uuid: str, parent: str | None, text: str = "hi") -> bytes:
@@ -222,3 +229,61 @@ def test_a_position_survives_a_round_trip_through_the_state_file() -> None:
 def test_a_malformed_stored_position_is_a_state_error(stored: object) -> None:
     with pytest.raises(StateError):
         TailPosition.from_dict(stored)
+
+
+# -- hostile paths (R-T7) ----------------------------------------------------------------------
+
+
+def _unreadable(path: Path) -> UnreadableTranscript:
+    with pytest.raises(UnreadableTranscript) as caught:
+        read_appended(path)
+    return caught.value
+
+
+def test_only_regular_files_are_read_and_nothing_blocks(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.jsonl")  # open() on it would wait for a writer forever
+    (tmp_path / "dir.jsonl").mkdir()
+    (tmp_path / "loop.jsonl").symlink_to("loop.jsonl")
+    (tmp_path / "real.jsonl").write_bytes(b"{}\n")
+    (tmp_path / "link.jsonl").symlink_to("real.jsonl")
+    assert _unreadable(tmp_path / "fifo.jsonl").reason == "a FIFO, not a regular file"
+    assert _unreadable(tmp_path / "dir.jsonl").reason == "a directory, not a regular file"
+    for name in ("loop.jsonl", "link.jsonl"):
+        reason = _unreadable(tmp_path / name).reason
+        assert reason == "a symbolic link (not followed), not a regular file"
+    assert not _unreadable(tmp_path / "fifo.jsonl").transient
+
+
+def test_out_of_file_descriptors_is_unreadable_for_now(tmp_path: Path) -> None:
+    """EMFILE is transient: retrying later helps without the file changing."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"{}\n")
+    code = (
+        "import os, resource, sys\n"
+        "from memd.transcript.tail import UnreadableTranscript, read_appended\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))\n"
+        "held = []\n"
+        "try:\n"
+        "    while True: held.append(os.open(os.devnull, os.O_RDONLY))\n"
+        "except OSError: pass\n"
+        "try:\n"
+        "    read_appended(sys.argv[1])\n"
+        "except UnreadableTranscript as exc:\n"
+        "    print(exc.reason, exc.transient)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "too many open files (EMFILE) True", done.stderr
+
+
+def test_a_file_rewritten_in_place_is_read_again(tmp_path: Path) -> None:
+    """Same inode, new content (deleted and re-created on a filesystem that reuses inodes,
+    or copied over): the byte before the saved offset is no longer a newline."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\n')
+    first = read_appended(path)
+    with path.open("r+b") as f:
+        f.write(b'{"c": 333333}\n{"d": 4}\n')
+    again = read_appended(path, first.position)
+    assert again.reset and again.lines == [b'{"c": 333333}', b'{"d": 4}']
