@@ -146,6 +146,7 @@ class BudgetConfig:
     tokens_per_day: int = 20_000_000
     backoff_initial_s: float = 30.0
     backoff_max_s: float = 3_600.0
+    max_runs_per_hour: int = 60  # per background job (kind + subject), whatever the cause
 
 
 @dataclass(frozen=True)

@@ -62,10 +62,15 @@ class LLMDisabled(LLMError):
 
 
 class PromptTooLong(LLMError):
+    """The request is over the model's context. ``sent`` is set by the background job that
+    built it: its own estimate of the part it can drop, so the next attempt sends less
+    (R-B1)."""
+
     def __init__(self, message: str, *, actual: int | None = None, limit: int | None = None):
         super().__init__(message)
         self.actual = actual
         self.limit = limit
+        self.sent: int | None = None
 
     @property
     def gap(self) -> int | None:

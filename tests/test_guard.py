@@ -36,6 +36,7 @@ from memd.llm.guard import (
     after_failure,
     backoff_delay,
     classify,
+    shrink_input,
 )
 from memd.llm.ledger import HOUR_S, LEDGER_FILE, Ledger
 
@@ -155,28 +156,105 @@ def test_rate_limit_retry_after_holds_every_kind(tmp_path: Path) -> None:
     assert guard.statistics().hold_until is None
 
 
-def test_prompt_too_long_parks_the_job_until_its_input_changes(tmp_path: Path) -> None:
-    guard, _, _ = make(tmp_path)
+def test_prompt_too_long_parks_the_job_with_backoff_whatever_the_input(tmp_path: Path) -> None:
+    guard, _, clock = make(tmp_path)
     guard.record_failure("session_notes", PromptTooLong("huge"), subject="s1", input_key="v1")
     parked = guard.check("session_notes", subject="s1", input_key="v1")
-    assert isinstance(parked, Parked)
+    assert isinstance(parked, Parked) and parked.until == START + 30.0
     assert "PromptTooLong" in parked.error
     # other sessions and kinds go on
     assert guard.check("session_notes", subject="s2", input_key="v1") == Go()
     (kind,) = [k for k in guard.statistics().kinds if k.kind == "session_notes"]
     assert [p.subject for p in kind.parked] == ["s1"]
-    # new input: it runs again
-    assert guard.check("session_notes", subject="s1", input_key="v2") == Go()
-    assert guard.check("session_notes", subject="s1", input_key="v1") == Go()
+    # new input (the transcript grew) does not unpark it: only the back-off's end does
+    for key in ("v2", "v3", None):
+        assert isinstance(guard.check("session_notes", subject="s1", input_key=key), Parked)
+    clock.advance(30.0)
+    assert guard.check("session_notes", subject="s1", input_key="v9") == Go()
+    # failing again parks it twice as long; a success clears it
+    guard.record_failure("session_notes", PromptTooLong("huge"), subject="s1")
+    again = guard.check("session_notes", subject="s1")
+    assert isinstance(again, Parked) and again.until == clock.now() + 60.0
+    park = guard.parked("session_notes", subject="s1")
+    assert park is not None and park.count == 2
+    guard.record_success("session_notes", subject="s1")
+    assert guard.check("session_notes", subject="s1") == Go()
+    assert guard.parked("session_notes", subject="s1") is None
 
 
-def test_bad_request_without_input_key_waits_for_a_manual_trigger(tmp_path: Path) -> None:
+def test_bad_request_backs_off_per_job_and_a_release_lifts_it(tmp_path: Path) -> None:
     guard, _, clock = make(tmp_path)
     guard.record_failure("dream", BadRequest("schema"), subject="proj")
-    clock.advance(10 * 86_400)  # time alone never retries it
     assert isinstance(guard.check("dream", subject="proj"), Parked)
     guard.release("dream", subject="proj")
     assert guard.check("dream", subject="proj") == Go()
+    for n in range(1, 8):  # time retries it, ever more rarely, up to the cap
+        guard.record_failure("dream", BadRequest("schema"), subject="proj")
+        decision = guard.check("dream", subject="proj")
+        assert isinstance(decision, Parked) and decision.until is not None
+        assert decision.until - clock.now() == min(600.0, 30.0 * 2 ** (n - 1))
+        clock.advance(decision.until - clock.now())
+
+
+def test_prompt_too_long_remembers_the_gap(tmp_path: Path) -> None:
+    guard, _, _ = make(tmp_path)
+    error = PromptTooLong("too long", actual=12_000, limit=10_000)
+    guard.record_failure("memory_extract", error, subject="p")
+    park = guard.parked("memory_extract", subject="p")
+    assert park is not None and park.gap == 2_000
+
+
+@given(st.integers(0, 10**7), st.none() | st.integers(0, 10**7))
+def test_shrink_input_always_sends_less(tokens: int, gap: int | None) -> None:
+    kept = shrink_input(tokens, gap)
+    assert 0 <= kept <= max(0, tokens - 1)
+    if gap is None:
+        assert kept <= tokens - tokens // 5
+    else:
+        assert kept <= max(0, tokens - gap)
+
+
+def test_runs_per_hour_bound_a_job_whatever_the_cause(tmp_path: Path) -> None:
+    budget = BudgetConfig(tokens_per_hour=0, tokens_per_day=0, max_runs_per_hour=3)
+    guard, _, clock = make(tmp_path, budget)
+
+    async def start() -> Go | Parked:
+        return await guard.wait_until_allowed("session_notes", subject="s")
+
+    for _ in range(3):
+        assert anyio.run(start) == Go()
+        clock.advance(60.0)
+    held = guard.check("session_notes", subject="s")
+    assert isinstance(held, Wait) and "max_runs_per_hour" in held.reason
+    assert held.until == START + HOUR_S
+    assert guard.check("session_notes", subject="other") == Go()
+    assert guard.check("compact", subject="s") == Go()  # a waiting client is never held
+    clock.advance(held.until - clock.now())
+    assert guard.check("session_notes", subject="s") == Go()
+
+
+@pytest.mark.anyio
+async def test_a_worker_can_sleep_through_a_park(tmp_path: Path) -> None:
+    guard, _, clock = make(tmp_path)
+    guard.record_failure("session_notes", PromptTooLong("big"), subject="s")
+    with anyio.fail_after(5):
+        decision = await _advancing(guard, clock)
+    assert decision == Go() and clock.now() == START + 30.0
+
+
+async def _advancing(guard: CostGuard, clock: FakeClock) -> Go | Parked:
+    result: list[Go | Parked] = []
+
+    async def wait() -> None:
+        result.append(
+            await guard.wait_until_allowed("session_notes", subject="s", wait_parked=True)
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await clock.wait_for_sleepers()
+        clock.advance(30.0)
+    return result[0]
 
 
 @pytest.mark.parametrize("error", [AuthenticationFailed("401"), QuotaExceeded("no credit")])

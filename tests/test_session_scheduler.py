@@ -58,7 +58,7 @@ class Env:
     store: ExtractionStore
 
     def scheduler(
-        self, llm: LLM | Disabled, *, source: SessionSource | None = None, **config: Any
+        self, llm: LLM | Disabled | None, *, source: SessionSource | None = None, **config: Any
     ) -> NotesScheduler:
         return NotesScheduler(
             settings_for(self.tmp, **config),
@@ -92,8 +92,10 @@ def env(tmp_path: Path) -> Env:
 async def running(scheduler: NotesScheduler) -> AsyncIterator[None]:
     async with anyio.create_task_group() as tg:
         await tg.start(run_notes_scheduler, scheduler)
-        yield
-        tg.cancel_scope.cancel()
+        try:
+            yield
+        finally:  # a failed assertion must not leave a worker asleep on the fake clock
+            tg.cancel_scope.cancel()
 
 
 def grow(builder: TranscriptBuilder, *, to: int, tool_calls: int = 0) -> None:
@@ -121,6 +123,30 @@ async def test_without_a_model_nothing_runs_and_status_says_why(env: Env) -> Non
     assert not stats.enabled and stats.reason == "disabled: no API key: set ANTHROPIC_API_KEY"
     assert stats.sessions[0].extractions == 0
     assert env.store.get(builder.session_id) is None
+
+
+@pytest.mark.anyio
+async def test_growth_seen_while_the_model_client_loads_is_checked_when_it_is_ready(
+    env: Env, llm: LLM, api: LoopbackAPI
+) -> None:
+    scheduler = env.scheduler(None)  # the SDK is still loading
+    builder = TranscriptBuilder()
+    work_session(builder, turns=3, context=50_000)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_notes_scheduler, scheduler)
+        scheduler.notify_growth(env.sessions.publish(builder))  # past the threshold, early
+        reason = scheduler.disabled_reason
+        assert reason is not None and reason.startswith("starting")
+        await anyio.wait_all_tasks_blocked()
+        assert env.store.get(builder.session_id) is None and api.requests == []
+        scheduler.set_llm(llm)  # ready: no further growth is needed
+        with anyio.fail_after(20):
+            while env.store.get(builder.session_id) is None:
+                await anyio.wait_all_tasks_blocked()
+            await scheduler.wait_idle()
+        tg.cancel_scope.cancel()
+    record = env.store.get(builder.session_id)
+    assert record is not None and record.extractions == 1
 
 
 @pytest.mark.anyio
@@ -353,7 +379,7 @@ async def test_an_overloaded_api_is_retried_after_the_backoff(
 
 
 @pytest.mark.anyio
-async def test_a_refused_request_is_parked_until_the_session_changes(
+async def test_a_refused_request_is_parked_with_backoff_however_the_session_grows(
     env: Env, llm: LLM, api: LoopbackAPI
 ) -> None:
     scheduler = env.scheduler(llm)
@@ -362,18 +388,59 @@ async def test_a_refused_request_is_parked_until_the_session_changes(
     api.fail_next(1, status=400, message="bad request")
     async with running(scheduler):
         scheduler.notify_growth(env.sessions.publish(builder))
-        await scheduler.wait_idle()
-        scheduler.notify_growth(env.sessions.publish(builder))  # same input: stays parked
-        await scheduler.wait_idle()
+        await env.clock.wait_for_sleepers()  # parked: the worker sleeps through the back-off
+        for k in range(10):  # every append is new input; none of it unparks the job
+            grow(builder, to=13_000 + 6_000 * k)
+            scheduler.notify_growth(env.sessions.publish(builder))
+            await anyio.wait_all_tasks_blocked()
         assert len(api.requests) == 1
         record = env.store.get(builder.session_id)
         assert record is not None and record.last_error is not None
-        assert record.last_error.startswith("parked")
-        grow(builder, to=13_000)  # new input
-        scheduler.notify_growth(env.sessions.publish(builder))
+        assert record.last_error.startswith("BadRequest") and record.pending
+        status = scheduler.status(builder.session_id)
+        assert status is not None and status.phase == "waiting"
+        assert status.waiting_reason is not None
+        assert status.waiting_reason.startswith("parked: BadRequest")
+        assert "next attempt after" in status.waiting_reason
+        env.clock.advance(30.0)
         await scheduler.wait_idle()
     record = env.store.get(builder.session_id)
-    assert record is not None and record.extractions == 1
+    assert record is not None and record.extractions == 1 and record.last_error is None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("message", "most"),
+    [
+        ("prompt is too long", 0.85),  # no figures: a fifth goes
+        ("prompt is too long: 9000 tokens > 8800 maximum", 0.95),  # the gap, and a margin
+    ],
+)
+async def test_after_a_prompt_too_long_the_next_attempt_sends_less(
+    env: Env, llm: LLM, api: LoopbackAPI, message: str, most: float
+) -> None:
+    scheduler = env.scheduler(llm)
+    builder = TranscriptBuilder()
+    work_session(builder, turns=20, context=12_000)
+    api.fail_next(1, status=400, message=message)
+    async with running(scheduler):
+        scheduler.notify_growth(env.sessions.publish(builder))
+        await env.clock.wait_for_sleepers()  # parked, sleeping through its back-off
+        assert len(api.requests) == 1
+        env.clock.advance(30.0)
+        await scheduler.wait_idle()
+    failed, *rest = [r for r in api.requests if r.body is not None]
+    assert failed.status == 400 and rest and all(r.status == 200 for r in rest)
+    first_try = _conversation_chars(failed.body)
+    assert _conversation_chars(rest[0].body) < first_try * most
+    record = env.store.get(builder.session_id)
+    assert record is not None and record.extractions == 1 and record.last_error is None
+    assert record.covered_id == builder.parent  # nothing was skipped
+
+
+def _conversation_chars(body: Any) -> int:
+    first = body["messages"][0]["content"][0]
+    return len(first["text"]) if isinstance(first, dict) else 0
 
 
 @pytest.mark.anyio

@@ -8,8 +8,9 @@ or :meth:`CostGuard.record_failure`. The answer is one of:
 - :class:`Wait` ``(until, reason)`` — keep the job queued until ``until`` (wall seconds): the
   hourly or daily token budget is spent, or this job kind is backing off after failures, or
   the API asked everyone to hold off (``retry-after``);
-- :class:`Parked` ``(error, reason)`` — a failure that waiting cannot fix. Keep the job, but
-  do not run it again until its input changes or a user asks for it.
+- :class:`Parked` ``(error, reason, until)`` — this job failed in a way retrying at once cannot
+  fix. Keep it, and do not run it again before ``until`` (or, for an account block, until a
+  user acts).
 
 Failures are classified once (:func:`classify`):
 
@@ -17,9 +18,12 @@ Failures are classified once (:func:`classify`):
   exponentially per job kind (``backoff_initial_s`` doubling up to ``backoff_max_s``, each delay
   shortened by up to :data:`JITTER_FRACTION` at random); a ``retry-after`` is honoured as the
   least delay, for every kind;
-- ``PromptTooLong`` and ``BadRequest`` (and any other model error that is not retryable) park
-  that one job (kind + subject) with the ``input_key`` it ran on; asking again with a
-  different ``input_key`` is the sign that the input changed and unparks it;
+- ``PromptTooLong`` and ``BadRequest`` (any 4xx that is not a rate limit, and any other model
+  error that is not retryable) park that one job (kind + subject) with an exponential back-off
+  of its own: the n-th park in a row lasts ``backoff_initial_s * 2**(n-1)`` (capped, jittered).
+  New input does not unpark it — a transcript that grows by a line a second would otherwise
+  retry a hopeless request on every line — and the caller is expected to send less on the
+  next attempt (see :func:`shrink_input`). A success or a manual trigger clears the park;
 - ``AuthenticationFailed`` and ``QuotaExceeded`` block every job: no input change can fix
   them. :meth:`CostGuard.release` (a manual trigger) or :meth:`CostGuard.reconfigure` (config
   reload) lifts the block, and so does any successful call.
@@ -28,28 +32,43 @@ Budgets gate the background kinds (:data:`BACKGROUND_KINDS`) only: a client that
 compaction or a recall is waiting for the answer. Their spend still counts against the budget.
 A job that started before the budget ran out finishes; the next one waits.
 
+Whatever the cause, a background job (kind + subject) starts at most ``max_runs_per_hour``
+times in any hour: the guard counts the starts it allows, so a bug upstream (a trigger that
+fires on every append, failures that cost no tokens) still cannot turn into a loop of calls.
+
 The decisions are pure functions of (failure state, parking, budget status, now); the
 :class:`CostGuard` class holds the state and does the waiting.
 """
 
 from __future__ import annotations
 
+import collections
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 import anyio
 
 from memd.clock import Clock
 from memd.config import BudgetConfig
-from memd.errors import (
-    AuthenticationFailed,
-    BadRequest,
-    LLMError,
-    PromptTooLong,
-    QuotaExceeded,
-    RateLimited,
+from memd.llm.failures import (
+    JITTER_FRACTION,
+    BlockAccount,
+    FailureClass,
+    FailureState,
+    ParkedJob,
+    ParkJob,
+    Retry,
+    after_failure,
+    after_success,
+    backoff_delay,
+    classify,
+    describe,
+    keep_newest,
+    park,
+    park_reason,
+    shrink_input,
 )
 from memd.llm.ledger import (
     DAY_S,
@@ -62,7 +81,34 @@ from memd.llm.ledger import (
     window_spent,
 )
 
-JITTER_FRACTION = 0.2
+__all__ = [
+    "BACKGROUND_KINDS",
+    "JITTER_FRACTION",
+    "BlockAccount",
+    "BudgetStatus",
+    "CostGuard",
+    "Decision",
+    "FailureClass",
+    "FailureState",
+    "Go",
+    "GuardStatistics",
+    "KindStatus",
+    "ParkJob",
+    "Parked",
+    "ParkedJob",
+    "Retry",
+    "Wait",
+    "after_failure",
+    "after_success",
+    "backoff_delay",
+    "budget_status",
+    "classify",
+    "decide",
+    "describe",
+    "keep_newest",
+    "shrink_input",
+]
+
 BACKGROUND_KINDS: frozenset[JobKind] = frozenset({"session_notes", "memory_extract", "dream"})
 
 
@@ -85,49 +131,10 @@ class Wait:
 class Parked:
     error: str
     reason: str
+    until: float | None = None  # wall seconds; None: until a user acts (an account block)
 
 
 Decision = Go | Wait | Parked
-
-
-@dataclass(frozen=True)
-class Retry:
-    """Back off; ``after`` is the server's ``retry-after`` when it sent one."""
-
-    after: float | None = None
-
-
-@dataclass(frozen=True)
-class ParkJob:
-    pass
-
-
-@dataclass(frozen=True)
-class BlockAccount:
-    pass
-
-
-FailureClass = Retry | ParkJob | BlockAccount
-
-
-@dataclass(frozen=True)
-class FailureState:
-    """One job kind's failure record."""
-
-    consecutive: int = 0
-    total: int = 0
-    last_error: str | None = None
-    last_error_at: float | None = None
-    retry_at: float | None = None  # backing off until then
-
-
-@dataclass(frozen=True)
-class ParkedJob:
-    kind: JobKind
-    subject: str
-    input_key: str | None
-    error: str
-    at: float
 
 
 @dataclass(frozen=True)
@@ -186,7 +193,14 @@ class GuardStatistics:
                     "last_error_at": k.last_error_at,
                     "next_retry_at": k.next_retry_at,
                     "parked": [
-                        {"subject": p.subject, "error": p.error, "at": p.at} for p in k.parked
+                        {
+                            "subject": p.subject,
+                            "error": p.error,
+                            "at": p.at,
+                            "until": p.until,
+                            "count": p.count,
+                        }
+                        for p in k.parked
                     ],
                 }
                 for k in self.kinds
@@ -196,59 +210,6 @@ class GuardStatistics:
 
 # ---------------------------------------------------------------------------------------------
 # Pure decisions
-
-
-def classify(error: BaseException) -> FailureClass:
-    """What a failure means for retrying (see the module docstring)."""
-    match error:
-        case AuthenticationFailed() | QuotaExceeded():
-            return BlockAccount()
-        case PromptTooLong() | BadRequest():
-            return ParkJob()
-        case RateLimited(retry_after=after):
-            return Retry(after)
-        case LLMError() if not error.retryable:
-            return ParkJob()
-        case _:
-            return Retry()
-
-
-def describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def backoff_delay(consecutive: int, budget: BudgetConfig, jitter: float) -> float:
-    """Delay after the ``consecutive``-th failure in a row (>= 1); ``jitter`` in [0, 1)."""
-    exponent = min(consecutive - 1, 60)
-    base = min(budget.backoff_max_s, budget.backoff_initial_s * 2.0**exponent)
-    return base * (1.0 - JITTER_FRACTION * jitter)
-
-
-def after_failure(
-    state: FailureState,
-    error: BaseException,
-    now: float,
-    budget: BudgetConfig,
-    jitter: float,
-) -> FailureState:
-    """The kind's failure state after ``error``; only retryable failures move ``retry_at``."""
-    noted = replace(state, total=state.total + 1, last_error=describe(error), last_error_at=now)
-    match classify(error):
-        case Retry(after=after):
-            consecutive = state.consecutive + 1
-            delay = backoff_delay(consecutive, budget, jitter)
-            if after is not None:
-                delay = max(delay, after)
-            return replace(noted, consecutive=consecutive, retry_at=now + delay)
-        case ParkJob() | BlockAccount():
-            return noted
-        case unreachable:
-            assert_never(unreachable)
-
-
-def after_success(state: FailureState) -> FailureState:
-    return replace(state, consecutive=0, retry_at=None)
 
 
 def budget_status(budget: BudgetConfig, points: list[SpendPoint], now: float) -> BudgetStatus:
@@ -272,13 +233,26 @@ def decide(
     hold_until: float | None,
     budget: BudgetStatus,
     budgeted: bool,
+    starts: Sequence[float] = (),
+    max_runs_per_hour: int = 0,
 ) -> Decision:
-    """May this job run now? Blocks that waiting cannot lift come first."""
+    """May this job run now? Blocks that waiting cannot lift come first.
+
+    ``starts`` are the wall times this job was allowed to start (oldest first); with
+    ``max_runs_per_hour`` (0: no limit) they bound how often it runs. ``input_key`` is kept for
+    callers and records; it no longer decides anything.
+    """
+    del input_key
     if account_blocked is not None:
         return Parked(account_blocked, "the API refused this account; fix it, then trigger a run")
-    if parked is not None and parked.input_key == input_key:
-        return Parked(parked.error, "this job failed on this input; it runs again when it changes")
+    if parked is not None and parked.until > now:
+        return Parked(parked.error, park_reason(parked), parked.until)
     waits: list[Wait] = []
+    recent = [t for t in starts if t > now - HOUR_S]
+    if budgeted and max_runs_per_hour and len(recent) >= max_runs_per_hour:
+        frees = recent[len(recent) - max_runs_per_hour] + HOUR_S
+        what = f"{len(recent)} runs of this job in the last hour (budget.max_runs_per_hour)"
+        waits.append(Wait(frees, what))
     if failure.retry_at is not None and failure.retry_at > now:
         what = f"{failure.consecutive} failure(s) in a row, last {failure.last_error}"
         waits.append(Wait(failure.retry_at, f"backing off after {what}"))
@@ -315,6 +289,7 @@ class CostGuard:
         self._budgeted = budgeted_kinds
         self._failures: dict[JobKind, FailureState] = {}
         self._parked: dict[tuple[JobKind, str], ParkedJob] = {}
+        self._starts: dict[tuple[JobKind, str], collections.deque[float]] = {}
         self._account_blocked: str | None = None
         self._hold_until: float | None = None
         self._changed: anyio.Event | None = None
@@ -322,41 +297,65 @@ class CostGuard:
         self.on_failure: Callable[[JobKind, str, BaseException], None] | None = None
 
     def check(self, kind: JobKind, *, subject: str = "", input_key: str | None = None) -> Decision:
-        """Decide for one job. A parked job whose ``input_key`` changed is unparked here."""
+        """Decide for one job (no side effects: status may call it freely)."""
         now = self._clock.now()
-        parked = self._parked.get((kind, subject))
-        if parked is not None and parked.input_key != input_key:
-            del self._parked[(kind, subject)]
-            parked = None
         return decide(
             now=now,
             failure=self._failures.get(kind, FailureState()),
-            parked=parked,
+            parked=self._parked.get((kind, subject)),
             input_key=input_key,
             account_blocked=self._account_blocked,
             hold_until=self._hold_until,
             budget=budget_status(self._budget, self._ledger.spend_points(), now),
             budgeted=kind in self._budgeted,
+            starts=self._starts.get((kind, subject), ()),
+            max_runs_per_hour=self._budget.max_runs_per_hour,
         )
 
+    def parked(self, kind: JobKind, *, subject: str = "") -> ParkedJob | None:
+        """The job's park, if it is parked or was when it last ran (cleared by a success)."""
+        return self._parked.get((kind, subject))
+
     async def wait_until_allowed(
-        self, kind: JobKind, *, subject: str = "", input_key: str | None = None
+        self,
+        kind: JobKind,
+        *,
+        subject: str = "",
+        input_key: str | None = None,
+        wait_parked: bool = False,
     ) -> Go | Parked:
         """Sleep through every :class:`Wait`; return :class:`Go`, or :class:`Parked`.
 
-        On :class:`Parked` the caller keeps the job and asks again when the input changes or a
-        user triggers it; nothing is dropped here. Any change of the guard's state (a success,
-        a release, a reload) wakes the waiters early so they decide again.
+        With ``wait_parked`` a park with a back-off is slept through too (a per-job worker
+        can afford to wait); otherwise the caller keeps the job and asks again later: nothing
+        is dropped here. An account block is always returned. Any change of the guard's state
+        (a success, a release, a reload) wakes the waiters early so they decide again. A
+        :class:`Go` counts as a start of the job (see ``max_runs_per_hour``).
         """
         while True:
             decision = self.check(kind, subject=subject, input_key=input_key)
             match decision:
-                case Go() | Parked():
+                case Go():
+                    self._started(kind, subject)
+                    return decision
+                case Parked(until=until) if wait_parked and until is not None:
+                    await self._sleep_or_change(until)
+                case Parked():
                     return decision
                 case Wait(until=until):
                     await self._sleep_or_change(until)
                 case unreachable:
                     assert_never(unreachable)
+
+    def _started(self, kind: JobKind, subject: str) -> None:
+        now = self._clock.now()
+        starts = self._starts.setdefault((kind, subject), collections.deque())
+        starts.append(now)
+        limit = max(1, self._budget.max_runs_per_hour)
+        while starts and (starts[0] <= now - HOUR_S or len(starts) > limit):
+            starts.popleft()
+        for key in [k for k, q in self._starts.items() if not q or q[-1] <= now - HOUR_S]:
+            del self._starts[key]
 
     def record_success(self, kind: JobKind, *, subject: str = "") -> None:
         self._failures[kind] = after_success(self._failures.get(kind, FailureState()))
@@ -384,8 +383,15 @@ class CostGuard:
                 if after is not None:
                     self._hold_until = max(self._hold_until or 0.0, now + after)
             case ParkJob():
-                self._parked[(kind, subject)] = ParkedJob(
-                    kind, subject, input_key, describe(error), now
+                jitter = self._rng.random()
+                self._parked[(kind, subject)] = park(
+                    self._parked.get((kind, subject)),
+                    kind,
+                    subject,
+                    input_key,
+                    error,
+                    now,
+                    lambda n: backoff_delay(n, self._budget, jitter),
                 )
             case BlockAccount():
                 self._account_blocked = describe(error)

@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, assert_never
 
@@ -34,8 +35,9 @@ from memd.agent.runner import AgentRun, AgentSpec, Completed, Failed, TimedOut, 
 from memd.agent.tools import Tool, ToolResult, make_tools
 from memd.atomic import write_atomic, write_text_atomic
 from memd.clock import Clock
-from memd.errors import NotFound
+from memd.errors import NotFound, PromptTooLong
 from memd.llm.client import LLM, Usage
+from memd.llm.guard import keep_newest
 from memd.llm.ledger import Ledger
 from memd.memory import prompts
 from memd.memory.frontmatter import FrontmatterForm
@@ -46,6 +48,8 @@ from memd.memory.scan import format_manifest, scan_memories
 from memd.memory.store import MemoryStore
 from memd.privacy import scrub_text
 from memd.regular_file import read_regular
+from memd.tokens import estimate_text
+from memd.transcript.messages import ApiMessage
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +104,23 @@ async def extract_memories(
     session: str,
     ledger: Ledger,
     clock: Clock,
+    input_cap: int | None = None,
 ) -> Extracted:
     """Run the extraction agent on ``job``. Raises the model error, or
-    :class:`memd.errors.AgentError` on a timeout, after rolling the memory dir back."""
+    :class:`memd.errors.AgentError` on a timeout, after rolling the memory dir back.
+
+    ``input_cap`` (after a prompt-too-long, R-B1): the most tokens of new conversation to
+    send; the oldest part of ``job.new`` goes. A prompt-too-long raised here carries in
+    ``sent`` the size of what was sent, so the caller can ask for less next time.
+    """
     await anyio.to_thread.run_sync(lambda: memory_dir.mkdir(parents=True, exist_ok=True))
     manifest, index = await anyio.to_thread.run_sync(_current_memories, memory_dir, settings)
     today = datetime.fromtimestamp(clock.now(), UTC).strftime("%Y-%m-%d")
+    new = job.new
+    if input_cap is not None:
+        new = keep_newest(new, input_cap, partial(_message_tokens, secrets=settings.redact_secrets))
     request = prompts.build_request(
-        job.new,
+        new,
         memory_dir=str(memory_dir),
         manifest=manifest,
         index=index,
@@ -132,7 +145,15 @@ async def extract_memories(
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(roll_back, memory_dir, before)
         raise
-    return await anyio.to_thread.run_sync(settle, memory_dir, before, run, settings)
+    try:
+        return await anyio.to_thread.run_sync(settle, memory_dir, before, run, settings)
+    except PromptTooLong as exc:
+        exc.sent = estimate_text(prompts.render_new(new, secrets=settings.redact_secrets))
+        raise
+
+
+def _message_tokens(message: ApiMessage, *, secrets: bool) -> int:
+    return estimate_text(prompts.render_new((message,), secrets=secrets))
 
 
 @dataclass(frozen=True)

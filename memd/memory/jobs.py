@@ -3,7 +3,9 @@
 Extraction runs once per project at a time (a :class:`CoalescingQueue` keyed by memory
 dir): the sessions of a project whose turns ended are handled one after the other, each
 through the cost guard. A failure keeps the session pending: a retryable one is queued
-again (the guard sleeps through the backoff), a parked one waits for the next turn end.
+again (the guard sleeps through the backoff); a parked one (a prompt-too-long, any 4xx that
+is not a rate limit) runs at the first turn end after its back-off, with less input after a
+prompt-too-long (R-B1).
 Pending sessions are persisted with their cursors, so a restart resumes them.
 """
 
@@ -15,6 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -24,9 +27,9 @@ import anyio.to_thread
 from memd.clock import Clock
 from memd.config import Config
 from memd.daemon.queues import CoalescingQueue
-from memd.errors import MemdError, NotFound
+from memd.errors import MemdError, NotFound, PromptTooLong
 from memd.llm.client import LLM, Disabled
-from memd.llm.guard import CostGuard, Parked, Retry, describe
+from memd.llm.guard import CostGuard, Parked, Retry, describe, shrink_input
 from memd.llm.ledger import Ledger, billed_tokens
 from memd.memory.cursors import CursorStore, SessionCursor
 from memd.memory.extract import ExtractSettings, extract_memories
@@ -106,6 +109,9 @@ class ExtractionJobs:
         self._runs: Counter[str] = Counter()
         # Where the type goes in the files of a session's run (its Claude Code's form).
         self.form_for: Callable[[SessionState], Awaitable[FrontmatterForm]] | None = None
+        # After a prompt-too-long, per (memory dir, session): the most tokens of new
+        # conversation one run may send (R-B1); kept while the daemon runs.
+        self._input_caps: dict[tuple[str, str], int] = {}
 
     async def enqueue(self, where: Location, state: SessionState, cwd: str) -> None:
         """Queue an extraction for the session's project, marking the session pending on disk."""
@@ -172,7 +178,9 @@ class ExtractionJobs:
             "memory_extract", subject=key, input_key=pending
         )
         if isinstance(decision, Parked):
-            project.phase, project.waiting_reason = "idle", f"parked: {decision.reason}"
+            after = "" if decision.until is None else f", not before {_utc(decision.until)}"
+            why = f"parked: {decision.error} ({decision.reason}; runs at a turn end{after})"
+            project.phase, project.waiting_reason = "idle", why
             project.last_run = ProjectRun(self._clock.now(), "parked", "", decision.error)
             return
         project.phase, project.waiting_reason = "running", None
@@ -242,6 +250,7 @@ class ExtractionJobs:
             session=state.session_id,
             ledger=self._ledger,
             clock=self._clock,
+            input_cap=self._input_caps.get((key, state.session_id)),
         )
         self._guard.record_success("memory_extract", subject=key)
         tokens = billed_tokens(result.usage)
@@ -266,6 +275,8 @@ class ExtractionJobs:
         await store.update(default, cursor=cursor, pending=still, updated_at=self._clock.now())
 
     def _failed(self, key: str, project: _Project, state: SessionState, exc: Exception) -> bool:
+        if isinstance(exc, PromptTooLong) and exc.sent is not None:
+            self._input_caps[(key, state.session_id)] = shrink_input(exc.sent, exc.gap)
         verdict = self._guard.record_failure(
             "memory_extract", exc, subject=key, input_key=state.last_uuid
         )
@@ -294,6 +305,10 @@ class ExtractionJobs:
             last_error=self._last_error,
             projects={key: _project_row(p) for key, p in self._projects.items()},
         )
+
+
+def _utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _cursor_for(state: SessionState, cwd: str, memory_dir: str) -> SessionCursor:

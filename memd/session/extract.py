@@ -33,8 +33,9 @@ from memd.agent.runner import AgentRun, AgentSpec, Completed, Failed, TimedOut, 
 from memd.agent.tools import make_tools
 from memd.clock import Clock
 from memd.config import SessionNotesConfig
-from memd.errors import AgentError
+from memd.errors import AgentError, PromptTooLong
 from memd.llm.client import LLM, Usage
+from memd.llm.guard import keep_newest
 from memd.llm.ledger import Ledger
 from memd.privacy import scrub_text
 from memd.session import inputs, notes, prompts
@@ -104,6 +105,8 @@ class NotesJob:
     messages: tuple[ApiMessage, ...]
     context_tokens: int
     cursor: str | None  # the last message the notes have seen (None: none yet)
+    # After a prompt-too-long: at most this many tokens of conversation per request (R-B1).
+    input_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,15 +134,21 @@ OnChunk = Callable[[ChunkDone], Awaitable[None]]
 def plan(setup: NotesSetup, job: NotesJob) -> tuple[inputs.Chunk, ...]:
     """The chunks to run, per the configured strategy (pure, but tokenizes: use a thread)."""
     messages = job.messages
+    cap = job.input_cap
     match setup.config.strategy:
         case "full":
+            if messages and cap is not None:
+                messages = keep_newest(
+                    messages, cap, lambda m: inputs.fork_tokens(m, estimate_text)
+                )
             return (inputs.plan_full(messages),) if messages else ()
         case "delta":
+            size = setup.config.chunk_tokens
             return inputs.plan_delta(
                 messages,
                 job.cursor,
                 overlap=setup.config.overlap_messages,
-                chunk_tokens=setup.config.chunk_tokens,
+                chunk_tokens=size if cap is None else max(1, min(size, cap)),
                 estimate=estimate_text,
             )
 
@@ -215,7 +224,14 @@ async def _run_chunk(
         session=job.session_id,
     )
     run = await run_agent(llm, spec, request.messages, ledger=ledger, clock=clock)
-    await anyio.to_thread.run_sync(_settle, setup, path, before[0], run)
+    try:
+        await anyio.to_thread.run_sync(_settle, setup, path, before[0], run)
+    except PromptTooLong as exc:
+        strategy = setup.config.strategy
+        exc.sent = await anyio.to_thread.run_sync(
+            inputs.chunk_tokens, chunk, strategy, estimate_text
+        )
+        raise
     anchor = chunk.covered_uuid if chunk.anchor_safe else None
     return ChunkDone(chunk.covered_uuid, anchor, run.usage)
 

@@ -149,6 +149,20 @@ def _chunk_end(
     return end
 
 
+def fork_tokens(message: ApiMessage, estimate: Estimator) -> int:
+    """A message's size as the full strategy sends it (its blocks, nearly as they are)."""
+    return estimate(json.dumps(list(message.content), ensure_ascii=False, default=str))
+
+
+def chunk_tokens(chunk: Chunk, strategy: Strategy, estimate: Estimator) -> int:
+    """The estimated size of a chunk's conversation as the strategy sends it."""
+    match strategy:
+        case "delta":
+            return estimate(render_transcript(chunk))
+        case "full":
+            return sum(fork_tokens(m, estimate) for m in chunk.new)
+
+
 def plan_full(messages: Sequence[ApiMessage]) -> Chunk:
     """The single chunk of the full strategy: the whole conversation is new every time."""
     last = messages[-1].last_uuid if messages else None

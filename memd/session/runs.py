@@ -13,15 +13,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal, Protocol
 
 import anyio
 import anyio.to_thread
 
 from memd.clock import Clock
-from memd.errors import LLMError, MemdError
+from memd.errors import MemdError, PromptTooLong
 from memd.llm.client import LLM
-from memd.llm.guard import CostGuard, Go, Parked
+from memd.llm.guard import BlockAccount, CostGuard, Go, Parked, Wait, shrink_input
 from memd.llm.ledger import Ledger, billed_tokens
 from memd.session.extract import (
     ChunkDone,
@@ -113,6 +114,9 @@ class JobRunner:
         self._clock = clock
         self._limiter = limiter
         self.failures = 0  # failed runs since start
+        # Per session, after a prompt-too-long: the most conversation tokens one request may
+        # carry (kept while the daemon runs: the model's limit does not change).
+        self._input_caps: dict[str, int] = {}
 
     async def figures(self, state: SessionState, cursor: str | None) -> Figures:
         conv = await self._source.conversation(state)
@@ -124,7 +128,8 @@ class JobRunner:
             )
 
     async def attempt(self, slot: Slot, state: SessionState, settings: NotesSettings) -> bool:
-        """One guarded run; True when it failed in a way worth retrying after the backoff.
+        """One guarded run; True when it failed and should be tried again once the guard
+        allows it (after a back-off or a park).
 
         The pending mark goes on disk before waiting, so work held back by the budget or a
         backoff is not lost to a restart either.
@@ -133,11 +138,11 @@ class JobRunner:
         await self._store.put(started(record, at=self._clock.now()))
         subject, key = state.session_id, state.last_uuid
         now = self._guard.check("session_notes", subject=subject, input_key=key)
-        slot.phase, slot.waiting_reason = "waiting", None if isinstance(now, Go) else now.reason
+        slot.phase, slot.waiting_reason = "waiting", waiting_reason(now)
         decision = await self._guard.wait_until_allowed(
-            "session_notes", subject=subject, input_key=key
+            "session_notes", subject=subject, input_key=key, wait_parked=True
         )
-        if isinstance(decision, Parked):
+        if isinstance(decision, Parked):  # the account is blocked: a user has to act
             await self.note_error(state, f"parked: {decision.error} ({decision.reason})")
             return False
         slot.waiting_reason = "concurrency limit"
@@ -180,7 +185,8 @@ class JobRunner:
         async with self._source.lock_for(state.path):
             messages, tokens = await anyio.to_thread.run_sync(_read_conversation, conv)
         cursor = record.covered_id or record.last_summarized_id
-        return NotesJob(state.session_id, state.project, messages, tokens, cursor)
+        cap = self._input_caps.get(state.session_id)
+        return NotesJob(state.session_id, state.project, messages, tokens, cursor, cap)
 
     async def _progress(self, session_id: str, done: ChunkDone) -> None:
         record = self._record(session_id)
@@ -213,12 +219,24 @@ class JobRunner:
 
     async def _failed(self, state: SessionState, exc: BaseException) -> bool:
         self.failures += 1
-        self._guard.record_failure(
+        if isinstance(exc, PromptTooLong) and exc.sent is not None:
+            keep = shrink_input(exc.sent, exc.gap)
+            self._input_caps[state.session_id] = keep
+            log.info(
+                "session notes of %s: the request was too long; next time at most %d tokens "
+                "of conversation per request (was %d)",
+                state.session_id,
+                keep,
+                exc.sent,
+            )
+        verdict = self._guard.record_failure(
             "session_notes", exc, subject=state.session_id, input_key=state.last_uuid
         )
         log.warning("session notes of %s failed: %s", state.session_id, exc)
         await self.note_error(state, f"{type(exc).__name__}: {exc}")
-        return isinstance(exc, LLMError) and exc.retryable
+        # Backing off and parking both end in another attempt once the guard allows it (the
+        # notes stay owed); only an account block waits for a user.
+        return not isinstance(verdict, BlockAccount)
 
     async def note_error(self, state: SessionState, message: str) -> None:
         record = self._record(state.session_id, state.project)
@@ -226,6 +244,22 @@ class JobRunner:
 
     def _record(self, session_id: str, project: str = "") -> ExtractionRecord:
         return self._store.get(session_id) or ExtractionRecord(session_id, project)
+
+
+def waiting_reason(decision: Go | Wait | Parked) -> str | None:
+    """What ``status`` says about a job the guard holds back."""
+    match decision:
+        case Go():
+            return None
+        case Wait(reason=reason):
+            return reason
+        case Parked(error=error, reason=reason, until=until):
+            when = "" if until is None else f"; next attempt after {_clock_time(until)}"
+            return f"parked: {error} ({reason}{when})"
+
+
+def _clock_time(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _read_conversation(conv: Conversation) -> tuple[tuple[ApiMessage, ...], int]:

@@ -10,7 +10,9 @@ scheduler then:
   single follow-up, re-checked when the run ends (R-S6) — and different sessions concurrently
   under a global :class:`anyio.CapacityLimiter`;
 * waits through the cost guard before each run, retries rate limits and overloads after its
-  backoff, and leaves other failures recorded until the session grows again or a user asks;
+  backoff, and sleeps through the back-off of a park (a prompt-too-long or another error
+  retrying at once cannot fix) however much the session grows meanwhile; after a
+  prompt-too-long the next requests carry less conversation (:class:`JobRunner`);
 * marks a run *pending* on disk before it starts and clears the mark when it ends, so a run
   killed mid-way is done again at the next start (R-S10).
 
@@ -76,6 +78,7 @@ class NotesScheduler:
         self._disabled: Disabled | None = None
         self._runner: JobRunner | None = None
         self._llm_known = anyio.Event()
+        self._grew_early: set[str] = set()  # sessions that grew while the model client loaded
         if llm is not None:
             self.set_llm(llm)
         self._slots: dict[str, Slot] = {}  # queued or running workers
@@ -122,9 +125,16 @@ class NotesScheduler:
     def notify_growth(self, state: SessionState) -> None:
         """A transcript grew: queue a check if the session may have reached a trigger point.
 
-        Never blocks; cheap enough to call on every append.
+        Never blocks; cheap enough to call on every append. Growth seen while the model
+        client is still loading is remembered and checked again once it is ready (R-B1: no
+        trigger is lost to start-up).
         """
-        if self.disabled_reason is not None or state.mtime < self._started_at:
+        if state.mtime < self._started_at:
+            return
+        if not self._llm_known.is_set():
+            self._grew_early.add(state.session_id)
+            return
+        if self.disabled_reason is not None:
             return
         slot = self._slots.get(state.session_id)
         if slot is not None:
@@ -288,6 +298,7 @@ class NotesScheduler:
             await anyio.sleep_forever()
         async with anyio.create_task_group() as tg:
             await self._resume_pending()
+            self._recheck_early_growth()
             task_status.started()
             while True:
                 await self._wake.wait()
@@ -295,6 +306,14 @@ class NotesScheduler:
                 starting, self._to_start = self._to_start, []
                 for slot in starting:
                     tg.start_soon(self._work, slot, name=f"notes {slot.session_id}")
+
+    def _recheck_early_growth(self) -> None:
+        """Check the sessions that grew before the model client was ready, as they are now."""
+        early, self._grew_early = sorted(self._grew_early), set()
+        for session_id in early:
+            state = self._source.get(session_id)
+            if state is not None:
+                self.notify_growth(state)
 
     async def _resume_pending(self) -> None:
         """Queue a redo of every run a crash interrupted; forget those of vanished sessions."""
