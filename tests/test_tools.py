@@ -300,6 +300,39 @@ async def test_grep_results_are_capped(area: Path) -> None:
     assert len(lines) == 6 and "results cut at 5" in lines[-1]
 
 
+async def backtracking_area(area: Path) -> None:
+    # One line of 40 "a"s and a "!" makes (a|aa)+$ try ~10^8 ways before failing.
+    (area / "mem" / "trap.md").write_text(("a" * 40 + "!\n") * 3)
+
+
+@pytest.mark.parametrize("mode", ["content", "count", "files_with_matches"])
+async def test_a_backtracking_pattern_stops_at_the_budget_and_the_loop_keeps_running(
+    area: Path, mode: str
+) -> None:
+    await backtracking_area(area)
+    tools = make_tools(
+        MemoryDirPolicy(area / "mem", (area / "ro",)),
+        ALL,
+        cwd=area / "mem",
+        file_limits=FileLimits(search_max_seconds=0.5),
+    )
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        result = await call(tools, "Grep", pattern="(a|aa)+$", output_mode=mode)
+        tg.cancel_scope.cancel()
+    assert "search stopped after 0.5 s" in result.content
+    # The match ran with the GIL released: the event loop kept ticking meanwhile.
+    assert ticks >= 10
+
+
 async def test_glob(area: Path) -> None:
     tools = tools_for(area)
     mem = area / "mem"

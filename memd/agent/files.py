@@ -37,6 +37,7 @@ class FileLimits:
     grep_max_results: int = 200
     grep_max_line_chars: int = 500
     glob_max_results: int = 200
+    search_max_seconds: float = 5.0  # one Grep or Glob call, hostile patterns included
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,25 @@ sockets are never opened (they could block forever), and ``.git`` directories ar
 
 Pure parts: :func:`glob_regex` and :func:`split_glob_root`. The rest blocks and runs in a
 worker thread.
+
+Patterns come from the model, so they are hostile: a backtracking pattern such as
+``(a|aa)+$`` (or a glob with many ``*``) can take hours on one line. Matching uses the
+``regex`` package (already installed with tiktoken) with a time limit per call and the GIL
+released (``concurrent=True``), and one search has a total time budget
+(``FileLimits.search_max_seconds``); past it the search stops and says so. The stdlib ``re``
+has neither, and a thread stuck in it would hold the interpreter and stall the daemon.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
+
+import regex
 
 from memd.agent.files import FileLimits, Problem, open_regular
 
@@ -33,14 +42,66 @@ _SNIFF_BYTES = 8192
 # Pure
 
 
-def glob_regex(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
+Pattern = regex.Pattern[str]
+
+
+class TooSlow(Exception):
+    """A search ran out of its time budget (a pattern that backtracks without end)."""
+
+
+def compile_grep(pattern: str, *, ignore_case: bool = False) -> Pattern:
+    """Compile a Grep pattern (Python ``re`` syntax); raises ``regex.error`` when invalid."""
+    return regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
+
+
+def glob_regex(pattern: str, *, ignore_case: bool = False) -> Pattern:
     """Compile a glob over ``/``-separated relative paths.
 
     ``*`` and ``?`` stay within one name, ``**`` spans directories (``**/`` also matches
     none), ``[abc]``/``[!abc]`` are classes, ``{a,b}`` alternatives.
     """
-    flags = re.IGNORECASE if ignore_case else 0
-    return re.compile(_translate(pattern) + r"\Z", flags | re.DOTALL)
+    flags = regex.IGNORECASE if ignore_case else 0
+    return regex.compile(_translate(pattern) + r"\Z", flags | regex.DOTALL)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The monotonic time a search must end by."""
+
+    at: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds)
+
+    def left(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TooSlow
+        return left
+
+
+def search_line(pattern: Pattern, text: str, deadline: Deadline) -> bool:
+    """Whether ``pattern`` occurs in ``text``; raises :class:`TooSlow` past ``deadline``."""
+    try:
+        return pattern.search(text, timeout=deadline.left(), concurrent=True) is not None
+    except TimeoutError:
+        raise TooSlow from None
+
+
+def match_name(pattern: Pattern, text: str, deadline: Deadline) -> bool:
+    """Whether ``pattern`` matches at the start of ``text``, within ``deadline``."""
+    try:
+        return pattern.match(text, timeout=deadline.left(), concurrent=True) is not None
+    except TimeoutError:
+        raise TooSlow from None
+
+
+def too_slow_note(limits: FileLimits) -> str:
+    return (
+        f"[search stopped after {limits.search_max_seconds:g} s: the pattern backtracks too "
+        "much on these files; use a simpler pattern or a narrower path]"
+    )
 
 
 def _translate(pattern: str) -> str:
@@ -72,7 +133,7 @@ def _translate(pattern: str) -> str:
             out.append("(?:" + "|".join(_translate(choice) for choice in choices) + ")")
             i = end + 1
         else:
-            out.append(re.escape(char))
+            out.append(regex.escape(char))
     return "".join(out)
 
 
@@ -147,9 +208,13 @@ def glob_files(
     root: str, pattern: str, *, follow: Follow, limits: FileLimits, ignore_case: bool
 ) -> str:
     """Files below ``root`` matching ``pattern``, newest first."""
-    regex = glob_regex(pattern, ignore_case=ignore_case)
+    compiled = glob_regex(pattern, ignore_case=ignore_case)
     walked = walk(root, follow=follow, max_entries=limits.grep_max_files)
-    matches = [f for f in walked.found if regex.match(os.path.relpath(f.shown, root))]
+    deadline = Deadline.after(limits.search_max_seconds)
+    try:
+        matches = [f for f in walked.found if match_name(compiled, rel(f, root), deadline)]
+    except TooSlow:
+        return too_slow_note(limits)
     matches.sort(key=lambda f: (-_mtime(f.real), f.shown))
     lines = [f.shown for f in matches[: limits.glob_max_results]]
     if len(matches) > limits.glob_max_results:
@@ -166,18 +231,27 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
+def rel(found: Found, root: str) -> str:
+    return os.path.relpath(found.shown, root)
+
+
 def grep_files(
     files: tuple[Found, ...],
-    regex: re.Pattern[str],
+    pattern: Pattern,
     *,
     mode: GrepMode,
     limits: FileLimits,
 ) -> str:
-    """Search ``files`` line by line and report in ``mode``."""
+    """Search ``files`` line by line and report in ``mode``, within the time budget."""
     lines: list[str] = []
     cut = False
+    deadline = Deadline.after(limits.search_max_seconds)
     for item in files:
-        matches = _matching_lines(item.real, regex, limits)
+        try:
+            matches = _matching_lines(item.real, pattern, limits, deadline)
+        except TooSlow:
+            lines.append(too_slow_note(limits))
+            break
         if not matches:
             continue
         match mode:
@@ -197,7 +271,9 @@ def grep_files(
     return "\n".join(lines) if lines else "No matches found"
 
 
-def _matching_lines(path: str, regex: re.Pattern[str], limits: FileLimits) -> list[tuple[int, str]]:
+def _matching_lines(
+    path: str, pattern: Pattern, limits: FileLimits, deadline: Deadline
+) -> list[tuple[int, str]]:
     handle = open_regular(path)
     if isinstance(handle, Problem):
         return []
@@ -206,17 +282,18 @@ def _matching_lines(path: str, regex: re.Pattern[str], limits: FileLimits) -> li
     if len(data) > limits.grep_max_file_bytes or b"\0" in data[:_SNIFF_BYTES]:
         return []
     text = data.decode("utf-8", errors="replace")
-    return [
-        (number, line) for number, line in enumerate(text.splitlines(), 1) if regex.search(line)
-    ]
+    lines: Iterable[tuple[int, str]] = enumerate(text.splitlines(), 1)
+    return [(number, line) for number, line in lines if search_line(pattern, line, deadline)]
 
 
 def filter_glob(
-    found: tuple[Found, ...], pattern: str, *, root: str, ignore_case: bool
+    found: tuple[Found, ...], pattern: str, *, root: str, ignore_case: bool, limits: FileLimits
 ) -> tuple[Found, ...]:
     """Keep files matching a Grep ``glob``: a pattern without ``/`` matches the file name at
-    any depth, one with ``/`` the path below ``root``."""
-    regex = glob_regex(pattern, ignore_case=ignore_case)
+    any depth, one with ``/`` the path below ``root``. Raises :class:`TooSlow`."""
+    compiled = glob_regex(pattern, ignore_case=ignore_case)
+    deadline = Deadline.after(limits.search_max_seconds)
     if "/" in pattern:
-        return tuple(f for f in found if regex.match(os.path.relpath(f.shown, root)))
-    return tuple(f for f in found if regex.match(os.path.basename(f.shown)))
+        return tuple(f for f in found if match_name(compiled, rel(f, root), deadline))
+    name = os.path.basename
+    return tuple(f for f in found if match_name(compiled, name(f.shown), deadline))

@@ -9,7 +9,6 @@ what is allowed, so the model can correct itself. Blocking file work runs in a w
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
+import regex
 
 from memd.agent import files, search
 from memd.agent.decision import Deny
@@ -286,8 +286,8 @@ async def _grep(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
         return error(f"Grep: output_mode must be one of {', '.join(search.GREP_MODES)}")
     ignore_case = _flag(args, "case_insensitive")
     try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
+        compiled = search.compile_grep(pattern, ignore_case=ignore_case)
+    except regex.error as exc:
         return error(f"Grep: the pattern is not a valid regular expression: {exc}")
     allowed = await _authorized(context, "Grep", _string(args, "path", required=False) or ".")
     if isinstance(allowed, ToolResult):
@@ -305,8 +305,13 @@ async def _grep(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
                 target.path, follow=_follower(resolved), max_entries=limits.grep_max_files
             ).found
         if glob:
-            found = search.filter_glob(found, glob, root=target.path, ignore_case=resolved.casefold)
-        return search.grep_files(found, regex, mode=mode, limits=limits)
+            try:
+                found = search.filter_glob(
+                    found, glob, root=target.path, ignore_case=resolved.casefold, limits=limits
+                )
+            except search.TooSlow:
+                return search.too_slow_note(limits)
+        return search.grep_files(found, compiled, mode=mode, limits=limits)
 
     return ToolResult(await _thread(run))
 
