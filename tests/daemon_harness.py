@@ -42,7 +42,8 @@ class Home:
         return self.root / ".local" / "state" / "memd"
 
     def client(self, timeout: float = 5.0) -> Client:
-        return Client(self.socket, timeout=timeout)
+        """A client whose reply deadline stretches with the machine's load (a guard)."""
+        return Client(self.socket, timeout=timeout * load_stretch())
 
 
 @contextmanager
@@ -95,15 +96,32 @@ def read_log(home: Home) -> str:
     return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
+MAX_LOAD_STRETCH = 4.0
+
+
+def load_stretch() -> float:
+    """How much a deadline on another process stretches on a loaded machine: the 1-minute load
+    average per core, between 1 and :data:`MAX_LOAD_STRETCH`. These deadlines are guards
+    against a hang, not measurements: a daemon importing the SDK (1.5 s idle) took over 20 s
+    with a load of 15 on 2 cores, failing tests that had found nothing."""
+    try:
+        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 1.0
+    return min(max(1.0, per_core), MAX_LOAD_STRETCH)
+
+
 def wait_for(check: Callable[[], T | bool | None], *, timeout: float, what: str) -> T:
-    """Poll an external process's observable state until ``check`` is truthy."""
-    deadline = time.monotonic() + timeout
+    """Poll an external process's observable state until ``check`` is truthy, for at most
+    ``timeout`` seconds times :func:`load_stretch`."""
+    limit = timeout * load_stretch()
+    deadline = time.monotonic() + limit
     while True:
         value = check()
         if value:
             return value  # type: ignore[return-value]
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {limit:.0f}s waiting for {what}")
         time.sleep(0.01)
 
 
