@@ -172,3 +172,10 @@ def test_merge_keeps_everything_else(settings: dict[str, Any]) -> None:
     assert {k: v for k, v in merged.items() if k != "hooks"} == settings
     again, changed_again = merge_hooks(merged, "/bin/memd-hook")
     assert again == merged and changed_again == []
+
+
+def test_session_end_waits_at_most_a_second_within_claude_codes_budget() -> None:
+    end = json.dumps({"hook_event_name": "SessionEnd", "reason": "other"}).encode()
+    assert hook.hook_timeout({}, end) == hook.SESSION_END_TIMEOUT_S < 1.5
+    prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": '"SessionEnd"'})
+    assert hook.hook_timeout({}, prompt.encode()) == hook.DEFAULT_TIMEOUT_S

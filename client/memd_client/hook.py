@@ -44,7 +44,7 @@ def hook_timeout(env: Env, stdin: bytes = b"") -> float:
     """Seconds the whole exchange may take: ``MEMD_HOOK_TIMEOUT_MS`` or the default."""
     raw = env.get("MEMD_HOOK_TIMEOUT_MS", "")
     timeout = int(raw) / 1000.0 if raw.isdigit() and int(raw) > 0 else DEFAULT_TIMEOUT_S
-    if b'"SessionEnd"' in stdin:
+    if b'"hook_event_name":"SessionEnd"' in stdin or b'"hook_event_name": "SessionEnd"' in stdin:
         timeout = min(timeout, SESSION_END_TIMEOUT_S)
     return timeout
 
