@@ -56,6 +56,40 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def open_regular_target(path: str | os.PathLike[str]) -> io.FileIO:
+    """Open what ``path`` names, following links, if it is a regular file; never blocks.
+
+    For the user's own files that are often links (a CLAUDE.md linked to AGENTS.md, a file the
+    session read): the open cannot block (``O_NONBLOCK``), and ``fstat`` refuses a FIFO,
+    device, socket or directory before a byte is read. Raises as :func:`open_regular`.
+    """
+    fd = os.open(path, _FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(path, kind_of(mode))
+        return io.FileIO(fd, "r", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_text_target(path: str | os.PathLike[str], max_bytes: int) -> str | None:
+    """The UTF-8 text of the regular file ``path`` names (links followed), or ``None`` when
+    it cannot be read, is not a regular file, is larger than ``max_bytes`` or is not UTF-8."""
+    try:
+        with open_regular_target(path) as file:
+            data = file.read(max_bytes + 1)
+    except OSError:
+        return None
+    if data is None or len(data) > max_bytes:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
     """Open ``path`` for reading if, and only if, it is a regular file (not through a link).
 

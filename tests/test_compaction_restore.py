@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from memd.compaction.restore import (
     recently_read,
     visible_paths,
 )
+from memd.compaction.service import CONTEXT_FILE_MAX_BYTES, plan_file, session_start_context
 from memd.config import CompactionConfig
 from tests.compaction_support import words_estimate
 
@@ -128,3 +131,23 @@ async def test_loading_stops_after_five_readable_files(tmp_path: Path) -> None:
         records.append(ReadRecord(str(tmp_path / f"f{i}.txt"), i))
     files = await load_restore_files(records, set(), estimate=words_estimate, cfg=CFG)
     assert [Path(f.path).name for f in files] == ["f7.txt", "f6.txt", "f5.txt", "f4.txt", "f3.txt"]
+
+
+@pytest.mark.anyio
+async def test_context_files_that_are_fifos_devices_or_huge_are_skipped_never_waited_on(
+    tmp_path: Path,
+) -> None:
+    home, project = tmp_path / "home", tmp_path / "repo"
+    (home / ".claude" / "plans").mkdir(parents=True)
+    (project / ".claude").mkdir(parents=True)
+    os.mkfifo(home / ".claude" / "CLAUDE.md")  # would block a plain open() forever
+    (project / "AGENTS.md").write_text("shared rules\n")
+    (project / "CLAUDE.md").symlink_to(project / "AGENTS.md")  # a link the user made: followed
+    (project / ".claude" / "CLAUDE.md").symlink_to("/dev/zero")  # a device: skipped
+    (project / "CLAUDE.local.md").write_bytes(b"x" * (CONTEXT_FILE_MAX_BYTES + 1))
+    os.mkfifo(home / ".claude" / "plans" / "my-plan.md")
+    with anyio.fail_after(10):
+        context = await anyio.to_thread.run_sync(session_start_context, project, home)
+        plan = await anyio.to_thread.run_sync(plan_file, home / ".claude", "my-plan")
+    assert context == [{"path": str(project / "CLAUDE.md"), "content": "shared rules\n"}]
+    assert plan is None

@@ -17,6 +17,7 @@ import anyio.to_thread
 from memd.compaction.message import Msg, TokenEstimator, block_type
 from memd.compaction.microcompact import is_cleared
 from memd.config import CompactionConfig
+from memd.regular_file import read_text_target
 
 READ_TOOL = "Read"
 
@@ -117,21 +118,7 @@ async def load_restore_files(
         path = Path(record.path)
         if not path.is_absolute() and cwd is not None:
             path = cwd / path
-        content = await anyio.to_thread.run_sync(_read_text, path, max_bytes)
+        content = await anyio.to_thread.run_sync(read_text_target, path, max_bytes)
         if content is not None:
             loaded.append(RestoredFile(record.path, record.order, content, estimate(content)))
     return plan_restore(loaded, visible, cfg)
-
-
-def _read_text(path: Path, max_bytes: int) -> str | None:
-    try:
-        with path.open("rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError:
-        return None
-    if len(data) > max_bytes:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None

@@ -29,6 +29,7 @@ from memd.config import Config
 from memd.errors import CompactionFailed, LLMDisabled, LLMError
 from memd.llm.client import LLM, Disabled, Usage
 from memd.llm.ledger import Ledger
+from memd.regular_file import read_text_target
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
 from memd.transcript.messages import ApiMessage
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 BREAKERS_FILE = "compaction-breakers.json"
 CLAUDE_MD_NAMES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
+# A plan or CLAUDE.md larger than this is not restored (it would not fit a context anyway).
+CONTEXT_FILE_MAX_BYTES = 1024 * 1024
 
 NotesProvider = Callable[[str], Awaitable[NotesInput | None]]
 ExtractionWaiter = Callable[[str], Awaitable[None]]
@@ -111,10 +114,8 @@ def plan_file(claude_dir: Path, slug: str | None) -> dict[str, str] | None:
     if not slug or "/" in slug or slug.startswith("."):
         return None
     path = claude_dir / "plans" / f"{slug}.md"
-    try:
-        return {"path": str(path), "content": path.read_text(encoding="utf-8")}
-    except (OSError, UnicodeDecodeError):
-        return None
+    content = read_text_target(path, CONTEXT_FILE_MAX_BYTES)
+    return None if content is None else {"path": str(path), "content": content}
 
 
 def session_start_context(cwd: Path | None, home: Path) -> list[dict[str, str]]:
@@ -126,10 +127,9 @@ def session_start_context(cwd: Path | None, home: Path) -> list[dict[str, str]]:
             found += [directory / name for name in CLAUDE_MD_NAMES]
     out = []
     for path in dict.fromkeys(found):
-        try:
-            out.append({"path": str(path), "content": path.read_text(encoding="utf-8")})
-        except (OSError, UnicodeDecodeError):
-            continue
+        content = read_text_target(path, CONTEXT_FILE_MAX_BYTES)
+        if content is not None:
+            out.append({"path": str(path), "content": content})
     return out
 
 
