@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -79,6 +80,9 @@ def transcripts(draw: st.DrawFn) -> list[bytes]:
     return lines
 
 
+# ~10 s on a quiet machine; the generous limit is for a loaded 2-core one (every prefix is
+# checked against the oracle, so the cost grows with the square of the transcript's length).
+@pytest.mark.timeout(600)
 @settings(max_examples=300)
 @given(lines=transcripts(), sidechain=st.booleans())
 def test_every_prefix_is_valid_and_agrees_with_the_oracle(
