@@ -173,12 +173,16 @@ def test_print_mode_stop_extracts_at_once_beside_claude_code_without_auto_memory
             assert time.monotonic() - started < 300  # the quiet period is 600 s
             status = call(home, "status")
             assert status["memory"]["last_error"] is None and status["last_error"] is None
-            asked = [r for r in memd_api.requests if r.body["model"] == extract_model]
-            # The Stop-triggered run reviews the turn through last_assistant_message; on a
-            # loaded machine the SessionEnd that follows can find the transcript's final lines
-            # unreviewed and run once more (seen once in ~10 runs). Never more than that.
-            assert 1 <= len(asked) <= 2, len(asked)
-            system = "".join(block["text"] for block in asked[0].body["system"])
+            # Memory extraction's requests; a session-notes run (Edit as its only tool) may
+            # also start, since Claude Code's own prompt puts the context past the notes
+            # threshold, and it uses the same model.
+            (asked,) = (
+                r
+                for r in memd_api.requests
+                if r.body["model"] == extract_model
+                and [t["name"] for t in r.body.get("tools") or []] != ["Edit"]
+            )
+            system = "".join(block["text"] for block in asked.body["system"])
             assert "metadata:\n  type: user | feedback" in system  # the form 2.1.197 writes
         finally:
             assert stop_memd(proc) == 0, read_log(home)
