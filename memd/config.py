@@ -27,6 +27,7 @@ from typing import Any, Literal
 import yaml
 
 from memd.errors import ConfigError
+from memd.regular_file import open_regular_target
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,8 @@ def load_config(
     named = config_file or env.get("MEMD_CONFIG") or None
     path = Path(named).expanduser() if named else default_config_file(env)
     raw: dict[str, Any] = {}
-    if path.exists():
+    present = _config_present(path)
+    if present:
         raw = _read_yaml(path)
     elif named:
         raise ConfigError(
@@ -258,10 +260,10 @@ def load_config(
         _apply_override(raw, dotted, value, problems)
     config = _build(Config, raw, "", problems)
     if problems:
-        where = f" in {path}" if path.exists() else ""
+        where = f" in {path}" if present else ""
         raise ConfigError("invalid configuration" + where + ":\n  " + "\n  ".join(problems))
     assert isinstance(config, Config)
-    return LoadedConfig(config, resolve_paths(config.paths, env, path if path.exists() else None))
+    return LoadedConfig(config, resolve_paths(config.paths, env, path if present else None))
 
 
 def parse_config_text(text: str) -> Config:
@@ -277,13 +279,45 @@ def parse_config_text(text: str) -> Config:
     return config
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+CONFIG_MAX_BYTES = 1024 * 1024
+
+
+def _config_present(path: Path) -> bool:
+    """Whether the config file exists; a path that cannot even be looked at is an error
+    (``Path.exists`` raises PermissionError there before Python 3.12)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read config file {path}: {exc.strerror}; "
+            "check the permissions of the file and its folders"
+        ) from exc
+    return True
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    # Opened non-blocking as a regular file only: a FIFO or device at the config path must
+    # not hang the start, and a runaway file is refused rather than read whole.
+    try:
+        with open_regular_target(path) as file:
+            raw = file.read(CONFIG_MAX_BYTES + 1) or b""
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(f"cannot read config file {path}: {why}") from exc
+    if len(raw) > CONFIG_MAX_BYTES:
+        raise ConfigError(
+            f"config file {path} is over {CONFIG_MAX_BYTES} bytes; is it the right file?"
+        )
+    try:
+        data = yaml.safe_load(raw.decode("utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path} is nested too deeply to be a config file") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a YAML mapping of sections (e.g. 'session_notes:')")
     return data
