@@ -5,6 +5,7 @@ example instead of stopping the whole run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,14 @@ def test_after_the_property() -> None:
 """
 
 
-def test_a_hung_test_fails_alone_naming_its_wait(pytester: pytest.Pytester) -> None:
+def test_a_hung_test_fails_alone_naming_its_wait(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The copied conftest imports tests.* helpers: the inner run finds them from the repo.
+    repo = str(PYPROJECT.parent)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+    )
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(test_inner=INNER)
     pytester.makepyprojecttoml(PYPROJECT.read_text())  # the project's own pytest settings
