@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memd.testing.api_rules import request_problems
@@ -82,9 +82,57 @@ def transcripts(draw: st.DrawFn) -> list[bytes]:
 
 # ~10 s on a quiet machine; the generous limit is for a loaded 2-core one (every prefix is
 # checked against the oracle, so the cost grows with the square of the transcript's length).
+def _line(n: int, kind: str, parent: str | None, content: Any, **extra: Any) -> bytes:
+    entry: dict[str, Any] = {"type": kind, "uuid": f"e{n}", "parentUuid": parent, **extra}
+    if kind == "assistant":
+        entry["message"] = {"id": "m1", "model": "claude", "content": content, "usage": {}}
+    else:
+        entry["message"] = {"role": "user", "content": content}
+    return json.dumps(entry).encode()
+
+
+_CALL = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}
+_HELLO = [{"type": "text", "text": "hello"}]
+
+# Seed 15, shrunk: in a sub-agent's own file, one response (m1) written as text, an empty user
+# line, then a call the next (empty) user line does not answer. The abandoned call's line
+# contributes nothing, so it is not one of the message's lines.
+_ABANDONED_CALL_AFTER_EMPTY_USER_LINE = [
+    _line(0, "user", None, "hi", isSidechain=True),
+    _line(1, "assistant", "e0", _HELLO, isSidechain=True),
+    _line(2, "user", "e1", [], isSidechain=True),
+    _line(3, "assistant", "e2", [_CALL], isSidechain=True),
+    _line(4, "user", "e3", [], isSidechain=True),
+]
+# Seed 16, shrunk: the same in a main file, where the lines are linked through skipped
+# sidechain entries and a dangling parent (each relinks to the previous main entry).
+_ABANDONED_CALL_ACROSS_SIDECHAIN_LINKS = [
+    _line(0, "user", None, _HELLO),
+    _line(1, "user", "e0", [], isSidechain=True),
+    _line(2, "assistant", "e1", _HELLO),
+    _line(3, "user", "e2", [], isSidechain=True),
+    _line(4, "user", "e3", []),
+    _line(5, "assistant", "e4", [_CALL]),
+    _line(6, "user", "missing-6", []),
+]
+# Seed 1, shrunk: a file that starts with a response; the result answering it goes with it (a
+# conversation starts with the user), and an empty response then parts that result's line
+# from the next prompt. The result's line is not one of the prompt's lines.
+_RESULT_OF_LEADING_RESPONSE_BEFORE_A_PROMPT = [
+    _line(0, "assistant", None, [_CALL]),
+    _line(1, "user", "e0", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+    _line(2, "user", "e1", []),
+    _line(3, "assistant", "e2", []),
+    _line(4, "user", "e3", "hi"),
+]
+
+
 @pytest.mark.timeout(600)
 @settings(max_examples=300)
 @given(lines=transcripts(), sidechain=st.booleans())
+@example(lines=_ABANDONED_CALL_AFTER_EMPTY_USER_LINE, sidechain=True)
+@example(lines=_ABANDONED_CALL_ACROSS_SIDECHAIN_LINKS, sidechain=False)
+@example(lines=_RESULT_OF_LEADING_RESPONSE_BEFORE_A_PROMPT, sidechain=False)
 def test_every_prefix_is_valid_and_agrees_with_the_oracle(
     lines: list[bytes], sidechain: bool
 ) -> None:

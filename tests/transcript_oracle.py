@@ -16,7 +16,9 @@ The rules, from FORMAT.md and the requirements:
   the other lines of every response on it and the tool results answering them;
 * messages: consecutive user lines are one message; the lines of one response are one message
   even with tool results between them; the list is then made what the API accepts (see
-  :func:`_make_valid`); a response whose tool results have not all arrived is held back;
+  :func:`_make_valid`), each message's lines being those of the groups merged into it that
+  still have a block in it (a group whose blocks all went took its lines with it); a response
+  whose tool results have not all arrived is held back;
 * context: the last real response's usage (prompt + largest output) plus an estimate of the
   user and other real assistant content on the chain after its first line.
 """
@@ -79,8 +81,8 @@ def read_values(values: list[dict[str, Any] | None], *, sidechain_file: bool) ->
     return Reading(
         chain=[e["uuid"] for e in chain],
         roles=[m["role"] for m in kept],
-        message_uuids=[m["uuids"] for m in kept],
-        pending=[u for m in held for u in m["uuids"]],
+        message_uuids=[_uuids(m) for m in kept],
+        pending=[u for m in held for uuids, _ in m["parts"] for u in uuids],
         context_tokens=tokens,
         stale=stale,
         boundaries=[e["uuid"] for e in entries if _is_boundary(e)],
@@ -230,7 +232,8 @@ def _make_valid(
     for g in groups:
         blocks = [b for line in g["lines"] for b in _blocks(line) if _allowed(g["role"], b)]
         uuids = [line["uuid"] for line in g["lines"]]
-        messages.append({"role": g["role"], "blocks": blocks, "uuids": uuids})
+        parts = [(uuids, {id(b) for b in blocks})]
+        messages.append({"role": g["role"], "blocks": blocks, "parts": parts})
     _drop_repeated_calls(messages)
     held: list[dict[str, Any]] = []
     if messages and messages[-1]["role"] == "assistant" and _calls(messages[-1]):
@@ -254,7 +257,14 @@ def _make_valid(
 
 def _shape(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """What a pass can change: roles, lines, and which block objects each message holds."""
-    return [(m["role"], tuple(m["uuids"]), tuple(id(b) for b in m["blocks"])) for m in messages]
+    return [(m["role"], tuple(_uuids(m)), tuple(id(b) for b in m["blocks"])) for m in messages]
+
+
+def _uuids(message: dict[str, Any]) -> list[str]:
+    """The lines of a message: those of each group merged into it that still has a block
+    there (a group whose blocks all went, whenever, took its lines with it)."""
+    present = {id(b) for b in message["blocks"]}
+    return [u for uuids, ids in message["parts"] if ids & present for u in uuids]
 
 
 def _drop_repeated_calls(messages: list[dict[str, Any]]) -> None:
@@ -308,7 +318,7 @@ def _pass(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out[-1] = {
                 "role": m["role"],
                 "blocks": out[-1]["blocks"] + m["blocks"],
-                "uuids": out[-1]["uuids"] + m["uuids"],
+                "parts": out[-1]["parts"] + m["parts"],
             }
         else:
             out.append(dict(m))

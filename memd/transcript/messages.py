@@ -11,7 +11,9 @@ the Messages API accepts, by construction, at every prefix of every transcript:
 * progress, system, attachment and synthetic (``<synthetic>`` model) entries are left out;
   responses with different ids stay separate messages;
 * blocks the API refuses are left out: blank text, malformed tool calls, blocks of the other
-  role, unknown block types; a message left with nothing is left out;
+  role, unknown block types; a message left with nothing is left out, and so are the lines
+  of a group (one response, a run of user lines) whose blocks all went, even when that
+  happens after it was merged into a message (:attr:`ApiMessage.uuids`);
 * the list starts with a user message and roles alternate;
 * every tool call is answered by the next message and every tool result answers a call of the
   message before it. A call the conversation moved on from without an answer (an interrupt,
@@ -108,6 +110,9 @@ class _Draft:
     role: Role
     blocks: list[Block]
     uuids: list[str] = field(default_factory=list)
+    # Once drafts are merged, each one's (uuids, blocks): a draft whose blocks all go later
+    # (its calls abandoned) takes its lines out of the message with it.
+    parts: list[tuple[list[str], list[Block]]] = field(default_factory=list)
 
     def calls(self) -> list[str]:
         return [b["id"] for b in self.blocks if b.get("type") == "tool_use"]
@@ -116,9 +121,22 @@ class _Draft:
         return [b["tool_use_id"] for b in self.blocks if b.get("type") == "tool_result"]
 
     def drop_calls(self, ids: set[str]) -> None:
-        self.blocks = [
-            b for b in self.blocks if not (b.get("type") == "tool_use" and b.get("id") in ids)
+        parts = self.parts or [(self.uuids, self.blocks)]
+        kept = [
+            (uuids, [b for b in blocks if not (b.get("type") == "tool_use" and b.get("id") in ids)])
+            for uuids, blocks in parts
         ]
+        self.parts = [(uuids, blocks) for uuids, blocks in kept if blocks]
+        self.blocks = [b for _, blocks in self.parts for b in blocks]
+        self.uuids = [u for uuids, _ in self.parts for u in uuids]
+
+    def absorb(self, other: _Draft) -> None:
+        """Merge the next draft of the same role into this message."""
+        if not self.parts:
+            self.parts = [(list(self.uuids), list(self.blocks))]
+        self.parts.append((other.uuids, other.blocks))
+        self.blocks += other.blocks  # linear: the parts keep their own lists
+        self.uuids += other.uuids
 
     def to_message(self) -> ApiMessage:
         return ApiMessage(self.role, self.blocks, tuple(self.uuids))
@@ -199,8 +217,7 @@ def _append_response(out: list[_Draft], draft: _Draft) -> None:
     if not draft.blocks:
         return
     if out[-1].role == "assistant":
-        out[-1].blocks += draft.blocks
-        out[-1].uuids += draft.uuids
+        out[-1].absorb(draft)
     else:
         out.append(draft)
 
@@ -223,8 +240,7 @@ def _append_user(out: list[_Draft], draft: _Draft) -> None:
     if not draft.blocks:
         return
     if out and out[-1].role == "user":
-        out[-1].blocks += draft.blocks
-        out[-1].uuids += draft.uuids
+        out[-1].absorb(draft)
     else:
         out.append(draft)
 
