@@ -36,7 +36,11 @@ def wants(change: watchfiles.Change, path: str) -> bool:
     A deletion is passed on: ingesting a vanished transcript forgets its session, so the
     periodic sweep for missing files can be rare (it stats every known transcript).
     """
-    return path.endswith(".jsonl") or change == watchfiles.Change.added
+    if path.endswith(".jsonl"):
+        return True
+    # Folders under the root (project slugs, session ids, subagents, memory) never have a dot
+    # in their names; files do (notes, memories, memd's own temp files): no look inside those.
+    return change == watchfiles.Change.added and "." not in os.path.basename(path)
 
 
 def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
