@@ -118,7 +118,7 @@ def trigger_points(path: Path, config: SessionNotesConfig) -> list[Point]:
             continue
         if entry is None:
             continue
-        conv.add(entry)
+        conv.add_lines([line])
         now = _epoch(entry.timestamp, now)
         tokens = conv.context().tokens
         baseline = rebase(baseline, tokens)

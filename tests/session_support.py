@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -19,6 +19,8 @@ from memd.state import SessionState
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback_replies import Reply
 from memd.transcript.conversation import Conversation
+
+T = TypeVar("T")
 
 MODEL = ModelsConfig().session_notes
 CURRENT_STATE_LINE = f"_{DEFAULT_SECTIONS[1][1]}_"
@@ -137,11 +139,9 @@ class FakeSessions:
     def get(self, session_id: str) -> SessionState | None:
         return self.states.get(session_id)
 
-    async def conversation(self, state: SessionState) -> Conversation:
-        return self.convs[state.session_id]
-
-    def lock_for(self, path: str) -> anyio.Lock:
-        return self.locks.setdefault(path, anyio.Lock())
+    async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T:
+        async with self.locks.setdefault(state.path, anyio.Lock()):
+            return await anyio.to_thread.run_sync(fn, self.convs[state.session_id])
 
 
 def settings_for(tmp: Path, **config: Any) -> NotesSettings:

@@ -20,7 +20,7 @@ from memd.transcript.model import (
     SystemEntry,
     UserEntry,
 )
-from memd.transcript.parse import BadLine, parse_line
+from memd.transcript.parse import BadLine, line_content, parse_line
 from tests.conftest import TRANSCRIPTS, all_transcripts
 
 KINDS: dict[str, type[Entry]] = {
@@ -52,20 +52,24 @@ def test_every_corpus_line_parses_to_what_the_json_says(path: Path) -> None:
         assert entry.parent_uuid == expected.get("parentUuid")
         assert entry.is_sidechain == bool(expected.get("isSidechain"))
         if isinstance(entry, UserEntry | AssistantEntry):
-            _check_message(entry, expected["message"])
+            _check_message(entry, expected["message"], raw)
         if isinstance(entry, SystemEntry) and entry.is_compact_boundary:
             assert entry.pre_tokens == expected["compactMetadata"]["preTokens"]
             assert entry.logical_parent_uuid == expected["logicalParentUuid"]
     assert kinds["user"] and kinds["assistant"]
 
 
-def _check_message(entry: UserEntry | AssistantEntry, message: dict[str, Any]) -> None:
+def _check_message(entry: UserEntry | AssistantEntry, message: dict[str, Any], raw: bytes) -> None:
     content = message["content"]
     blocks = content if isinstance(content, list) else []
+    uuid, read_back = line_content(raw)
+    assert uuid == entry.uuid
     if isinstance(content, str):
-        assert entry.content == (({"type": "text", "text": content},) if content else ())
+        assert read_back == (({"type": "text", "text": content},) if content else ())
     else:
-        assert list(entry.content) == [b for b in blocks if isinstance(b, dict)]
+        assert list(read_back) == [b for b in blocks if isinstance(b, dict)]
+    for index, kind, _, _ in entry.blocks:  # the outline points at the blocks read back
+        assert read_back[index]["type"] == kind
     if isinstance(entry, UserEntry):
         ids = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
         assert list(entry.tool_result_ids) == ids
@@ -85,21 +89,22 @@ def _check_message(entry: UserEntry | AssistantEntry, message: dict[str, Any]) -
 
 def test_the_entry_keeps_only_the_content_not_the_tool_use_result() -> None:
     huge = "x" * 100_000
-    entry = parse_line(
-        _line(
-            {
-                "type": "user",
-                "uuid": "u",
-                "message": {
-                    "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}],
-                },
-                "toolUseResult": {"originalFile": huge},
-            }
-        )
+    line = _line(
+        {
+            "type": "user",
+            "uuid": "u",
+            "message": {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t", "content": huge}],
+            },
+            "toolUseResult": {"originalFile": huge},
+        }
     )
+    entry = parse_line(line)
     assert isinstance(entry, UserEntry)
-    assert len(json.dumps(entry.content)) < 100
+    assert entry.blocks == ((0, "tool_result", "t", True),)
+    assert (entry.at, entry.size) == (-1, len(line))
+    assert len(json.dumps(line_content(line)[1])) < 100_100
     assert entry.tool_result_ids == ("t",)
     assert not any(huge in str(value) for value in msgspec.structs.asdict(entry).values())
 
@@ -130,18 +135,16 @@ def test_a_line_that_is_not_a_json_object_is_a_bad_line(line: bytes) -> None:
 
 
 def test_unknown_fields_are_ignored() -> None:
-    entry = parse_line(
-        _line(
-            {
-                "type": "progress",
-                "uuid": "p",
-                "parentUuid": "a",
-                "future": {"x": [1]},
-                "data": {"type": "hook_progress"},
-            }
-        )
+    line = _line(
+        {
+            "type": "progress",
+            "uuid": "p",
+            "parentUuid": "a",
+            "future": {"x": [1]},
+            "data": {"type": "hook_progress"},
+        }
     )
-    assert entry == ProgressEntry(uuid="p", parent_uuid="a")
+    assert parse_line(line, 7) == ProgressEntry(uuid="p", parent_uuid="a", at=7, size=len(line))
 
 
 def test_a_known_field_of_an_unexpected_type_is_dropped_not_the_entry() -> None:
@@ -185,7 +188,7 @@ def test_null_and_missing_values_take_defaults() -> None:
     assert isinstance(entry, AssistantEntry)
     assert entry.message_id == "a"  # no message.id: the line is its own response
     assert entry.usage is not None and entry.usage.prompt_tokens == 0
-    assert entry.content == ()
+    assert entry.blocks == ()
 
 
 def test_system_entries_carry_boundary_and_turn_end_facts() -> None:
@@ -209,9 +212,11 @@ def test_system_entries_carry_boundary_and_turn_end_facts() -> None:
 
 
 def test_a_plain_string_content_becomes_one_text_block() -> None:
-    entry = parse_line(_line({"type": "user", "uuid": "u", "message": {"content": "hello"}}))
+    line = _line({"type": "user", "uuid": "u", "message": {"content": "hello"}})
+    entry = parse_line(line)
     assert isinstance(entry, UserEntry)
-    assert entry.content == ({"type": "text", "text": "hello"},)
+    assert entry.blocks == ((0, "text", None, True),)
+    assert line_content(line) == ("u", ({"type": "text", "text": "hello"},))
 
 
 _json = st.recursive(
@@ -306,7 +311,7 @@ def test_any_nesting_is_an_entry_or_a_bad_line(depth: int) -> None:
     elsewhere = b'{"type":"user","uuid":"u","extra":%s}' % nested
     if depth <= 100:
         entry = parse_line(in_content)
-        assert isinstance(entry, UserEntry) and entry.content == ()
+        assert isinstance(entry, UserEntry) and entry.blocks == ()
     else:
         with pytest.raises(BadLine, match="nested"):
             parse_line(in_content)
@@ -321,6 +326,7 @@ def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
     text = rb'"cut \ud83d in half \\ud83d \ud83d\ude00"'  # lone, escaped backslash, a pair
     line = b'{"type":"user","uuid":"u","message":{"content":%s}}' % text
     entry = parse_line(line)
-    assert isinstance(entry, UserEntry)
-    assert entry.content == ({"type": "text", "text": "cut \ufffd in half \\ud83d \U0001f600"},)
-    json.dumps(entry.content, ensure_ascii=False).encode("utf-8")  # encodable: no surrogate left
+    assert isinstance(entry, UserEntry) and entry.blocks == ((0, "text", None, True),)
+    _, content = line_content(line)
+    assert content == ({"type": "text", "text": "cut \ufffd in half \\ud83d \U0001f600"},)
+    json.dumps(content, ensure_ascii=False).encode("utf-8")  # encodable: no surrogate left

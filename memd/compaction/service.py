@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,26 +58,46 @@ class TokenCache:
 
     A message's lines never change once written, and a message that gains a line gets a new
     key, so an entry is never stale. Tokenizing is ~40x slower than cutting a conversation,
-    so this is what keeps a level-1 compaction within a few milliseconds. Thread-safe.
+    so this is what keeps a level-1 compaction within a few milliseconds. The key is the hash
+    of the uuids (an int, not the tuple: ~100 bytes an entry, and no uuid kept alive after its
+    session goes). Least recently used out first. Thread-safe.
     """
 
     def __init__(self, max_entries: int = 200_000) -> None:
-        self._entries: OrderedDict[tuple[str, ...], int] = OrderedDict()
+        self._entries: dict[int, int] = {}
         self._max = max_entries
         self._lock = threading.Lock()
 
     def tokens(self, m: ApiMessage) -> int:
-        with self._lock:
-            hit = self._entries.get(m.uuids)
-            if hit is not None:
-                self._entries.move_to_end(m.uuids)
-                return hit
+        key = hash(m.uuids)
+        hit = self._get(key)
+        if hit is not None:
+            return hit
         value = estimate_content(m.content)
         with self._lock:
-            self._entries[m.uuids] = value
+            self._entries[key] = value
             while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+                del self._entries[next(iter(self._entries))]
         return value
+
+    def _get(self, key: int) -> int | None:
+        with self._lock:
+            hit = self._entries.pop(key, None)
+            if hit is not None:
+                self._entries[key] = hit  # now the most recently used
+            return hit
+
+    def known(self, uuids: tuple[str, ...]) -> bool:
+        with self._lock:
+            return hash(uuids) in self._entries
+
+    def warm(self, conv: Conversation) -> int:
+        """Estimate the messages of ``conv`` not cached yet, reading only their lines;
+        returns how many (blocking: run in a thread under the session's lock)."""
+        missing = [m for m in conv.outline() if not self.known(m.uuids)]
+        for message in conv.fill(missing):
+            self.tokens(message)
+        return len(missing)
 
     def __len__(self) -> int:
         return len(self._entries)

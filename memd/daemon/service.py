@@ -34,7 +34,7 @@ from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import WatcherStatus, run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
-from memd.errors import ConfigError, NotFound, StartupError
+from memd.errors import ConfigError, MemdError, NotFound, StartupError
 from memd.ipc.server import ServeLimits, Server, run_server
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.transcript.conversation import Conversation, ConversationView
@@ -500,8 +500,8 @@ async def _warm(daemon: Daemon, path: Path) -> bool:
     if state is None:
         return False
     try:
-        await daemon.registry.read(state, daemon.compaction.input_of)
-    except (OSError, NotFound) as exc:
+        await daemon.registry.read(state, daemon.compaction.tokens.warm)
+    except (OSError, MemdError) as exc:  # gone, unreadable, changing under us: not now
         log.debug("not warming %s: %s", path, exc)
         return False
     return True

@@ -23,7 +23,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -35,6 +35,7 @@ from memd.config import TranscriptsConfig
 from memd.daemon.session_index import SessionIndex
 from memd.errors import NotFound
 from memd.state import SessionState
+from memd.transcript.content import FileLines, TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.parse import BadLine, parse_line
 from memd.transcript.tail import (
@@ -276,7 +277,19 @@ class SessionRegistry:
 
     async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T:
         """Catch the session up with its file, then run ``fn`` on its conversation in a worker
-        thread under the session's lock, so no ingest mutates it meanwhile."""
+        thread under the session's lock, so no ingest mutates it meanwhile.
+
+        When the file no longer holds the lines the conversation was built from (rewritten
+        in place), the session is rebuilt from the file and ``fn`` runs once more.
+        """
+        try:
+            return await self._read_once(state, fn)
+        except TranscriptChanged as exc:
+            log.info("%s; reading session %s again from the start", exc, state.session_id)
+            await self._restart(state.path)
+            return await self._read_once(state, fn)
+
+    async def _read_once(self, state: SessionState, fn: Callable[[Conversation], T]) -> T:
         fresh = await self.ingest(Path(state.path))
         path = (fresh or state).path
         async with self.lock_for(path):
@@ -284,7 +297,18 @@ class SessionRegistry:
             if conv is None:
                 raise NotFound(f"the transcript of session {state.session_id} is gone")
             self._last_used[path] = time.monotonic()
-            return await anyio.to_thread.run_sync(fn, conv)
+            try:
+                return await anyio.to_thread.run_sync(fn, conv)
+            finally:
+                conv.release()
+
+    async def _restart(self, path: str) -> None:
+        """Forget what was built from ``path``: the next ingest reads it from the start."""
+        async with self.lock_for(path):
+            self._conversations.pop(path, None)
+            state = self._index.by_path(path)
+            if state is not None:
+                self._index.put(_from_start(state))
 
     def _note_readability(self, state: SessionState) -> None:
         if state.unreadable is None:
@@ -312,6 +336,14 @@ class SessionRegistry:
             return state
 
     def _read_sync(self, before: SessionState) -> SessionState | None:
+        try:
+            return self._read_sync_once(before)
+        except TranscriptChanged as exc:  # changed between reading it and reading it back
+            log.info("%s; reading it again from the start", exc)
+            self._conversations.pop(before.path, None)
+            return self._read_sync_once(_from_start(before))
+
+    def _read_sync_once(self, before: SessionState) -> SessionState | None:
         path = Path(before.path)
         conv = self._conversations.get(before.path)
         if conv is None and before.offset > 0:
@@ -326,19 +358,15 @@ class SessionRegistry:
             if read.reset:
                 log.info("%s was truncated or replaced; reading it again from the start", path)
                 conv = None
-                state = SessionState(
-                    before.session_id,
-                    before.project,
-                    before.path,
-                    resets=state.resets + 1,
-                    bytes_parsed=state.bytes_parsed,
-                )
+                state = _from_start(state)
                 position = TailPosition(0, 0, 0)
             if conv is None:
-                conv = Conversation()
+                conv = Conversation(lines=FileLines(path, read.position.inode))
             state.bytes_parsed += read.position.offset - position.offset
             state.lines += len(read.lines)
-            state.bad_lines += _feed(conv, read.lines, path) + read.skipped
+            state.bad_lines += (
+                _feed(conv, zip(read.offsets, read.lines, strict=True), path) + read.skipped
+            )
             position = read.position
             if not read.more:
                 break
@@ -347,6 +375,7 @@ class SessionRegistry:
         state.parsed = True
         self._conversations[before.path] = conv
         _publish_figures(conv, state)
+        conv.release()
         return state
 
     def _rehydrate(self, state: SessionState) -> Conversation:
@@ -354,7 +383,6 @@ class SessionRegistry:
 
         The offset always sits at a line boundary, so the bytes before it are whole lines.
         """
-        conv = Conversation()
         splitter = LineSplitter(self.config.max_line_bytes)
         remaining = state.offset
         try:
@@ -364,13 +392,14 @@ class SessionRegistry:
         except OSError as exc:
             raise UnreadableTranscript.of(state.path, exc) from exc
         with f:
+            conv = Conversation(lines=FileLines(state.path, os.fstat(f.fileno()).st_ino))
             while remaining > 0:
                 chunk = f.read(min(REHYDRATE_STEP, remaining))
                 if not chunk:
                     break
                 remaining -= len(chunk)
                 self._bytes_rehydrated += len(chunk)
-                _feed(conv, splitter.feed(chunk), Path(state.path))
+                _feed(conv, splitter.feed_at(chunk), Path(state.path))
         self._conversations[state.path] = conv
         return conv
 
@@ -401,11 +430,22 @@ def _worth_retry(state: SessionState, failed: Signature | bool) -> bool:
     return transient and time.time() - float(since) >= TRANSIENT_RETRY_S
 
 
-def _feed(conv: Conversation, lines: list[bytes], path: Path) -> int:
+def _from_start(state: SessionState) -> SessionState:
+    """``state`` as if nothing of its file had been read (figures are rebuilt by the read)."""
+    return SessionState(
+        state.session_id,
+        state.project,
+        state.path,
+        resets=state.resets + 1,
+        bytes_parsed=state.bytes_parsed,
+    )
+
+
+def _feed(conv: Conversation, lines: Iterable[tuple[int, bytes]], path: Path) -> int:
     bad = 0
-    for line in lines:
+    for at, line in lines:
         try:
-            entry = parse_line(line)
+            entry = parse_line(line, at)
         except BadLine as exc:
             bad += 1
             log.debug("skipping a bad line in %s: %s", path, exc)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -48,13 +49,17 @@ log = logging.getLogger(__name__)
 
 Phase = Literal["queued", "waiting", "running"]
 
+T = TypeVar("T")
+
 
 class SessionSource(Protocol):
     """Where sessions come from (``memd.daemon.sessions.SessionRegistry`` fits)."""
 
     def get(self, session_id: str) -> SessionState | None: ...
-    async def conversation(self, state: SessionState) -> Conversation: ...
-    def lock_for(self, path: str) -> anyio.Lock: ...
+    async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T:
+        """Run ``fn`` on the session's conversation, caught up with its file, in a worker
+        thread under the session's lock."""
+        ...
 
 
 @dataclass
@@ -119,13 +124,14 @@ class JobRunner:
         self._input_caps: dict[str, int] = {}
 
     async def figures(self, state: SessionState, cursor: str | None) -> Figures:
-        conv = await self._source.conversation(state)
-        async with self._source.lock_for(state.path):
+        def of(conv: Conversation) -> Figures:
             return Figures(
                 conv.context().tokens,
                 conv.tool_calls_since(cursor),
                 conv.last_assistant_has_tool_calls,
             )
+
+        return await self._source.read(state, of)
 
     async def attempt(self, slot: Slot, state: SessionState, settings: NotesSettings) -> bool:
         """One guarded run; True when it failed and should be tried again once the guard
@@ -181,9 +187,7 @@ class JobRunner:
         return False
 
     async def _job(self, state: SessionState, record: ExtractionRecord) -> NotesJob:
-        conv = await self._source.conversation(state)
-        async with self._source.lock_for(state.path):
-            messages, tokens = await anyio.to_thread.run_sync(_read_conversation, conv)
+        messages, tokens = await self._source.read(state, _read_conversation)
         cursor = record.covered_id or record.last_summarized_id
         cap = self._input_caps.get(state.session_id)
         return NotesJob(state.session_id, state.project, messages, tokens, cursor, cap)

@@ -17,8 +17,12 @@ a few dict inserts) and answers, at any moment, what the model currently sees:
 * :meth:`~Conversation.context`: the context size (R-T5).
 
 Derived values are computed on demand in O(chain length) and cached until the next
-:meth:`~Conversation.add`. Sidechain (sub-agent) entries never enter a main conversation; a
-sub-agent's own transcript is read with ``Conversation(sidechain=True)``.
+:meth:`~Conversation.add` (:meth:`~Conversation.release` drops the larger ones early). Entries
+hold structure, not content; :meth:`~Conversation.messages` and the token estimate read the
+content back from the lines (:mod:`memd.transcript.content`), and raise
+:class:`~memd.transcript.content.TranscriptChanged` when the file no longer holds them.
+Sidechain (sub-agent) entries never enter a main conversation; a sub-agent's own transcript is
+read with ``Conversation(sidechain=True)``.
 """
 
 from __future__ import annotations
@@ -30,8 +34,24 @@ from typing import Any, Protocol
 import msgspec
 
 from memd.tokens import estimate_content
-from memd.transcript.messages import ApiMessage, Built, MessageLines, build_messages, group_lines
-from memd.transcript.model import AssistantEntry, Entry, SystemEntry, UserEntry
+from memd.transcript.content import (
+    ContentCache,
+    LineStore,
+    MemoryLines,
+    TranscriptChanged,
+    read_contents,
+)
+from memd.transcript.messages import (
+    ApiMessage,
+    Built,
+    ContentMismatch,
+    MessageLines,
+    OutlineMessage,
+    build_messages,
+    fill,
+    group_lines,
+)
+from memd.transcript.model import AssistantEntry, Content, Entry, SystemEntry, UserEntry
 from memd.transcript.parse import BadLine, parse_line
 
 
@@ -104,8 +124,19 @@ class Conversation:
     :class:`~memd.transcript.tail.TailRead` with ``reset``, start a new one.
     """
 
-    def __init__(self, *, sidechain: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        sidechain: bool = False,
+        lines: LineStore | None = None,
+        cache: ContentCache | None = None,
+    ) -> None:
+        """``lines``: where the entries' lines are read back from (a
+        :class:`~memd.transcript.content.FileLines` for a transcript); by default
+        :meth:`add_lines` keeps them in memory."""
         self.sidechain = sidechain
+        self.lines: LineStore = MemoryLines() if lines is None else lines
+        self.cache = cache
         self.bad_lines = 0
         self.duplicates = 0
         self.relinked = 0  # entries whose parent named no earlier entry
@@ -115,7 +146,6 @@ class Conversation:
         self.slug: str | None = None
         self.session_id: str | None = None
         self._entries: dict[str, Entry] = {}
-        self._seq: dict[str, int] = {}
         self._leaf: str | None = None
         self._response_lines: dict[str, list[str]] = {}  # message.id -> line uuids
         self._results_by_parent: dict[str, list[str]] = {}  # tool_result lines by parent
@@ -127,31 +157,56 @@ class Conversation:
     # -- feeding ---------------------------------------------------------------------------
 
     def add(self, entry: Entry) -> None:
-        """Take in the next entry of the file (in file order)."""
+        """Take in the next entry of the file (in file order), parsed with its offset."""
         if entry.is_sidechain and not self.sidechain:
             return
         if entry.uuid in self._entries:
             self.duplicates += 1
             return
-        parent = entry.parent_uuid
-        if parent is not None and parent not in self._entries and self._leaf is not None:
-            entry = msgspec.structs.replace(entry, parent_uuid=self._leaf)
-            self.relinked += 1
         if isinstance(entry, SystemEntry):
             self._note_system(entry)
-        self._index(entry)
+        self._index(self._compact(entry))
         self._derived = None
         self._context = None
 
+    def _compact(self, entry: Entry) -> Entry:
+        """The entry as kept: its parent the very string of the entry it names (one copy of
+        each uuid), an unknown parent relinked, and no timestamp (noted here, not kept)."""
+        parent = entry.parent_uuid
+        known = self._entries.get(parent) if parent is not None else None
+        if known is not None:
+            parent = known.uuid
+        elif parent is not None and self._leaf is not None:
+            parent = self._leaf
+            self.relinked += 1
+        self._note_time(entry.timestamp)
+        if isinstance(entry, AssistantEntry):
+            lines = self._response_lines.get(entry.message_id)
+            if lines:  # one copy of the response id for all its lines
+                first = self._entries[lines[0]]
+                assert isinstance(first, AssistantEntry)
+                return msgspec.structs.replace(
+                    entry, parent_uuid=parent, timestamp=None, message_id=first.message_id
+                )
+        return msgspec.structs.replace(entry, parent_uuid=parent, timestamp=None)
+
     def add_lines(self, lines: Iterable[bytes]) -> None:
-        """Parse and add raw JSONL lines; lines that are not JSON objects count as bad."""
+        """Parse and add raw JSONL lines, kept in memory to be read back (the conversation
+        must have been made without a ``lines`` store); lines that are not JSON objects count
+        as bad."""
+        store = self.lines
+        if not isinstance(store, MemoryLines):
+            raise TypeError("add_lines keeps lines in memory; this conversation reads a file")
         for line in lines:
+            at = store.place(line)
             try:
-                entry = parse_line(line)
+                entry = parse_line(line, at)
             except BadLine:
                 self.bad_lines += 1
                 continue
             if entry is not None:
+                if isinstance(entry, UserEntry | AssistantEntry):
+                    store.keep(at, line)
                 self.add(entry)
 
     def count_bad_lines(self, count: int) -> None:
@@ -172,15 +227,16 @@ class Conversation:
             )
             self._boundaries.append(boundary)
 
+    def _note_time(self, timestamp: str | None) -> None:
+        if timestamp is not None and (
+            self.last_timestamp is None or timestamp > self.last_timestamp
+        ):
+            self.last_timestamp = timestamp
+
     def _index(self, entry: Entry) -> None:
         uuid = entry.uuid
-        self._seq[uuid] = len(self._entries)
         self._entries[uuid] = entry
         self._leaf = uuid
-        if entry.timestamp is not None and (
-            self.last_timestamp is None or entry.timestamp > self.last_timestamp
-        ):
-            self.last_timestamp = entry.timestamp
         if entry.cwd is not None:
             self.cwd = entry.cwd
         if entry.slug is not None:
@@ -220,7 +276,7 @@ class Conversation:
         if not extra:
             return tuple(spine)
         merged = {entry.uuid: entry for entry in (*spine, *extra)}
-        return tuple(sorted(merged.values(), key=lambda entry: self._seq[entry.uuid]))
+        return tuple(sorted(merged.values(), key=lambda entry: entry.at))
 
     def _spine(self) -> tuple[list[Entry], set[str]]:
         spine: list[Entry] = []
@@ -284,7 +340,29 @@ class Conversation:
         as it is (see :mod:`memd.transcript.messages`); a response whose tool results have not
         all arrived is held back until they have.
         """
-        return list(self._derive().built.messages)
+        return self.fill(self.outline())
+
+    def outline(self) -> tuple[OutlineMessage, ...]:
+        """:meth:`messages` before their content is read: roles, blocks and lines."""
+        return self._derive().built.messages
+
+    def fill(self, outline: Iterable[OutlineMessage]) -> list[ApiMessage]:
+        """Messages of :meth:`outline` with their content, read back from their lines;
+        raises :class:`~memd.transcript.content.TranscriptChanged` when the file changed."""
+        wanted = list(outline)
+        contents = self._contents(line for message in wanted for line in message.lines())
+        try:
+            return [fill(message, contents) for message in wanted]
+        except ContentMismatch as exc:
+            raise TranscriptChanged(str(exc)) from None
+
+    def _contents(self, entries: Iterable[Entry]) -> dict[str, Content]:
+        return read_contents(self.lines, entries, self.cache)
+
+    def release(self) -> None:
+        """Drop the derived chain and messages kept for the next reader (an idle resident
+        conversation then holds only its entries); they are rebuilt on demand."""
+        self._derived = None
 
     def api_messages(self) -> list[dict[str, Any]]:
         """:meth:`messages` as plain ``{"role", "content"}`` dicts for the Messages API."""
@@ -328,7 +406,7 @@ class Conversation:
         ):
             cached = self._estimates.get(entry.uuid)
             if cached is None:
-                cached = estimate_content(entry.content)
+                cached = estimate_content(self._contents((entry,))[entry.uuid])
                 self._estimates[entry.uuid] = cached
             return cached
         return 0

@@ -2,7 +2,10 @@
 
 Pure functions over entries. Grouping (:func:`group_lines`) looks at roles, ``message.id`` and
 the tool ids the parser already extracted; :func:`build_messages` turns the groups into a list
-the Messages API accepts, by construction, at every prefix of every transcript:
+the Messages API accepts, by construction, at every prefix of every transcript. It works on
+the entries' outlines (:data:`~memd.transcript.model.BlockRef`), not on their content: the
+result names the blocks each message is made of, and :func:`fill` turns that into content once
+the lines have been read back:
 
 * the lines of one response (one ``message.id``) are one assistant message, also when tool
   results were written between them (parallel tool calls stream as tool_use, tool_result,
@@ -24,15 +27,21 @@ the Messages API accepts, by construction, at every prefix of every transcript:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memd.transcript.model import AssistantEntry, Block, Entry, UserEntry
+from memd.transcript.model import AssistantEntry, Block, BlockRef, Content, Entry, UserEntry
 
 Role = Literal["user", "assistant"]
 _MEDIA = frozenset({"image", "document"})
-_RESULT_PARTS = frozenset({"text", "image", "document"})
+Line = UserEntry | AssistantEntry
+Part = tuple[Line, BlockRef]
+"""One block of a message: the line it comes from and its ref in that line's outline."""
+
+
+class ContentMismatch(ValueError):
+    """A line read back does not hold the block its outline names: the file changed."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,18 @@ class ApiMessage:
 
     def to_api(self) -> dict[str, Any]:
         return {"role": self.role, "content": list(self.content)}
+
+
+@dataclass(frozen=True)
+class OutlineMessage:
+    """One API message before its content is read: its role, blocks and lines."""
+
+    role: Role
+    parts: tuple[Part, ...]
+    uuids: tuple[str, ...]
+
+    def lines(self) -> Iterable[Line]:
+        return (line for line, _ in self.parts)
 
 
 @dataclass
@@ -100,34 +121,42 @@ def _open_response(groups: list[MessageLines], message_id: str) -> MessageLines 
 class Built:
     """The API messages of a chain, and the response held back because it is in progress."""
 
-    messages: tuple[ApiMessage, ...]
+    messages: tuple[OutlineMessage, ...]
     pending_uuids: tuple[str, ...] = ()  # lines held back: the response and results so far
     pending_tool_use_ids: frozenset[str] = frozenset()  # its calls still waiting for a result
+
+
+def _kind(part: Part) -> str:
+    return part[1][1]
+
+
+def _ident(part: Part) -> str | None:
+    return part[1][2]
 
 
 @dataclass
 class _Draft:
     role: Role
-    blocks: list[Block]
+    blocks: list[Part]
     uuids: list[str] = field(default_factory=list)
     # Once drafts are merged, each one's (uuids, blocks): a draft whose blocks all go later
     # (its calls abandoned) takes its lines out of the message with it.
-    parts: list[tuple[list[str], list[Block]]] = field(default_factory=list)
+    parts: list[tuple[list[str], list[Part]]] = field(default_factory=list)
 
     def calls(self) -> list[str]:
-        return [b["id"] for b in self.blocks if b.get("type") == "tool_use"]
+        return [p[1][2] or "" for p in self.blocks if p[1][1] == "tool_use"]
 
     def results(self) -> list[str]:
-        return [b["tool_use_id"] for b in self.blocks if b.get("type") == "tool_result"]
+        return [p[1][2] or "" for p in self.blocks if p[1][1] == "tool_result"]
 
     def drop_calls(self, ids: set[str]) -> None:
         parts = self.parts or [(self.uuids, self.blocks)]
         kept = [
-            (uuids, [b for b in blocks if not (b.get("type") == "tool_use" and b.get("id") in ids)])
+            (uuids, [p for p in blocks if not (_kind(p) == "tool_use" and _ident(p) in ids)])
             for uuids, blocks in parts
         ]
         self.parts = [(uuids, blocks) for uuids, blocks in kept if blocks]
-        self.blocks = [b for _, blocks in self.parts for b in blocks]
+        self.blocks = [p for _, blocks in self.parts for p in blocks]
         self.uuids = [u for uuids, _ in self.parts for u in uuids]
 
     def absorb(self, other: _Draft) -> None:
@@ -138,8 +167,8 @@ class _Draft:
         self.blocks += other.blocks  # linear: the parts keep their own lists
         self.uuids += other.uuids
 
-    def to_message(self) -> ApiMessage:
-        return ApiMessage(self.role, self.blocks, tuple(self.uuids))
+    def to_message(self) -> OutlineMessage:
+        return OutlineMessage(self.role, tuple(self.blocks), tuple(self.uuids))
 
 
 def build_messages(groups: Iterable[MessageLines]) -> Built:
@@ -176,16 +205,11 @@ def _in_progress(drafts: list[_Draft]) -> int:
 
 
 def _draft(group: MessageLines) -> _Draft:
-    valid = _user_block if group.role == "user" else _assistant_block
-    blocks: list[Block] = []
-    for line in group.lines:
-        for block in line.content:
-            kept = valid(block)
-            if kept is not None:
-                blocks.append(kept)
+    """The blocks of a group the API accepts in its role (the parser judged each one)."""
+    blocks: list[Part] = [(line, ref) for line in group.lines for ref in line.blocks if ref[3]]
     if group.role == "user":
-        results = [b for b in blocks if b.get("type") == "tool_result"]
-        blocks = results + [b for b in blocks if b.get("type") != "tool_result"]
+        results = [p for p in blocks if _kind(p) == "tool_result"]
+        blocks = results + [p for p in blocks if _kind(p) != "tool_result"]
     return _Draft(group.role, blocks, list(group.uuids))
 
 
@@ -199,13 +223,14 @@ def _drop_repeated_calls(drafts: list[_Draft]) -> None:
         if seen.isdisjoint(calls) and len(set(calls)) == len(calls):
             seen.update(calls)
             continue
-        kept: list[Block] = []
-        for block in draft.blocks:
-            if block.get("type") == "tool_use":
-                if block["id"] in seen:
+        kept: list[Part] = []
+        for part in draft.blocks:
+            if _kind(part) == "tool_use":
+                ident = _ident(part) or ""
+                if ident in seen:
                     continue
-                seen.add(block["id"])
-            kept.append(block)
+                seen.add(ident)
+            kept.append(part)
         draft.blocks = kept
 
 
@@ -225,14 +250,14 @@ def _append_response(out: list[_Draft], draft: _Draft) -> None:
 def _append_user(out: list[_Draft], draft: _Draft) -> None:
     asked = out[-1].calls() if out and out[-1].role == "assistant" else []
     answered: set[str] = set()
-    blocks: list[Block] = []
-    for block in draft.blocks:
-        if block.get("type") == "tool_result":
-            ident = block["tool_use_id"]
+    blocks: list[Part] = []
+    for part in draft.blocks:
+        if _kind(part) == "tool_result":
+            ident = _ident(part) or ""
             if ident not in asked or ident in answered:
                 continue
             answered.add(ident)
-        blocks.append(block)
+        blocks.append(part)
     draft.blocks = blocks
     missing = set(asked) - answered
     if missing:
@@ -253,37 +278,69 @@ def _abandon_calls(out: list[_Draft], ids: set[str]) -> None:
         out.pop()
 
 
-# -- which blocks the API accepts, per role ------------------------------------------------------
+# -- content: the blocks themselves, once their lines are read back ---------------------------
 
 
-def _user_block(block: Block) -> Block | None:
-    match block.get("type"):
+def fill(message: OutlineMessage, contents: Mapping[str, Content]) -> ApiMessage:
+    """``message`` with its blocks' content, from ``contents`` (line uuid -> its blocks).
+
+    Raises :class:`ContentMismatch` when a block is not what the outline says (the file was
+    changed under us: another type, another tool id, no longer accepted): the caller rebuilds
+    the session.
+    """
+    blocks: list[Block] = []
+    for line, (index, kind, ident, _) in message.parts:
+        content = contents[line.uuid]
+        block = content[index] if index < len(content) else {}
+        if block.get("type") != kind or _ident_of(kind, block) != ident:
+            raise ContentMismatch(f"line {line.uuid} no longer holds block {index} ({kind})")
+        if not accepted(
+            message.role,
+            kind,
+            block.get("text"),
+            ident,
+            block.get("name"),
+            isinstance(block.get("input"), dict),
+        ):
+            raise ContentMismatch(f"block {index} of line {line.uuid} changed")
+        blocks.append(_api_form(block))
+    return ApiMessage(message.role, blocks, message.uuids)
+
+
+def accepted(
+    role: str, kind: str, text: object, ident: object, name: object, input_is_object: bool
+) -> bool:
+    """Whether the Messages API takes a block of ``kind`` in a ``role`` message: text that is
+    not blank, media from the user, a result naming its call, a call with an id, a name and
+    an object for input, thinking from the assistant. ``ident``: a call's ``id`` or a
+    result's ``tool_use_id``. The parser judges each block with it, and :func:`fill` again."""
+    match kind:
         case "text":
-            return _clean(block) if _nonblank(block.get("text")) else None
+            return _nonblank(text)
         case "image" | "document":
-            return _clean(block)
+            return role == "user"
         case "tool_result":
-            return _tool_result(block)
-        case _:
-            return None
-
-
-def _assistant_block(block: Block) -> Block | None:
-    match block.get("type"):
-        case "text":
-            return _clean(block) if _nonblank(block.get("text")) else None
+            return role == "user" and _nonblank(ident)
         case "thinking" | "redacted_thinking":
-            return _clean(block)
+            return role == "assistant"
         case "tool_use":
-            ok = _nonblank(block.get("id")) and _nonblank(block.get("name"))
-            return _clean(block) if ok and isinstance(block.get("input"), dict) else None
+            return role == "assistant" and _nonblank(ident) and _nonblank(name) and input_is_object
         case _:
-            return None
+            return False
 
 
-def _tool_result(block: Block) -> Block | None:
-    if not _nonblank(block.get("tool_use_id")):
-        return None
+def _ident_of(kind: str, block: Block) -> str | None:
+    value = block.get("id") if kind == "tool_use" else block.get("tool_use_id")
+    return value if isinstance(value, str) and kind in ("tool_use", "tool_result") else None
+
+
+def _api_form(block: Block) -> Block:
+    """An accepted block as the API takes it: no prompt-caching marks (a transcript's
+    breakpoints are not ours), a tool result's content parts the API refuses left out."""
+    return _tool_result(block) if block.get("type") == "tool_result" else _clean(block)
+
+
+def _tool_result(block: Block) -> Block:
     content = block.get("content")
     if content is None or isinstance(content, str):
         return _clean(block)
@@ -305,7 +362,6 @@ def _result_part(part: dict[str, Any]) -> bool:
 
 
 def _clean(block: Block) -> Block:
-    """The block without prompt-caching marks: a transcript's breakpoints are not ours."""
     if "cache_control" not in block:
         return block
     return {k: v for k, v in block.items() if k != "cache_control"}

@@ -2,9 +2,14 @@
 
 Only conversation entries (``user``, ``assistant``, ``system``, ``progress``, ``attachment``)
 become values; bookkeeping lines are dropped by the parser. Each entry keeps just the fields
-memd reads. ``message.content`` is decoded and validated once, by the parser (valid UTF-8, no
-lone surrogates, bounded nesting), into a tuple of content blocks (plain dicts; a string
-content becomes one text block), so nothing downstream can fail on the bytes of a line.
+memd reads.
+
+An entry holds the structure of its ``message.content``, not the content itself: one
+:data:`BlockRef` per content block (its position, type, tool id, and whether the Messages API
+takes it in this role), plus where its line sits in the file (``at``, ``size``). The content
+is read back from the line when a job needs it (:mod:`memd.transcript.content`). The parser
+has already checked the whole line (valid UTF-8, no lone surrogates, bounded nesting), so
+reading it back cannot fail on its bytes; only a file changed under us can.
 
 Entries are immutable and carry no references to the line they came from, so a long-lived
 conversation holds only what it needs.
@@ -22,6 +27,12 @@ TURN_END_SUBTYPES: Final = frozenset({"turn_duration", "stop_hook_summary"})
 
 Block: TypeAlias = dict[str, Any]
 Content: TypeAlias = tuple[Block, ...]
+
+BlockRef: TypeAlias = tuple[int, str, str | None, bool]
+"""One content block's outline: its index among the line's content blocks, its ``type``, its
+tool id (``id`` of a tool_use, ``tool_use_id`` of a tool_result; else None), and whether the
+Messages API accepts it in the entry's role (non-blank text, a well-formed tool call…)."""
+Outline: TypeAlias = tuple[BlockRef, ...]
 
 
 class Usage(msgspec.Struct, frozen=True, gc=False):
@@ -41,6 +52,8 @@ class Usage(msgspec.Struct, frozen=True, gc=False):
 class _Envelope(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     uuid: str
     parent_uuid: str | None = None
+    at: int = -1  # the line's byte offset in its file (-1: not known)
+    size: int = 0  # the line's length in bytes, without its newline
     is_sidechain: bool = False
     timestamp: str | None = None
     cwd: str | None = None
@@ -51,10 +64,16 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class UserEntry(_Envelope, frozen=True, kw_only=True, gc=False):
     """A ``user`` line: a prompt, tool results, injected (meta) text or a compaction summary."""
 
-    content: Content = ()
+    blocks: Outline = ()
     is_meta: bool = False
     is_compact_summary: bool = False
-    tool_result_ids: tuple[str, ...] = ()  # tool_use ids this line answers
+
+    @property
+    def tool_result_ids(self) -> tuple[str, ...]:
+        """The tool_use ids this line answers."""
+        return tuple(
+            ref[2] for ref in self.blocks if ref[1] == "tool_result" and ref[2] is not None
+        )
 
 
 class AssistantEntry(_Envelope, frozen=True, kw_only=True, gc=False):
@@ -62,9 +81,13 @@ class AssistantEntry(_Envelope, frozen=True, kw_only=True, gc=False):
 
     message_id: str
     model: str | None = None
-    content: Content = ()
+    blocks: Outline = ()
     usage: Usage | None = None
-    tool_use_ids: tuple[str, ...] = ()
+
+    @property
+    def tool_use_ids(self) -> tuple[str, ...]:
+        """The ids of the tool calls in this line."""
+        return tuple(ref[2] for ref in self.blocks if ref[1] == "tool_use" and ref[2] is not None)
 
     @property
     def synthetic(self) -> bool:

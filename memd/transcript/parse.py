@@ -1,9 +1,12 @@
 """One transcript line (bytes) to one typed entry (R-T2, FORMAT.md §3).
 
 The decoder is msgspec with typed structs that name only the fields memd reads: everything
-else, ``toolUseResult`` included, is skipped without building Python objects.
-``message.content`` is decoded in the same pass, once: the parser is the one place where the
-bytes of a line can fail, so every entry it returns is safe to use anywhere (R-T7).
+else, ``toolUseResult`` included, is skipped without building Python objects. Of
+``message.content`` only the outline is decoded (each block's type, tool ids, whether its text
+is blank, whether a tool call's input is an object): the content itself is read back from the
+line when a job needs it (:func:`line_content`), so the checks here are what make that read
+safe: the parser is the one place where the bytes of a line can fail, and every entry it
+returns is safe to use anywhere (R-T7).
 
 Transcripts change between Claude Code versions, so the parser is tolerant: unknown types and
 fields are ignored, and a known field with an unexpected type is dropped (slow path, rare)
@@ -16,22 +19,28 @@ writes for an emoji cut in half) is not a reason to lose a line: it becomes U+FF
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+import sys
+from collections.abc import Callable
+from itertools import accumulate
+from typing import Any, Final, TypeVar
 
 import msgspec
 
+from memd.transcript.messages import accepted
 from memd.transcript.model import (
     AssistantEntry,
     AttachmentEntry,
+    BlockRef,
     Content,
     Entry,
+    Outline,
     ProgressEntry,
     SystemEntry,
     Usage,
     UserEntry,
 )
 
-__all__ = ["MAX_CONTENT_DEPTH", "BadLine", "parse_line"]
+__all__ = ["MAX_CONTENT_DEPTH", "BadLine", "line_content", "parse_line"]
 
 # Nesting allowed in message.content (list > block > tool input > …). Deeper content could make
 # later consumers (JSON and msgpack encoders, the tokenizer's JSON form) hit recursion limits.
@@ -52,11 +61,26 @@ class _WireUsage(msgspec.Struct, gc=False):
     cache_read_input_tokens: int | None = None
 
 
+_NOTHING: Final = msgspec.Raw()
+
+
+class _WireBlock(msgspec.Struct, gc=False):
+    """What the outline of a content block needs; big fields (thinking, tool results, images)
+    are skipped, a tool call's input is kept as raw bytes only to see that it is an object."""
+
+    type: Any = None
+    id: Any = None
+    name: Any = None
+    tool_use_id: Any = None
+    text: Any = None
+    input: msgspec.Raw = _NOTHING
+
+
 class _WireMessage(msgspec.Struct, gc=False):
     id: str | None = None
     role: str | None = None
     model: str | None = None
-    content: Any = None
+    content: list[_WireBlock] | str | None = None
     usage: _WireUsage | None = None
 
 
@@ -82,15 +106,38 @@ class _WireLine(msgspec.Struct, gc=False):
     message: _WireMessage | None = None
 
 
+# What reading a line back for its content decodes (line_content), and the depth check.
+
+
+class _ContentMessage(msgspec.Struct, gc=False):
+    content: Any = None
+
+
+class _ContentLine(msgspec.Struct, gc=False):
+    uuid: Any = None
+    message: _ContentMessage | None = None
+
+
+class _RawMessage(msgspec.Struct, gc=False):
+    content: msgspec.Raw = _NOTHING
+
+
+class _RawLine(msgspec.Struct, gc=False):
+    message: _RawMessage | None = None
+
+
 _NO_MESSAGE: Final = _WireMessage()
 _NO_COMPACT: Final = _WireCompact()
 _line_decoder: Final = msgspec.json.Decoder(_WireLine)
+_content_decoder: Final = msgspec.json.Decoder(_ContentLine)
+_raw_decoder: Final = msgspec.json.Decoder(_RawLine)
 _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
+_W = TypeVar("_W")
 
 
-def parse_line(line: bytes) -> Entry | None:
-    """Parse one JSONL line.
+def parse_line(line: bytes, at: int = -1) -> Entry | None:
+    """Parse one JSONL line, found at byte offset ``at`` of its file (-1: not from a file).
 
     Returns ``None`` for lines memd does not use: bookkeeping types (``summary``,
     ``file-history-snapshot``, …), unknown types, conversation lines without a ``uuid``, and
@@ -98,29 +145,63 @@ def parse_line(line: bytes) -> Entry | None:
     exception comes out of it, whatever the bytes.
     """
     try:
-        wire = _wire(line)
-        return None if wire is None else _to_entry(wire, line)
+        found = _wire(line)
+        if found is None:
+            return None
+        wire, checked = found
+        return _to_entry(wire, checked, at, len(line))
     except RecursionError:
         raise BadLine("nested deeper than the decoder can follow") from None
 
 
-def _wire(line: bytes) -> _WireLine | None:
+def line_content(line: bytes) -> tuple[str | None, Content]:
+    """The ``uuid`` and ``message.content`` blocks of a line :func:`parse_line` accepted.
+
+    The blocks are those the entry's outline counts (objects only, a string content as one
+    text block), so ``BlockRef`` indexes point into them. Raises :class:`BadLine` when the
+    line is no longer one the parser accepts.
+    """
+    try:
+        found = _decode(_content_decoder, line, _lenient_content)
+    except RecursionError:
+        raise BadLine("nested deeper than the decoder can follow") from None
+    if found is None:
+        raise BadLine("blank line")
+    decoded, _ = found
+    uuid = decoded.uuid if isinstance(decoded.uuid, str) else None
+    value = None if decoded.message is None else decoded.message.content
+    if isinstance(value, str):
+        return uuid, (({"type": "text", "text": value},) if value else ())
+    if not isinstance(value, list):
+        return uuid, ()
+    return uuid, tuple(block for block in value if isinstance(block, dict))
+
+
+def _wire(line: bytes) -> tuple[_WireLine, bytes] | None:
+    """The decoded line and the bytes it was decoded from (lone surrogates replaced)."""
+    return _decode(_line_decoder, line, _lenient)
+
+
+def _decode(
+    decoder: msgspec.json.Decoder[_W], line: bytes, lenient: Callable[[bytes], _W]
+) -> tuple[_W, bytes] | None:
     if not line.isascii():
         try:
             line.decode("utf-8")  # also checks the fields the typed decoder skips
         except UnicodeDecodeError as exc:
             raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
-    try:
-        return _line_decoder.decode(line)
-    except msgspec.ValidationError:
-        return _lenient(line)
-    except msgspec.DecodeError as exc:
-        if not line.strip():
-            return None
-        repaired = replace_lone_surrogates(line)
-        if repaired is None:
-            raise BadLine(f"not valid JSON: {exc}") from None
-    return _wire(repaired)
+    while True:
+        try:
+            return decoder.decode(line), line
+        except msgspec.ValidationError:
+            return lenient(line), line
+        except msgspec.DecodeError as exc:
+            if not line.strip():
+                return None
+            repaired = replace_lone_surrogates(line)
+            if repaired is None:
+                raise BadLine(f"not valid JSON: {exc}") from None
+            line = repaired
 
 
 _ESCAPE: Final = re.compile(rb"(\\+)u([dD][89a-fA-F][0-9a-fA-F]{2})")
@@ -160,100 +241,187 @@ def replace_lone_surrogates(line: bytes) -> bytes | None:
 
 # Each constructor below spells out the envelope fields (uuid … session_id) rather than
 # sharing a dict of them: building that dict per line measured ~6% of ingest throughput.
-def _to_entry(wire: _WireLine, line: bytes) -> Entry | None:
+def _to_entry(wire: _WireLine, line: bytes, at: int, size: int) -> Entry | None:
     uuid = wire.uuid
     if not uuid:
         return None
     match wire.type:
         case "user":
-            return _user(wire, uuid, _content(wire.message, line))
+            return _user(wire, uuid, _outline(wire.message, line, _user_accepts), at, size)
         case "assistant":
-            return _assistant(wire, uuid, _content(wire.message, line))
+            return _assistant(
+                wire, uuid, _outline(wire.message, line, _assistant_accepts), at, size
+            )
         case "system":
-            return _system(wire, uuid)
+            return _system(wire, uuid, at, size)
         case "progress":
             return ProgressEntry(
                 uuid=uuid,
                 parent_uuid=wire.parentUuid,
+                at=at,
+                size=size,
                 is_sidechain=wire.isSidechain is True,
                 timestamp=wire.timestamp,
-                cwd=wire.cwd,
-                slug=wire.slug,
-                session_id=wire.sessionId,
+                cwd=_shared(wire.cwd),
+                slug=_shared(wire.slug),
+                session_id=_shared(wire.sessionId),
             )
         case "attachment":
             return AttachmentEntry(
                 uuid=uuid,
                 parent_uuid=wire.parentUuid,
+                at=at,
+                size=size,
                 is_sidechain=wire.isSidechain is True,
                 timestamp=wire.timestamp,
-                cwd=wire.cwd,
-                slug=wire.slug,
-                session_id=wire.sessionId,
+                cwd=_shared(wire.cwd),
+                slug=_shared(wire.slug),
+                session_id=_shared(wire.sessionId),
             )
         case _:
             return None
 
 
-def _content(message: _WireMessage | None, line: bytes) -> Content:
-    """``message.content`` as blocks: a string is one text block, non-object items drop."""
-    value = None if message is None else message.content
-    if isinstance(value, str):
-        return ({"type": "text", "text": value},) if value else ()
-    if not isinstance(value, list):
+def _shared(value: str | None) -> str | None:
+    """One copy of a string every line of a session repeats (cwd, session id, slug)."""
+    return None if value is None else sys.intern(value)
+
+
+# -- the outline of message.content ----------------------------------------------------------
+
+_KINDS: Final = {
+    kind: kind
+    for kind in (
+        "text",
+        "image",
+        "document",
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+    )
+}
+_Accepts = Callable[[str, _WireBlock], bool]
+
+
+def _outline(message: _WireMessage | None, line: bytes, accepts: _Accepts) -> Outline:
+    """One :data:`BlockRef` per content block of a type memd knows, in order."""
+    if message is None:
         return ()
     # A line with fewer brackets than the limit cannot nest deeper: most lines stop here.
-    if line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH and _deeper_than(
-        value, MAX_CONTENT_DEPTH
-    ):
+    if line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH and _too_deep(line):
         raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
-    return tuple(block for block in value if isinstance(block, dict))
+    value = message.content
+    if isinstance(value, str):
+        return (_ref(0, "text", None, _nonblank(value)),) if value else ()
+    if not value:
+        return ()
+    refs: list[BlockRef] = []
+    for index, block in enumerate(value):
+        kind = _KINDS.get(block.type) if isinstance(block.type, str) else None
+        if kind is None:
+            continue
+        key = (
+            block.id if kind == "tool_use" else block.tool_use_id if kind == "tool_result" else None
+        )
+        ident = key if isinstance(key, str) else None
+        refs.append(_ref(index, kind, ident, accepts(kind, block)))
+    return _shared_outline(tuple(refs))
 
 
-def _deeper_than(value: list[Any], limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, list | dict):
-                stack.append((child, depth + 1))
-    return False
+def _user_accepts(kind: str, block: _WireBlock) -> bool:
+    return accepted("user", kind, block.text, block.tool_use_id, block.name, False)
 
 
-def _user(wire: _WireLine, uuid: str, content: Content) -> UserEntry:
+def _assistant_accepts(kind: str, block: _WireBlock) -> bool:
+    is_object = bytes(memoryview(block.input)[:1]) == b"{"
+    return accepted("assistant", kind, block.text, block.id, block.name, is_object)
+
+
+def _nonblank(text: object) -> bool:
+    return isinstance(text, str) and text.strip() != ""
+
+
+_refs: dict[BlockRef, BlockRef] = {}
+_outlines: dict[Outline, Outline] = {}
+_SHARED_MAX: Final = 4096
+
+
+def _ref(index: int, kind: str, ident: str | None, ok: bool) -> BlockRef:
+    """A block ref; those without an id are shared (a few hundred distinct values)."""
+    ref = (index, kind, ident, ok)
+    if ident is not None:
+        return ref
+    shared = _refs.get(ref)
+    if shared is None and len(_refs) < _SHARED_MAX:
+        shared = _refs[ref] = ref
+    return shared or ref
+
+
+def _shared_outline(refs: Outline) -> Outline:
+    """Outlines without tool ids repeat (one text block, text + thinking…): share them."""
+    if len(refs) > 4 or any(ref[2] is not None for ref in refs):
+        return refs
+    shared = _outlines.get(refs)
+    if shared is None and len(_outlines) < _SHARED_MAX:
+        shared = _outlines[refs] = refs
+    return shared or refs
+
+
+def _too_deep(line: bytes) -> bool:
+    """Whether ``message.content`` nests deeper than :data:`MAX_CONTENT_DEPTH`, counted on
+    its bytes: strings taken out, then the running depth of the brackets left."""
+    found = _raw_decoder.decode(line).message
+    raw = bytes(memoryview(found.content)) if found is not None else b""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return len(brackets) > 2 * MAX_CONTENT_DEPTH and _depth(brackets) > MAX_CONTENT_DEPTH
+
+
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP: Final = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
+
+
+def _depth(brackets: bytes) -> int:
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _user(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) -> UserEntry:
     return UserEntry(
         uuid=uuid,
         parent_uuid=wire.parentUuid,
+        at=at,
+        size=size,
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
-        cwd=wire.cwd,
-        slug=wire.slug,
-        session_id=wire.sessionId,
-        content=content,
+        cwd=_shared(wire.cwd),
+        slug=_shared(wire.slug),
+        session_id=_shared(wire.sessionId),
+        blocks=blocks,
         is_meta=wire.isMeta is True,
         is_compact_summary=wire.isCompactSummary is True,
-        tool_result_ids=_block_ids(content, "tool_result", "tool_use_id"),
     )
 
 
-def _assistant(wire: _WireLine, uuid: str, content: Content) -> AssistantEntry:
+def _assistant(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) -> AssistantEntry:
     message = wire.message or _NO_MESSAGE
     usage = message.usage
     return AssistantEntry(
         uuid=uuid,
         parent_uuid=wire.parentUuid,
+        at=at,
+        size=size,
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
-        cwd=wire.cwd,
-        slug=wire.slug,
-        session_id=wire.sessionId,
+        cwd=_shared(wire.cwd),
+        slug=_shared(wire.slug),
+        session_id=_shared(wire.sessionId),
         message_id=message.id or uuid,
-        model=message.model,
-        content=content,
+        model=_shared(message.model),
+        blocks=blocks,
         usage=_usage(usage) if usage is not None else None,
-        tool_use_ids=_block_ids(content, "tool_use", "id"),
     )
 
 
@@ -266,16 +434,18 @@ def _usage(wire: _WireUsage) -> Usage:
     )
 
 
-def _system(wire: _WireLine, uuid: str) -> SystemEntry:
+def _system(wire: _WireLine, uuid: str, at: int, size: int) -> SystemEntry:
     compact = wire.compactMetadata or _NO_COMPACT
     return SystemEntry(
         uuid=uuid,
         parent_uuid=wire.parentUuid,
+        at=at,
+        size=size,
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
-        cwd=wire.cwd,
-        slug=wire.slug,
-        session_id=wire.sessionId,
+        cwd=_shared(wire.cwd),
+        slug=_shared(wire.slug),
+        session_id=_shared(wire.sessionId),
         subtype=wire.subtype,
         logical_parent_uuid=wire.logicalParentUuid,
         compact_trigger=compact.trigger,
@@ -283,40 +453,39 @@ def _system(wire: _WireLine, uuid: str) -> SystemEntry:
     )
 
 
-def _block_ids(content: Content, block_type: str, key: str) -> tuple[str, ...]:
-    """Ids of the ``block_type`` blocks in ``content``."""
-    ids: list[str] = []
-    for block in content:
-        if block.get("type") == block_type:
-            value = block.get(key)
-            if isinstance(value, str):
-                ids.append(value)
-    return tuple(ids)
-
-
 # Slow path: a JSON object whose known fields have unexpected types.
 
 
 def _lenient(line: bytes) -> _WireLine:
+    return _line_decoder.decode(_encoder.encode(_repaired(line, _WireLine)))
+
+
+def _lenient_content(line: bytes) -> _ContentLine:
+    return _content_decoder.decode(_encoder.encode(_repaired(line, _ContentLine)))
+
+
+def _repaired(line: bytes, struct: type[msgspec.Struct]) -> dict[str, Any]:
     try:
         value = _any_decoder.decode(line)
     except msgspec.DecodeError as exc:
         raise BadLine(f"not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise BadLine(f"not a JSON object but {type(value).__name__}")
-    repaired = _repair(value, _WireLine)
-    return _line_decoder.decode(_encoder.encode(repaired))
+    return _repair(value, struct)
 
 
 def _repair(value: dict[str, Any], struct: type[msgspec.Struct]) -> dict[str, Any]:
-    """Keep the fields of ``struct`` whose values fit its types, recursing into sub-structs."""
+    """Keep the fields of ``struct`` whose values fit its types, recursing into sub-structs.
+    A content list keeps its object items (both decoders count only those)."""
     kept: dict[str, Any] = {}
     for field in msgspec.structs.fields(struct):
         if field.encode_name not in value:
             continue
         item = value[field.encode_name]
         nested = _struct_in(field.type)
-        if nested is not None and isinstance(item, dict):
+        if field.encode_name == "content" and isinstance(item, list):
+            kept["content"] = [block for block in item if isinstance(block, dict)]
+        elif nested is not None and isinstance(item, dict):
             kept[field.encode_name] = _repair(item, nested)
         elif _fits(item, field.type):
             kept[field.encode_name] = item

@@ -69,8 +69,14 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add ``data``; return the lines it completed, in order."""
+        return [line for _, line in self.feed_at(data)]
+
+    def feed_at(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Add ``data``; return the lines it completed, each with its offset in the input."""
         if not data:
             return []
+        start = self.consumed  # where the held line (or the first new one) begins
+        base = self.fed
         self.fed += len(data)
         pieces = data.split(b"\n")
         tail = pieces.pop()
@@ -79,11 +85,17 @@ class LineSplitter:
             return []
         self.consumed = self.fed - len(tail)
         first = self._finish(pieces[0])
-        rest = pieces[1:]
         limit = self.max_line_bytes
-        lines = [first] if first else []
-        lines += [line for line in rest if line and len(line) <= limit]
-        self.skipped += sum(1 for line in rest if len(line) > limit)
+        lines = [(start, first)] if first else []
+        at = base + len(pieces[0]) + 1
+        for line in pieces[1:]:
+            if not line:
+                pass
+            elif len(line) <= limit:
+                lines.append((at, line))
+            else:
+                self.skipped += 1
+            at += len(line) + 1
         self._hold(tail)
         return lines
 
@@ -150,6 +162,7 @@ class TailRead:
 
     lines: list[bytes]
     position: TailPosition
+    offsets: list[int] = field(default_factory=list, compare=False)  # each line's byte offset
     reset: bool = False
     more: bool = False
     skipped: int = 0
@@ -181,13 +194,14 @@ def read_appended(
             start = 0 if position is None or reset else position.offset
             file.seek(start)
             splitter = LineSplitter(max_line_bytes)
-            lines, eof = _read_lines(file, splitter, max_bytes)
+            found, eof = _read_lines(file, splitter, max_bytes)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise UnreadableTranscript.of(path, exc) from exc
     return TailRead(
-        lines=lines,
+        lines=[line for _, line in found],
+        offsets=[start + at for at, _ in found],
         position=TailPosition(
             offset=start + splitter.consumed,
             inode=stat.st_ino,
@@ -217,14 +231,16 @@ def _not_at_line_start(file: BinaryIO, position: TailPosition | None) -> bool:
     return file.read(1) != b"\n"
 
 
-def _read_lines(file: BinaryIO, splitter: LineSplitter, max_bytes: int) -> tuple[list[bytes], bool]:
+def _read_lines(
+    file: BinaryIO, splitter: LineSplitter, max_bytes: int
+) -> tuple[list[tuple[int, bytes]], bool]:
     """Feed blocks until ``max_bytes`` are read and a line is complete, or the file ends."""
-    lines: list[bytes] = []
+    lines: list[tuple[int, bytes]] = []
     while True:
         room = max_bytes - splitter.fed
         block = file.read(min(_BLOCK, room) if room > 0 else _BLOCK)
         if not block:
             return lines, True
-        lines.extend(splitter.feed(block))
+        lines.extend(splitter.feed_at(block))
         if splitter.fed >= max_bytes and splitter.consumed > 0:
             return lines, False
