@@ -13,7 +13,8 @@ The rules, from FORMAT.md and the requirements:
 * a ``parentUuid`` that names no earlier entry links to the previous entry (not at the very
   first entry, which stays a root);
 * the active chain is the walk from the last entry back to a root or a compact boundary, plus
-  the other lines of every response on it and the tool results answering them;
+  the other lines of every response on it and the tool results answering them; progress and
+  attachment lines are walked through but are not part of it (memd keeps only where they lead);
 * messages: consecutive user lines are one message; the lines of one response are one message
   even with tool results between them; the list is then made what the API accepts (see
   :func:`_make_valid`), each message's lines being those of the groups merged into it that
@@ -36,7 +37,7 @@ CONVERSATION_TYPES = {"user", "assistant", "system", "progress", "attachment"}
 
 @dataclass
 class Reading:
-    chain: list[str]  # uuids of the active chain, file order
+    chain: list[str]  # uuids of the active chain's user/assistant/system lines, file order
     roles: list[str]  # the roles of the API messages
     message_uuids: list[list[str]]  # the transcript lines of each API message
     pending: list[str]  # lines held back (a response in progress)
@@ -79,7 +80,7 @@ def read_values(values: list[dict[str, Any] | None], *, sidechain_file: bool) ->
     kept, held = _make_valid(groups)
     tokens, stale = _context(chain)
     return Reading(
-        chain=[e["uuid"] for e in chain],
+        chain=[e["uuid"] for e in chain if e["type"] not in ("progress", "attachment")],
         roles=[m["role"] for m in kept],
         message_uuids=[_uuids(m) for m in kept],
         pending=[u for m in held for uuids, _ in m["parts"] for u in uuids],

@@ -27,7 +27,7 @@ read with ``Conversation(sidechain=True)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,7 +51,15 @@ from memd.transcript.messages import (
     fill,
     group_lines,
 )
-from memd.transcript.model import AssistantEntry, Content, Entry, SystemEntry, UserEntry
+from memd.transcript.model import (
+    AssistantEntry,
+    AttachmentEntry,
+    Content,
+    Entry,
+    ProgressEntry,
+    SystemEntry,
+    UserEntry,
+)
 from memd.transcript.parse import BadLine, parse_line
 
 
@@ -145,10 +153,16 @@ class Conversation:
         self.cwd: str | None = None
         self.slug: str | None = None
         self.session_id: str | None = None
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, Entry] = {}  # user, assistant and system entries
+        # progress/attachment lines: hash(uuid) -> the entry it leads to. Their uuids are
+        # 60% of a session's lines and only ever looked up, so they are kept as their hash
+        # (str hashes are keyed per process: a transcript cannot aim for a collision).
+        self._links: dict[int, str | None] = {}
         self._leaf: str | None = None
-        self._response_lines: dict[str, list[str]] = {}  # message.id -> line uuids
-        self._results_by_parent: dict[str, list[str]] = {}  # tool_result lines by parent
+        # message.id -> its line uuids; tool-result lines by the line they name as parent.
+        # One uuid is kept as itself, more as a list (most responses have one line).
+        self._response_lines: dict[str, _Uuids] = {}
+        self._results_by_parent: dict[str, _Uuids] = {}
         self._boundaries: list[Boundary] = []
         self._estimates: dict[str, int] = {}
         self._derived: _Derived | None = None
@@ -157,33 +171,56 @@ class Conversation:
     # -- feeding ---------------------------------------------------------------------------
 
     def add(self, entry: Entry) -> None:
-        """Take in the next entry of the file (in file order), parsed with its offset."""
+        """Take in the next entry of the file (in file order), parsed with its offset.
+
+        Progress and attachment entries are links, never context: only where they lead is
+        kept (:attr:`_links`), and an entry whose parent is a link gets the entry the link
+        leads to as its parent, so the chain is walked the same without keeping them.
+        """
         if entry.is_sidechain and not self.sidechain:
             return
-        if entry.uuid in self._entries:
+        uuid = entry.uuid
+        if uuid in self._entries or hash(uuid) in self._links:
             self.duplicates += 1
             return
         if isinstance(entry, SystemEntry):
             self._note_system(entry)
-        self._index(self._compact(entry))
+        parent = self._parent_of(entry.parent_uuid)
+        self._note_envelope(entry)
+        if isinstance(entry, ProgressEntry | AttachmentEntry):
+            self._links[hash(uuid)] = self._resolve(parent)
+            self._leaf = uuid
+        else:
+            self._index(self._kept(entry, self._resolve(parent)), parent)
         self._derived = None
         self._context = None
 
-    def _compact(self, entry: Entry) -> Entry:
-        """The entry as kept: its parent the very string of the entry it names (one copy of
-        each uuid), an unknown parent relinked, and no timestamp (noted here, not kept)."""
-        parent = entry.parent_uuid
-        known = self._entries.get(parent) if parent is not None else None
+    def _parent_of(self, parent: str | None) -> str | None:
+        """The parent as kept: the very string of the entry it names (one copy of each
+        uuid), a link's uuid, or, when it names nothing seen yet, the previous entry."""
+        if parent is None:
+            return None
+        known = self._entries.get(parent)
         if known is not None:
-            parent = known.uuid
-        elif parent is not None and self._leaf is not None:
-            parent = self._leaf
-            self.relinked += 1
-        self._note_time(entry.timestamp)
+            return known.uuid
+        if hash(parent) in self._links or self._leaf is None:
+            return parent  # a link, or the file's first entry: a root
+        self.relinked += 1
+        return self._leaf
+
+    def _resolve(self, uuid: str | None) -> str | None:
+        """The entry a link leads to (links lead to entries: one step), else ``uuid``."""
+        if uuid is None:
+            return None
+        return self._links.get(hash(uuid), uuid)
+
+    def _kept(self, entry: Entry, parent: str | None) -> Entry:
+        """The entry as kept: its resolved parent, no timestamp (noted, not kept), one copy of
+        a response's id for all its lines."""
         if isinstance(entry, AssistantEntry):
             lines = self._response_lines.get(entry.message_id)
-            if lines:  # one copy of the response id for all its lines
-                first = self._entries[lines[0]]
+            if lines:
+                first = self._entries[_first(lines)]
                 assert isinstance(first, AssistantEntry)
                 return msgspec.structs.replace(
                     entry, parent_uuid=parent, timestamp=None, message_id=first.message_id
@@ -227,26 +264,32 @@ class Conversation:
             )
             self._boundaries.append(boundary)
 
-    def _note_time(self, timestamp: str | None) -> None:
-        if timestamp is not None and (
-            self.last_timestamp is None or timestamp > self.last_timestamp
+    def _note_envelope(self, entry: Entry) -> None:
+        if entry.timestamp is not None and (
+            self.last_timestamp is None or entry.timestamp > self.last_timestamp
         ):
-            self.last_timestamp = timestamp
-
-    def _index(self, entry: Entry) -> None:
-        uuid = entry.uuid
-        self._entries[uuid] = entry
-        self._leaf = uuid
+            self.last_timestamp = entry.timestamp
         if entry.cwd is not None:
             self.cwd = entry.cwd
         if entry.slug is not None:
             self.slug = entry.slug
         if entry.session_id is not None:
             self.session_id = entry.session_id
+
+    def _index(self, entry: Entry, named_parent: str | None) -> None:
+        """Index a kept entry; ``named_parent`` is the parent it named (a link's uuid stays:
+        the tool results recovered for a response are those naming one of its lines)."""
+        uuid = entry.uuid
+        self._entries[uuid] = entry
+        self._leaf = uuid
         if isinstance(entry, AssistantEntry):
-            self._response_lines.setdefault(entry.message_id, []).append(uuid)
-        elif isinstance(entry, UserEntry) and entry.tool_result_ids and entry.parent_uuid:
-            self._results_by_parent.setdefault(entry.parent_uuid, []).append(uuid)
+            _append(self._response_lines, entry.message_id, uuid)
+        elif (
+            isinstance(entry, UserEntry)
+            and entry.tool_result_ids
+            and named_parent in self._entries  # results are looked up by response lines
+        ):
+            _append(self._results_by_parent, named_parent or "", uuid)
 
     # -- the active chain --------------------------------------------------------------------
 
@@ -257,10 +300,12 @@ class Conversation:
 
     @property
     def entry_count(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._links)
 
     def active_chain(self) -> tuple[Entry, ...]:
-        """The entries in the model's context, oldest first (progress/system links included)."""
+        """The entries in the model's context, oldest first: user and assistant lines, and
+        the system lines on the way (progress and attachment lines are walked through, not
+        kept)."""
         return self._derive().chain
 
     def _derive(self) -> _Derived:
@@ -281,7 +326,7 @@ class Conversation:
     def _spine(self) -> tuple[list[Entry], set[str]]:
         spine: list[Entry] = []
         seen: set[str] = set()
-        current = self._leaf
+        current = self._resolve(self._leaf)
         while current is not None and current not in seen:
             entry = self._entries.get(current)
             if entry is None:
@@ -299,7 +344,7 @@ class Conversation:
         extra: list[Entry] = []
         responses = {e.message_id for e in spine if isinstance(e, AssistantEntry)}
         for message_id in responses:
-            lines = self._response_lines[message_id]
+            lines = _all(self._response_lines[message_id])
             tool_ids: set[str] = set()
             for uuid in lines:
                 line = self._entries[uuid]
@@ -308,7 +353,7 @@ class Conversation:
                 if uuid not in on_spine:
                     extra.append(line)
             for uuid in lines:
-                for result_uuid in self._results_by_parent.get(uuid, ()):
+                for result_uuid in _all(self._results_by_parent.get(uuid, ())):
                     result = self._entries[result_uuid]
                     assert isinstance(result, UserEntry)
                     if result_uuid not in on_spine and tool_ids.intersection(
@@ -454,6 +499,27 @@ class Conversation:
 
     def _responses(self) -> list[AssistantEntry]:
         return [e for e in self.active_chain() if isinstance(e, AssistantEntry) and not e.synthetic]
+
+
+_Uuids = str | list[str]
+
+
+def _append(index: dict[str, _Uuids], key: str, uuid: str) -> None:
+    held = index.get(key)
+    if held is None:
+        index[key] = uuid
+    elif isinstance(held, str):
+        index[key] = [held, uuid]
+    else:
+        held.append(uuid)
+
+
+def _first(held: _Uuids) -> str:
+    return held if isinstance(held, str) else held[0]
+
+
+def _all(held: _Uuids | tuple[()]) -> Sequence[str]:
+    return (held,) if isinstance(held, str) else held
 
 
 def _last_response(chain: tuple[Entry, ...]) -> str | None:
