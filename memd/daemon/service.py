@@ -130,6 +130,9 @@ class Daemon:
         self.llm: LLM | Disabled | None = None
         self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
         self.features_ready = anyio.Event()
+        # Set once the sessions the startup scan found active have been read: until then a
+        # session's cwd (which project it belongs to) may not be known yet.
+        self.history_read = anyio.Event()
         self._early_growth: dict[str, SessionState] = {}
 
     async def build_features(self) -> None:
@@ -464,9 +467,21 @@ async def _run_startup_scan(daemon: Daemon) -> None:
             daemon.ingest_queue.mark_nowait(path)
         queued += len(wanted)
         daemon.state_changed.set()
+        if not daemon.history_read.is_set():
+            await _until_read(daemon.ingest_queue, wanted)
+            daemon.history_read.set()
     stats = daemon.registry.statistics()
     daemon.notifier.status(f"{stats.sessions} sessions known, {stats.parsed} parsed")
     log.info("startup scan: %d sessions known, %d queued for reading", stats.sessions, queued)
+
+
+async def _until_read(queue: CoalescingQueue[Path], paths: list[Path]) -> None:
+    """Wait until none of ``paths`` waits in ``queue`` or is being read."""
+    pending = set(paths)
+    while pending:
+        pending = {p for p in pending if queue.is_queued(p) or queue.is_running(p)}
+        if pending:
+            await anyio.sleep(0.05)
 
 
 async def _run_ingest(daemon: Daemon) -> None:

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 GrowthListener = Callable[[SessionState], None]
 T = TypeVar("T")
-REHYDRATE_STEP = 8 * 1024 * 1024
+REHYDRATE_STEP = 256 * 1024  # as tail.DEFAULT_MAX_BYTES: short-lived objects stay few
 TRANSIENT_RETRY_S = 30.0
 Signature = tuple[int, ...] | None
 

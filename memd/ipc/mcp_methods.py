@@ -193,7 +193,9 @@ async def _located(daemon: Daemon, params: dict[str, Any]) -> Location:
 
 async def project_sessions(daemon: Daemon, cwd: str) -> list[SessionState]:
     """Claude Code sessions whose working directory is in the same project as ``cwd``,
-    most recently active first."""
+    most recently active first. Waits for the start-up read of the active sessions: until
+    then a session's project may be unknown."""
+    await daemon.history_read.wait()
     states = list(daemon.registry.states())
     return await anyio.to_thread.run_sync(partial(_same_project, states, cwd))
 

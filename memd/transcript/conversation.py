@@ -222,8 +222,13 @@ class Conversation:
             if lines:
                 first = self._entries[_first(lines)]
                 assert isinstance(first, AssistantEntry)
+                usage = first.usage if first.usage == entry.usage else entry.usage
                 return msgspec.structs.replace(
-                    entry, parent_uuid=parent, timestamp=None, message_id=first.message_id
+                    entry,
+                    parent_uuid=parent,
+                    timestamp=None,
+                    message_id=first.message_id,
+                    usage=usage,
                 )
         return msgspec.structs.replace(entry, parent_uuid=parent, timestamp=None)
 

@@ -36,17 +36,11 @@ Outline: TypeAlias = tuple[BlockRef, ...]
 
 
 class Usage(msgspec.Struct, frozen=True, gc=False):
-    """Token figures of one API response, as the transcript line repeats them."""
+    """Token figures of one API response, as the transcript line repeats them: what memd
+    needs of them (kept per assistant line, so kept small)."""
 
-    input_tokens: int = 0
+    prompt_tokens: int = 0  # the request's context: uncached + cache writes + cache reads
     output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        """The size of the request's context: uncached + cache writes + cache reads."""
-        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
 
 
 class _Envelope(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -426,12 +426,12 @@ def _assistant(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) 
 
 
 def _usage(wire: _WireUsage) -> Usage:
-    return Usage(
-        input_tokens=max(0, wire.input_tokens or 0),
-        output_tokens=max(0, wire.output_tokens or 0),
-        cache_creation_input_tokens=max(0, wire.cache_creation_input_tokens or 0),
-        cache_read_input_tokens=max(0, wire.cache_read_input_tokens or 0),
+    prompt = (
+        max(0, wire.input_tokens or 0)
+        + max(0, wire.cache_creation_input_tokens or 0)
+        + max(0, wire.cache_read_input_tokens or 0)
     )
+    return Usage(prompt_tokens=prompt, output_tokens=max(0, wire.output_tokens or 0))
 
 
 def _system(wire: _WireLine, uuid: str, at: int, size: int) -> SystemEntry:

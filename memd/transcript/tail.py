@@ -18,7 +18,9 @@ from typing import Any, BinaryIO, Final
 from memd import regular_file
 from memd.errors import StateError, TranscriptError
 
-DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
+# Bytes read per call: small batches keep the short-lived line objects few, so the long-lived
+# entries built from them pack densely (RSS for 300 sessions: +31 MiB at 8 MiB, +27 at 256 KiB).
+DEFAULT_MAX_BYTES: Final = 256 * 1024
 
 
 class UnreadableTranscript(TranscriptError):
