@@ -8,8 +8,9 @@ process, alternating, and the best round of each counts (the machine is shared):
 * baseline: read each file, split it into lines and decode every line with the fastest
   general-purpose JSON decoder available (msgspec untyped or orjson, whichever is faster here),
   building nothing else;
-* memd: ``read_appended`` (8 MiB steps) + ``parse_line`` + ``Conversation.add`` for every
-  line, then ``context()`` and ``message_count`` once per file, as the daemon does after a read.
+* memd: ``read_appended`` (256 KiB steps) + ``parse_line`` + ``Conversation.add`` for every
+  line into a conversation that reads its content back from the file (``FileLines``), then
+  ``context()`` and ``message_count`` once per file, as the daemon does after a read.
 
 Prints MB/s for both and the ratio; the target is memd >= 50% of the baseline. The same
 ingest followed by ``api_messages()`` (decoding the contents on the active chain, what
@@ -31,7 +32,9 @@ sys.path[:0] = [str(REPO)]
 import msgspec  # noqa: E402
 
 from memd import tokens  # noqa: E402
+from memd.transcript.content import FileLines  # noqa: E402
 from memd.transcript.conversation import Conversation  # noqa: E402
+from memd.transcript.parse import BadLine, parse_line  # noqa: E402
 from memd.transcript.tail import TailPosition, read_appended  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "data" / "transcripts"
@@ -67,17 +70,27 @@ def baseline(files: list[Path], decode: Decoder) -> int:
     return lines
 
 
+def read_conversation(path: Path) -> Conversation:
+    conversation = Conversation(sidechain="subagents" in path.parts, lines=FileLines(path))
+    position: TailPosition | None = None
+    while True:
+        read = read_appended(path, position)
+        for at, line in zip(read.offsets, read.lines, strict=True):
+            try:
+                entry = parse_line(line, at)
+            except BadLine:
+                continue
+            if entry is not None:
+                conversation.add(entry)
+        position = read.position
+        if not read.more:
+            return conversation
+
+
 def ingest(files: list[Path]) -> int:
     entries = 0
     for path in files:
-        conversation = Conversation(sidechain="subagents" in path.parts)
-        position: TailPosition | None = None
-        while True:
-            read = read_appended(path, position)
-            conversation.add_lines(read.lines)
-            position = read.position
-            if not read.more:
-                break
+        conversation = read_conversation(path)
         conversation.context()
         _ = conversation.message_count
         entries += conversation.entry_count
@@ -87,9 +100,7 @@ def ingest(files: list[Path]) -> int:
 def build_messages(files: list[Path]) -> int:
     messages = 0
     for path in files:
-        conversation = Conversation(sidechain="subagents" in path.parts)
-        conversation.add_lines(read_appended(path).lines)
-        messages += len(conversation.api_messages())
+        messages += len(read_conversation(path).api_messages())
     return messages
 
 

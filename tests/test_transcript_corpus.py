@@ -36,10 +36,14 @@ def _is_subagent(path: Path) -> bool:
 
 def _conversation(path: Path) -> Conversation:
     conversation = Conversation(sidechain=_is_subagent(path))
-    read = read_appended(path)
-    assert not read.more and read.skipped == 0
-    conversation.add_lines(read.lines)
-    return conversation
+    position = None
+    while True:  # the tailer reads a file in batches, as the daemon does
+        read = read_appended(path, position)
+        assert read.skipped == 0 and not read.reset
+        conversation.add_lines(read.lines)
+        position = read.position
+        if not read.more:
+            return conversation
 
 
 def expected_for(path: Path) -> Reading:

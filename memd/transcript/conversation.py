@@ -56,6 +56,7 @@ from memd.transcript.model import (
     AttachmentEntry,
     Content,
     Entry,
+    Outline,
     ProgressEntry,
     SystemEntry,
     UserEntry,
@@ -215,8 +216,9 @@ class Conversation:
         return self._links.get(hash(uuid), uuid)
 
     def _kept(self, entry: Entry, parent: str | None) -> Entry:
-        """The entry as kept: its resolved parent, no timestamp (noted, not kept), one copy of
-        a response's id for all its lines."""
+        """The entry as kept: its resolved parent; no timestamp, cwd, slug or session id (the
+        conversation notes them, entries need not repeat them); one copy of a response's id
+        and usage for all its lines, and of a tool id for its call and its result."""
         if isinstance(entry, AssistantEntry):
             lines = self._response_lines.get(entry.message_id)
             if lines:
@@ -225,12 +227,40 @@ class Conversation:
                 usage = first.usage if first.usage == entry.usage else entry.usage
                 return msgspec.structs.replace(
                     entry,
-                    parent_uuid=parent,
-                    timestamp=None,
                     message_id=first.message_id,
                     usage=usage,
+                    **self._bare(parent),
                 )
-        return msgspec.structs.replace(entry, parent_uuid=parent, timestamp=None)
+        if isinstance(entry, UserEntry) and entry.blocks:
+            blocks = self._shared_ids(entry.blocks, parent)
+            return msgspec.structs.replace(entry, blocks=blocks, **self._bare(parent))
+        return msgspec.structs.replace(entry, **self._bare(parent))
+
+    @staticmethod
+    def _bare(parent: str | None) -> dict[str, Any]:
+        return {
+            "parent_uuid": parent,
+            "timestamp": None,
+            "cwd": None,
+            "slug": None,
+            "session_id": None,
+        }
+
+    def _shared_ids(self, blocks: Outline, parent: str | None) -> Outline:
+        """A result's tool id as the very string of the call it answers (in the line it
+        names as its parent, where Claude Code writes it), else as it is."""
+        called = self._entries.get(parent) if parent is not None else None
+        if not isinstance(called, AssistantEntry) or not called.blocks:
+            return blocks
+        ids = {ref[2]: ref[2] for ref in called.blocks if ref[1] == "tool_use" and ref[2]}
+        if not ids:
+            return blocks
+        return tuple(
+            (index, kind, ids.get(ident, ident), ok)
+            if ident is not None
+            else (index, kind, ident, ok)
+            for index, kind, ident, ok in blocks
+        )
 
     def add_lines(self, lines: Iterable[bytes]) -> None:
         """Parse and add raw JSONL lines, kept in memory to be read back (the conversation
@@ -274,11 +304,11 @@ class Conversation:
             self.last_timestamp is None or entry.timestamp > self.last_timestamp
         ):
             self.last_timestamp = entry.timestamp
-        if entry.cwd is not None:
+        if entry.cwd is not None and entry.cwd != self.cwd:
             self.cwd = entry.cwd
-        if entry.slug is not None:
+        if entry.slug is not None and entry.slug != self.slug:
             self.slug = entry.slug
-        if entry.session_id is not None:
+        if entry.session_id is not None and entry.session_id != self.session_id:
             self.session_id = entry.session_id
 
     def _index(self, entry: Entry, named_parent: str | None) -> None:

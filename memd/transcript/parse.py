@@ -262,9 +262,9 @@ def _to_entry(wire: _WireLine, line: bytes, at: int, size: int) -> Entry | None:
                 size=size,
                 is_sidechain=wire.isSidechain is True,
                 timestamp=wire.timestamp,
-                cwd=_shared(wire.cwd),
-                slug=_shared(wire.slug),
-                session_id=_shared(wire.sessionId),
+                cwd=wire.cwd,
+                slug=wire.slug,
+                session_id=wire.sessionId,
             )
         case "attachment":
             return AttachmentEntry(
@@ -274,16 +274,16 @@ def _to_entry(wire: _WireLine, line: bytes, at: int, size: int) -> Entry | None:
                 size=size,
                 is_sidechain=wire.isSidechain is True,
                 timestamp=wire.timestamp,
-                cwd=_shared(wire.cwd),
-                slug=_shared(wire.slug),
-                session_id=_shared(wire.sessionId),
+                cwd=wire.cwd,
+                slug=wire.slug,
+                session_id=wire.sessionId,
             )
         case _:
             return None
 
 
 def _shared(value: str | None) -> str | None:
-    """One copy of a string every line of a session repeats (cwd, session id, slug)."""
+    """One copy of a string many lines repeat (a model's name, a system line's subtype)."""
     return None if value is None else sys.intern(value)
 
 
@@ -308,23 +308,29 @@ def _outline(message: _WireMessage | None, line: bytes, accepts: _Accepts) -> Ou
     """One :data:`BlockRef` per content block of a type memd knows, in order."""
     if message is None:
         return ()
-    # A line with fewer brackets than the limit cannot nest deeper: most lines stop here.
-    if line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH and _too_deep(line):
-        raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
     value = message.content
     if isinstance(value, str):
         return (_ref(0, "text", None, _nonblank(value)),) if value else ()
+    # A line with fewer brackets than the limit cannot nest deeper: most lines stop here.
+    if (
+        len(line) > 2 * MAX_CONTENT_DEPTH
+        and line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH
+        and _too_deep(line)
+    ):
+        raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
     if not value:
         return ()
     refs: list[BlockRef] = []
     for index, block in enumerate(value):
-        kind = _KINDS.get(block.type) if isinstance(block.type, str) else None
+        kind = _KINDS.get(block.type) if block.type.__class__ is str else None
         if kind is None:
             continue
-        key = (
-            block.id if kind == "tool_use" else block.tool_use_id if kind == "tool_result" else None
-        )
-        ident = key if isinstance(key, str) else None
+        if kind == "tool_use":
+            ident = block.id if block.id.__class__ is str else None
+        elif kind == "tool_result":
+            ident = block.tool_use_id if block.tool_use_id.__class__ is str else None
+        else:
+            ident = None
         refs.append(_ref(index, kind, ident, accepts(kind, block)))
     return _shared_outline(tuple(refs))
 
@@ -396,9 +402,9 @@ def _user(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) -> Us
         size=size,
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
-        cwd=_shared(wire.cwd),
-        slug=_shared(wire.slug),
-        session_id=_shared(wire.sessionId),
+        cwd=wire.cwd,
+        slug=wire.slug,
+        session_id=wire.sessionId,
         blocks=blocks,
         is_meta=wire.isMeta is True,
         is_compact_summary=wire.isCompactSummary is True,
@@ -415,9 +421,9 @@ def _assistant(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) 
         size=size,
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
-        cwd=_shared(wire.cwd),
-        slug=_shared(wire.slug),
-        session_id=_shared(wire.sessionId),
+        cwd=wire.cwd,
+        slug=wire.slug,
+        session_id=wire.sessionId,
         message_id=message.id or uuid,
         model=_shared(message.model),
         blocks=blocks,
@@ -443,10 +449,10 @@ def _system(wire: _WireLine, uuid: str, at: int, size: int) -> SystemEntry:
         size=size,
         is_sidechain=wire.isSidechain is True,
         timestamp=wire.timestamp,
-        cwd=_shared(wire.cwd),
-        slug=_shared(wire.slug),
-        session_id=_shared(wire.sessionId),
-        subtype=wire.subtype,
+        cwd=wire.cwd,
+        slug=wire.slug,
+        session_id=wire.sessionId,
+        subtype=_shared(wire.subtype),
         logical_parent_uuid=wire.logicalParentUuid,
         compact_trigger=compact.trigger,
         pre_tokens=compact.preTokens,
