@@ -379,11 +379,19 @@ def _too_deep(line: bytes) -> bool:
     its bytes: strings taken out, then the running depth of the brackets left."""
     found = _raw_decoder.decode(line).message
     raw = bytes(memoryview(found.content)) if found is not None else b""
-    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
     return len(brackets) > 2 * MAX_CONTENT_DEPTH and _depth(brackets) > MAX_CONTENT_DEPTH
 
 
-_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+def _outside_strings(json: bytes) -> bytes:
+    """The bytes of valid JSON that are not inside a string: escaped backslashes and quotes
+    out first, so every quote left opens or closes a string (C-speed passes, no regex)."""
+    if b"\\" in json:
+        json = json.replace(b"\\\\", b"")
+    parts = json.replace(b'\\"', b"").split(b'"')
+    return b"".join(parts[0::2])
+
+
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _STEP: Final = [0] * 256
 _STEP[ord("[")] = _STEP[ord("{")] = 1
