@@ -116,7 +116,7 @@ def unpack(data: bytes, at: int = 0, depth: int = 0) -> tuple[object, int]:
         if tag <= 0x9F:
             size, is_map = tag & 0x0F, tag < 0x90
         else:
-            width = _CONTAINERS[tag]
+            width = _fits(data, at, _CONTAINERS[tag])
             size, is_map = int.from_bytes(data[at : at + width], "big"), tag >= 0xDE
             at += width
         return _container(data, at, size, is_map, depth)
@@ -125,16 +125,23 @@ def unpack(data: bytes, at: int = 0, depth: int = 0) -> tuple[object, int]:
     if tag in (0xC0, 0xC2, 0xC3):
         return {0xC0: None, 0xC2: False, 0xC3: True}[tag], at
     if tag in _FIXED:
-        width = _FIXED[tag]
+        width = _fits(data, at, _FIXED[tag])
         signed = tag >= 0xD0
         return int.from_bytes(data[at : at + width], "big", signed=signed), at + width
     if tag in _SIZED:
-        width = _SIZED[tag]
+        width = _fits(data, at, _SIZED[tag])
         size = int.from_bytes(data[at : at + width], "big")
         return _text(data, at + width, size, tag >= 0xD9)
     if tag in (0xCA, 0xCB):
-        return 0.0, at + (4 if tag == 0xCA else 8)  # the hook reads no float
+        return 0.0, at + _fits(data, at, 4 if tag == 0xCA else 8)  # the hook reads no float
     raise ValueError(f"msgpack type 0x{tag:02x} is not expected")
+
+
+def _fits(data: bytes, at: int, width: int) -> int:
+    """``width``, when that many bytes are left at ``at``."""
+    if at + width > len(data):
+        raise ValueError("truncated")
+    return width
 
 
 def _text(data: bytes, at: int, size: int, is_str: bool) -> tuple[object, int]:
