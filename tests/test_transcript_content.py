@@ -217,3 +217,22 @@ async def test_a_transcript_gone_or_hostile_after_ingest_is_an_error_not_a_hang(
     assert isinstance(raised.value, NotFound | TranscriptChanged)
     if what == "directory":
         shutil.rmtree(path)
+
+
+def test_a_line_rewritten_deeper_than_the_limit_is_a_changed_transcript(tmp_path: Path) -> None:
+    """Same uuid, same length, content now nested past what the parser accepts."""
+    good = b'{"type":"user","uuid":"u","message":{"content":[{"type":"text","text":"%s"}]}}'
+    shallow = good % (b"x" * 420)
+    nested = b"[" * 101 + b"]" * 101
+    deep = b'{"type":"user","uuid":"u","message":{"content":[%s,{"type":"text","text":"%s"}]}}'
+    deep = deep % (nested, b"x" * (len(shallow) - len(deep % (nested, b""))))
+    assert len(deep) == len(shallow)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(shallow + b"\n")
+    conv = Conversation(lines=FileLines(path, path.stat().st_ino), cache=ContentCache())
+    entry = parse_line(shallow, 0)
+    assert entry is not None
+    conv.add(entry)
+    _rewrite_in_place(path, deep + b"\n")
+    with pytest.raises(TranscriptChanged, match="nested deeper"):
+        conv.messages()

@@ -167,7 +167,9 @@ def line_content(line: bytes) -> tuple[str | None, Content]:
         raise BadLine("nested deeper than the decoder can follow") from None
     if found is None:
         raise BadLine("blank line")
-    decoded, _ = found
+    decoded, checked = found
+    if _brackets_over_limit(checked) and _too_deep(checked):  # as parse_line judges it
+        raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
     uuid = decoded.uuid if isinstance(decoded.uuid, str) else None
     value = None if decoded.message is None else decoded.message.content
     if isinstance(value, str):
@@ -311,12 +313,7 @@ def _outline(message: _WireMessage | None, line: bytes, accepts: _Accepts) -> Ou
     value = message.content
     if isinstance(value, str):
         return (_ref(0, "text", None, _nonblank(value)),) if value else ()
-    # A line with fewer brackets than the limit cannot nest deeper: most lines stop here.
-    if (
-        len(line) > 2 * MAX_CONTENT_DEPTH
-        and line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH
-        and _too_deep(line)
-    ):
+    if _brackets_over_limit(line) and _too_deep(line):
         raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
     if not value:
         return ()
@@ -372,6 +369,13 @@ def _shared_outline(refs: Outline) -> Outline:
     if shared is None and len(_outlines) < _SHARED_MAX:
         shared = _outlines[refs] = refs
     return shared or refs
+
+
+def _brackets_over_limit(line: bytes) -> bool:
+    """A line with fewer brackets than the limit cannot nest deeper: most lines stop here."""
+    return len(line) > 2 * MAX_CONTENT_DEPTH and (
+        line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH
+    )
 
 
 def _too_deep(line: bytes) -> bool:
