@@ -459,7 +459,7 @@ class Conversation:
     def _measure(self, chain: tuple[Entry, ...]) -> ContextFigure:
         last = _last_response(chain)
         if last is None:
-            tail = sum(self._estimate(entry) for entry in chain)
+            tail = self._estimate_all(chain)
             root = chain[0] if chain else None
             stale = isinstance(root, SystemEntry) and root.is_compact_boundary
             return ContextFigure(tail, 0, tail, stale)
@@ -472,24 +472,27 @@ class Conversation:
         prompt = usage.prompt_tokens if usage is not None else 0
         output = max((e.usage.output_tokens for e in lines if e.usage is not None), default=0)
         first = next(i for i, entry in enumerate(chain) if entry is lines[0])
-        tail = sum(
-            self._estimate(entry)
-            for entry in chain[first + 1 :]
-            if not (isinstance(entry, AssistantEntry) and entry.message_id == last)
+        tail = self._estimate_all(
+            e
+            for e in chain[first + 1 :]
+            if not (isinstance(e, AssistantEntry) and e.message_id == last)
         )
         return ContextFigure(prompt + output + tail, prompt + output, tail, False)
 
-    def _estimate(self, entry: Entry) -> int:
-        """Tokens of an entry's content if it reaches the model, else 0 (cached per entry)."""
-        if isinstance(entry, UserEntry) or (
-            isinstance(entry, AssistantEntry) and not entry.synthetic
-        ):
-            cached = self._estimates.get(entry.uuid)
-            if cached is None:
-                cached = estimate_content(self._contents((entry,))[entry.uuid])
-                self._estimates[entry.uuid] = cached
-            return cached
-        return 0
+    def _estimate_all(self, entries: Iterable[Entry]) -> int:
+        """Tokens of the entries' content that reaches the model (user lines, real responses),
+        cached per entry; the lines not estimated yet are read back in one go."""
+        counted = [
+            e
+            for e in entries
+            if isinstance(e, UserEntry) or (isinstance(e, AssistantEntry) and not e.synthetic)
+        ]
+        new = [e for e in counted if e.uuid not in self._estimates]
+        if new:
+            contents = self._contents(new)
+            for entry in new:
+                self._estimates[entry.uuid] = estimate_content(contents[entry.uuid])
+        return sum(self._estimates[e.uuid] for e in counted)
 
     # -- counters for triggers -------------------------------------------------------------------
 
