@@ -18,7 +18,8 @@ from memd.memory.paths import memory_dir
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI, RecordedRequest
 from memd.testing.loopback_replies import When
-from memd_client.hooks_install import install_hooks
+from memd_client import hook as hook_module
+from memd_client.hooks_install import hook_command, install_hooks
 from tests.claude_cli import ClaudeCLI
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 
@@ -53,7 +54,8 @@ def setup(home: Home, memd_api: LoopbackAPI, settings: dict[str, Any]) -> Path:
     user_settings = home.root / ".claude" / "settings.json"
     user_settings.parent.mkdir(parents=True, exist_ok=True)
     user_settings.write_text(json.dumps(settings))
-    install_hooks(user_settings, f"{sys.executable} -m memd_client.hook")
+    # The form memdctl install-hooks registers, run by the real CLI through its shell.
+    install_hooks(user_settings, hook_command(sys.executable, hook_module.__file__))
     mdir = memory_dir(home.projects, project)
     mdir.mkdir(parents=True)
     (mdir / "MEMORY.md").write_text(INDEX_LINE + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -17,7 +18,14 @@ from hypothesis import strategies as st
 import memd_client
 from memd.memory.hook_context import hook_stdout
 from memd_client import hook
-from memd_client.hooks_install import install_hooks, merge_hooks
+from memd_client.hooks_install import (
+    HOOK_CODE,
+    hook_command,
+    install_hooks,
+    merge_hooks,
+    parse_memd_hook,
+    uninstall_hooks,
+)
 
 EVENTS = [
     {"hook_event_name": "SessionStart", "source": "startup", "session_id": "s", "cwd": "/x"},
@@ -179,3 +187,92 @@ def test_session_end_waits_at_most_a_second_within_claude_codes_budget() -> None
     assert hook.hook_timeout({}, end) == hook.SESSION_END_TIMEOUT_S < 1.5
     prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": '"SessionEnd"'})
     assert hook.hook_timeout({}, prompt.encode()) == hook.DEFAULT_TIMEOUT_S
+
+
+OLD_FORMS = [
+    "/usr/local/bin/memd-hook",
+    "'/home/a b/.venv/bin/memd-hook'",
+    "/usr/bin/python3 -m memd_client.hook",
+    "/v/bin/python /v/lib/python3.11/site-packages/memd_client/hook.py",
+]
+
+
+def memd_commands(settings: Path, event: str) -> list[str]:
+    groups = json.loads(settings.read_text())["hooks"].get(event, [])
+    return [h["command"] for g in groups for h in g["hooks"] if parse_memd_hook(h["command"])]
+
+
+@pytest.mark.parametrize("old", OLD_FORMS)
+def test_install_hooks_replaces_an_older_memd_entry(tmp_path: Path, old: str) -> None:
+    """An upgrade from the console script (or -m, or the script by path) to the interpreter
+    form leaves one memd entry per event, and the user's hooks where they were."""
+    settings = tmp_path / "settings.json"
+    theirs = {"type": "command", "command": "my-linter --fix"}
+    old_entry = {"type": "command", "command": old, "timeout": 10}
+    groups = {"Stop": [{"hooks": [theirs, old_entry]}], "SessionEnd": [{"hooks": [old_entry]}]}
+    settings.write_text(json.dumps({"hooks": groups}))
+    new = hook_command("/opt/py/bin/python3", "/opt/py/lib/site-packages/memd_client/hook.py")
+    done = install_hooks(settings, new)
+    assert "removed memd's older hook command for Stop, SessionEnd" in done
+    for event in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"):
+        assert memd_commands(settings, event) == [new]
+    stop = json.loads(settings.read_text())["hooks"]["Stop"]
+    assert stop[0] == {"hooks": [theirs]}
+    assert install_hooks(settings, new) == [f"memd hooks already present in {settings}"]
+
+
+def test_uninstall_hooks_removes_every_form(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    theirs = {"type": "command", "command": "python3 -c 'print(1)' memd_client/hook.txt"}
+    new = hook_command("/usr/bin/python3", "/x/memd_client/hook.py")
+    entries = [{"type": "command", "command": c} for c in [*OLD_FORMS, new]]
+    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [theirs, *entries]}]}}))
+    uninstall_hooks(settings)
+    assert json.loads(settings.read_text()) == {"hooks": {"Stop": [{"hooks": [theirs]}]}}
+
+
+@given(st.text(min_size=1).filter(lambda t: "\x00" not in t), st.text(min_size=1))
+def test_the_hook_command_names_its_paths_whatever_they_hold(folder: str, name: str) -> None:
+    python = f"/{folder}/bin/python3"
+    hook_file = f"/{folder}/{name.replace('/', '_')}/memd_client/hook.py"
+    command = hook_command(python, hook_file)
+    assert shlex.split(command) == [python, "-I", "-c", HOOK_CODE, hook_file]
+    parsed = parse_memd_hook(command)
+    assert parsed is not None and parsed.form == "interpreter"
+    assert (parsed.program, parsed.module_file) == (python, hook_file)
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_the_registered_command_runs_from_an_awkward_path(tmp_path: Path, shell: str) -> None:
+    """Claude Code hands the command to a shell: a path with a space, quotes and a dollar
+    sign reaches Python whole, and the hook runs (no daemon: exit 0, nothing printed; an
+    import that failed would exit 1 with a traceback)."""
+    awkward = tmp_path / 'it\'s a "$HOME" dir'
+    awkward.mkdir()
+    (awkward / "python3").symlink_to(sys.executable)
+    (awkward / "memd_client").symlink_to(Path(memd_client.__file__).parent)
+    command = hook_command(str(awkward / "python3"), str(awkward / "memd_client" / "hook.py"))
+    env = {"PATH": "/usr/bin:/bin", "MEMD_SOCKET": str(tmp_path / "nothing.sock")}
+    stdin = json.dumps(EVENTS[1]).encode()
+    done = subprocess.run(
+        [shell, "-c", command], input=stdin, env=env, capture_output=True, timeout=30
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_the_hook_file_runs_as_a_script() -> None:
+    """``python …/memd_client/hook.py`` puts the package dir first on sys.path: no file
+    beside the hook may shadow a standard-library module, and the file imports nothing of
+    its own package."""
+    package = Path(memd_client.__file__).parent
+    beside = {p.stem for p in package.iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert not beside & set(sys.stdlib_module_names)
+    env = {"PATH": "/usr/bin:/bin", "MEMD_SOCKET": "/nonexistent/memd.sock"}
+    for argv in (
+        [sys.executable, str(package / "hook.py")],
+        [sys.executable, "-I", "-S", str(package / "hook.py")],
+    ):
+        done = subprocess.run(
+            argv, input=json.dumps(EVENTS[0]).encode(), env=env, capture_output=True, timeout=30
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")

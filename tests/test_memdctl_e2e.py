@@ -293,6 +293,12 @@ def test_doctor_verdicts(tmp_path: Path) -> None:
                     }
                 )
             )
+            done = memdctl(home, "doctor", "--json")
+            assert done.returncode == 0, done.stdout
+            checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+            assert checks["hooks"]["verdict"] == "warn", checks["hooks"]
+            assert "console script" in checks["hooks"]["detail"]
+            assert memdctl(home, "install-hooks").returncode == 0
             done = memdctl(home, "doctor")
             assert "ok    hooks" in done.stdout, done.stdout
             assert done.returncode == 0, done.stdout
@@ -423,4 +429,4 @@ def test_install_and_uninstall_hooks_keep_mode_and_other_hooks(tmp_path: Path) -
         }
         assert stat.S_IMODE(settings.stat().st_mode) == 0o644
         backup = settings.with_name("settings.json.memd-backup")
-        assert "memd-hook" in backup.read_text()
+        assert "from memd_client.hook import main" in backup.read_text()

@@ -9,6 +9,7 @@ import logging
 import os
 import plistlib
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ from memd_client import service
 from memd_client.cli import build_parser
 from memd_client.cli_base import Ctx
 from memd_client.cli_daemon import extraction_failure, project_params
+from memd_client.cli_doctor import Facts, check_hooks
 from memd_client.cli_top import screen_lines
-from memd_client.hooks_install import install_hooks, uninstall_hooks
+from memd_client.hooks_install import hook_command, install_hooks, uninstall_hooks
 from memd_client.render import render_session, render_sessions
 from memd_client.render_status import render_status
 from memd_client.textfmt import ago, table, unique_prefixes
@@ -293,3 +295,18 @@ def test_progress_is_drawn_on_a_terminal_only() -> None:
     assert piped.getvalue() == ""
     assert Ctx(args, out=_Terminal(), env={"NO_COLOR": "1"}).style().colour is False
     assert Ctx(args, out=_Terminal(), env={"TERM": "xterm"}).style().colour is True
+
+
+def test_doctor_names_a_hook_file_that_is_gone(tmp_path: Path) -> None:
+    """memd-client removed from the venv the hooks name: the hook would fail, the doctor says
+    which file is missing; present again, the check passes."""
+    settings = tmp_path / "settings.json"
+    hook_file = tmp_path / "site-packages" / "memd_client" / "hook.py"
+    install_hooks(settings, hook_command(sys.executable, str(hook_file)))
+    facts = Facts({}, tmp_path, settings=settings)
+    gone = check_hooks(facts)
+    assert (gone.verdict, gone.fix) == ("fail", "run `memdctl install-hooks`")
+    assert str(hook_file) in gone.detail
+    hook_file.parent.mkdir(parents=True)
+    hook_file.write_text("")
+    assert check_hooks(facts).verdict == "ok"

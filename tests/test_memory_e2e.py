@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+import memd_client
 from memd.memory.paths import memory_dir
+from memd_client.hooks_install import MemdHook, parse_memd_hook
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
 
 pytestmark = pytest.mark.slow
@@ -53,11 +55,39 @@ def write_memories(home: Home, cwd: Path, age_days: float) -> Path:
     return mdir
 
 
-def hook(home: Home, event: dict[str, Any]) -> subprocess.CompletedProcess[bytes]:
+def registered_hook(home: Home) -> str:
+    """The hook command ``memdctl install-hooks`` writes to Claude Code's settings, run from
+    an interpreter and a package whose paths hold a space, quotes and a dollar sign."""
+    awkward = home.root / 'memd\'s "$HOME" install'
+    awkward.mkdir()
+    (awkward / "python3").symlink_to(sys.executable)
+    (awkward / "memd_client").symlink_to(Path(memd_client.__file__).parent)
+    env = {**home.env, "PYTHONPATH": f"{awkward}:{home.env.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [str(awkward / "python3"), "-m", "memd_client.cli", "install-hooks"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    settings = json.loads((home.root / ".claude" / "settings.json").read_text())
+    commands = {h["command"] for g in settings["hooks"].values() for h in g[0]["hooks"]}
+    assert len(commands) == 1
+    command: str = commands.pop()
+    assert parse_memd_hook(command) == MemdHook(
+        str(awkward / "python3"), str(awkward / "memd_client" / "hook.py"), "interpreter"
+    )
+    return command
+
+
+def hook(home: Home, event: dict[str, Any], command: str) -> subprocess.CompletedProcess[bytes]:
+    """The hook as Claude Code runs it: the registered command through bash, in the project."""
     return subprocess.run(
-        [sys.executable, "-m", "memd_client.hook"],
+        ["bash", "-c", command],
         input=json.dumps(event).encode(),
         env=home.env,
+        cwd=event.get("cwd"),
         capture_output=True,
         timeout=30,
     )
@@ -78,11 +108,16 @@ def test_hook_events_recall_and_memories(tmp_path: Path) -> None:
     # Claude Code's own auto memory off (forwarded by the hook): memd injects its index.
     with fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home:
         write_memories(home, cwd, age_days=3)
+        command = registered_hook(home)
         proc = start_memd(home)
         try:
             common = {"session_id": "sess-1", "cwd": str(cwd), "transcript_path": "/nonexistent"}
             start = context_of(
-                hook(home, {**common, "hook_event_name": "SessionStart", "source": "startup"}),
+                hook(
+                    home,
+                    {**common, "hook_event_name": "SessionStart", "source": "startup"},
+                    command,
+                ),
                 "SessionStart",
             )
             assert "Run the test suite with scripts/check" in start
@@ -92,15 +127,17 @@ def test_hook_events_recall_and_memories(tmp_path: Path) -> None:
                 "hook_event_name": "UserPromptSubmit",
                 "prompt": "how should I run the test suite before committing?",
             }
-            recalled = context_of(hook(home, prompt), "UserPromptSubmit")
+            recalled = context_of(hook(home, prompt, command), "UserPromptSubmit")
             assert "feedback_tests.md" in recalled
             assert "3 days ago" in recalled
             # The same session is not shown the same memory twice.
-            again = hook(home, prompt)
+            again = hook(home, prompt, command)
             assert again.returncode == 0
             assert b"feedback_tests.md" not in again.stdout
 
-            stop = hook(home, {**common, "hook_event_name": "Stop", "stop_hook_active": False})
+            stop = hook(
+                home, {**common, "hook_event_name": "Stop", "stop_hook_active": False}, command
+            )
             assert (stop.returncode, stop.stdout, stop.stderr) == (0, b"", b"")
 
             result = call(home, "recall", {"query": "when do we release?", "cwd": str(cwd)})
@@ -140,6 +177,7 @@ def test_opted_out_project_gets_nothing(tmp_path: Path) -> None:
     (cwd / ".memd-ignore").write_text("")
     with fake_home(tmp_path) as home:
         write_memories(home, cwd, age_days=0)
+        command = registered_hook(home)
         proc = start_memd(home)
         try:
             event = {
@@ -148,7 +186,7 @@ def test_opted_out_project_gets_nothing(tmp_path: Path) -> None:
                 "hook_event_name": "SessionStart",
                 "source": "startup",
             }
-            done = hook(home, event)
+            done = hook(home, event, command)
             assert (done.returncode, done.stdout) == (0, b"")
             assert call(home, "memory_index", {"cwd": str(cwd)})["opted_out"]
         finally:

@@ -19,7 +19,7 @@ from memd_client import service
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, Ctx, Registrar
 from memd_client.cli_local import client_version, settings_path
 from memd_client.errors import MemdClientError
-from memd_client.hooks_install import MATCHERS, is_memd_hook, read_settings
+from memd_client.hooks_install import MATCHERS, MemdHook, parse_memd_hook, read_settings
 from memd_client.paths import default_runtime_dir
 from memd_client.textfmt import Style
 
@@ -171,32 +171,44 @@ def check_hooks(f: Facts) -> Check:
         return Check("hooks", "fail", str(exc), f"repair {f.settings}, then {fix}")
     hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
     assert isinstance(hooks, dict)
-    missing, broken = [], []
-    for event in MATCHERS:
-        commands = [
-            h.get("command")
-            for g in hooks.get(event) or []
-            if isinstance(g, dict)
-            for h in g.get("hooks") or []
-            if isinstance(h, dict) and is_memd_hook(h.get("command"))
-        ]
-        if not commands:
-            missing.append(event)
-        broken += [str(c) for c in commands if not _runnable(str(c))]
+    found = {event: _memd_hooks(hooks.get(event)) for event in MATCHERS}
+    missing = [event for event, mine in found.items() if not mine]
     if missing:
         return Check("hooks", "fail", f"no memd hook for {', '.join(missing)} in {f.settings}", fix)
-    if broken:
+    every = [h for mine in found.values() for h in mine]
+    broken = next((h for h in every if not _runnable(h)), None)
+    if broken is not None:
+        what = broken.module_file or broken.program
+        return Check("hooks", "fail", f"the hook's {what} does not exist or cannot run", fix)
+    older = next((h for h in every if h.form != "interpreter"), None)
+    if older is not None:
         return Check(
-            "hooks", "fail", f"the hook command {broken[0]} does not exist or cannot run", fix
+            "hooks",
+            "warn",
+            f"the hook runs in an older, slower form ({older.form}: {older.program})",
+            f"{fix}: it replaces it",
         )
-    return Check("hooks", "ok", f"memd-hook runs on {', '.join(MATCHERS)}")
+    return Check("hooks", "ok", f"memd's hook runs on {', '.join(MATCHERS)}")
 
 
-def _runnable(command: str) -> bool:
-    program = command.strip().split()[0]
+def _memd_hooks(groups: object) -> list[MemdHook]:
+    found = []
+    for group in groups if isinstance(groups, list) else []:
+        inner = group.get("hooks") if isinstance(group, dict) else None
+        for h in inner if isinstance(inner, list) else []:
+            parsed = parse_memd_hook(h.get("command")) if isinstance(h, dict) else None
+            if parsed is not None:
+                found.append(parsed)
+    return found
+
+
+def _runnable(hook: MemdHook) -> bool:
+    program = hook.program
     if "/" not in program:
-        return any(os.access(Path(d) / program, os.X_OK) for d in os.get_exec_path())
-    return os.access(program, os.X_OK) and Path(program).is_file()
+        runs = any(os.access(Path(d) / program, os.X_OK) for d in os.get_exec_path())
+    else:
+        runs = os.access(program, os.X_OK) and Path(program).is_file()
+    return runs and (hook.module_file is None or Path(hook.module_file).is_file())
 
 
 def check_service(f: Facts) -> Check:

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from memd_client import service
+from memd_client import hook, hooks_install, service
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.errors import MemdClientError
 from memd_client.hooks_install import install_hooks, uninstall_hooks
@@ -72,8 +72,12 @@ def settings_path(ctx: Ctx) -> Path:
 
 
 def hook_command() -> str | None:
-    beside = Path(sys.executable).parent / "memd-hook"
-    return str(beside) if beside.exists() else shutil.which("memd-hook")
+    """This interpreter running the installed ``memd_client/hook.py`` (the fast form, see
+    :mod:`memd_client.hooks_install`); the ``memd-hook`` console script when this process
+    cannot name its interpreter; ``None`` when there is neither."""
+    if sys.executable and os.path.isabs(sys.executable):
+        return hooks_install.hook_command(sys.executable, os.path.abspath(hook.__file__))
+    return shutil.which("memd-hook")
 
 
 def _plan(ctx: Ctx) -> service.ServicePlan:
@@ -125,7 +129,11 @@ def cmd_install_hooks(ctx: Ctx) -> int:
     settings = settings_path(ctx)
     command = hook_command()
     if command is None:
-        raise CliFailure("cannot find the memd-hook command; install memd-client", EXIT_USAGE)
+        raise CliFailure(
+            "cannot find a Python interpreter or the memd-hook command to register; "
+            "reinstall memd-client",
+            EXIT_USAGE,
+        )
     try:
         done = install_hooks(settings, command)
     except (OSError, ValueError) as exc:

@@ -21,9 +21,14 @@ daemon, and the import graph is ``os``, ``sys`` and ``_socket`` — no ``pathlib
 more than the rest): the one request frame and the reply are coded by the small msgpack
 subset below (:func:`pack`, :func:`unpack`; the reply may use any msgpack type but ext).
 ``python -X importtime -m memd_client.hook`` shows it; ``bench/hook.py --regular`` measures
-it in a regular install. The module needs nothing else from ``memd_client``, so it can also
-run as a script (``python …/memd_client/hook.py``), which spares the ``re`` import of a
-console-script launcher.
+it in a regular install.
+
+``memdctl install-hooks`` registers it as ``<python> -I -c '…from memd_client.hook import
+main…' <…>/memd_client/hook.py`` (:func:`memd_client.hooks_install.hook_command`): no
+console-script launcher (which imports ``re``), and the module's cached bytecode rather than
+a compile of this file on every run. The ``memd-hook`` console script stays for hand-written
+settings. The module needs nothing else from ``memd_client``, so it also runs as a script
+(``python …/memd_client/hook.py``; no file beside it shadows a standard-library module).
 """
 
 from __future__ import annotations
