@@ -55,6 +55,7 @@ if not CORPUS.is_dir():
     CORPUS = Path("/work/shared/data/transcripts")
 MONTH_AGO = time.time() - 30 * 86400
 SMALL_LINES = 20
+STALL_WINDOW_S = 1.5
 ACTIVE_AT_10K = 100
 
 FLOOR_PROBE = """
@@ -106,16 +107,13 @@ def library_floor() -> float:
 
 
 def python_pass() -> tuple[float, float]:
-    """Median wall time and CPU time (user + system) of ``python -c pass``."""
-    runs, cpus = [], []
-    for _ in range(7):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        runs.append(time.perf_counter() - t0)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    return statistics.median(runs), statistics.median(cpus)
+    """Wall time and CPU time (user + system) of one ``python -c pass``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def idle_cpu(pid: int, seconds: float) -> float:
@@ -190,6 +188,7 @@ def run_daemon(home: Path, runtime: Path) -> Iterator[Running]:
         [sys.executable, "-m", "memd.daemon.main"],
         env=daemon_env(home, runtime),
         stderr=subprocess.DEVNULL,
+        cwd=home,  # ``-m`` puts the cwd first on sys.path: a checkout there would win over --build
     )
     try:
         yield Running(proc, runtime / "memd" / "memd.sock", t0)
@@ -346,15 +345,40 @@ def recall_run(count: int, runs: int) -> tuple[float, float]:
 # -- start-up and compaction after a restart ----------------------------------------------------
 
 
-def hello_after_start(runs: int = 5) -> tuple[float, float]:
-    """Median wall time to the first ``hello`` answer, and the CPU the daemon had used by
-    then (less sensitive to the load of a shared machine than wall time)."""
-    times, cpus = [], []
+def hello_after_start(runs: int) -> dict[str, float]:
+    """Medians of: wall time to the first ``hello`` answer and the CPU the daemon had used by
+    then (less sensitive to the load of a shared machine than wall time), each run next to a
+    ``python -c pass`` so that load hits both alike."""
+    times, cpus, bare, bare_cpus, stalls = [], [], [], [], []
     for _ in range(runs):
+        took, cpu = python_pass()
+        bare.append(took)
+        bare_cpus.append(cpu)
         with temp_home() as (home, runtime), run_daemon(home, runtime) as d:
             times.append(d.wait_hello())
             cpus.append(cpu_seconds(d.proc.pid))
-    return statistics.median(times), statistics.median(cpus)
+            stalls.append(worst_hello(d, STALL_WINDOW_S))
+    m = statistics.median
+    return {
+        "hello": m(times),
+        "hello_cpu": m(cpus),
+        "bare": m(bare),
+        "bare_cpu": m(bare_cpus),
+        "stall": m(stalls),
+    }
+
+
+def worst_hello(d: Running, seconds: float) -> float:
+    """The slowest ``hello`` of back-to-back requests over the first ``seconds`` after the
+    first answer, while the features load: how long the loop stops serving meanwhile."""
+    worst = 0.0
+    with d.client() as c:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            c.call("hello")
+            worst = max(worst, time.perf_counter() - t0)
+    return worst
 
 
 def cut_before_auto_compaction(data: bytes) -> bytes | None:
@@ -442,6 +466,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200, help="requests per latency figure")
     ap.add_argument("--idle", type=float, default=10.0, help="idle CPU window, seconds")
     ap.add_argument("--settle", type=float, default=5.0, help="wait after restart, seconds")
+    ap.add_argument("--starts", type=int, default=9, help="daemon starts for the hello figure")
     ap.add_argument(
         "--build",
         type=Path,
@@ -458,14 +483,20 @@ def main() -> None:
     floor = library_floor()
     print(f"library floor (anyio, msgpack, watchfiles, tiktoken cl100k): {floor:.1f} MiB")
     if "startup" in args.only:
-        (bare, bare_cpu), (hello, hello_cpu) = python_pass(), hello_after_start()
+        fig = hello_after_start(args.starts)
+        bare, hello = fig["bare"], fig["hello"]
         print(
             f"python -c pass {bare * 1000:.1f} ms; memd hello after start {hello * 1000:.1f} ms"
-            f" ({hello / bare:.1f}x)"
+            f" ({hello / bare:.1f}x; {args.starts} interleaved starts, medians)"
         )
+        bare_cpu, hello_cpu = fig["bare_cpu"], fig["hello_cpu"]
         print(
             f"  CPU: python -c pass {bare_cpu * 1000:.0f} ms; memd until hello"
             f" {hello_cpu * 1000:.0f} ms ({hello_cpu / bare_cpu:.1f}x)"
+        )
+        print(
+            f"  slowest hello in the {STALL_WINDOW_S:.1f} s after the first (features loading):"
+            f" {fig['stall'] * 1000:.1f} ms"
         )
     if "sessions" in args.only:
         for total in args.sizes:

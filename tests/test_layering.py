@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from memd_client.errors import MemdClientError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -78,6 +80,8 @@ ALLOWED_BEFORE_READY = ("memd.memory", "memd.memory.paths")
 BEFORE_READY_PROBE = """
 import sys
 from pathlib import Path
+
+from memd_client.errors import MemdClientError
 from memd.config import load_config
 from memd.daemon.main import build_parser
 from memd.daemon.service import Daemon
@@ -115,3 +119,77 @@ def test_the_deferred_method_list_matches_the_feature_tables() -> None:
         loaded = env_file = None
 
     assert sorted(feature_methods(Stub())) == sorted(FEATURE_METHODS)  # type: ignore[arg-type]
+
+
+# The real daemon under a finder that records every module the event loop's thread imports
+# (a module already in sys.modules is not looked up, so only real imports are seen).
+LOOP_IMPORTS_PROBE = """
+import atexit, sys, threading
+report, argv = sys.argv[1], sys.argv[2:]
+main, seen = threading.main_thread(), []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if threading.current_thread() is main:
+            seen.append(name)
+        return None
+sys.meta_path.insert(0, Spy())
+atexit.register(lambda: open(report, "w").write(" ".join(seen)))
+from memd.daemon.main import main as run
+sys.argv = ["memd", *argv]
+raise SystemExit(run())
+"""
+
+
+def test_the_event_loop_never_imports_a_feature_module(tmp_path: Path) -> None:
+    """The features load in a worker thread after READY; an import on the loop's thread stops
+    it serving meanwhile (the notes scheduler's, right after READY, kept the first ``hello``
+    waiting ~140 ms). Through start-up, ingest, the feature load, the model client and the
+    inline and feature methods, the loop's thread imports none of them."""
+    from tests.conftest import TRANSCRIPTS
+    from tests.daemon_harness import call, fake_home, read_log, stop_memd, wait_for
+
+    report = tmp_path / "loop-imports.txt"
+    with fake_home(tmp_path) as home:
+        project = home.projects / "-home-u-proj"
+        project.mkdir(parents=True)
+        source = sorted(TRANSCRIPTS.glob("claude-code-viewer/*.jsonl"))[0]
+        (project / source.name).write_bytes(source.read_bytes())
+        log = (home.root / "memd.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LOOP_IMPORTS_PROBE, str(report), "-v"],
+            env=home.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        log.close()
+        try:
+
+            def settled() -> bool:
+                try:
+                    status = call(home, "status")
+                except MemdClientError:
+                    return False
+                ingest = status["ingest"]
+                return (
+                    bool(status["llm"].get("reason"))
+                    and ingest["parsed"] >= 1
+                    and not (ingest["queued"] or ingest["running"])
+                )
+
+            wait_for(settled, timeout=60, what="ingest, the features and the model client")
+            session = source.stem
+            for method, params in [
+                ("hello", {}),
+                ("sessions", {}),
+                ("session", {"session": session}),
+                ("should_compact", {"session": session}),
+                ("recall", {"query": "tests", "cwd": "/home/u/proj"}),
+                ("memories", {"cwd": "/home/u/proj"}),
+            ]:
+                call(home, method, params)
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+    imported = report.read_text().split()
+    assert "memd.daemon.service" in imported  # the probe saw the loop's thread at work
+    heavy = [m for m in imported if m.startswith(NOT_BEFORE_READY)]
+    assert " ".join(m for m in heavy if m not in ALLOWED_BEFORE_READY) == ""

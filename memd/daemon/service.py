@@ -139,11 +139,11 @@ class Daemon:
         """Import the feature modules and read their state (the usage ledger, the notes
         records: one file per session) in a worker thread while the loop keeps serving; build
         them, replay the growth seen meanwhile and set ``features_ready``."""
-        from memd.llm.guard import CostGuard
-
         ledger, notes_store = await anyio.to_thread.run_sync(
             _load_features, self.loaded.paths.state_dir, self.clock
         )
+        from memd.llm.guard import CostGuard  # loaded by the thread: the loop never imports
+
         self.ledger = ledger
         self.guard = CostGuard(self.loaded.config.budget, ledger, self.clock)
         self.guard.on_failure = self._job_failed
@@ -405,15 +405,17 @@ async def _run_signals(
 
 
 async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
-    from memd.llm.ledger import run_ledger_flusher
-    from memd.session.scheduler import run_notes_scheduler
-
     with scope:
         try:
             await daemon.build_features()
         except OSError as exc:  # as fatal as it was when this state was read before READY
             where = exc.filename or daemon.loaded.paths.state_dir
             raise StartupError(f"cannot read the state in {where}: {exc.strerror}") from exc
+        # Loaded by build_features' worker thread: an import on the loop, right after READY,
+        # kept the first requests waiting for it (~140 ms).
+        from memd.llm.ledger import run_ledger_flusher
+        from memd.session.scheduler import run_notes_scheduler
+
         await _warm_at_start(daemon)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_run_ingest, daemon)
@@ -599,9 +601,18 @@ def _read_env_file(env: dict[str, str]) -> EnvFile:
 
 
 def _load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionStore]:
-    """Import the feature modules and read their state (blocking: run in a worker thread)."""
+    """Import the feature modules and read their state (blocking: run in a worker thread).
+    Everything the loop uses of them afterwards must be imported here: an import on the loop
+    stops it serving for as long as the import takes."""
     import memd.compaction.service
     import memd.dream.service
+    import memd.ipc.compaction_methods
+    import memd.ipc.doctor_methods
+    import memd.ipc.dream_methods
+    import memd.ipc.mcp_methods
+    import memd.ipc.memory_methods
+    import memd.ipc.notes_methods  # the feature methods' table (memd.ipc.handlers)
+    import memd.llm.guard
     import memd.memory.service
     import memd.session.scheduler  # noqa: F401
     from memd.llm.ledger import Ledger
