@@ -140,6 +140,7 @@ def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
             assert "would use level 2" in done.stdout
             assert "no notes" in done.stdout
             assert "live context with system prompt and tools" in done.stdout
+            assert "ms of it getting the session's messages)" in done.stdout
             wait_for(
                 lambda: call(home, "status")["llm"]["reason"].startswith("disabled"),
                 timeout=10,
@@ -205,6 +206,9 @@ def test_level1_compaction_needs_no_model(tmp_path: Path) -> None:
             assert valid(result["messages"]) == []
             assert "test_cli_flags" in json.dumps(result["messages"][0])
             assert call(home, "status")["usage"]["total"]["calls"] == 0
+            took = result["server_ms"]  # what bench/compact_restart.py reports
+            assert 0 <= took["input"] <= took["total"]
+            assert 0 <= dry["server_ms"]["input"] <= dry["server_ms"]["total"]
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 

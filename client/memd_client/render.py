@@ -211,6 +211,17 @@ def render_notes_status(s: dict[str, Any]) -> str:
 
 
 def render_compact(r: dict[str, Any]) -> str:
+    took = r.get("server_ms")
+    text = _render_compact(r)
+    if isinstance(took, dict) and isinstance(took.get("total"), int | float):
+        text += f"\n(memd took {took['total']:.0f} ms"
+        if isinstance(took.get("input"), int | float):
+            text += f", {took['input']:.0f} ms of it getting the session's messages"
+        text += ")"
+    return text
+
+
+def _render_compact(r: dict[str, Any]) -> str:
     if r.get("dry_run"):
         head = f"would use level {r['level']}: the messages hold ~{tokens(r['tokens_before'])}"
         if r.get("context_tokens"):

@@ -6,6 +6,8 @@ A request names a session (messages are rebuilt from its transcript) or carries 
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,8 @@ from memd.state import SessionState
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
+
+log = logging.getLogger(__name__)
 
 
 def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
@@ -35,9 +39,27 @@ def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
         """Params: ``session`` and/or ``messages`` (API format), ``context_window``,
         ``max_output_tokens``, ``trigger`` (auto|manual), ``custom_instructions``, ``cwd``,
         ``dry_run``. Result: the new messages, level, tokens before/after, API calls and
-        tokens spent, and what to restore. Errors: not_found, invalid_params, disabled (no
-        notes usable and no model), unavailable (the model failed)."""
+        tokens spent, what to restore, and the time it took here (``server_ms``: ``total``,
+        and ``input``, getting the session's messages, which rebuilds a conversation that is
+        not in memory). Errors: not_found, invalid_params, disabled (no notes usable and no
+        model), unavailable (the model failed)."""
+        started = time.perf_counter()
         state, msgs = await _input(daemon, params)
+        input_ms = _ms_since(started)
+        result = await _run_compact(params, state, msgs)
+        result["server_ms"] = {"total": _ms_since(started), "input": input_ms}
+        log.debug(
+            "compact %s: level %s in %.1f ms (messages %.1f ms)",
+            state.session_id if state else "(client messages)",
+            result.get("level"),
+            result["server_ms"]["total"],
+            input_ms,
+        )
+        return result
+
+    async def _run_compact(
+        params: dict[str, Any], state: SessionState | None, msgs: list[Msg]
+    ) -> dict[str, Any]:
         trigger = params.get("trigger", "manual")
         if trigger not in ("auto", "manual"):
             raise InvalidParams("'trigger' must be 'auto' or 'manual'")
@@ -83,3 +105,7 @@ async def _input(daemon: Daemon, params: dict[str, Any]) -> tuple[SessionState |
     if state is None:
         raise InvalidParams("give 'session' (a session id) or 'messages' (API format)")
     return state, await daemon.registry.read(state, daemon.compaction.input_of)
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
