@@ -216,7 +216,13 @@ def test_hostile_files_never_stop_the_daemon(tmp_path: Path) -> None:
         try:
             wait_for(lambda: unreadable_reason(home, "sock"), timeout=10, what="sock again")
             assert unreadable_reason(home, "fifo-before") == "a FIFO, not a regular file"
-            assert followed(home, "good", good)
+            saved = session(home, "good")  # what the daemon saved at the stop, not re-read
+            assert followed(home, "good", good), (
+                {k: saved[k] for k in ("message_count", "context_tokens", "offset")},
+                expected(good),
+                good.stat().st_size,
+                read_log(home)[-3000:],
+            )
             assert session(home, "hostile")["bad_lines"] == row["bad_lines"]
         finally:
             assert stop_memd(proc, timeout=20) == 0, read_log(home)
