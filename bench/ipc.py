@@ -1,7 +1,7 @@
 """IPC round trips: memd's server against a bare anyio echo server with the same framing.
 
     python3 bench/ipc.py [--seconds 2.0] [--clients 1 8 64] [--sessions 200]
-    python3 bench/ipc.py --flood [--sessions 200]
+    python3 bench/ipc.py --flood [--sessions 200] [--config default tight] [--trace]
 
 Rows: ``echo`` (bare anyio server, decodes and re-encodes each frame), ``memd`` (memd's server
 answering a constant ~1 KB status dict), and ``real hello`` / ``real status``: the real daemon
@@ -11,7 +11,8 @@ for those is ``echo small`` (the same small request as theirs).
 
 ``--flood``: the real daemon, 64 connections each holding a frame just under the frame limit
 (16 MiB, the last byte never sent), a well-formed client calling ``status`` meanwhile: RSS
-idle and under the flood, the client's latency, and when the slow senders are dropped.
+idle and under the flood, the client's latency, and when the slow senders are dropped; with
+the default limits and with a cap the flood fills exactly (``bench/ipc_flood.py``).
 
 Each server runs in its own process. The load generator (this process, plain asyncio) opens
 N connections, each sending a `status` request and waiting for the reply, over and over.
@@ -183,9 +184,10 @@ CORPUS = Path("/work/shared/data/transcripts")
 SAMPLE = "spotter/short.jsonl"
 
 
-def start_real(tmp: Path, sessions: int) -> subprocess.Popen[bytes]:
-    """The real daemon over ``sessions`` copies of a corpus transcript; waits until all are
-    parsed. Its socket is linked at ``tmp/real.sock``."""
+def start_real(tmp: Path, sessions: int, *args: str, trace: str = "") -> subprocess.Popen[bytes]:
+    """The real daemon over ``sessions`` copies of a corpus transcript, with ``args`` on its
+    command line (under tracemalloc when ``trace`` names where snapshots go); waits until all
+    are parsed. Its socket is linked at ``tmp/real.sock``."""
     import uuid
 
     from memd_client.client import Client
@@ -201,9 +203,11 @@ def start_real(tmp: Path, sessions: int) -> subprocess.Popen[bytes]:
     env.update(
         HOME=str(home), MEMD_RUNTIME_DIR=str(runtime), PYTHONPATH=f"{REPO}:{REPO / 'client'}"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memd.daemon.main"], env=env, stderr=subprocess.DEVNULL
-    )
+    command = ["-m", "memd.daemon.main"]
+    if trace:
+        command = [str(REPO / "bench" / "traced_daemon.py")]
+        env["MEMD_TRACE_OUT"] = trace
+    proc = subprocess.Popen([sys.executable, *command, *args], env=env, stderr=subprocess.DEVNULL)
     (tmp / "real.sock").symlink_to(runtime / "memd.sock")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -236,6 +240,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--flood", action="store_true")
+    parser.add_argument(
+        "--config", nargs="+", default=["default", "tight"], help="--flood: which limits"
+    )
+    parser.add_argument("--trace", action="store_true", help="--flood: under tracemalloc")
     parser.add_argument("--serve", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -244,12 +252,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="memd-b"))
     procs: dict[str, subprocess.Popen[Any]] = {}
     try:
-        procs["real"] = start_real(tmp, args.sessions)
         if args.flood:
-            from bench.ipc_flood import flood
-
-            flood(tmp / "real.sock", procs["real"].pid)
+            run_floods(tmp, args.sessions, args.config, trace=args.trace)
             return
+        procs["real"] = start_real(tmp, args.sessions)
         for kind in ("echo", "memd"):
             procs[kind] = start_server(kind, tmp / f"{kind}.sock")
         pids = {f"{kind}.sock": proc.pid for kind, proc in procs.items()}
@@ -259,6 +265,22 @@ def main() -> None:
             proc.terminate()
             proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_floods(tmp: Path, sessions: int, configs: list[str], *, trace: bool) -> None:
+    from bench.ipc_flood import CONFIGS, flood
+
+    print(f"load avg {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for name in configs:
+        where = tmp / name
+        where.mkdir()
+        snapshots = str(where / "snapshot") if trace else ""
+        proc = start_real(where, sessions, *CONFIGS[name], trace=snapshots)
+        try:
+            flood(where / "real.sock", proc.pid, name, trace=snapshots)
+        finally:
+            proc.terminate()
+            proc.wait()
 
 
 # row -> (socket, library client?, method sent)

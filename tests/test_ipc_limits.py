@@ -13,9 +13,11 @@ from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 from anyio import wait_all_tasks_blocked
 
+from memd.ipc.connection import CONNECTION_BYTES, CONNECTION_STATE_BYTES, RECEIVE_BYTES
 from memd.ipc.server import ServeLimits, Server, run_server
 from memd_client import protocol as p
 from memd_client.client import Client
@@ -170,7 +172,11 @@ async def test_incoming_frames_share_one_read_budget(sock_path: Path) -> None:
     """Three frames just under the limit fill the budget; a fourth waits for room and gets
     it when one completes; the budget never exceeds its cap; small requests still pass."""
     size = FRAME_LIMIT - 10
-    limits = ServeLimits(max_buffered_bytes=3 * size + 100, frame_timeout_s=30.0)
+    limits = ServeLimits(
+        max_buffered_bytes=3 * size + 100 + 8 * CONNECTION_BYTES,
+        frame_timeout_s=30.0,
+        max_connections=8,  # each has CONNECTION_BYTES of the cap set aside
+    )
     body = p.encode_frame(p.request(9, "echo", {"pad": "x" * (size - 40)}))[4:]
     async with limited(sock_path, limits) as server:
         holders = [await RawConnection.open(sock_path) for _ in range(4)]
@@ -199,7 +205,11 @@ async def test_incoming_frames_share_one_read_budget(sock_path: Path) -> None:
 
 
 async def test_a_frame_waiting_for_budget_past_its_deadline_gets_busy(sock_path: Path) -> None:
-    limits = ServeLimits(max_buffered_bytes=FRAME_LIMIT, frame_timeout_s=0.3)
+    limits = ServeLimits(
+        max_buffered_bytes=FRAME_LIMIT + 4 * CONNECTION_BYTES,
+        frame_timeout_s=0.3,
+        max_connections=4,
+    )
     async with limited(sock_path, limits) as server:
         first = await RawConnection.open(sock_path)
         second = await RawConnection.open(sock_path)
@@ -328,4 +338,106 @@ async def test_a_big_body_cut_off_by_its_deadline_leaves_the_server_serving(
         assert server.statistics().buffered_bytes == 0
         await slow.aclose()
         await good.aclose()
+        tg.cancel_scope.cancel()
+
+
+# -- what one connection holds, measured with tracemalloc ------------------------------------
+
+CLIENTS = """
+import socket, struct, sys
+import msgpack
+path, n, mode, size = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+socks = []
+for _ in range(n):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(path)
+    if mode == "waiting":  # a frame whose body waits for budget, its first read in memd
+        sock.sendall(struct.pack(">I", size) + b"\\x81" + b"\\x00" * 40000)
+    else:  # answered once, then idle
+        body = msgpack.packb({"id": 1, "method": "hello", "params": {}})
+        sock.sendall(struct.pack(">I", len(body)) + body)
+        sock.recv(4096)
+    socks.append(sock)
+print("connected", flush=True)
+sys.stdin.readline()
+"""
+
+
+async def traced_growth(server: Server, mode: str, n: int, size: int) -> tuple[int, int]:
+    """Python heap growth of this process (the server's side only: the clients are another
+    process) once ``n`` connections are open and settled, and the body budget used then."""
+    path = server.path
+    import gc
+    import tracemalloc
+
+    async def settle() -> None:
+        for _ in range(10):
+            await wait_all_tasks_blocked()
+            await anyio.sleep(0.02)
+        gc.collect()
+
+    async def connect(count: int) -> anyio.abc.Process:
+        args = [sys.executable, "-c", CLIENTS, str(path), str(count), mode, str(size)]
+        proc = await anyio.open_process(args)
+        assert proc.stdout is not None
+        seen = b""
+        while not seen.endswith(b"\n"):
+            seen += await proc.stdout.receive(1)
+        return proc
+
+    warm = await connect(4)  # the code paths run once before the first snapshot
+    assert warm.stdin is not None
+    await warm.stdin.send(b"\n")
+    await warm.wait()
+    await settle()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        clients = await connect(n)
+        await settle()
+        after = tracemalloc.take_snapshot()
+        held = server.budget.used
+    finally:
+        tracemalloc.stop()
+    assert clients.stdin is not None
+    await clients.stdin.send(b"\n")
+    await clients.wait()
+    return sum(s.size_diff for s in after.compare_to(before, "filename")), held
+
+
+@pytest.mark.parametrize("mode", ["idle", "waiting"])
+async def test_a_connection_holds_no_more_than_is_set_aside_for_it(
+    sock_path: Path, mode: str
+) -> None:
+    """Each connection's share of the cap (CONNECTION_BYTES: its objects and one read) covers
+    what it really holds: 64 connections idle between frames, and 64 whose frames wait for
+    room in the body budget (one 1 MiB body holds it all) holding their first read."""
+    # Measured (CPython 3.11, anyio 4): 10.2 KiB idle and 27.1 KiB waiting, of 16 and 32.
+    n, size = 64, (1 << 20) - 16
+    limits = ServeLimits(
+        max_buffered_bytes=(1 << 20) + (n + 4) * CONNECTION_BYTES,
+        max_connections=n + 4,
+        frame_timeout_s=60.0,
+    )
+    async with anyio.create_task_group() as tg:
+        server: Server = await tg.start(
+            partial(
+                run_server,
+                sock_path,
+                methods(),
+                max_frame_bytes=1 << 20,
+                request_timeout=10.0,
+                inline=frozenset({"hello"}),
+                limits=limits,
+            )
+        )
+        with anyio.fail_after(60):
+            grown, held = await traced_growth(server, mode, n, size)
+        per_connection = (grown - held) / n  # a body is the budget's
+        if mode == "idle":
+            assert per_connection <= CONNECTION_STATE_BYTES, per_connection
+        else:
+            assert held == size  # one body; the others wait with their read
+            assert per_connection <= CONNECTION_BYTES, per_connection
+            assert per_connection > RECEIVE_BYTES  # they do hold their read
         tg.cancel_scope.cancel()

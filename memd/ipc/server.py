@@ -24,7 +24,9 @@ a timeout of their own (see :mod:`memd.ipc.connection`).
 
 Serving is bounded (:class:`ServeLimits`): connections beyond ``max_connections`` get a
 ``busy`` error frame and are closed; bytes held for incoming frames across all connections
-stay under ``max_buffered_bytes``; a frame must be complete within ``frame_timeout_s``.
+stay under ``max_buffered_bytes`` (each connection's own read and objects are set aside from
+it, the rest is the budget frame bodies share); a frame must be complete within
+``frame_timeout_s``.
 Accept failures from exhaustion (EMFILE…) are logged once per burst, with back-off.
 """
 
@@ -44,7 +46,7 @@ import anyio.abc
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
 from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound
-from memd.ipc.connection import Connection, ReadBudget
+from memd.ipc.connection import CONNECTION_BYTES, Connection, ReadBudget, body_budget
 from memd.ipc.peercred import Allow, Deny, check_peer, peer_uid
 from memd.ipc.socketfile import (
     clear_stale_socket,
@@ -135,7 +137,9 @@ class Server:
         self.max_in_flight = max_in_flight
         self.inline = inline
         self.limits = limits or ServeLimits()
-        self.budget = ReadBudget(self.limits.max_buffered_bytes)
+        self.budget = ReadBudget(
+            body_budget(self.limits.max_buffered_bytes, self.limits.max_connections)
+        )
         # The uid peers must have: the daemon's own (a test may name another one).
         self.own_uid = os.getuid() if own_uid is None else own_uid
         self._accepting = True
@@ -157,6 +161,7 @@ class Server:
         listener = await anyio.create_unix_listener(self.path, mode=0o600)
         self._inode = socket_inode(self.path)
         log.info("serving on %s", self.path)
+        self._warn_if_frames_cannot_fit()
         try:
             async with anyio.create_task_group() as tg:
                 task_status.started(self)
@@ -165,6 +170,20 @@ class Server:
                         await self._accept_loop(listener, tg)
         finally:
             unlink_if_ours(self.path, self._inode)
+
+    def _warn_if_frames_cannot_fit(self) -> None:
+        limits = self.limits
+        if self.budget.limit >= self.max_frame_bytes:
+            return
+        log.warning(
+            "ipc.max_buffered_bytes (%d) leaves %d bytes for frame bodies once %d connections"
+            " (ipc.max_connections) have %d each set aside: frames larger than that are"
+            " refused as busy; raise ipc.max_buffered_bytes or lower ipc.max_connections",
+            limits.max_buffered_bytes,
+            self.budget.limit,
+            limits.max_connections,
+            CONNECTION_BYTES,
+        )
 
     def stop_accepting(self) -> None:
         """Refuse new connections and new requests; requests already running go on."""
