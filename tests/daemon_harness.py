@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,11 +61,14 @@ def fake_home(tmp_path: Path, **extra_env: str) -> Iterator[Home]:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
-def start_memd(home: Home, *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start memd and wait until it answers ``hello``."""
+def start_memd(
+    home: Home, *args: str, log: Path | None = None, prefix: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """Start memd (after ``prefix``, a command that ends by running the rest: ``unshare``,
+    ``setpriv``) and wait until it answers ``hello``."""
     stderr = open(log or home.root / "memd.log", "ab")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memd.daemon.main", "-v", *args],
+        [*prefix, sys.executable, "-m", "memd.daemon.main", "-v", *args],
         env=home.env,
         stdout=subprocess.DEVNULL,
         stderr=stderr,

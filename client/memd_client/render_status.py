@@ -31,6 +31,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         f"ingest    {size(ing.get('bytes_parsed', 0))} in {ing.get('lines', 0)} lines, "
         f"{ing.get('bad_lines', 0)} bad lines skipped"
         + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else ""),
+        *watcher_lines(ing.get("watcher"), st),
         *error_lines(s, st),
         *reload_lines(d, st),
         *spend_lines(s.get("usage"), s.get("guard"), st),
@@ -77,6 +78,20 @@ def model_lines(llm: dict[str, Any], st: Style) -> list[str]:
     if llm.get("enabled"):
         return [f"model     {st.ok('enabled')} ({llm.get('provider')}{where})"]
     return [f"model     {st.warn(str(llm.get('reason')))}"]
+
+
+def watcher_lines(w: dict[str, Any] | None, st: Style) -> list[str]:
+    """Nothing while inotify watches everything; else how memd follows the tree, and the fix."""
+    if not isinstance(w, dict) or w.get("mode") in (None, "inotify", "starting"):
+        return []
+    if w.get("mode") == "polling":
+        text = "polling the whole tree"
+    else:
+        text = f"inotify; {w.get('unwatched', 0)} project folders scanned instead"
+    lines = [f"watcher   {st.warn(text)}: {w.get('reason')}"]
+    if w.get("fix"):
+        lines.append(f"          fix: {w['fix']}")
+    return lines
 
 
 def error_lines(s: dict[str, Any], st: Style) -> list[str]:
