@@ -1,10 +1,29 @@
-"""kill -9 at random points while notes and memory extractions run; then check what survived.
+"""kill -9 while notes and memory extractions run, inside writes and inside ingest; then check
+what survived.
 
 Used by ``tests/test_kill_loop.py`` (a few kills) and ``bench/kill_loop.py`` (100 and more).
-Only public surfaces: the ``memd`` process, its socket, and the files on disk. The loopback
-Messages API runs as a separate process and answers every notes run with an Edit that adds
-one line (after a delay, so kills land inside runs); memory extraction after a turn gets its
-default answers from the same server.
+Only public surfaces: the ``memd`` process, its socket, and the files on disk. Two sessions
+start from a corpus transcript and grow by generated turns (each with a tool call and a turn
+end), so notes and memory runs keep coming however many lives there are. The loopback
+Messages API runs as a separate process: it answers every notes run with an Edit that adds
+one line, and every memory extraction with a Write that replaces the seeded memory (each after
+a delay, so kills land inside runs).
+
+Each life of the daemon is one phase, in turn:
+
+- ``random``: a kill at a random moment 0-1.5 s after the first append;
+- ``state``, ``notes``, ``memory``: a kill sent the moment memd creates the temp file of an
+  atomic write (``.<name>.memd-XXXXXXXX.tmp``) in the state dir, in a session-memory dir, or in
+  the memory dir (``tests/inotify_killer.py`` watches them with inotify at a real-time
+  priority). It *landed* inside the write when the temp file is still there afterwards;
+- ``ingest``: a transcript grown by 16 MiB of generated lines before the start; the kill is
+  sent while ``status`` shows the ingest worker busy and that transcript's offset short of its
+  size (two looks 30 ms apart).
+
+After every kill: every notes file is a whole version, the memory file is its seeded or its
+rewritten version, the index is absent or whole. After the last one memd starts once more and
+must show: no temp file anywhere, every state file parses (no ``.corrupt``), every transcript
+(the big one too) ingested to its end, every interrupted notes and memory run redone.
 """
 
 from __future__ import annotations
@@ -12,28 +31,52 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from memd.atomic import LEGACY_TEMP, STALE_TEMP
-from memd.session.template import DEFAULT_TEMPLATE, Intact, check_skeleton
+from memd.atomic import STALE_TEMP
+from memd.memory.paths import memory_dir
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import MemdClientError
-from tests.conftest import TRANSCRIPTS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.kill_loop_world import (
+    BIG,
+    BIG_CWD,
+    MEMORY_BODY,
+    NOTE_LINE,
+    REWRITTEN,
+    SESSIONS,
+    SLUG,
+    SOURCE,
+    WORKLOG,
+    Growth,
+    World,
+    append_some,
+    check_memory,
+    check_notes,
+    grow_big,
+    state_files,
+    temp_files,
+)
+from tests.session_support import TranscriptBuilder
 
-SLUG = "-home-user-killloop"
-SOURCE = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
-SESSIONS = ("k1", "k2")
-WORKLOG = "_One terse line per step: what was tried and what came of it._\n"
-NOTE_LINE = "- progress noted\n"
 PATH_RE = "The notes file is (?P<path>/\\S+?summary\\.md)"
-MEMORY_BODY = "---\nname: seeded\ndescription: a memory seeded by the test\ntype: user\n---\n\nx\n"
+MEMORY_SYSTEM = "long-term memory of an AI coding assistant"
+MEMORY_DIR_RE = "The memory directory is (?P<dir>/\\S+?)\\. "
+PHASES = ("random", "state", "notes", "memory", "ingest")
+TEMP_OF = "\\.{name}\\.memd-[a-z0-9_]{{8}}\\.tmp"  # memd.atomic's temp name for ``name``
+# The state files the state phase aims at, in turn: offsets, memory cursors, notes records.
+# (The usage ledger is flushed every 30 s: its writes are the same atomic write.)
+STATE_TARGETS = ("sessions\\.json", "memory-extraction\\.json", "k[12]\\.json")
+WRITE_WAIT_S = 30.0  # for the write a phase waits for; then a kill anyway, counted as missed
 SETTINGS = (
     "--set",
     "session_notes.init_tokens=3000",
@@ -45,6 +88,10 @@ SETTINGS = (
     "budget.backoff_initial_s=0.2",
     "--set",
     "budget.backoff_max_s=1",
+    "--set",
+    "memory.extract_beside_claude_code=true",
+    "--set",
+    f"privacy.ignore_projects=[{BIG_CWD}]",
 )
 
 
@@ -60,11 +107,26 @@ def script(delay_s: float) -> str:
         },
         "delay_s": delay_s,
     }
+    write: dict[str, Any] = {
+        "tool_use": {
+            "name": "Write",
+            "input": {"file_path": "{dir}/seeded.md", "content": REWRITTEN},
+        },
+        "delay_s": delay_s,
+    }
+    memory = {"tool": "Write", "turn": "first", "system_match": MEMORY_SYSTEM}
     rules = [
         {"when": {"tool": "Edit", "turn": "first", "match": PATH_RE}, "reply": edit},
+        {"when": {**memory, "match": MEMORY_DIR_RE}, "reply": write},
         {"when": {"turn": "after_tool"}, "reply": {"text": "Done."}},
     ]
     return "\n".join(json.dumps(r) for r in rules)
+
+
+@dataclass
+class PhaseCount:
+    lives: int = 0
+    landed: int = 0  # kills shown to have landed inside the phase's write or ingest
 
 
 @dataclass
@@ -74,87 +136,194 @@ class KillReport:
     runs_in_flight_at_kill: int = 0
     temp_files_before_restart: int = 0  # left by the kills, removed at the next start
     notes_versions_seen: int = 0
+    memory_versions_seen: Counter[str] = field(default_factory=Counter)  # "seeded"/"rewritten"
     notes_lines_final: int = 0  # notes runs that completed, over all lives
+    phases: dict[str, PhaseCount] = field(default_factory=lambda: {p: PhaseCount() for p in PHASES})
+    landed_in: Counter[str] = field(default_factory=Counter)  # file name -> kills inside writes
+    after_rename: int = 0  # write-phase kills that came after the rename: the write was whole
+    missed: Counter[str] = field(default_factory=Counter)  # why a phase's kill did not land
+    ingest_at_kill: list[float] = field(default_factory=list)  # the big file's unread share
     final_start_s: float = 0.0
     seconds: float = 0.0
 
 
-def temp_files(root: Path) -> list[Path]:
-    """Every file under ``root`` named like one of memd's atomic-write temp files."""
-    found = []
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            if STALE_TEMP.fullmatch(name) or LEGACY_TEMP.fullmatch(name):
-                found.append(Path(dirpath) / name)
-    return found
-
-
-def check_notes(text: str) -> None:
-    """A notes file is the template plus whole added lines: never a torn write."""
-    base = text.replace(NOTE_LINE, "")
-    assert check_skeleton(text, DEFAULT_TEMPLATE) == Intact(), text[:400]
-    assert WORKLOG in base and base.count(WORKLOG) == 1, text[:400]
-
-
-def state_files(state_dir: Path) -> Iterator[Path]:
-    for dirpath, _, names in os.walk(state_dir):
-        for name in names:
-            if name.endswith(".json"):
-                yield Path(dirpath) / name
-
-
-def _append_some(home: Home, rng: random.Random, lines: list[bytes], pos: dict[str, int]) -> None:
-    project = home.projects / SLUG
-    for sid in SESSIONS:
-        start = pos[sid]
-        end = min(len(lines), start + rng.randint(5, 40))
-        with open(project / f"{sid}.jsonl", "ab") as f:
-            f.write(b"".join(lines[start:end]))
-        pos[sid] = end
+def _status(home: Home) -> dict[str, Any]:
+    try:
+        result: dict[str, Any] = call(home, "status")
+        return result
+    except MemdClientError:
+        return {}
 
 
 def _runs_in_flight(home: Home) -> int:
-    try:
-        notes = call(home, "status")["notes"]
-    except (MemdClientError, KeyError, TypeError):
-        return 0
-    running = notes.get("running", 0) if isinstance(notes, dict) else 0
-    return int(running)
+    notes = _status(home).get("notes")
+    return int(notes.get("running", 0)) if isinstance(notes, dict) else 0
 
 
-def _one_life(
-    home: Home, rng: random.Random, lines: list[bytes], pos: dict[str, int], report: KillReport
-) -> None:
-    """Start memd, feed it, kill -9 it at a random moment, check the files at once."""
+def _ingest_idle(home: Home) -> bool:
+    ingest = _status(home).get("ingest") or {}
+    return bool(ingest) and ingest.get("queued") == 0 and ingest.get("running") == 0
+
+
+# -- one life per phase -------------------------------------------------------------------------
+
+
+def _one_life(world: World, report: KillReport, phase: str) -> None:
+    """Start memd, feed it, kill -9 it in the phase's way, check the files at once."""
+    home = world.home
+    if phase == "ingest":
+        grow_big(world)
     proc = start_memd(home, *SETTINGS)
+    landed = False
     try:
-        if rng.random() < 0.8:  # most lives reach the model client; some die starting up
-            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=60, what="llm")
-        _append_some(home, rng, lines, pos)
-        point = rng.uniform(0.0, 1.5)
-        deadline = time.monotonic() + point
-        while time.monotonic() < deadline:
-            if rng.random() < 0.3:
-                _append_some(home, rng, lines, pos)
-            time.sleep(rng.uniform(0.0, 0.3))
-        report.runs_in_flight_at_kill += _runs_in_flight(home)
+        match phase:
+            case "random":
+                _random_kill(world, report, proc)
+            case "ingest":
+                landed = _kill_in_ingest(world, report, proc)
+            case _:
+                landed = _kill_in_write(world, report, proc, phase)
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
     report.kills += 1
-    report.kill_points_s.append(point)
+    report.phases[phase].lives += 1
+    report.phases[phase].landed += landed
     report.temp_files_before_restart += len(temp_files(home.root))
     for sid in SESSIONS:
-        notes = home.projects / SLUG / sid / "session-memory" / "summary.md"
+        notes = world.project / sid / "session-memory" / "summary.md"
         if notes.exists():
             check_notes(notes.read_text())
             report.notes_versions_seen += 1
-    memory = home.projects / SLUG / "memory" / "seeded.md"
-    assert memory.read_text() == MEMORY_BODY
+    report.memory_versions_seen[check_memory(world)] += 1
 
 
-def _final_checks(home: Home, report: KillReport, lines: list[bytes], pos: dict[str, int]) -> None:
+def _random_kill(world: World, report: KillReport, proc: subprocess.Popen[bytes]) -> None:
+    rng, home = world.rng, world.home
+    if rng.random() < 0.8:  # most lives reach the model client; some die starting up
+        wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=60, what="llm")
+    append_some(world)
+    point = rng.uniform(0.0, 1.5)
+    deadline = time.monotonic() + point
+    while time.monotonic() < deadline:
+        if rng.random() < 0.3:
+            append_some(world)
+        time.sleep(rng.uniform(0.0, 0.3))
+    report.runs_in_flight_at_kill += _runs_in_flight(home)
+    os.kill(proc.pid, signal.SIGKILL)
+    report.kill_points_s.append(point)
+
+
+def _aim(world: World, report: KillReport, phase: str) -> tuple[list[Path], str]:
+    """The folders a write phase watches and the temp file names it kills on."""
+    match phase:
+        case "state":
+            target = STATE_TARGETS[report.phases["state"].lives % len(STATE_TARGETS)]
+            return [world.home.state_dir], TEMP_OF.format(name=target)
+        case "notes":
+            folders = [world.project / sid / "session-memory" for sid in SESSIONS]
+            return folders, STALE_TEMP.pattern
+        case _:
+            return [world.memory], STALE_TEMP.pattern
+
+
+def _kill_in_write(
+    world: World, report: KillReport, proc: subprocess.Popen[bytes], phase: str
+) -> bool:
+    """Arm the killer on the phase's folders, then give memd work that writes there."""
+    home = world.home
+    if phase != "state":  # state is written as soon as anything grows; runs need the model
+        wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=60, what="llm")
+    wait_for(partial(_ingest_idle, home), timeout=120, what="ingest to be idle")
+    killer = _arm(proc.pid, *_aim(world, report, phase))
+    try:
+        deadline = time.monotonic() + WRITE_WAIT_S
+        while killer.poll() is None and time.monotonic() < deadline:
+            append_some(world)
+            time.sleep(world.rng.uniform(0.2, 1.0))
+        out, _ = killer.communicate(timeout=WRITE_WAIT_S + 30)
+    finally:
+        if killer.poll() is None:
+            killer.kill()
+            killer.wait()
+    report.runs_in_flight_at_kill += 0 if proc.poll() is not None else _runs_in_flight(home)
+    proc.wait(30)
+    said = out.strip().splitlines()[-1] if out.strip() else ""
+    if not said.startswith("killed "):
+        report.missed[f"{phase}: {said or 'the killer failed'}"] += 1
+        return False
+    temp = Path(said.removeprefix("killed "))
+    if temp.exists():  # the rename never came: the kill landed inside the write
+        report.landed_in[_target_name(temp.name)] += 1
+        return True
+    report.after_rename += 1
+    return False
+
+
+def _arm(pid: int, folders: list[Path], pattern: str) -> subprocess.Popen[str]:
+    repo = Path(__file__).resolve().parents[1]
+    args = [sys.executable, "-m", "tests.inotify_killer", str(pid), pattern]
+    killer = subprocess.Popen(
+        [*args, str(WRITE_WAIT_S), *map(str, folders)],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": f"{repo}:{repo / 'client'}"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert killer.stdout is not None
+    assert killer.stdout.readline().strip() == "armed"
+    return killer
+
+
+def _target_name(temp_name: str) -> str:
+    """``.summary.md.memd-abcdefgh.tmp`` -> ``summary.md``."""
+    match = re.fullmatch(r"\.(.+)\.memd-[a-z0-9_]{8}\.tmp", temp_name)
+    return match[1] if match else temp_name
+
+
+def _kill_in_ingest(world: World, report: KillReport, proc: subprocess.Popen[bytes]) -> bool:
+    """Kill while the big transcript is being read: the ingest worker busy and its offset
+    short of its size, seen twice 30 ms apart."""
+    home, size = world.home, (world.project / f"{BIG}.jsonl").stat().st_size
+    seen = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        offset = _reading(home, size)
+        seen = seen + 1 if offset is not None else 0
+        if offset is not None and seen >= 2:
+            os.kill(proc.pid, signal.SIGKILL)
+            report.ingest_at_kill.append(1 - offset / size)
+            return True
+        if offset is None and _ingest_idle(home) and _big_offset(home) == size:
+            report.missed["ingest: read whole before two looks"] += 1
+            break
+        time.sleep(0.03)
+    os.kill(proc.pid, signal.SIGKILL)
+    return False
+
+
+def _reading(home: Home, size: int) -> int | None:
+    """The big session's offset while the ingest worker runs and it is short of ``size``."""
+    running = (_status(home).get("ingest") or {}).get("running", 0)
+    offset = _big_offset(home)
+    return offset if running and offset is not None and offset < size else None
+
+
+def _big_offset(home: Home) -> int | None:
+    try:
+        rows = call(home, "sessions", {"project": SLUG})
+    except MemdClientError:
+        return None
+    return next((int(r["offset"]) for r in rows if r["session_id"] == BIG), None)
+
+
+# -- after the last kill ------------------------------------------------------------------------
+
+
+def _final_checks(world: World, report: KillReport) -> None:
     """After the next start: no temp file, state parses, ingest complete, runs redone."""
+    home = world.home
     begin = time.monotonic()
     proc = start_memd(home, *SETTINGS)
     report.final_start_s = time.monotonic() - begin
@@ -163,58 +332,73 @@ def _final_checks(home: Home, report: KillReport, lines: list[bytes], pos: dict[
         for path in state_files(home.state_dir):
             json.loads(path.read_bytes())
         assert not list(home.state_dir.rglob("*.corrupt"))
-        project = home.projects / SLUG
         wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
-        for sid in SESSIONS:  # the sessions go on to their end
-            with open(project / f"{sid}.jsonl", "ab") as f:
-                f.write(b"".join(lines[pos[sid] :]))
-        sizes = {sid: (project / f"{sid}.jsonl").stat().st_size for sid in SESSIONS}
-        for sid, size in sizes.items():
+        for sid in SESSIONS:  # the sessions go on a little, to their end
+            with open(world.project / f"{sid}.jsonl", "ab") as f:
+                f.write(world.growth[sid].turns(2))
+        for sid in (*SESSIONS, BIG):
+            path = world.project / f"{sid}.jsonl"
+            if not path.exists():
+                continue
             wait_for(
-                partial(_settled, home, sid, size),
-                timeout=120,
+                partial(_settled, home, sid, path.stat().st_size),
+                timeout=300,
                 what=f"{sid} ingested to its end and its interrupted notes run redone",
             )
-            notes = project / sid / "session-memory" / "summary.md"
+        for sid in SESSIONS:
+            notes = world.project / sid / "session-memory" / "summary.md"
             if notes.exists():
                 check_notes(notes.read_text())
                 report.notes_lines_final += notes.read_text().count(NOTE_LINE)
+        wait_for(partial(_memory_settled, home), timeout=120, what="memory runs redone")
+        report.memory_versions_seen[check_memory(world)] += 1
     finally:
         assert stop_memd(proc) == 0, read_log(home)
 
 
 def _settled(home: Home, sid: str, size: int) -> bool:
+    """Read to its end by the daemon's own ingest (``sessions``: ``session`` would catch up
+    with the file itself), and no notes run owed."""
     try:
+        rows = call(home, "sessions", {"project": SLUG})
+        if next((r["offset"] for r in rows if r["session_id"] == sid), None) != size:
+            return False
         row = call(home, "session", {"session": sid})
     except MemdClientError:
         return False
     notes = row.get("notes") or {}
-    return (
-        row["offset"] == size
-        and notes.get("phase") == "idle"
-        and not notes.get("pending")
-        and not notes.get("follow_up")
+    return notes.get("phase") == "idle" and not notes.get("pending") and not notes.get("follow_up")
+
+
+def _memory_settled(home: Home) -> bool:
+    memory = _status(home).get("memory") or {}
+    return bool(memory) and not any(
+        memory.get(k) for k in ("queued", "running", "waiting", "pending_sessions")
     )
 
 
 def run_kill_loop(root: Path, kills: int, *, seed: int = 0, delay_s: float = 0.4) -> KillReport:
-    """``kills`` lives of memd ended by SIGKILL, then the final checks; figures out."""
+    """``kills`` lives of memd ended by SIGKILL, the phases in turn, then the final checks."""
     rng = random.Random(seed)
     report = KillReport()
     begin = time.monotonic()
-    lines = SOURCE.read_bytes().splitlines(keepends=True)
+    start = SOURCE.read_bytes().splitlines(keepends=True)[:20]
+    entries = [json.loads(line) for line in start]
+    cwd = next(e["cwd"] for e in entries if e.get("cwd"))
+    last = next(e["uuid"] for e in reversed(entries) if e.get("uuid"))
+    growth = {sid: Growth(TranscriptBuilder(session_id=sid, parent=last), cwd) for sid in SESSIONS}
     with LoopbackProcess() as api:
         api.add_script(script(delay_s))
         env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": api.url}
         with fake_home(root, **env) as home:
-            project = home.projects / SLUG
-            (project / "memory").mkdir(parents=True)
-            (project / "memory" / "seeded.md").write_text(MEMORY_BODY)
-            pos = dict.fromkeys(SESSIONS, 20)
+            world = World(home, rng, growth, memory_dir(home.projects, Path(cwd)))
+            world.memory.mkdir(parents=True)
+            (world.memory / "seeded.md").write_text(MEMORY_BODY)
+            world.project.mkdir(parents=True, exist_ok=True)
             for sid in SESSIONS:
-                (project / f"{sid}.jsonl").write_bytes(b"".join(lines[:20]))
-            for _ in range(kills):
-                _one_life(home, rng, lines, pos, report)
-            _final_checks(home, report, lines, pos)
+                (world.project / f"{sid}.jsonl").write_bytes(b"".join(start))
+            for life in range(kills):
+                _one_life(world, report, PHASES[life % len(PHASES)])
+            _final_checks(world, report)
     report.seconds = time.monotonic() - begin
     return report
