@@ -156,8 +156,10 @@ class Watcher:
 
     async def run(self, stop: anyio.Event) -> None:
         """Follow the tree until ``stop``; start again after a failure or a restart."""
-        while not stop.is_set():
-            self._follow_stop = anyio.Event()
+        while True:
+            self._follow_stop = anyio.Event()  # forward_stop sets the one current when stopping
+            if stop.is_set():
+                break
             self._show_mode()
             if self.lenient and not self.polling:
                 self._check_tree = True  # errors were ignored: are all folders watched?
