@@ -480,6 +480,16 @@ def _serve_until_told(path: Path, stop_r: int, stop_w: int) -> int:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the daemon as another user")
+async def _connect_when_listening(path: Path) -> RawConnection:
+    """The socket file appears at bind(), a moment before listen(): until then a connect is
+    refused, which says nothing about the server."""
+    while True:
+        try:
+            return await RawConnection.open(path)
+        except ConnectionRefusedError:
+            await anyio.sleep(0.01)
+
+
 async def test_a_daemon_running_as_another_user_refuses_root() -> None:
     """The other way round: the server itself unprivileged (uid 65534), root connects."""
     with short_dir() as d:
@@ -502,7 +512,7 @@ async def test_a_daemon_running_as_another_user_refuses_root() -> None:
                     while not await anyio.Path(path).exists():  # noqa: ASYNC110 - another process
                         await anyio.sleep(0.01)
                     assert (await anyio.Path(path).stat()).st_uid == NOBODY
-                    conn = await RawConnection.open(path)
+                    conn = await _connect_when_listening(path)
                     await conn.request(1, "status")
                     reply = await conn.reply()
                     await conn.aclose()
