@@ -134,6 +134,7 @@ _raw_decoder: Final = msgspec.json.Decoder(_RawLine)
 _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
 _W = TypeVar("_W")
+_T = TypeVar("_T")
 
 
 def parse_line(line: bytes, at: int = -1) -> Entry | None:
@@ -353,22 +354,22 @@ _SHARED_MAX: Final = 4096
 def _ref(index: int, kind: str, ident: str | None, ok: bool) -> BlockRef:
     """A block ref; those without an id are shared (a few hundred distinct values)."""
     ref = (index, kind, ident, ok)
-    if ident is not None:
-        return ref
-    shared = _refs.get(ref)
-    if shared is None and len(_refs) < _SHARED_MAX:
-        shared = _refs[ref] = ref
-    return shared or ref
+    return ref if ident is not None else _one_copy(_refs, ref)
 
 
 def _shared_outline(refs: Outline) -> Outline:
     """Outlines without tool ids repeat (one text block, text + thinking…): share them."""
     if len(refs) > 4 or any(ref[2] is not None for ref in refs):
         return refs
-    shared = _outlines.get(refs)
-    if shared is None and len(_outlines) < _SHARED_MAX:
-        shared = _outlines[refs] = refs
-    return shared or refs
+    return _one_copy(_outlines, refs)
+
+
+def _one_copy(table: dict[_T, _T], value: _T) -> _T:
+    """The copy of ``value`` kept in ``table`` (bounded: past its size, ``value`` itself)."""
+    shared = table.get(value)
+    if shared is None and len(table) < _SHARED_MAX:
+        shared = table[value] = value
+    return value if shared is None else shared
 
 
 def _brackets_over_limit(line: bytes) -> bool:
