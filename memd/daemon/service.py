@@ -37,7 +37,8 @@ from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, MemdError, NotFound, StartupError
 from memd.ipc.server import ServeLimits, Server, run_server
 from memd.state import SessionState, load_sessions, save_sessions
-from memd.transcript.conversation import Conversation, ConversationView
+from memd.transcript.conversation import Conversation
+from memd.transcript.view import ConversationView
 
 if TYPE_CHECKING:
     # The features load after READY (see Daemon.build_features): importing them costs more

@@ -37,7 +37,7 @@ from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.location import Location
 from memd.memory.plan import Job, Skip, plan_extraction
 from memd.state import SessionState
-from memd.transcript.conversation import ConversationReader
+from memd.transcript.view import ConversationReader
 
 log = logging.getLogger(__name__)
 

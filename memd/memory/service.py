@@ -64,7 +64,7 @@ from memd.memory.store import MemoryStore
 from memd.memory.turns import TurnEnds
 from memd.privacy import scrub_text
 from memd.state import SessionState
-from memd.transcript.conversation import ConversationReader
+from memd.transcript.view import ConversationReader
 
 MAX_SURFACED_SESSIONS = 1_024
 TOOL_WINDOW = 6  # assistant messages whose tool calls count as "in active use"

@@ -31,7 +31,7 @@ from memd.errors import MemdError
 from memd.memory.jobs import ExtractionJobs
 from memd.memory.location import Location
 from memd.state import SessionState
-from memd.transcript.conversation import ConversationReader
+from memd.transcript.view import ConversationReader
 
 log = logging.getLogger(__name__)
 

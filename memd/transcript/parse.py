@@ -21,16 +21,15 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from itertools import accumulate
 from typing import Any, Final, TypeVar
 
 import msgspec
 
-from memd.transcript.messages import accepted
+from memd.transcript import outline
+from memd.transcript.messages import Role
 from memd.transcript.model import (
     AssistantEntry,
     AttachmentEntry,
-    BlockRef,
     Content,
     Entry,
     Outline,
@@ -39,12 +38,9 @@ from memd.transcript.model import (
     Usage,
     UserEntry,
 )
+from memd.transcript.outline import MAX_CONTENT_DEPTH, WireBlock
 
 __all__ = ["MAX_CONTENT_DEPTH", "BadLine", "line_content", "parse_line"]
-
-# Nesting allowed in message.content (list > block > tool input > …). Deeper content could make
-# later consumers (JSON and msgpack encoders, the tokenizer's JSON form) hit recursion limits.
-MAX_CONTENT_DEPTH: Final = 100
 
 
 class BadLine(ValueError):
@@ -61,26 +57,11 @@ class _WireUsage(msgspec.Struct, gc=False):
     cache_read_input_tokens: int | None = None
 
 
-_NOTHING: Final = msgspec.Raw()
-
-
-class _WireBlock(msgspec.Struct, gc=False):
-    """What the outline of a content block needs; big fields (thinking, tool results, images)
-    are skipped, a tool call's input is kept as raw bytes only to see that it is an object."""
-
-    type: Any = None
-    id: Any = None
-    name: Any = None
-    tool_use_id: Any = None
-    text: Any = None
-    input: msgspec.Raw = _NOTHING
-
-
 class _WireMessage(msgspec.Struct, gc=False):
     id: str | None = None
     role: str | None = None
     model: str | None = None
-    content: list[_WireBlock] | str | None = None
+    content: list[WireBlock] | str | None = None
     usage: _WireUsage | None = None
 
 
@@ -118,23 +99,13 @@ class _ContentLine(msgspec.Struct, gc=False):
     message: _ContentMessage | None = None
 
 
-class _RawMessage(msgspec.Struct, gc=False):
-    content: msgspec.Raw = _NOTHING
-
-
-class _RawLine(msgspec.Struct, gc=False):
-    message: _RawMessage | None = None
-
-
 _NO_MESSAGE: Final = _WireMessage()
 _NO_COMPACT: Final = _WireCompact()
 _line_decoder: Final = msgspec.json.Decoder(_WireLine)
 _content_decoder: Final = msgspec.json.Decoder(_ContentLine)
-_raw_decoder: Final = msgspec.json.Decoder(_RawLine)
 _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
 _W = TypeVar("_W")
-_T = TypeVar("_T")
 
 
 def parse_line(line: bytes, at: int = -1) -> Entry | None:
@@ -169,7 +140,7 @@ def line_content(line: bytes) -> tuple[str | None, Content]:
     if found is None:
         raise BadLine("blank line")
     decoded, checked = found
-    if _brackets_over_limit(checked) and _too_deep(checked):  # as parse_line judges it
+    if outline.too_deep(checked):  # as parse_line judges it
         raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
     uuid = decoded.uuid if isinstance(decoded.uuid, str) else None
     value = None if decoded.message is None else decoded.message.content
@@ -250,11 +221,9 @@ def _to_entry(wire: _WireLine, line: bytes, at: int, size: int) -> Entry | None:
         return None
     match wire.type:
         case "user":
-            return _user(wire, uuid, _outline(wire.message, line, _user_accepts), at, size)
+            return _user(wire, uuid, _outline(wire.message, line, "user"), at, size)
         case "assistant":
-            return _assistant(
-                wire, uuid, _outline(wire.message, line, _assistant_accepts), at, size
-            )
+            return _assistant(wire, uuid, _outline(wire.message, line, "assistant"), at, size)
         case "system":
             return _system(wire, uuid, at, size)
         case "progress":
@@ -290,121 +259,16 @@ def _shared(value: str | None) -> str | None:
     return None if value is None else sys.intern(value)
 
 
-# -- the outline of message.content ----------------------------------------------------------
-
-_KINDS: Final = {
-    kind: kind
-    for kind in (
-        "text",
-        "image",
-        "document",
-        "tool_use",
-        "tool_result",
-        "thinking",
-        "redacted_thinking",
-    )
-}
-_Accepts = Callable[[str, _WireBlock], bool]
-
-
-def _outline(message: _WireMessage | None, line: bytes, accepts: _Accepts) -> Outline:
-    """One :data:`BlockRef` per content block of a type memd knows, in order."""
+def _outline(message: _WireMessage | None, line: bytes, role: Role) -> Outline:
+    """The outline of ``message.content`` (see :mod:`memd.transcript.outline`)."""
     if message is None:
         return ()
     value = message.content
     if isinstance(value, str):
-        return (_ref(0, "text", None, _nonblank(value)),) if value else ()
-    if _brackets_over_limit(line) and _too_deep(line):
+        return outline.of_text(value)
+    if outline.too_deep(line):
         raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
-    if not value:
-        return ()
-    refs: list[BlockRef] = []
-    for index, block in enumerate(value):
-        kind = _KINDS.get(block.type) if block.type.__class__ is str else None
-        if kind is None:
-            continue
-        if kind == "tool_use":
-            ident = block.id if block.id.__class__ is str else None
-        elif kind == "tool_result":
-            ident = block.tool_use_id if block.tool_use_id.__class__ is str else None
-        else:
-            ident = None
-        refs.append(_ref(index, kind, ident, accepts(kind, block)))
-    return _shared_outline(tuple(refs))
-
-
-def _user_accepts(kind: str, block: _WireBlock) -> bool:
-    return accepted("user", kind, block.text, block.tool_use_id, block.name, False)
-
-
-def _assistant_accepts(kind: str, block: _WireBlock) -> bool:
-    is_object = bytes(memoryview(block.input)[:1]) == b"{"
-    return accepted("assistant", kind, block.text, block.id, block.name, is_object)
-
-
-def _nonblank(text: object) -> bool:
-    return isinstance(text, str) and text.strip() != ""
-
-
-_refs: dict[BlockRef, BlockRef] = {}
-_outlines: dict[Outline, Outline] = {}
-_SHARED_MAX: Final = 4096
-
-
-def _ref(index: int, kind: str, ident: str | None, ok: bool) -> BlockRef:
-    """A block ref; those without an id are shared (a few hundred distinct values)."""
-    ref = (index, kind, ident, ok)
-    return ref if ident is not None else _one_copy(_refs, ref)
-
-
-def _shared_outline(refs: Outline) -> Outline:
-    """Outlines without tool ids repeat (one text block, text + thinking…): share them."""
-    if len(refs) > 4 or any(ref[2] is not None for ref in refs):
-        return refs
-    return _one_copy(_outlines, refs)
-
-
-def _one_copy(table: dict[_T, _T], value: _T) -> _T:
-    """The copy of ``value`` kept in ``table`` (bounded: past its size, ``value`` itself)."""
-    shared = table.get(value)
-    if shared is None and len(table) < _SHARED_MAX:
-        shared = table[value] = value
-    return value if shared is None else shared
-
-
-def _brackets_over_limit(line: bytes) -> bool:
-    """A line with fewer brackets than the limit cannot nest deeper: most lines stop here."""
-    return len(line) > 2 * MAX_CONTENT_DEPTH and (
-        line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH
-    )
-
-
-def _too_deep(line: bytes) -> bool:
-    """Whether ``message.content`` nests deeper than :data:`MAX_CONTENT_DEPTH`, counted on
-    its bytes: strings taken out, then the running depth of the brackets left."""
-    found = _raw_decoder.decode(line).message
-    raw = bytes(memoryview(found.content)) if found is not None else b""
-    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
-    return len(brackets) > 2 * MAX_CONTENT_DEPTH and _depth(brackets) > MAX_CONTENT_DEPTH
-
-
-def _outside_strings(json: bytes) -> bytes:
-    """The bytes of valid JSON that are not inside a string: escaped backslashes and quotes
-    out first, so every quote left opens or closes a string (C-speed passes, no regex)."""
-    if b"\\" in json:
-        json = json.replace(b"\\\\", b"")
-    parts = json.replace(b'\\"', b"").split(b'"')
-    return b"".join(parts[0::2])
-
-
-_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
-_STEP: Final = [0] * 256
-_STEP[ord("[")] = _STEP[ord("{")] = 1
-_STEP[ord("]")] = _STEP[ord("}")] = -1
-
-
-def _depth(brackets: bytes) -> int:
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    return outline.of_blocks(value, role) if value else ()
 
 
 def _user(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) -> UserEntry:

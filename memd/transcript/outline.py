@@ -1,0 +1,170 @@
+"""The outline of a line's ``message.content``: what memd keeps of it (R-T6, R-T7).
+
+One :data:`~memd.transcript.model.BlockRef` per content block of a type memd knows: its
+index, type, tool id, and whether the Messages API takes it in the line's role
+(:func:`memd.transcript.messages.accepted`, the rule the messages are built with). Refs and
+outlines without a tool id repeat across lines and sessions, so one copy of each is shared.
+
+And the depth check: content nested deeper than :data:`MAX_CONTENT_DEPTH` makes a line bad,
+judged on its bytes (strings taken out, then the running depth of the brackets left), so that
+nothing downstream (JSON and msgpack encoders, the tokenizer's JSON form) meets it.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from memd.transcript.messages import Role, accepted
+from memd.transcript.model import BlockRef, Outline
+
+__all__ = ["MAX_CONTENT_DEPTH", "WireBlock", "of_blocks", "of_text", "too_deep"]
+
+# Nesting allowed in message.content (list > block > tool input > …). Deeper content could make
+# later consumers (JSON and msgpack encoders, the tokenizer's JSON form) hit recursion limits.
+MAX_CONTENT_DEPTH: Final = 100
+_NOTHING: Final = msgspec.Raw()
+_T = TypeVar("_T")
+
+
+class WireBlock(msgspec.Struct, gc=False):
+    """What the outline of a content block needs; big fields (thinking, tool results, images)
+    are skipped, a tool call's input is kept as raw bytes only to see that it is an object."""
+
+    type: Any = None
+    id: Any = None
+    name: Any = None
+    tool_use_id: Any = None
+    text: Any = None
+    input: msgspec.Raw = _NOTHING
+
+
+class _RawMessage(msgspec.Struct, gc=False):
+    content: msgspec.Raw = _NOTHING
+
+
+class _RawLine(msgspec.Struct, gc=False):
+    message: _RawMessage | None = None
+
+
+_raw_decoder: Final = msgspec.json.Decoder(_RawLine)
+
+
+def of_text(text: str) -> Outline:
+    """A string content: one text block, or none when empty."""
+    return (_ref(0, "text", None, _nonblank(text)),) if text else ()
+
+
+def of_blocks(blocks: list[WireBlock], role: Role) -> Outline:
+    """One ref per block of a type memd knows, in order, judged for ``role``."""
+    user = role == "user"
+    refs: list[BlockRef] = []
+    for index, block in enumerate(blocks):
+        kind = _KINDS.get(block.type) if block.type.__class__ is str else None
+        if kind is None:
+            continue
+        if kind == "tool_use":
+            ident = block.id if block.id.__class__ is str else None
+        elif kind == "tool_result":
+            ident = block.tool_use_id if block.tool_use_id.__class__ is str else None
+        else:
+            ident = None
+        ok = _user_accepts(kind, block) if user else _assistant_accepts(kind, block)
+        refs.append(_ref(index, kind, ident, ok))
+    return _shared_outline(tuple(refs))
+
+
+def too_deep(line: bytes) -> bool:
+    """Whether the line's ``message.content`` nests deeper than :data:`MAX_CONTENT_DEPTH`
+    (a line of valid JSON)."""
+    return _brackets_over_limit(line) and _content_too_deep(line)
+
+
+_KINDS: Final = {
+    kind: kind
+    for kind in (
+        "text",
+        "image",
+        "document",
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+    )
+}
+
+
+def _user_accepts(kind: str, block: WireBlock) -> bool:
+    return accepted("user", kind, block.text, block.tool_use_id, block.name, False)
+
+
+def _assistant_accepts(kind: str, block: WireBlock) -> bool:
+    is_object = bytes(memoryview(block.input)[:1]) == b"{"
+    return accepted("assistant", kind, block.text, block.id, block.name, is_object)
+
+
+def _nonblank(text: object) -> bool:
+    return isinstance(text, str) and text.strip() != ""
+
+
+_refs: dict[BlockRef, BlockRef] = {}
+_outlines: dict[Outline, Outline] = {}
+_SHARED_MAX: Final = 4096
+
+
+def _ref(index: int, kind: str, ident: str | None, ok: bool) -> BlockRef:
+    """A block ref; those without an id are shared (a few hundred distinct values)."""
+    ref = (index, kind, ident, ok)
+    return ref if ident is not None else _one_copy(_refs, ref)
+
+
+def _shared_outline(refs: Outline) -> Outline:
+    """Outlines without tool ids repeat (one text block, text + thinking…): share them."""
+    if len(refs) > 4 or any(ref[2] is not None for ref in refs):
+        return refs
+    return _one_copy(_outlines, refs)
+
+
+def _one_copy(table: dict[_T, _T], value: _T) -> _T:
+    """The copy of ``value`` kept in ``table`` (bounded: past its size, ``value`` itself)."""
+    shared = table.get(value)
+    if shared is None and len(table) < _SHARED_MAX:
+        shared = table[value] = value
+    return value if shared is None else shared
+
+
+def _brackets_over_limit(line: bytes) -> bool:
+    """A line with fewer brackets than the limit cannot nest deeper: most lines stop here."""
+    return len(line) > 2 * MAX_CONTENT_DEPTH and (
+        line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH
+    )
+
+
+def _content_too_deep(line: bytes) -> bool:
+    """Whether ``message.content`` nests deeper than :data:`MAX_CONTENT_DEPTH`, counted on
+    its bytes: strings taken out, then the running depth of the brackets left."""
+    found = _raw_decoder.decode(line).message
+    raw = bytes(memoryview(found.content)) if found is not None else b""
+    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
+    return len(brackets) > 2 * MAX_CONTENT_DEPTH and _depth(brackets) > MAX_CONTENT_DEPTH
+
+
+def _outside_strings(json: bytes) -> bytes:
+    """The bytes of valid JSON that are not inside a string: escaped backslashes and quotes
+    out first, so every quote left opens or closes a string (C-speed passes, no regex)."""
+    if b"\\" in json:
+        json = json.replace(b"\\\\", b"")
+    parts = json.replace(b'\\"', b"").split(b'"')
+    return b"".join(parts[0::2])
+
+
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP: Final = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
+
+
+def _depth(brackets: bytes) -> int:
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
