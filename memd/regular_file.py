@@ -63,15 +63,7 @@ def open_regular_target(path: str | os.PathLike[str]) -> io.FileIO:
     session read): the open cannot block (``O_NONBLOCK``), and ``fstat`` refuses a FIFO,
     device, socket or directory before a byte is read. Raises as :func:`open_regular`.
     """
-    fd = os.open(path, _FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotARegularFile(path, kind_of(mode))
-        return io.FileIO(fd, "r", closefd=True)
-    except BaseException:
-        os.close(fd)
-        raise
+    return _regular_file(os.open(path, _FLAGS & ~getattr(os, "O_NOFOLLOW", 0)), path)
 
 
 def read_text_target(path: str | os.PathLike[str], max_bytes: int) -> str | None:
@@ -105,6 +97,11 @@ def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
         if exc.errno == errno.ELOOP:  # replaced by a link since the lstat
             raise NotARegularFile(path, kind_of(stat.S_IFLNK)) from None
         raise
+    return _regular_file(fd, path)
+
+
+def _regular_file(fd: int, path: str | os.PathLike[str]) -> io.FileIO:
+    """``fd`` as a file if ``fstat`` says it is a regular file; else closed, and refused."""
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
