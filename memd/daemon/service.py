@@ -471,28 +471,20 @@ async def _run_startup_scan(daemon: Daemon) -> None:
         queued += len(wanted)
         daemon.state_changed.set()
         if not daemon.history_read.is_set():
-            await _until_read(daemon, wanted)
+            await _until_read(daemon.ingest_queue, wanted)
             daemon.history_read.set()
     stats = daemon.registry.statistics()
     daemon.notifier.status(f"{stats.sessions} sessions known, {stats.parsed} parsed")
     log.info("startup scan: %d sessions known, %d queued for reading", stats.sessions, queued)
 
 
-async def _until_read(daemon: Daemon, paths: list[Path]) -> None:
-    """Wait until each of ``paths`` has been read once (or is gone, or cannot be read, or no
-    longer waits to be): a session that keeps growing does not hold this up."""
+async def _until_read(queue: CoalescingQueue[Path], paths: list[Path]) -> None:
+    """Wait until none of ``paths`` waits in ``queue`` or is being read."""
     pending = set(paths)
     while pending:
-        pending = {p for p in pending if _unread(daemon, p)}
+        pending = {p for p in pending if queue.is_queued(p) or queue.is_running(p)}
         if pending:
             await anyio.sleep(0.05)
-
-
-def _unread(daemon: Daemon, path: Path) -> bool:
-    state = daemon.registry.get_by_path(path)
-    if state is None or state.parsed or state.unreadable is not None:
-        return False
-    return daemon.ingest_queue.is_queued(path) or daemon.ingest_queue.is_running(path)
 
 
 async def _run_ingest(daemon: Daemon) -> None:
