@@ -11,12 +11,41 @@ together, so ``until - now()`` is a valid sleep duration on either clock.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
 import anyio.lowlevel
+
+
+def iso_utc(ts: float) -> str:
+    """UTC ISO time of a timestamp, to the second; "" for none or one no calendar holds (a
+    planted mtime).
+
+    Remembered by the second (``status`` and ``sessions`` format one per row, up to 10,000
+    for a long history, and most rows keep their time between calls)."""
+    if not ts:
+        return ""
+    try:
+        second = math.floor(ts)
+    except (OverflowError, ValueError):
+        return ""
+    text = _ISO_SECONDS.get(second)
+    if text is None:
+        try:
+            text = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(second))
+        except (OverflowError, OSError, ValueError):
+            text = ""
+        if len(_ISO_SECONDS) >= _ISO_KEEP:
+            _ISO_SECONDS.clear()
+        _ISO_SECONDS[second] = text
+    return text
+
+
+_ISO_KEEP = 16_384
+_ISO_SECONDS: dict[int, str] = {}
 
 
 class Clock(Protocol):

@@ -306,3 +306,43 @@ def test_memdctl_status_text_names_what_is_disabled(tmp_path: Path) -> None:
             assert "budget    hour:" in done.stdout
         finally:
             assert stop_memd(proc) == 0
+
+
+def test_status_lists_the_newest_sessions_briefly_and_notes_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    """``status`` is a glance: the newest sessions (10 unless ``limit`` says otherwise) with
+    the figures ``memdctl status`` shows, the same as ``sessions`` reports; the notes status
+    of each listed session only with ``notes`` (what ``memdctl top`` asks for)."""
+    with fake_home(tmp_path) as home:
+        project = home.projects / SLUG
+        project.mkdir(parents=True)
+        data = SOURCES[0].read_bytes()
+        ids = [f"5e55{i:04d}-0000-4000-8000-000000000000" for i in range(13)]
+        for i, sid in enumerate(ids):
+            path = project / f"{sid}.jsonl"
+            path.write_bytes(data.replace(SOURCES[0].stem.encode(), sid.encode()))
+            os.utime(path, (time.time() - 100 + i, time.time() - 100 + i))
+        proc = start_memd(home)
+        try:
+            wait_for(
+                lambda: call(home, "status", {"limit": 1})["ingest"]["parsed"] == len(ids),
+                timeout=20,
+                what="every session to be read",
+            )
+            full = {r["session_id"]: r for r in call(home, "sessions")}
+            status = call(home, "status")
+            listed = [r["session_id"] for r in status["sessions"]]
+            assert listed == ids[::-1][:10]  # newest first
+            for row in status["sessions"]:
+                assert row == {k: full[row["session_id"]][k] for k in row}
+                assert row["message_count"] > 0 and row["context_tokens"] > 0
+            assert "sessions" not in status["notes"]
+            assert [r["session_id"] for r in call(home, "status", {"limit": 3})["sessions"]] == (
+                listed[:3]
+            )
+            asked = call(home, "status", {"limit": 12, "notes": True})
+            assert [n["session_id"] for n in asked["notes"]["sessions"]] == ids[::-1][:12]
+            assert all(n["phase"] == "idle" for n in asked["notes"]["sessions"])
+        finally:
+            assert stop_memd(proc) == 0

@@ -114,9 +114,9 @@ def test_status_dicts_name_every_field() -> None:
 def test_last_activity_is_iso_utc_and_a_planted_mtime_does_not_fail_the_listing() -> None:
     from datetime import UTC, datetime
 
-    from memd.ipc.handlers import _iso
+    from memd.clock import iso_utc as _iso
 
-    for ts in (1.0, 1_763_800_000.7, 4_102_444_800.0):
+    for ts in (1.0, 1_763_800_000.7, 4_102_444_800.0, -1.5, 1_763_800_000.7):  # twice: cached
         assert _iso(ts) == datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
     assert _iso(0.0) == ""
     assert _iso(1e20) == "" and _iso(float("nan")) == ""  # touch -d far future, or garbage

@@ -43,7 +43,7 @@ def run_top(screen: Any, ctx: Ctx) -> None:
     screen.timeout(int(REFRESH_S * 1000))
     while True:
         try:
-            status: dict[str, Any] | None = ctx.call("status", {"limit": 100})
+            status: dict[str, Any] | None = ctx.call("status", {"limit": 100, "notes": True})
             problem = None
         except MemdClientError as exc:
             status, problem = None, str(exc)

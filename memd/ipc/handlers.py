@@ -13,9 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from memd import __version__
+from memd.clock import iso_utc
 from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
-from memd.daemon.logsetup import log_destination
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
 from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
@@ -55,6 +55,8 @@ FEATURE_METHODS = (
 # Methods whose handlers never wait on I/O (no thread, no lock, no model call): the server
 # answers them inline on their connection, with no task and no timeout scope of their own.
 # memory_index, memories and notes read files in a worker thread, so they keep a timeout.
+STATUS_ROWS = 10  # sessions ``status`` lists unless asked: the newest, as ``memdctl status`` shows
+
 INLINE_METHODS = frozenset({"hello", "status", "sessions", "session", "should_compact", "config"})
 
 
@@ -80,10 +82,11 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         return {**hello_result(), "version": __version__, "pid": os.getpid()}
 
     async def status(params: dict[str, Any]) -> Any:
-        """Health at a glance. Params: ``limit`` (sessions listed, default 20)."""
-        limit = int_param(params, "limit", 20)
-        await daemon.features_ready.wait()
-        return status_result(daemon, limit=limit)
+        """Health at a glance. Params: ``limit`` (the newest sessions listed, default 10),
+        ``notes`` (true: each listed session's notes status too, in ``notes.sessions``)."""
+        limit = int_param(params, "limit", STATUS_ROWS)
+        await daemon.wait_features()
+        return status_result(daemon, limit=limit, notes_rows=bool(params.get("notes")))
 
     async def sessions(params: dict[str, Any]) -> Any:
         """Every known session, newest first. Params: ``project`` (folder name filter) or
@@ -98,7 +101,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
     async def session(params: dict[str, Any]) -> Any:
         """One session in full. Params: ``session`` (id or unique prefix). Errors: not_found."""
         state = find_session(daemon, opt_str(params, "session"))
-        await daemon.features_ready.wait()
+        await daemon.wait_features()
         notes = daemon.notes.status(state.session_id)
         return {
             **session_row(daemon, state),
@@ -163,7 +166,7 @@ def deferred_methods(daemon: Daemon) -> dict[str, Handler]:
 
     def stand_in(name: str) -> Handler:
         async def call(params: dict[str, Any]) -> Any:
-            await daemon.features_ready.wait()
+            await daemon.wait_features()
             if not built:
                 built.update(feature_methods(daemon))
             return await built[name](params)
@@ -206,7 +209,7 @@ def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -
         "context_estimated_tail": s.context_estimated_tail,
         "context_stale": s.context_stale,
         "compact_threshold": compact_threshold(daemon) if threshold is None else threshold,
-        "last_activity": _iso(s.mtime),
+        "last_activity": iso_utc(s.mtime),
         "last_timestamp": s.last_timestamp,
         "boundaries_seen": len(s.boundaries),
         "tool_uses": s.tool_uses,
@@ -218,6 +221,23 @@ def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -
         "bad_lines": s.bad_lines,
         "unreadable": _unreadable(s),
         "pending_tool_calls": s.pending_tool_calls,
+    }
+
+
+def brief_row(s: SessionState, threshold: int) -> dict[str, Any]:
+    """A session as ``status`` lists it: what a glance shows (``memdctl status`` and ``top``);
+    ``sessions`` and ``session`` give every figure."""
+    return {
+        "session_id": s.session_id,
+        "project": s.project,
+        "parsed": s.parsed,
+        "message_count": s.message_count,
+        "context_tokens": s.context_tokens,
+        "context_stale": s.context_stale,
+        "compact_threshold": threshold,
+        "last_activity": iso_utc(s.mtime),
+        "bad_lines": s.bad_lines,
+        "unreadable": _unreadable(s),
     }
 
 
@@ -239,33 +259,31 @@ def _unreadable(s: SessionState) -> dict[str, Any] | None:
     since = s.unreadable.get("since")
     return {
         "reason": s.unreadable.get("reason"),
-        "since": _iso(since) if isinstance(since, int | float) else None,
+        "since": iso_utc(since) if isinstance(since, int | float) else None,
     }
 
 
-def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
+def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> dict[str, Any]:
+    """``status``: figures kept as they change, and only the rows asked for (its cost does
+    not grow with the sessions known; ``memdctl status`` sends it on every refresh)."""
     reg = daemon.registry.statistics()
     queue = daemon.ingest_queue.statistics()
     rows = daemon.registry.newest(limit)
     threshold = compact_threshold(daemon)
     errors = daemon.health.last_hour()
-    notes = daemon.notes.statistics([s.session_id for s in rows]).as_dict()
+    notes = daemon.notes.statistics([s.session_id for s in rows] if notes_rows else ()).as_dict()
+    if not notes_rows:
+        del notes["sessions"]
     memory = daemon.memory.statistics()
     guard = daemon.guard.statistics().as_dict()
     return {
         "daemon": {
-            "version": __version__,
-            "pid": os.getpid(),
-            "started_at": _iso(daemon.started_at),
+            **daemon.facts,
+            "env_file": daemon.env_file.status(),
             "uptime_s": round(time.time() - daemon.started_at, 1),
             "rss_bytes": _rss_bytes(),
-            "socket": str(daemon.loaded.paths.socket_path),
-            "projects_root": str(daemon.loaded.paths.projects_root),
-            "state_dir": str(daemon.loaded.paths.state_dir),
             "reloads": daemon.reloads,
             "last_reload": daemon.last_reload.as_dict() if daemon.last_reload else None,
-            "log": log_destination(daemon.env),
-            "env_file": daemon.env_file.status(),
         },
         "llm": llm_status(daemon),
         "ingest": {
@@ -297,7 +315,7 @@ def status_result(daemon: Daemon, *, limit: int) -> dict[str, Any]:
         ),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
-        "sessions": [session_row(daemon, s, threshold) for s in rows],
+        "sessions": [brief_row(s, threshold) for s in rows],
     }
 
 
@@ -322,23 +340,15 @@ def llm_status(daemon: Daemon) -> dict[str, Any]:
     return result
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_STATM: list[int] = []  # the descriptor of /proc/self/statm, opened once
+
+
 def _rss_bytes() -> int:
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
+        if not _STATM:
+            _STATM.append(os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC))
+        return int(os.pread(_STATM[0], 256, 0).split()[1]) * _PAGE  # re-read on every pread
+    except (OSError, IndexError, ValueError):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
-
-
-def _iso(ts: float) -> str:
-    """UTC ISO time of a timestamp; "" for none or one no calendar holds (a planted mtime).
-
-    ``time.strftime`` rather than ``datetime``: half the cost, and ``sessions`` formats one
-    per row (10,000 rows for a long history)."""
-    if not ts:
-        return ""
-    try:
-        return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(ts))
-    except (OverflowError, OSError, ValueError):
-        return ""

@@ -33,7 +33,7 @@ _CWD: Final[dict[str, Kind]] = {"cwd": "str"}
 
 METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
     "hello": {"protocol": "int", "client": "str"},
-    "status": {"limit": "int"},
+    "status": {"limit": "int", "notes": "bool"},
     "sessions": {"project": "str", **_CWD, "limit": "int"},
     "session": _SESSION,
     "config": {},

@@ -153,6 +153,9 @@ class BudgetStatus:
         return max(times) if times else None
 
 
+_NO_FAILURES = FailureState()
+
+
 @dataclass(frozen=True)
 class KindStatus:
     kind: JobKind
@@ -421,10 +424,13 @@ class CostGuard:
 
     def statistics(self) -> GuardStatistics:
         now = self._clock.now()
+        parked_of: dict[JobKind, list[ParkedJob]] = {}
+        for (kind, _), job in sorted(self._parked.items()):  # one sort, not one per kind
+            parked_of.setdefault(kind, []).append(job)
         kinds = []
         for kind in JOB_KINDS:
-            state = self._failures.get(kind, FailureState())
-            parked = tuple(p for (k, _), p in sorted(self._parked.items()) if k == kind)
+            state = self._failures.get(kind, _NO_FAILURES)
+            parked = tuple(parked_of.get(kind, ()))
             retry_at = (
                 state.retry_at if state.retry_at is not None and state.retry_at > now else None
             )

@@ -10,6 +10,7 @@ Budgets (R-S5): each section should stay near ``section_tokens`` and the whole f
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,13 @@ Estimator = Callable[[str], int]
 
 
 def notes_path(projects_root: Path, project: str, session_id: str) -> Path:
-    return projects_root / project / session_id / NOTES_DIR / NOTES_FILE
+    return Path(notes_location(str(projects_root), project, session_id))
+
+
+def notes_location(projects_root: str, project: str, session_id: str) -> str:
+    """:func:`notes_path` as a string: ``status`` lists one per row, and a ``Path`` built
+    per row was half its cost."""
+    return os.path.join(projects_root, project, session_id, NOTES_DIR, NOTES_FILE)
 
 
 def read_notes(path: Path) -> str | None:

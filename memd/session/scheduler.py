@@ -263,7 +263,9 @@ class NotesScheduler:
             state,
             self._store.get(session_id),
             self.settings.config,
-            notes_path=self.notes_path(state),
+            notes_path=notes.notes_location(
+                str(self.settings.projects_root), state.project, state.session_id
+            ),
             phase=slot.phase if slot else "idle",
             waiting_reason=slot.waiting_reason if slot else None,
             follow_up=bool(slot and (slot.follow_up or slot.manual)),

@@ -6,8 +6,7 @@ scheduler's live view of its worker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from memd.config import SessionNotesConfig
@@ -44,10 +43,7 @@ class SessionNotesStatus:
     def as_dict(self) -> dict[str, Any]:
         # Every field is a scalar: a shallow copy is the whole answer, without the deep
         # copy ``dataclasses.asdict`` makes (``status`` builds one per listed session).
-        return {name: getattr(self, name) for name in _STATUS_FIELDS}
-
-
-_STATUS_FIELDS = tuple(f.name for f in fields(SessionNotesStatus))
+        return self.__dict__.copy()
 
 
 @dataclass(frozen=True)
@@ -104,7 +100,7 @@ def session_status(
     record: ExtractionRecord | None,
     config: SessionNotesConfig,
     *,
-    notes_path: Path,
+    notes_path: str,
     phase: Phase,
     waiting_reason: str | None,
     follow_up: bool,
@@ -117,7 +113,7 @@ def session_status(
     return SessionNotesStatus(
         session_id=state.session_id,
         project=state.project,
-        notes_path=str(notes_path),
+        notes_path=notes_path,
         phase=phase,
         waiting_reason=waiting_reason,
         follow_up=follow_up,
