@@ -24,8 +24,9 @@ from pathlib import Path
 import anyio
 
 from memd.compaction.full import compact_full
-from memd.compaction.service import TokenCache, messages_of
+from memd.compaction.service import messages_of
 from memd.compaction.session_memory import Compacted, compact_with_notes
+from memd.compaction.tokencache import TokenCache
 from memd.config import CompactionConfig, LLMConfig
 from memd.llm.client import Disabled, close_llm, open_llm
 from memd.session.template import DEFAULT_TEMPLATE

@@ -65,6 +65,15 @@ def _get_counter() -> _Counter:
     return counter
 
 
+ESTIMATE_RULES = 1  # bump when estimate_content counts anything differently
+
+
+def estimator_id() -> str:
+    """Names what made an estimate, for estimates kept across restarts; without loading the
+    tokenizer (estimates made by the chars/4 fallback are not kept)."""
+    return f"{ENCODING_NAME} rules {ESTIMATE_RULES} image {IMAGE_TOKENS} document {DOCUMENT_TOKENS}"
+
+
 def using_tokenizer() -> bool:
     """Whether estimates come from the real tokenizer (False: the chars/4 fallback)."""
     return _get_counter() is not _chars_per_token

@@ -45,7 +45,14 @@ def test_sessions_near_compaction_are_warm_after_a_restart(tmp_path: Path) -> No
         (project / "cold.jsonl").write_bytes(COLD.read_bytes())
         proc = start_memd(home, *args)
         wait_for(lambda: call(home, "status")["ingest"]["parsed"] == 2, timeout=60, what="ingest")
+        wait_for(
+            lambda: rows(call(home, "sessions"))["hot"]["in_memory"],
+            timeout=60,
+            what="the hot session to be warmed as it was read",
+        )
         assert stop_memd(proc) == 0, read_log(home)
+        saved = home.root / ".local" / "state" / "memd" / "token-estimates.bin"
+        assert saved.stat().st_size > 12 * 15  # the estimates of its 16 messages are kept
 
         proc = start_memd(home, *args)
         try:
@@ -62,3 +69,5 @@ def test_sessions_near_compaction_are_warm_after_a_restart(tmp_path: Path) -> No
             assert stop_memd(proc) == 0, read_log(home)
         log = since_restart()
         assert log.index("warmed 1 sessions above half") < log.index("startup scan:")
+        # Its messages were estimated before the restart: none is tokenized again.
+        assert "(0 messages estimated, the others' estimates were kept)" in log

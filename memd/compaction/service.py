@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,18 +23,19 @@ from memd.compaction.microcompact import microcompact
 from memd.compaction.session_memory import FallThrough, compact_with_notes
 from memd.compaction.strategy import NotesInput, Outcome, compact, files_to_restore
 from memd.compaction.threshold import BreakerState, Trigger, auto_compact_threshold, should_compact
+from memd.compaction.tokencache import TokenCache
 from memd.config import Config
 from memd.errors import CompactionFailed, LLMDisabled, LLMError
 from memd.llm.client import LLM, Disabled, Usage
 from memd.llm.ledger import Ledger
-from memd.regular_file import read_text_target
+from memd.regular_file import read_regular, read_text_target
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
-from memd.transcript.messages import ApiMessage
 
 log = logging.getLogger(__name__)
 
 BREAKERS_FILE = "compaction-breakers.json"
+MAX_BREAKERS_BYTES = 4 << 20
 CLAUDE_MD_NAMES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
 # A plan or CLAUDE.md larger than this is not restored (it would not fit a context anyway).
 CONTEXT_FILE_MAX_BYTES = 1024 * 1024
@@ -51,56 +51,6 @@ class Window:
 
     context_window: int
     max_output_tokens: int
-
-
-class TokenCache:
-    """Token estimates of transcript messages, keyed by the uuids of their lines.
-
-    A message's lines never change once written, and a message that gains a line gets a new
-    key, so an entry is never stale. Tokenizing is ~40x slower than cutting a conversation,
-    so this is what keeps a level-1 compaction within a few milliseconds. The key is the hash
-    of the uuids (an int, not the tuple: ~100 bytes an entry, and no uuid kept alive after its
-    session goes). Least recently used out first. Thread-safe.
-    """
-
-    def __init__(self, max_entries: int = 200_000) -> None:
-        self._entries: dict[int, int] = {}
-        self._max = max_entries
-        self._lock = threading.Lock()
-
-    def tokens(self, m: ApiMessage) -> int:
-        key = hash(m.uuids)
-        hit = self._get(key)
-        if hit is not None:
-            return hit
-        value = estimate_content(m.content)
-        with self._lock:
-            self._entries[key] = value
-            while len(self._entries) > self._max:
-                del self._entries[next(iter(self._entries))]
-        return value
-
-    def _get(self, key: int) -> int | None:
-        with self._lock:
-            hit = self._entries.pop(key, None)
-            if hit is not None:
-                self._entries[key] = hit  # now the most recently used
-            return hit
-
-    def known(self, uuids: tuple[str, ...]) -> bool:
-        with self._lock:
-            return hash(uuids) in self._entries
-
-    def warm(self, conv: Conversation) -> int:
-        """Estimate the messages of ``conv`` not cached yet, reading only their lines;
-        returns how many (blocking: run in a thread under the session's lock)."""
-        missing = [m for m in conv.outline() if not self.known(m.uuids)]
-        for message in conv.fill(missing):
-            self.tokens(message)
-        return len(missing)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 def messages_of(conv: Conversation, cache: TokenCache | None = None) -> list[Msg]:
@@ -162,6 +112,7 @@ class CompactionService:
         claude_dir: Path,
         ledger: Ledger,
         get_llm: Callable[[], LLM | Disabled | None],
+        tokens: TokenCache | None = None,
     ) -> None:
         self.config = config
         self.home = home
@@ -171,7 +122,7 @@ class CompactionService:
         self.notes_for: NotesProvider | None = None
         self.wait_extraction: ExtractionWaiter | None = None
         self.memory_index_for: IndexProvider | None = None
-        self.tokens = TokenCache()
+        self.tokens = tokens if tokens is not None else TokenCache()
         self._breakers_path = state_dir / BREAKERS_FILE
         self._breakers: dict[str, BreakerState] = _load_breakers(self._breakers_path)
 
@@ -380,10 +331,10 @@ class CompactionService:
 
 def _load_breakers(path: Path) -> dict[str, BreakerState]:
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(read_regular(path, MAX_BREAKERS_BYTES))  # a FIFO here never blocks
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         log.warning("ignoring unreadable %s: %s", path, exc)
         return {}
     if not isinstance(raw, dict):

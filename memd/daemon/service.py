@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import signal
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -40,6 +41,7 @@ from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, MemdError, NotFound, StartupError
 from memd.ipc.server import ServeLimits, Server, run_server
 from memd.state import SessionState, load_sessions, save_sessions
+from memd.tokens import using_tokenizer
 from memd.transcript.conversation import Conversation
 from memd.transcript.view import ConversationView
 
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     # than everything the daemon needs to serve ``hello``.
     from memd.compaction.service import CompactionService
     from memd.compaction.strategy import NotesInput
+    from memd.compaction.tokencache import TokenCache
     from memd.dream.exclusion import DirExclusion
     from memd.dream.service import DreamService
     from memd.llm.client import LLM, Disabled
@@ -64,6 +67,7 @@ log = logging.getLogger(__name__)
 SESSIONS_FILE = "sessions.json"
 NOTES_RUN_TIMEOUT_S = 300.0
 LEDGER_FLUSH_S = 30.0
+TOKEN_SAVE_S = 300.0  # token estimates kept for the next start (and at shutdown)
 MISSING_SWEEP_MINUTES = 60
 
 
@@ -143,7 +147,7 @@ class Daemon:
         """Import the feature modules and read their state (the usage ledger, the notes
         records: one file per session) in a worker thread while the loop keeps serving; build
         them, replay the growth seen meanwhile and set ``features_ready``."""
-        ledger, notes_store = await anyio.to_thread.run_sync(
+        ledger, notes_store, tokens = await anyio.to_thread.run_sync(
             _load_features, self.loaded.paths.state_dir, self.clock
         )
         from memd.llm.guard import CostGuard  # loaded by the thread: the loop never imports
@@ -151,13 +155,13 @@ class Daemon:
         self.ledger = ledger
         self.guard = CostGuard(self.loaded.config.budget, ledger, self.clock)
         self.guard.on_failure = self._job_failed
-        self._build_features(notes_store)
+        self._build_features(notes_store, tokens)
         self.features_ready.set()
         early, self._early_growth = self._early_growth, {}
         for state in early.values():
             self._on_growth(state)
 
-    def _build_features(self, notes_store: ExtractionStore) -> None:
+    def _build_features(self, notes_store: ExtractionStore, tokens: TokenCache) -> None:
         """Compaction, session notes and memory, wired to each other and to the registry."""
         from memd.compaction.service import CompactionService
         from memd.dream.exclusion import DirExclusion
@@ -173,6 +177,7 @@ class Daemon:
             claude_dir=loaded.paths.claude_dir,
             ledger=self.ledger,
             get_llm=lambda: self.llm,
+            tokens=tokens,
         )
         self.notes = NotesScheduler(
             notes_settings(loaded),
@@ -431,6 +436,7 @@ async def _run_signals(
 
 async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
     with scope:
+        _load_tokenizer_soon(daemon)
         try:
             await daemon.build_features()
         except OSError as exc:  # as fatal as it was when this state was read before READY
@@ -445,6 +451,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_run_ingest, daemon)
             tg.start_soon(_run_compaction_warmer, daemon)
+            tg.start_soon(_run_token_saver, daemon)
             tg.start_soon(_run_state_flusher, daemon)
             tg.start_soon(_run_startup_scan, daemon)
             tg.start_soon(_run_maintenance, daemon)
@@ -536,17 +543,25 @@ async def _run_compaction_warmer(daemon: Daemon) -> None:
             daemon.warm_queue.done(path)
 
 
-async def _warm(daemon: Daemon, path: Path) -> bool:
-    """Rebuild the session's conversation if needed and compute its token estimates."""
+def _load_tokenizer_soon(daemon: Daemon) -> None:
+    """Load the tokenizer (~170 ms) beside the features when sessions are known: the first
+    ingest and the first compaction need it, and one arriving with the restart would wait
+    for it. A thread of its own, not anyio's pool: nothing waits for it but its users."""
+    if daemon.registry.statistics().parsed:
+        threading.Thread(target=using_tokenizer, name="memd-tokenizer", daemon=True).start()
+
+
+async def _warm(daemon: Daemon, path: Path) -> int | None:
+    """Rebuild the session's conversation if needed and compute the token estimates it
+    lacks; how many, None when it could not be read."""
     state = daemon.registry.get_by_path(path)
     if state is None:
-        return False
+        return None
     try:
-        await daemon.registry.read(state, daemon.compaction.tokens.warm)
+        return await daemon.registry.read(state, daemon.compaction.tokens.warm)
     except (OSError, MemdError) as exc:  # gone, unreadable, changing under us: not now
         log.debug("not warming %s: %s", path, exc)
-        return False
-    return True
+        return None
 
 
 async def _warm_at_start(daemon: Daemon) -> None:
@@ -561,13 +576,17 @@ async def _warm_at_start(daemon: Daemon) -> None:
     if not hot:
         return
     started = time.monotonic()
-    warmed = 0
+    warmed = estimated = 0
     for state in hot:
-        warmed += await _warm(daemon, Path(state.path))
+        count = await _warm(daemon, Path(state.path))
+        if count is not None:
+            warmed, estimated = warmed + 1, estimated + count
     log.info(
-        "warmed %d sessions above half their compaction threshold in %.0f ms",
+        "warmed %d sessions above half their compaction threshold in %.0f ms"
+        " (%d messages estimated, the others' estimates were kept)",
         warmed,
         (time.monotonic() - started) * 1000,
+        estimated,
     )
 
 
@@ -578,6 +597,30 @@ async def _run_state_flusher(daemon: Daemon) -> None:
         await anyio.sleep(daemon.loaded.config.daemon.state_flush_s)
         daemon.state_changed = anyio.Event()
         await anyio.to_thread.run_sync(daemon.save_state)
+
+
+async def _run_token_saver(daemon: Daemon) -> None:
+    """Keep the token estimates for the next start: every few minutes when new ones were
+    made, and once more when cancelled at shutdown (a kill loses the newest: they are a
+    cache)."""
+    from memd.compaction.tokencache import TOKENS_FILE
+
+    cache, path = daemon.compaction.tokens, daemon.loaded.paths.state_dir / TOKENS_FILE
+
+    async def save() -> None:
+        if cache.changed:
+            try:
+                await anyio.to_thread.run_sync(cache.save, path)
+            except OSError as exc:
+                log.warning("cannot save the token estimates to %s: %s", path, exc)
+
+    try:
+        while True:
+            await anyio.sleep(TOKEN_SAVE_S)
+            await save()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await save()
 
 
 async def _run_maintenance(daemon: Daemon) -> None:
@@ -625,7 +668,7 @@ def _read_env_file(env: dict[str, str]) -> EnvFile:
     return env_file
 
 
-def _load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionStore]:
+def _load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionStore, TokenCache]:
     """Import the feature modules and read their state (blocking: run in a worker thread).
     Everything the loop uses of them afterwards must be imported here: an import on the loop
     stops it serving for as long as the import takes."""
@@ -640,10 +683,12 @@ def _load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionSto
     import memd.llm.guard
     import memd.memory.service
     import memd.session.scheduler  # noqa: F401
+    from memd.compaction.tokencache import TOKENS_FILE, TokenCache
     from memd.llm.ledger import Ledger
     from memd.session.store import ExtractionStore
 
-    return Ledger.load(state_dir, clock), ExtractionStore.load(state_dir)
+    tokens = TokenCache.load(state_dir / TOKENS_FILE)
+    return Ledger.load(state_dir, clock), ExtractionStore.load(state_dir), tokens
 
 
 def _prepare_dirs(state_dir: Path) -> None:
