@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memd.memory.claude_code import (
     Settings,
@@ -159,3 +161,29 @@ def test_the_stat_pass_is_reused_for_a_second_unless_the_dir_changed(tmp_path: P
     (tmp_path / "a.md").write_text("---\nname: A2\ndescription: a\ntype: user\n---\n")
     os.utime(tmp_path, ns=(1, 1))  # an edit in place leaves the dir as it was
     assert {h.name for h in cache.scan(tmp_path)} == {"A", "B"}  # seen after refresh_s
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.sampled_from(["get", "on", "off", "stale"])),
+        max_size=60,
+    )
+)
+def test_status_counts_follow_the_kept_sessions(ops: list[tuple[int, str]]) -> None:
+    """``status`` reads the counts of sessions seen through hooks without walking them:
+    they must equal a walk whatever is decided, re-decided or dropped past the limit."""
+    from memd.memory.claude_code import ClaudeCodeFacts
+    from memd.memory.session_context import SessionContexts
+
+    contexts = SessionContexts(max_sessions=4)
+    held = {}
+    for n, op in ops:
+        sid = f"s{n}"
+        if op == "get":
+            held[sid] = contexts.get(sid)  # may drop the least recently used
+        elif (record := held.get(sid) if op == "stale" else contexts.get(sid)) is not None:
+            facts = ClaudeCodeFacts(op == "on", "", False, None, None, "metadata")
+            contexts.set_facts(record, facts)
+        decided = [r.facts for r in contexts.records() if r.facts is not None]
+        assert contexts.decided == len(decided)
+        assert contexts.auto_memory_on == sum(f.auto_memory for f in decided)

@@ -190,8 +190,9 @@ class MemoryService:
             while len(self._project_versions) > MAX_SURFACED_SESSIONS:
                 self._project_versions.popitem(last=False)
         version = record.version or self._project_versions.get(key)
-        record.facts = decide(settings, record.env, version)
-        return record.facts
+        facts = decide(settings, record.env, version)
+        self.contexts.set_facts(record, facts)
+        return facts
 
     async def claude_code_status(self, state: SessionState) -> dict[str, Any]:
         """For ``memdctl session``: what the session's Claude Code does itself, and so what
@@ -211,10 +212,9 @@ class MemoryService:
 
     def beside_claude_code(self) -> dict[str, Any]:
         """For ``memdctl status``: sessions seen through hooks, by Claude Code's auto memory."""
-        decided = [r.facts for r in self.contexts.records() if r.facts is not None]
         return {
-            "sessions": len(decided),
-            "claude_auto_memory_on": sum(1 for f in decided if f.auto_memory),
+            "sessions": self.contexts.decided,
+            "claude_auto_memory_on": self.contexts.auto_memory_on,
             "extract_beside_claude_code": self.config.memory.extract_beside_claude_code,
         }
 

@@ -80,15 +80,33 @@ class SessionContexts:
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
         self._records: OrderedDict[str, SessionContext] = OrderedDict()
         self._max = max_sessions
+        # Kept as facts change, for ``status``: sessions with a decision, and with Claude
+        # Code's auto memory on.
+        self.decided = 0
+        self.auto_memory_on = 0
 
     def get(self, session_id: str) -> SessionContext:
         record = self._records.get(session_id)
         if record is None:
             record = self._records[session_id] = SessionContext(session_id)
             while len(self._records) > self._max:
-                self._records.popitem(last=False)
+                self._count(self._records.popitem(last=False)[1].facts, -1)
         self._records.move_to_end(session_id)
         return record
+
+    def set_facts(self, record: SessionContext, facts: ClaudeCodeFacts) -> None:
+        """Record the last decision about ``record``'s Claude Code (counted while it is kept)."""
+        kept = self._records.get(record.session_id) is record
+        if kept:
+            self._count(record.facts, -1)
+        record.facts = facts
+        if kept:
+            self._count(facts, 1)
+
+    def _count(self, facts: ClaudeCodeFacts | None, step: int) -> None:
+        if facts is not None:
+            self.decided += step
+            self.auto_memory_on += step if facts.auto_memory else 0
 
     def peek(self, session_id: str) -> SessionContext | None:
         return self._records.get(session_id)
