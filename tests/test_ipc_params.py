@@ -122,3 +122,31 @@ def test_check_params_accepts_the_right_kinds() -> None:
     check_params("status", {"newer_client_key": 1})
     with pytest.raises(InvalidParams, match="'limit' must be an integer"):
         check_params("status", {"limit": True})
+
+
+async def test_inline_methods_finish_without_waiting(tmp_path: Path) -> None:
+    """The server answers INLINE_METHODS on the connection's own reader, with no timeout of
+    their own: a handler among them that waits (a thread, a lock, a file) stalls that
+    connection with no deadline. Each must finish at its first step."""
+    from tests.conftest import TRANSCRIPTS
+
+    sid = "1n11e000-0000-4000-8000-000000000000"
+    project = tmp_path / ".claude" / "projects" / "-home-u-p"
+    project.mkdir(parents=True)
+    source = TRANSCRIPTS / "spotter" / "short.jsonl"
+    path = project / f"{sid}.jsonl"
+    path.write_bytes(source.read_bytes().replace(source.stem.encode(), sid.encode()))
+    env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}
+    daemon = Daemon.load(load_config(env=env), env=env)
+    await daemon.build_features()
+    assert await daemon.registry.ingest(path) is not None
+    table = method_table(daemon)
+    for method in sorted(INLINE_METHODS):
+        params = {"session": sid, "tokens": 1_000} if "session" in METHOD_PARAMS[method] else {}
+        coro = table[method](params)
+        try:
+            step = coro.send(None)
+        except StopIteration:
+            continue
+        coro.close()
+        pytest.fail(f"inline method {method!r} waited on {step!r}")

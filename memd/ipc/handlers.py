@@ -54,10 +54,12 @@ FEATURE_METHODS = (
 
 # Methods whose handlers never wait on I/O (no thread, no lock, no model call): the server
 # answers them inline on their connection, with no task and no timeout scope of their own.
-# memory_index, memories and notes read files in a worker thread, so they keep a timeout.
+# memory_index, memories, notes and session (Claude Code's settings, the transcript's new
+# lines) read files in a worker thread, so they keep a timeout. tests/test_ipc_params.py
+# checks that each inline handler finishes at its first step.
 STATUS_ROWS = 10  # sessions ``status`` lists unless asked: the newest, as ``memdctl status`` shows
 
-INLINE_METHODS = frozenset({"hello", "status", "sessions", "session", "should_compact", "config"})
+INLINE_METHODS = frozenset({"hello", "status", "sessions", "should_compact", "config"})
 
 
 def method_timeouts(daemon: Daemon) -> dict[str, float]:
