@@ -3,7 +3,7 @@ params (never ``internal``); the list of methods and params comes from the table
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,7 @@ async def test_inline_methods_finish_without_waiting(tmp_path: Path) -> None:
     for method in sorted(INLINE_METHODS):
         params = {"session": sid, "tokens": 1_000} if "session" in METHOD_PARAMS[method] else {}
         coro = table[method](params)
+        assert isinstance(coro, Coroutine)
         try:
             step = coro.send(None)
         except StopIteration:
