@@ -502,20 +502,11 @@ async def _run_startup_scan(daemon: Daemon) -> None:
         queued += len(wanted)
         daemon.state_changed.set()
         if not daemon.history_read.is_set():
-            await _until_read(daemon.ingest_queue, wanted)
+            await daemon.ingest_queue.wait_runs(wanted)
             daemon.history_read.set()
     stats = daemon.registry.statistics()
     daemon.notifier.status(f"{stats.sessions} sessions known, {stats.parsed} parsed")
     log.info("startup scan: %d sessions known, %d queued for reading", stats.sessions, queued)
-
-
-async def _until_read(queue: CoalescingQueue[Path], paths: list[Path]) -> None:
-    """Wait until none of ``paths`` waits in ``queue`` or is being read."""
-    pending = set(paths)
-    while pending:
-        pending = {p for p in pending if queue.is_queued(p) or queue.is_running(p)}
-        if pending:
-            await anyio.sleep(0.05)
 
 
 async def _run_ingest(daemon: Daemon) -> None:
