@@ -300,6 +300,7 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
             "running": queue.running,
             **unreadable_report(daemon),
             "watcher": daemon.watcher_status.as_dict(),
+            "token_estimates": len(daemon.compaction.tokens),  # kept across restarts
         },
         "notes": notes,
         "memory": memory,
