@@ -187,6 +187,31 @@ class SessionRegistry:
                     continue
         return found
 
+    def locate(self, session_id: str) -> Path | None:
+        """The main transcript named ``session_id`` in any project folder, known or not yet
+        (blocking: a stat per project folder). None for a name that is no plain file name."""
+        name = f"{session_id}.jsonl"
+        if (
+            "/" in session_id
+            or "\0" in session_id
+            or session_id in ("", ".", "..")
+            or (len(name.encode("utf-8", "surrogatepass")) > 255)
+        ):
+            return None
+        try:
+            projects = list(os.scandir(self.projects_root))
+        except OSError:
+            return None
+        for project in projects:
+            try:
+                if project.is_dir(follow_symlinks=False) and os.path.lexists(
+                    path := os.path.join(project.path, name)
+                ):
+                    return Path(path)
+            except (OSError, ValueError):
+                continue
+        return None
+
     def _needs_read(self, path: Path, st: os.stat_result) -> bool:
         key = session_key_for(self.projects_root, path)
         if key is None:

@@ -12,10 +12,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from memd import __version__
 from memd.clock import iso_utc
 from memd.config import config_as_dict
 from memd.daemon.health import pipeline_report
+from memd.errors import NotFound
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
 from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
@@ -102,7 +105,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
 
     async def session(params: dict[str, Any]) -> Any:
         """One session in full. Params: ``session`` (id or unique prefix). Errors: not_found."""
-        state = find_session(daemon, opt_str(params, "session"))
+        state = await session_read_first(daemon, opt_str(params, "session"))
         await daemon.wait_features()
         notes = daemon.notes.status(state.session_id)
         return {
@@ -224,6 +227,19 @@ def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -
         "unreadable": _unreadable(s),
         "pending_tool_calls": s.pending_tool_calls,
     }
+
+
+async def session_read_first(daemon: Daemon, ident: str | None) -> SessionState:
+    """:func:`find_session`; a whole id not known yet whose transcript is on disk is read
+    first. A session that has just started is on disk before the watcher reports it, and
+    ``memdctl session <id>`` right after Claude Code exits must not say it does not exist."""
+    try:
+        return find_session(daemon, ident)
+    except NotFound:
+        path = await anyio.to_thread.run_sync(daemon.registry.locate, ident or "")
+        if path is None or await daemon.registry.ingest(path) is None:
+            raise
+        return find_session(daemon, ident)
 
 
 def brief_row(s: SessionState, threshold: int) -> dict[str, Any]:
