@@ -20,7 +20,7 @@ from memd.daemon.service import Daemon
 from memd.errors import NotFound
 from memd.ipc.handlers import method_table
 from memd.ipc.server import Handler, InvalidParams
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import PROFILE_SUPPRESSED, TRANSCRIPTS
 from tests.test_daemon_e2e import expected_figures
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +56,10 @@ async def test_what_is_not_on_disk_stays_not_found(table: dict[str, Handler]) ->
             await table["session"]({"session": ident})
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    suppress_health_check=[*PROFILE_SUPPRESSED, HealthCheck.function_scoped_fixture],
+)
 @given(
     st.one_of(
         st.sampled_from(["..", ".", "../-home-u-p/" + SID, "-home-u-p/" + SID, "*", SID + "\0"]),
