@@ -13,13 +13,12 @@ finish within the grace period, cancel what is left, save state (shielded), exit
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import signal
 import threading
 import time
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -283,7 +282,7 @@ class Daemon:
         if not self.features_ready.is_set():
             await self.features_ready.wait()
 
-    @functools.cached_property
+    @cached_property
     def facts(self) -> dict[str, Any]:
         """What ``status`` says about the process that never changes while it runs (a reload
         keeps the paths): built once, not on every ``status``."""
