@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.lowlevel import checkpoint
 
+from memd.ipc.reader import SocketReader
 from memd_client import protocol as p
 
 if TYPE_CHECKING:
@@ -118,11 +118,18 @@ class Connection:
         self._filled = 0  # bytes of ``_body`` received so far
         self._reserved = 0  # bytes of the read budget this connection holds
         self._started = 0.0  # monotonic time of the pending frame's first byte
+        self._reader = SocketReader(sock)
 
     def stop_reading(self) -> None:
         self._read_scope.cancel()
 
     async def run(self) -> None:
+        try:
+            await self._serve()
+        finally:
+            self._reader.close()
+
+    async def _serve(self) -> None:
         problem: p.FrameError | None = None  # stays None when stop_reading() ends the loop
         try:
             async with anyio.create_task_group() as tg:
@@ -141,8 +148,11 @@ class Connection:
 
     async def refuse(self, frame: bytes) -> None:
         """Send a last error reply and close without reading any request."""
-        await self.send(frame)
-        await self.close_gently()
+        try:
+            await self.send(frame)
+            await self.close_gently()
+        finally:
+            self._reader.close()
 
     async def close_gently(self) -> None:
         """Half-close, then discard what the client still sends, for a moment.
@@ -283,44 +293,13 @@ class Connection:
 
     async def _receive_into(self, view: memoryview) -> int:
         """Like :meth:`_receive`, into ``view``; 0 at end of stream or a reset."""
-        sock = self._sock
-        while True:
-            try:
-                got = sock.recv_into(view)
-            except BlockingIOError:
-                got = -1  # wait outside the handler: it would keep the exception alive
-            except OSError as exc:
-                log.debug("a connection ended with %s", exc)
-                return 0
-            if got < 0:
-                await anyio.wait_readable(sock)
-                continue
-            if got:
-                await checkpoint()
-            return got
+        return await self._reader.receive_into(view)
 
     async def _receive(self, size: int) -> bytes:
-        """Up to ``size`` bytes; ``b""`` at end of stream or a reset.
-
-        Tries the socket first and waits for readability only when it is empty; a read that
-        found data is followed by a checkpoint, so a client that keeps the socket full cannot
-        starve the others.
-        """
-        sock = self._sock
-        while True:
-            try:
-                data: bytes | None = sock.recv(size)
-            except BlockingIOError:
-                data = None  # wait outside the handler: it would keep the exception alive
-            except OSError as exc:
-                log.debug("a connection ended with %s", exc)
-                return b""
-            if data is None:
-                await anyio.wait_readable(sock)
-                continue
-            if data:
-                await checkpoint()
-            return data
+        """Up to ``size`` bytes; ``b""`` at end of stream or a reset. Every read waits for the
+        event loop's turn (:class:`SocketReader`), so a client that keeps its socket full
+        cannot starve the others."""
+        return await self._reader.receive(size)
 
     # -- answering -----------------------------------------------------------------------------
 
