@@ -390,4 +390,6 @@ def test_statistics_as_dict_is_plain_data(tmp_path: Path) -> None:
     data = guard.statistics().as_dict()
     assert data["kinds"]["dream"]["next_retry_at"] == START + 30.0
     assert data["kinds"]["session_notes"]["parked"][0]["subject"] == "s"
+    # status lists only the kinds with something to say; the quiet ones cost bytes on every call
+    assert set(data["kinds"]) == {"dream", "session_notes"}
     assert data["budget"]["hour"]["limit"] == 10_000

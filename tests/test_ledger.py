@@ -192,3 +192,44 @@ async def test_flusher_writes_on_interval_and_on_shutdown(tmp_path: Path) -> Non
             ledger.record("dream", usage(1), project="p")
             tg.cancel_scope.cancel()
     assert Ledger.load(tmp_path, clock).statistics().total.calls == 2
+
+
+# What happens to the ledger between two looks: a call recorded (its age in seconds before
+# the look, its billed size), the clock moved (seconds, backwards too), or a compaction.
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), st.floats(0, 2 * DAY_S), st.integers(1, 400)),
+        st.tuples(st.just("tick"), st.floats(-2 * HOUR_S, 2 * HOUR_S), st.just(0)),
+        st.tuples(st.just("compact"), st.just(0.0), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@given(steps=_STEPS, limits=st.tuples(st.integers(0, 2_000), st.integers(0, 6_000)))
+def test_remembered_windows_are_the_windows_computed_afresh(
+    steps: list[tuple[str, float, int]], limits: tuple[int, int]
+) -> None:
+    """``status`` and every guard decision read the budget and usage figures from a memo kept
+    until the ledger changes or a point leaves a window: at every look it must equal what a
+    fresh computation over every point says, to the token and the second."""
+    from memd.config import BudgetConfig
+    from memd.llm.ledger import budget_status, spend_points, statistics_of
+
+    clock = FakeClock(START + 3 * DAY_S)
+    ledger = Ledger(Path("/nonexistent") / LEDGER_FILE, clock)
+    budget = BudgetConfig(tokens_per_hour=limits[0], tokens_per_day=limits[1])
+    for what, seconds, billed in steps:
+        if what == "record":
+            ledger.record("dream", usage(inp=billed), project="p", at=clock.now() - seconds)
+        elif what == "tick":
+            if seconds >= 0:
+                clock.advance(seconds)
+            else:  # the wall clock was set back
+                clock._wall_origin += seconds
+        else:
+            ledger.compact()
+        now = clock.now()
+        state = ledger._state
+        assert ledger.budget(budget, now) == budget_status(budget, spend_points(state), now)
+        assert ledger.usage() == statistics_of(state, now).as_dict()

@@ -321,7 +321,7 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
         "notes": notes,
         "memory": memory,
         "dream": daemon.dream.statistics(),
-        "usage": daemon.ledger.statistics().as_dict(),
+        "usage": daemon.ledger.usage(),
         "guard": guard,
         "pipeline": pipeline_report(
             notes=notes,

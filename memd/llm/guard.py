@@ -71,14 +71,12 @@ from memd.llm.failures import (
     shrink_input,
 )
 from memd.llm.ledger import (
-    DAY_S,
     HOUR_S,
     JOB_KINDS,
+    BudgetStatus,
     JobKind,
     Ledger,
-    SpendPoint,
-    window_frees_at,
-    window_spent,
+    budget_status,
 )
 
 __all__ = [
@@ -137,22 +135,6 @@ class Parked:
 Decision = Go | Wait | Parked
 
 
-@dataclass(frozen=True)
-class BudgetStatus:
-    hour_limit: int
-    hour_spent: int
-    hour_frees_at: float | None  # None: not exhausted
-    day_limit: int
-    day_spent: int
-    day_frees_at: float | None
-
-    @property
-    def paused_until(self) -> float | None:
-        """When background work may run again, or None when the budget allows it now."""
-        times = [t for t in (self.hour_frees_at, self.day_frees_at) if t is not None]
-        return max(times) if times else None
-
-
 _NO_FAILURES = FailureState()
 
 
@@ -178,6 +160,8 @@ class GuardStatistics:
     kinds: tuple[KindStatus, ...]
 
     def as_dict(self) -> dict[str, Any]:
+        """The snapshot as ``status`` sends it; ``kinds`` names only the job kinds that have
+        failed or have parked jobs."""
         b = self.budget
         return {
             "at": self.at,
@@ -207,23 +191,13 @@ class GuardStatistics:
                     ],
                 }
                 for k in self.kinds
+                if k.total_failures or k.consecutive_failures or k.parked or k.next_retry_at
             },
         }
 
 
 # ---------------------------------------------------------------------------------------------
 # Pure decisions
-
-
-def budget_status(budget: BudgetConfig, points: list[SpendPoint], now: float) -> BudgetStatus:
-    return BudgetStatus(
-        hour_limit=budget.tokens_per_hour,
-        hour_spent=window_spent(points, now, HOUR_S),
-        hour_frees_at=window_frees_at(points, now, HOUR_S, budget.tokens_per_hour),
-        day_limit=budget.tokens_per_day,
-        day_spent=window_spent(points, now, DAY_S),
-        day_frees_at=window_frees_at(points, now, DAY_S, budget.tokens_per_day),
-    )
 
 
 def decide(
@@ -309,7 +283,7 @@ class CostGuard:
             input_key=input_key,
             account_blocked=self._account_blocked,
             hold_until=self._hold_until,
-            budget=budget_status(self._budget, self._ledger.spend_points(), now),
+            budget=self._ledger.budget(self._budget, now),
             budgeted=kind in self._budgeted,
             starts=self._starts.get((kind, subject), ()),
             max_runs_per_hour=self._budget.max_runs_per_hour,
@@ -448,7 +422,7 @@ class CostGuard:
         hold = self._hold_until if self._hold_until is not None and self._hold_until > now else None
         return GuardStatistics(
             at=now,
-            budget=budget_status(self._budget, self._ledger.spend_points(), now),
+            budget=self._ledger.budget(self._budget, now),
             hold_until=hold,
             account_blocked=self._account_blocked,
             kinds=tuple(kinds),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ import anyio.to_thread
 
 from memd.atomic import write_atomic
 from memd.clock import Clock
+from memd.config import BudgetConfig
 from memd.llm.client import TokenCounts
 
 log = logging.getLogger(__name__)
@@ -228,6 +230,60 @@ def spend_points(state: LedgerState) -> list[SpendPoint]:
     return points
 
 
+@dataclass(frozen=True)
+class BudgetStatus:
+    hour_limit: int
+    hour_spent: int
+    hour_frees_at: float | None  # None: not exhausted
+    day_limit: int
+    day_spent: int
+    day_frees_at: float | None
+
+    @property
+    def paused_until(self) -> float | None:
+        """When background work may run again, or None when the budget allows it now."""
+        times = [t for t in (self.hour_frees_at, self.day_frees_at) if t is not None]
+        return max(times) if times else None
+
+
+def budget_status(budget: BudgetConfig, points: list[SpendPoint], now: float) -> BudgetStatus:
+    return BudgetStatus(
+        hour_limit=budget.tokens_per_hour,
+        hour_spent=window_spent(points, now, HOUR_S),
+        hour_frees_at=window_frees_at(points, now, HOUR_S, budget.tokens_per_hour),
+        day_limit=budget.tokens_per_day,
+        day_spent=window_spent(points, now, DAY_S),
+        day_frees_at=window_frees_at(points, now, DAY_S, budget.tokens_per_day),
+    )
+
+
+def windows_valid_until(points: Iterable[SpendPoint], now: float) -> float:
+    """Until when the hour and day windows at ``now`` hold the same points: the first moment
+    one of them leaves a window (a point counts while it is later than ``now - window``).
+    Whatever is computed from the windows' contents alone holds from ``now`` until then."""
+    until = math.inf
+    for at, _ in points:
+        for leaves in (at + HOUR_S, at + DAY_S):
+            if now < leaves < until:
+                until = leaves
+    return until
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    """A figure computed from the ledger at ``since``, good while the ledger is unchanged and
+    the clock is in ``[since, until)``."""
+
+    version: int
+    since: float
+    until: float
+    key: object
+    value: Any
+
+    def holds(self, version: int, now: float, key: object) -> bool:
+        return version == self.version and self.since <= now < self.until and key is self.key
+
+
 def statistics_of(state: LedgerState, now: float) -> LedgerStatistics:
     def window(seconds: float) -> Tokens:
         total = Tokens()
@@ -324,6 +380,11 @@ class Ledger:
         self._clock = clock
         self._state = state if state is not None else LedgerState()
         self._dirty = False
+        # Bumped on every change: status and every guard decision read the windows, and
+        # recomputing them is O(records) (up to MAX_RAW_RECORDS).
+        self._version = 0
+        self._usage: _Remembered | None = None
+        self._budget: _Remembered | None = None
 
     @classmethod
     def load(cls, state_dir: Path, clock: Clock) -> Ledger:
@@ -362,6 +423,7 @@ class Ledger:
         key = (kind, project)
         self._state.totals[key] = self._state.totals.get(key, Tokens()) + entry.tokens
         self._dirty = True
+        self._version += 1
         if len(self._state.records) > MAX_RAW_RECORDS:
             self.compact()
         return entry
@@ -380,6 +442,29 @@ class Ledger:
     def statistics(self, now: float | None = None) -> LedgerStatistics:
         return statistics_of(self._state, self._clock.now() if now is None else now)
 
+    def usage(self, now: float | None = None) -> dict[str, Any]:
+        """``statistics(now).as_dict()``, remembered until the ledger or a window changes
+        (the caller must not modify it)."""
+        now = self._clock.now() if now is None else now
+        memo = self._usage
+        if memo is None or not memo.holds(self._version, now, None):
+            until = windows_valid_until(spend_points(self._state), now)
+            value = statistics_of(self._state, now).as_dict()
+            memo = self._usage = _Remembered(self._version, now, until, None, value)
+        return {**memo.value, "at": now}
+
+    def budget(self, budget: BudgetConfig, now: float) -> BudgetStatus:
+        """The spend against ``budget``'s hourly and daily limits at ``now``, remembered until
+        the ledger or a window changes."""
+        memo = self._budget
+        if memo is None or not memo.holds(self._version, now, budget):
+            points = spend_points(self._state)
+            value = budget_status(budget, points, now)
+            until = windows_valid_until(points, now)
+            memo = self._budget = _Remembered(self._version, now, until, budget, value)
+        status: BudgetStatus = memo.value
+        return status
+
     def compact(self, now: float | None = None) -> None:
         """Fold old records into hourly buckets and drop expired buckets."""
         self._state = fold_old_records(
@@ -390,6 +475,7 @@ class Ledger:
             retention_s=RETENTION_S,
         )
         self._dirty = True
+        self._version += 1
 
     def save(self) -> None:
         """Compact and write the file atomically (blocking; see :meth:`flush`)."""
