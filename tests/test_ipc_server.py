@@ -153,12 +153,27 @@ async def test_refuses_to_delete_a_file_that_is_not_a_socket(sock_path: Path) ->
 # -- requests -------------------------------------------------------------------------------
 
 
+async def deep(params: dict[str, Any]) -> Any:
+    nested: dict[str, Any] = {}
+    for _ in range(100_000):
+        nested = {"a": nested}
+    return nested
+
+
+@pytest.mark.parametrize("packer", ["msgpack", "msgspec"])
 async def test_handler_failures_become_error_replies_and_the_connection_lives(
-    sock_path: Path,
+    sock_path: Path, packer: str
 ) -> None:
-    async with serving(sock_path) as (server, _):
+    """Every failure, an unencodable or oversized result included, is an error reply, with
+    either encoder the server may use."""
+    failing = {**FAILING, "deep": p.INTERNAL}
+    async with serving(sock_path, methods(deep=deep)) as (server, _):
+        if packer == "msgspec":
+            import msgspec.msgpack
+
+            server.use_packer(msgspec.msgpack.Encoder().encode)
         conn = await RawConnection.open(sock_path)
-        for rid, (method, code) in enumerate(FAILING.items()):
+        for rid, (method, code) in enumerate(failing.items()):
             await conn.request(rid, method)
             reply = await conn.reply()
             assert isinstance(reply, p.Failure), method
@@ -168,8 +183,8 @@ async def test_handler_failures_become_error_replies_and_the_connection_lives(
         assert await conn.reply() == p.Success("last", {"still": "here"})
         await conn.aclose()
         stats = server.statistics()
-    assert stats.errors[p.INTERNAL] == 3
-    assert stats.requests_total == len(FAILING) + 1
+    assert stats.errors[p.INTERNAL] == 4
+    assert stats.requests_total == len(failing) + 1
 
 
 async def test_handler_error_messages_reach_the_client(sock_path: Path) -> None:
@@ -561,3 +576,27 @@ async def test_stop_accepting_lets_running_requests_finish(sock_path: Path) -> N
     stats = server.statistics()
     assert (stats.accepting, stats.connections_open, stats.requests_in_flight) == (False, 0, 0)
     assert stats.connections_total == 2
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary()
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(_VALUES)
+def test_the_daemons_encoder_writes_the_bytes_the_protocol_does(value: Any) -> None:
+    """Once its features load, the daemon encodes replies with msgspec (Server.use_packer):
+    for anything a handler returns, the bytes must be msgpack's own, so a client cannot tell."""
+    import msgspec.msgpack
+
+    assert msgspec.msgpack.Encoder().encode(value) == p.pack(value)

@@ -83,7 +83,8 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise BadFrame(f"msgpack extension type {code} is not allowed")
 
 
-def _pack(obj: Any) -> bytes:
+def pack(obj: Any) -> bytes:
+    """``obj`` as msgpack: str as str, bytes as bin, no extension types."""
     return msgpack.packb(obj, use_bin_type=True, datetime=False)
 
 
@@ -93,7 +94,7 @@ def encode_frame(obj: Mapping[str, Any], *, max_frame_bytes: int | None = None) 
     Raises ``TypeError`` for values msgpack cannot encode and :class:`FrameTooLarge` when the
     body exceeds ``max_frame_bytes`` (if given).
     """
-    body = _pack(obj)
+    body = pack(obj)
     if max_frame_bytes is not None and len(body) > max_frame_bytes:
         raise FrameTooLarge(len(body), max_frame_bytes)
     return HEADER.pack(len(body)) + body

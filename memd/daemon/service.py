@@ -149,8 +149,12 @@ class Daemon:
         ledger, notes_store, tokens = await anyio.to_thread.run_sync(
             _load_features, self.loaded.paths.state_dir, self.clock
         )
+        import msgspec.msgpack
+
         from memd.llm.guard import CostGuard  # loaded by the thread: the loop never imports
 
+        if self.server is not None:
+            self.server.use_packer(msgspec.msgpack.Encoder().encode)
         self.ledger = ledger
         self.guard = CostGuard(self.loaded.config.budget, ledger, self.clock)
         self.guard.on_failure = self._job_failed
@@ -662,6 +666,8 @@ def _load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionSto
     """Import the feature modules and read their state (blocking: run in a worker thread).
     Everything the loop uses of them afterwards must be imported here: an import on the loop
     stops it serving for as long as the import takes."""
+    import msgspec.msgpack  # noqa: F401  (the IPC server's encoder, from then on)
+
     import memd.compaction.service
     import memd.dream.service
     import memd.ipc.compaction_methods

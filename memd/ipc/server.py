@@ -154,6 +154,15 @@ class Server:
         self._accept_failures = 0
         self._requests = 0
         self._errors: Counter[str] = Counter()
+        self._pack: Callable[[Any], bytes] = p.pack
+
+    def use_packer(self, pack: Callable[[Any], bytes]) -> None:
+        """Encode replies with ``pack`` (an object to its msgpack bytes) from now on.
+
+        The daemon hands over msgspec's encoder once the features have loaded it: ~3x faster
+        than ``msgpack.packb`` on a status map, and not worth its 15 ms import before READY.
+        Both write the same bytes for what handlers return (tests/test_ipc_server.py)."""
+        self._pack = pack
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[Server]) -> None:
         await anyio.to_thread.run_sync(prepare_runtime_dir, self.path.parent)
@@ -329,12 +338,13 @@ class Server:
 
     def _encode_result(self, request: p.Request, result: Any) -> bytes:
         try:
-            return p.encode_frame(
-                p.success(request.id, result), max_frame_bytes=self.max_frame_bytes
-            )
+            body = self._pack(p.success(request.id, result))
+            if len(body) > self.max_frame_bytes:
+                raise p.FrameTooLarge(len(body), self.max_frame_bytes)
+            return p.HEADER.pack(len(body)) + body
         except p.FrameTooLarge as exc:
             message = f"the result of {request.method} is too large ({exc.size} bytes)"
-        except (TypeError, ValueError, OverflowError) as exc:
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             log.error("result of %s cannot be encoded: %s", request.method, exc)
             message = f"the result of {request.method} cannot be encoded"
         return self.error_frame(request.id, p.INTERNAL, message)
