@@ -59,3 +59,20 @@ def test_transcripts_below_skips_links_and_bounds_depth(tmp_path: Path) -> None:
     assert sorted(p.name for p in found) == ["x.jsonl", "y.jsonl"]
     assert transcripts_below(str(tmp_path / "a" / "x.jsonl")) == []  # a file, not a folder
     assert transcripts_below(str(tmp_path / "gone")) == []
+
+
+async def test_cancelling_the_watcher_ends_it_at_once(tmp_path: Path) -> None:
+    """The watchfiles thread waits with no timeout (no idle wake-ups): cancelling the
+    watcher without its stop event (a failing sibling, a test's teardown) must still end
+    it within a few steps, not hang on the thread."""
+    queue: CoalescingQueue[Path] = CoalescingQueue()
+    config = TranscriptsConfig()
+    for _ in range(3):
+        with anyio.fail_after(3):
+            async with anyio.create_task_group() as tg:
+                await tg.start(
+                    functools.partial(run_watcher, stop=anyio.Event()), tmp_path, config, queue
+                )
+                (tmp_path / "-p").mkdir(exist_ok=True)
+                await anyio.sleep(0.2)  # the thread is inside its wait
+                tg.cancel_scope.cancel()

@@ -207,6 +207,31 @@ class Watcher:
         self._wake.set()  # the gap task watches the limit from now on
 
     async def _follow(self) -> None:
+        failure: Exception | None = None  # raised as itself, not in a group: run() sorts them
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._stop_when_cancelled)
+            try:
+                await self._follow_changes()
+            except Exception as exc:  # noqa: BLE001 - re-raised below
+                failure = exc
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _stop_when_cancelled(self) -> None:
+        """Set the loop's stop event the moment the follow is cancelled or done.
+
+        The watchfiles thread waits for changes with no timeout (``rust_timeout=0``): with
+        its default, 5 s, it came back to the event loop every 5 s for nothing, and those
+        returns were every system call the idle loop made (strace). The thread checks the
+        stop event every ``step``; the task awaiting it cannot be cancelled while it runs,
+        so this sibling sets the event when the follow is cancelled."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self._follow_stop.set()
+
+    async def _follow_changes(self) -> None:
         watcher = watchfiles.awatch(
             self.root,
             watch_filter=wants,
@@ -214,6 +239,7 @@ class Watcher:
             debounce=self.config.watch_debounce_ms,
             stop_event=self._follow_stop,
             recursive=True,
+            rust_timeout=0,
             yield_on_timeout=False,
             force_polling=self.polling,
             poll_delay_ms=self.config.poll_interval_ms,
