@@ -233,3 +233,60 @@ def test_error_codes_are_distinct_and_include_the_contract() -> None:
         "internal",
     }
     assert contract <= p.ERROR_CODES
+
+
+# -- what a body may decode to ----------------------------------------------------------------
+
+CONTAINER_BOMBS = {
+    "empty maps": b"\x80",
+    "empty arrays": b"\x90",
+    "arrays of one empty map": b"\x91\x80",
+    "maps of one empty key": b"\x81\xa0\xc0",
+}
+
+
+@pytest.mark.parametrize("unit", CONTAINER_BOMBS.values(), ids=list(CONTAINER_BOMBS))
+def test_a_body_made_of_maps_and_arrays_is_refused_in_bounded_memory(unit: bytes) -> None:
+    """A byte of msgpack can be ~64 of Python (an empty map): a big body of them is refused
+    while it is decoded, holding a few times its size, not ~75x."""
+    import tracemalloc
+
+    count = (1 << 20) // len(unit)
+    body = b"\x81\xa6params\xdd" + struct.pack(">I", count) + unit * count
+    tracemalloc.start()
+    try:
+        with pytest.raises(p.BadFrame, match="maps and arrays"):
+            p.decode_body(body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * len(body), f"decoding held {peak / len(body):.1f}x the body"
+
+
+@settings(max_examples=30)
+@given(maps, st.integers(p.COUNTED_BYTES, 4 * p.COUNTED_BYTES))
+def test_big_bodies_of_real_shape_decode_whole(frame: dict[str, Any], padding: int) -> None:
+    """Past the size where maps and arrays are counted, what clients send still decodes."""
+    big = {**frame, "text": "x" * padding, "items": [{"type": "text", "text": "hi"}] * 100}
+    assert p.decode_body(p.pack(big)) == big
+
+
+def test_a_compact_request_with_a_real_conversation_decodes() -> None:
+    """The densest messages in the corpus, as a compact request carries them."""
+    import json
+
+    from tests.conftest import TRANSCRIPTS
+
+    messages = []
+    for path in sorted(TRANSCRIPTS.rglob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("message"), dict):
+                messages.append(entry["message"])
+    request = p.request(1, "compact", {"messages": messages})
+    body = p.pack(request)
+    assert len(body) > p.COUNTED_BYTES
+    assert p.decode_body(body) == request

@@ -100,10 +100,49 @@ def encode_frame(obj: Mapping[str, Any], *, max_frame_bytes: int | None = None) 
     return HEADER.pack(len(body)) + body
 
 
+# An empty map is one byte of msgpack and ~64 of Python: a 16 MiB frame of them decodes to
+# 1.2 GiB in a second of the reader's time. Past COUNTED_BYTES, a body's maps and arrays are
+# counted as they are built, and one with more than one per BYTES_PER_CONTAINER bytes is
+# refused: the corpus' conversations, as a compact request carries them, have one every 173
+# bytes or more, a `sessions` reply one every 250; that bounds what the maps and arrays of a
+# refused body held to ~6x its size (tests/test_protocol.py measures it). Below
+# COUNTED_BYTES, what a body grows to is small whatever it holds.
+COUNTED_BYTES: Final = 64 * 1024
+BYTES_PER_CONTAINER: Final = 32
+
+
+class _ContainerCount:
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def __call__(self, obj: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise BadFrame(
+                f"frame body holds more maps and arrays than its size allows"
+                f" (one per {BYTES_PER_CONTAINER} bytes)"
+            )
+        return obj
+
+
 def decode_body(body: bytes) -> dict[str, Any]:
-    """One frame body → its map. Raises :class:`BadFrame` for anything but one msgpack map."""
+    """One frame body → its map. Raises :class:`BadFrame` for anything but one msgpack map,
+    and for a body past :data:`COUNTED_BYTES` made mostly of maps and arrays."""
     try:
-        obj = msgpack.unpackb(body, raw=False, ext_hook=_reject_ext, strict_map_key=True)
+        if len(body) <= COUNTED_BYTES:
+            obj = msgpack.unpackb(body, raw=False, ext_hook=_reject_ext, strict_map_key=True)
+        else:
+            count = _ContainerCount(len(body) // BYTES_PER_CONTAINER)
+            obj = msgpack.unpackb(
+                body,
+                raw=False,
+                ext_hook=_reject_ext,
+                strict_map_key=True,
+                object_hook=count,
+                list_hook=count,
+            )
     except BadFrame:
         raise
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
