@@ -35,7 +35,9 @@ def sock_path() -> Iterator[Path]:
 
 
 @asynccontextmanager
-async def limited(path: Path, limits: ServeLimits) -> AsyncIterator[Server]:
+async def limited(
+    path: Path, limits: ServeLimits, request_timeout: float = 10.0
+) -> AsyncIterator[Server]:
     async with anyio.create_task_group() as tg:
         server: Server = await tg.start(
             partial(
@@ -43,7 +45,7 @@ async def limited(path: Path, limits: ServeLimits) -> AsyncIterator[Server]:
                 path,
                 methods(),
                 max_frame_bytes=FRAME_LIMIT,
-                request_timeout=10.0,
+                request_timeout=request_timeout,
                 inline=frozenset({"hello", "status"}),
                 limits=limits,
             )
@@ -200,6 +202,44 @@ async def test_incoming_frames_share_one_read_budget(sock_path: Path) -> None:
             await answered(good, 2)
         await wait_all_tasks_blocked()
         assert server.statistics().buffered_bytes == 0
+        for conn in [*holders, good]:
+            await conn.aclose()
+
+
+async def test_a_body_holds_its_budget_until_its_request_is_answered(sock_path: Path) -> None:
+    """What a body decodes to lives as long as its handler: with three bodies' room, three
+    requests to a handler that waits are in flight at once; a fourth big one waits for room,
+    and gets it when they are answered (here: timed out), while small requests go on."""
+    size = FRAME_LIMIT - 10
+    limits = ServeLimits(
+        max_buffered_bytes=3 * size + 100 + 8 * CONNECTION_BYTES,
+        frame_timeout_s=30.0,
+        max_connections=8,
+    )
+    body = p.encode_frame(p.request(9, "hang", {"pad": "x" * (size - 40)}))[4:]
+    async with limited(sock_path, limits, request_timeout=1.0) as server:
+        holders = [await RawConnection.open(sock_path) for _ in range(4)]
+        good = await RawConnection.open(sock_path)
+        with anyio.fail_after(10):
+            for conn in holders:  # a first read, then the rest: bodies that are buffered
+                await conn.send(header(len(body)) + body[:10])
+                await wait_all_tasks_blocked()
+            for conn in holders:
+                await conn.send(body[10:])
+            while server.statistics().requests_in_flight < 3:  # noqa: ASYNC110 - no event
+                await anyio.sleep(0.01)
+            stats = server.statistics()  # the fourth waits: the three hold their room
+            assert (stats.requests_total, stats.buffered_bytes) == (3, 3 * len(body))
+            await answered(good)
+            for conn in holders[:3]:
+                reply = await conn.reply()
+                assert isinstance(reply, p.Failure) and reply.code == p.TIMEOUT
+            reply = await holders[3].reply()  # admitted once they were answered
+            assert isinstance(reply, p.Failure) and reply.code == p.TIMEOUT
+            await answered(good, 2)
+            while server.statistics().buffered_bytes:  # noqa: ASYNC110 - no event to wait on
+                await anyio.sleep(0.01)
+        assert server.statistics().requests_total == 6
         for conn in [*holders, good]:
             await conn.aclose()
 

@@ -12,7 +12,9 @@ before its body is buffered). Each frame is answered in one of two ways:
 Limits (``ServeLimits``): the body of a frame that does not arrive in one read is buffered
 (in a buffer of its exact size, filled in place) only once the bytes it will take are
 reserved from a budget shared by every connection (a frame that does not fit waits, and is
-refused with ``busy`` if it still does not fit when its deadline passes); a frame must be
+refused with ``busy`` if it still does not fit when its deadline passes), and they stay
+reserved until its request is answered, since what the body decodes to lives as long as the
+handler (``protocol.decode_body`` bounds that to a few times the body); a frame must be
 complete within ``frame_timeout_s`` of its first byte, else the connection gets a ``timeout``
 error frame and is closed. Between frames a connection may stay idle as long as it likes.
 
@@ -178,13 +180,18 @@ class Connection:
                     if not await self._fill_body():
                         return None
                     body, self._body = self._body, None
-                    self._release(self._reserved)
+                    # The body's reservation goes with its request and comes back when the
+                    # request is answered: what it decodes to lives as long as the handler.
+                    held, self._reserved = self._reserved, 0
                     self._started = time.monotonic()
                     try:
                         frame = p.decode_body(body)  # type: ignore[arg-type]
+                    except BaseException:
+                        self._server.budget.give(held)
+                        raise
                     finally:
                         _free(body)
-                    await self._dispatch(frame, tg)
+                    await self._dispatch(frame, tg, held)
                     continue
                 if not await self._read_frames(tg):
                     return None
@@ -303,26 +310,33 @@ class Connection:
 
     # -- answering -----------------------------------------------------------------------------
 
-    async def _dispatch(self, frame: dict[str, Any], tg: TaskGroup) -> None:
+    async def _dispatch(self, frame: dict[str, Any], tg: TaskGroup, held: int = 0) -> None:
+        """Answer one request inline or start its task; ``held`` bytes of the read budget (a
+        body that was buffered) are given back once it is answered."""
         server = self._server
-        match p.parse_request(frame):
-            case p.ProtocolProblem(id=rid, code=code, message=message):
-                await self.send(server.error_frame(rid, code, message))
-            case p.Request() as request if request.method in server.inline:
-                server.begin_request()
-                try:
-                    await self.send(await server.answer_inline(request))
-                finally:
-                    server.end_request()
-            case p.Request() as request:
-                await self._slots.acquire()  # a full pipeline stops the reading: backpressure
-                server.begin_request()
-                tg.start_soon(self._handle, request)
+        try:
+            match p.parse_request(frame):
+                case p.ProtocolProblem(id=rid, code=code, message=message):
+                    await self.send(server.error_frame(rid, code, message))
+                case p.Request() as request if request.method in server.inline:
+                    server.begin_request()
+                    try:
+                        await self.send(await server.answer_inline(request))
+                    finally:
+                        server.end_request()
+                case p.Request() as request:
+                    await self._slots.acquire()  # a full pipeline stops the reading
+                    server.begin_request()
+                    tg.start_soon(self._handle, request, held)
+                    held = 0  # the task gives it back
+        finally:
+            server.budget.give(held)
 
-    async def _handle(self, request: p.Request) -> None:
+    async def _handle(self, request: p.Request, held: int) -> None:
         try:
             await self.send(await self._server.answer(request))
         finally:
+            self._server.budget.give(held)
             self._server.end_request()
             self._slots.release()
 

@@ -87,7 +87,7 @@ class ServerStats:
     connections_refused: int  # peers of another uid
     connections_busy: int  # turned away at the connection limit
     accept_failures: int
-    buffered_bytes: int  # read budget held by incomplete frames now
+    buffered_bytes: int  # read budget held by bodies being read or answered now
     requests_total: int
     requests_in_flight: int
     errors: dict[str, int]  # error replies sent, by code
