@@ -27,7 +27,8 @@ from memd.config import BudgetConfig, LLMConfig
 from memd.errors import AgentError
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.llm.guard import JITTER_FRACTION, CostGuard, GuardStatistics, Parked
-from memd.llm.ledger import HOUR_S, LEDGER_FILE, JobKind, Ledger
+from memd.llm.ledger import LEDGER_FILE, JobKind, Ledger
+from memd.llm.windows import HOUR_S
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_replies import Reply, message_text

@@ -38,7 +38,8 @@ from memd.llm.guard import (
     classify,
     shrink_input,
 )
-from memd.llm.ledger import HOUR_S, LEDGER_FILE, Ledger
+from memd.llm.ledger import LEDGER_FILE, Ledger
+from memd.llm.windows import HOUR_S
 
 START = 1_700_000_000.0
 BUDGET = BudgetConfig(

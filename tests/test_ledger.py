@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from memd.clock import FakeClock
 from memd.llm.client import Usage
 from memd.llm.ledger import (
-    DAY_S,
-    HOUR_S,
     LEDGER_FILE,
     MAX_RAW_RECORDS,
     RETENTION_S,
@@ -22,9 +20,8 @@ from memd.llm.ledger import (
     Tokens,
     billed_tokens,
     run_ledger_flusher,
-    window_frees_at,
-    window_spent,
 )
+from memd.llm.windows import DAY_S, HOUR_S, window_frees_at, window_spent
 
 START = 1_700_000_000.0
 
@@ -214,7 +211,8 @@ def test_remembered_windows_are_the_windows_computed_afresh(
     until the ledger changes or a point leaves a window: at every look it must equal what a
     fresh computation over every point says, to the token and the second."""
     from memd.config import BudgetConfig
-    from memd.llm.ledger import budget_status, spend_points, statistics_of
+    from memd.llm.ledger import spend_points, statistics_of
+    from memd.llm.windows import budget_status
 
     clock = FakeClock(START + 3 * DAY_S)
     ledger = Ledger(Path("/nonexistent") / LEDGER_FILE, clock)

@@ -70,14 +70,8 @@ from memd.llm.failures import (
     park_reason,
     shrink_input,
 )
-from memd.llm.ledger import (
-    HOUR_S,
-    JOB_KINDS,
-    BudgetStatus,
-    JobKind,
-    Ledger,
-    budget_status,
-)
+from memd.llm.ledger import JOB_KINDS, JobKind, Ledger
+from memd.llm.windows import HOUR_S, BudgetStatus, budget_status
 
 __all__ = [
     "BACKGROUND_KINDS",

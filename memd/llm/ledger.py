@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,14 +43,22 @@ from memd.atomic import write_atomic
 from memd.clock import Clock
 from memd.config import BudgetConfig
 from memd.llm.client import TokenCounts
+from memd.llm.windows import (
+    DAY_S,
+    HOUR_S,
+    BudgetStatus,
+    Remembered,
+    SpendPoint,
+    budget_status,
+    window_spent,
+    windows_valid_until,
+)
 
 log = logging.getLogger(__name__)
 
 JobKind = Literal["session_notes", "memory_extract", "recall", "compact", "dream"]
 JOB_KINDS: tuple[JobKind, ...] = typing.get_args(JobKind)
 
-HOUR_S = 3_600.0
-DAY_S = 86_400.0
 RAW_KEEP_S = 2 * HOUR_S
 MAX_RAW_RECORDS = 5_000
 RETENTION_S = 8 * DAY_S
@@ -164,36 +171,6 @@ def billed_tokens(usage: TokenCounts) -> int:
     return usage.input_tokens + usage.output_tokens + cache_write + cache_read
 
 
-SpendPoint = tuple[float, int]  # (wall time, billed tokens)
-
-
-def window_spent(points: Iterable[SpendPoint], now: float, window_s: float) -> int:
-    """Billed tokens spent in the window ``(now - window_s, now]`` (later points count too)."""
-    start = now - window_s
-    return sum(billed for at, billed in points if at > start)
-
-
-def window_frees_at(
-    points: Iterable[SpendPoint], now: float, window_s: float, limit: int
-) -> float | None:
-    """When the spend in the window drops below ``limit`` again; None if it is below now.
-
-    ``limit <= 0`` means unlimited.
-    """
-    if limit <= 0:
-        return None
-    start = now - window_s
-    inside = sorted(p for p in points if p[0] > start)
-    spent = sum(billed for _, billed in inside)
-    if spent < limit:
-        return None
-    for at, billed in inside:
-        spent -= billed
-        if spent < limit:
-            return at + window_s
-    raise AssertionError("unreachable: spend falls to 0 < limit")  # pragma: no cover
-
-
 def hour_start(at: float) -> float:
     return at - at % HOUR_S
 
@@ -228,60 +205,6 @@ def spend_points(state: LedgerState) -> list[SpendPoint]:
     points = [(r.at, r.tokens.billed) for r in state.records]
     points.extend((b.last_at, b.tokens.billed) for b in state.buckets)
     return points
-
-
-@dataclass(frozen=True)
-class BudgetStatus:
-    hour_limit: int
-    hour_spent: int
-    hour_frees_at: float | None  # None: not exhausted
-    day_limit: int
-    day_spent: int
-    day_frees_at: float | None
-
-    @property
-    def paused_until(self) -> float | None:
-        """When background work may run again, or None when the budget allows it now."""
-        times = [t for t in (self.hour_frees_at, self.day_frees_at) if t is not None]
-        return max(times) if times else None
-
-
-def budget_status(budget: BudgetConfig, points: list[SpendPoint], now: float) -> BudgetStatus:
-    return BudgetStatus(
-        hour_limit=budget.tokens_per_hour,
-        hour_spent=window_spent(points, now, HOUR_S),
-        hour_frees_at=window_frees_at(points, now, HOUR_S, budget.tokens_per_hour),
-        day_limit=budget.tokens_per_day,
-        day_spent=window_spent(points, now, DAY_S),
-        day_frees_at=window_frees_at(points, now, DAY_S, budget.tokens_per_day),
-    )
-
-
-def windows_valid_until(points: Iterable[SpendPoint], now: float) -> float:
-    """Until when the hour and day windows at ``now`` hold the same points: the first moment
-    one of them leaves a window (a point counts while it is later than ``now - window``).
-    Whatever is computed from the windows' contents alone holds from ``now`` until then."""
-    until = math.inf
-    for at, _ in points:
-        for leaves in (at + HOUR_S, at + DAY_S):
-            if now < leaves < until:
-                until = leaves
-    return until
-
-
-@dataclass(frozen=True)
-class _Remembered:
-    """A figure computed from the ledger at ``since``, good while the ledger is unchanged and
-    the clock is in ``[since, until)``."""
-
-    version: int
-    since: float
-    until: float
-    key: object
-    value: Any
-
-    def holds(self, version: int, now: float, key: object) -> bool:
-        return version == self.version and self.since <= now < self.until and key is self.key
 
 
 def statistics_of(state: LedgerState, now: float) -> LedgerStatistics:
@@ -383,8 +306,8 @@ class Ledger:
         # Bumped on every change: status and every guard decision read the windows, and
         # recomputing them is O(records) (up to MAX_RAW_RECORDS).
         self._version = 0
-        self._usage: _Remembered | None = None
-        self._budget: _Remembered | None = None
+        self._usage: Remembered | None = None
+        self._budget: Remembered | None = None
 
     @classmethod
     def load(cls, state_dir: Path, clock: Clock) -> Ledger:
@@ -450,7 +373,7 @@ class Ledger:
         if memo is None or not memo.holds(self._version, now, None):
             until = windows_valid_until(spend_points(self._state), now)
             value = statistics_of(self._state, now).as_dict()
-            memo = self._usage = _Remembered(self._version, now, until, None, value)
+            memo = self._usage = Remembered(self._version, now, until, None, value)
         return {**memo.value, "at": now}
 
     def budget(self, budget: BudgetConfig, now: float) -> BudgetStatus:
@@ -461,7 +384,7 @@ class Ledger:
             points = spend_points(self._state)
             value = budget_status(budget, points, now)
             until = windows_valid_until(points, now)
-            memo = self._budget = _Remembered(self._version, now, until, budget, value)
+            memo = self._budget = Remembered(self._version, now, until, budget, value)
         status: BudgetStatus = memo.value
         return status
 
