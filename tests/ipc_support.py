@@ -127,23 +127,15 @@ def short_dir() -> Iterator[Path]:
 
 @asynccontextmanager
 async def serving(
-    path: Path,
-    table: Mapping[str, Handler] | None = None,
-    *,
-    request_timeout: float = 10.0,
-    method_timeouts: Mapping[str, float] | None = None,
+    path: Path, table: Mapping[str, Handler] | None = None, **options: Any
 ) -> AsyncIterator[tuple[Server, TaskGroup]]:
-    """Run a server on ``path`` for the body of the block, then cancel it."""
+    """Run a server on ``path`` for the body of the block, then cancel it. ``options`` go to
+    :func:`run_server` (``max_frame_bytes`` FRAME_LIMIT and ``request_timeout`` 10 s unless
+    given: ``limits``, ``inline``, ``own_uid``, ``method_timeouts``…)."""
+    options = {"max_frame_bytes": FRAME_LIMIT, "request_timeout": 10.0, **options}
     async with anyio.create_task_group() as tg:
         server: Server = await tg.start(
-            partial(
-                run_server,
-                path,
-                methods() if table is None else table,
-                max_frame_bytes=FRAME_LIMIT,
-                request_timeout=request_timeout,
-                method_timeouts=method_timeouts,
-            )
+            partial(run_server, path, methods() if table is None else table, **options)
         )
         yield server, tg
         tg.cancel_scope.cancel()

@@ -7,10 +7,10 @@ import struct
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -18,12 +18,12 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from memd.ipc.connection import CONNECTION_BYTES, CONNECTION_STATE_BYTES, RECEIVE_BYTES
-from memd.ipc.server import ServeLimits, Server, run_server
+from memd.ipc.server import ServeLimits, Server
 from memd_client import protocol as p
 from memd_client.client import Client
 from memd_client.errors import ClientTimeout, DaemonBusy, DaemonNotRunning
 from memd_client.hook import run as run_hook
-from tests.ipc_support import FRAME_LIMIT, RawConnection, methods, short_dir
+from tests.ipc_support import FRAME_LIMIT, RawConnection, serving, short_dir
 
 pytestmark = pytest.mark.anyio
 
@@ -34,24 +34,7 @@ def sock_path() -> Iterator[Path]:
         yield d / "memd.sock"
 
 
-@asynccontextmanager
-async def limited(
-    path: Path, limits: ServeLimits, request_timeout: float = 10.0
-) -> AsyncIterator[Server]:
-    async with anyio.create_task_group() as tg:
-        server: Server = await tg.start(
-            partial(
-                run_server,
-                path,
-                methods(),
-                max_frame_bytes=FRAME_LIMIT,
-                request_timeout=request_timeout,
-                inline=frozenset({"hello", "status"}),
-                limits=limits,
-            )
-        )
-        yield server
-        tg.cancel_scope.cancel()
+INLINE = frozenset({"hello", "status"})
 
 
 def header(size: int) -> bytes:
@@ -69,7 +52,8 @@ async def test_the_connection_past_the_limit_gets_busy_and_clients_fail_open(
     limit = ServeLimits().max_connections
     assert limit == 256
     with anyio.fail_after(60):
-        async with limited(sock_path, ServeLimits()) as server, AsyncExitStack() as stack:
+        serve = serving(sock_path, limits=ServeLimits(), inline=INLINE)
+        async with serve as (server, _), AsyncExitStack() as stack:
             conns = []
             for i in range(limit):
                 conn = await RawConnection.open(sock_path)
@@ -144,7 +128,8 @@ def test_the_hook_prints_nothing_when_memd_is_busy(tmp_path: Path) -> None:
 
 
 async def test_a_slow_sender_is_dropped_after_the_frame_deadline(sock_path: Path) -> None:
-    async with limited(sock_path, ServeLimits(frame_timeout_s=0.3)) as server:
+    limits = ServeLimits(frame_timeout_s=0.3)
+    async with serving(sock_path, limits=limits, inline=INLINE) as (server, _):
         slow = await RawConnection.open(sock_path)
         good = await RawConnection.open(sock_path)
         await slow.send(header(100) + b"\x81")  # a body that never finishes
@@ -161,7 +146,7 @@ async def test_a_slow_sender_is_dropped_after_the_frame_deadline(sock_path: Path
 
 
 async def test_a_header_alone_is_also_held_to_the_deadline(sock_path: Path) -> None:
-    async with limited(sock_path, ServeLimits(frame_timeout_s=0.3)):
+    async with serving(sock_path, limits=ServeLimits(frame_timeout_s=0.3), inline=INLINE):
         slow = await RawConnection.open(sock_path)
         await slow.send(b"\x00\x00")
         with anyio.fail_after(10):
@@ -180,7 +165,7 @@ async def test_incoming_frames_share_one_read_budget(sock_path: Path) -> None:
         max_connections=8,  # each has CONNECTION_BYTES of the cap set aside
     )
     body = p.encode_frame(p.request(9, "echo", {"pad": "x" * (size - 40)}))[4:]
-    async with limited(sock_path, limits) as server:
+    async with serving(sock_path, limits=limits, inline=INLINE) as (server, _):
         holders = [await RawConnection.open(sock_path) for _ in range(4)]
         good = await RawConnection.open(sock_path)
         with anyio.fail_after(10):
@@ -217,7 +202,8 @@ async def test_a_body_holds_its_budget_until_its_request_is_answered(sock_path: 
         max_connections=8,
     )
     body = p.encode_frame(p.request(9, "hang", {"pad": "x" * (size - 40)}))[4:]
-    async with limited(sock_path, limits, request_timeout=1.0) as server:
+    serve = serving(sock_path, limits=limits, inline=INLINE, request_timeout=1.0)
+    async with serve as (server, _):
         holders = [await RawConnection.open(sock_path) for _ in range(4)]
         good = await RawConnection.open(sock_path)
         with anyio.fail_after(10):
@@ -250,7 +236,7 @@ async def test_a_frame_waiting_for_budget_past_its_deadline_gets_busy(sock_path:
         frame_timeout_s=0.3,
         max_connections=4,
     )
-    async with limited(sock_path, limits) as server:
+    async with serving(sock_path, limits=limits, inline=INLINE) as (server, _):
         first = await RawConnection.open(sock_path)
         second = await RawConnection.open(sock_path)
         with anyio.fail_after(10):
@@ -267,7 +253,7 @@ async def test_a_frame_waiting_for_budget_past_its_deadline_gets_busy(sock_path:
 
 
 async def test_a_frame_larger_than_the_whole_budget_is_refused_at_once(sock_path: Path) -> None:
-    async with limited(sock_path, ServeLimits(max_buffered_bytes=100)):
+    async with serving(sock_path, limits=ServeLimits(max_buffered_bytes=100), inline=INLINE):
         conn = await RawConnection.open(sock_path)
         await conn.send(header(1000))
         with anyio.fail_after(10):
@@ -350,17 +336,8 @@ async def test_a_big_body_cut_off_by_its_deadline_leaves_the_server_serving(
 ) -> None:
     """Regression: a body big enough for its own mapping, cancelled mid-read, crashed the
     server (an mmap cannot be closed while a view of it is alive)."""
-    async with anyio.create_task_group() as tg:
-        server: Server = await tg.start(
-            partial(
-                run_server,
-                sock_path,
-                methods(),
-                max_frame_bytes=8 << 20,
-                request_timeout=10.0,
-                limits=ServeLimits(frame_timeout_s=0.3),
-            )
-        )
+    limits = ServeLimits(frame_timeout_s=0.3)
+    async with serving(sock_path, max_frame_bytes=8 << 20, limits=limits) as (server, _):
         slow = await RawConnection.open(sock_path)
         await slow.send(header(4 << 20) + b"\x81" + b"\x00" * (1 << 20))
         with anyio.fail_after(10):
@@ -378,7 +355,6 @@ async def test_a_big_body_cut_off_by_its_deadline_leaves_the_server_serving(
         assert server.statistics().buffered_bytes == 0
         await slow.aclose()
         await good.aclose()
-        tg.cancel_scope.cancel()
 
 
 # -- what one connection holds, measured with tracemalloc ------------------------------------
@@ -459,18 +435,8 @@ async def test_a_connection_holds_no_more_than_is_set_aside_for_it(
         max_connections=n + 4,
         frame_timeout_s=60.0,
     )
-    async with anyio.create_task_group() as tg:
-        server: Server = await tg.start(
-            partial(
-                run_server,
-                sock_path,
-                methods(),
-                max_frame_bytes=1 << 20,
-                request_timeout=10.0,
-                inline=frozenset({"hello"}),
-                limits=limits,
-            )
-        )
+    options: dict[str, Any] = {"max_frame_bytes": 1 << 20, "inline": frozenset({"hello"})}
+    async with serving(sock_path, limits=limits, **options) as (server, _):
         with anyio.fail_after(60):
             grown, held = await traced_growth(server, mode, n, size)
         per_connection = (grown - held) / n  # a body is the budget's
@@ -480,4 +446,3 @@ async def test_a_connection_holds_no_more_than_is_set_aside_for_it(
             assert held == size  # one body; the others wait with their read
             assert per_connection <= CONNECTION_BYTES, per_connection
             assert per_connection > RECEIVE_BYTES  # they do hold their read
-        tg.cancel_scope.cancel()

@@ -450,17 +450,7 @@ async def test_another_user_is_refused(sock_path: Path) -> None:
 async def test_a_peer_whose_uid_is_not_the_servers_is_refused(sock_path: Path) -> None:
     """The end-to-end peer check without root: a server that serves only another uid must
     refuse this process (the same path as a real second user, SO_PEERCRED included)."""
-    async with anyio.create_task_group() as tg:
-        server: Server = await tg.start(
-            partial(
-                run_server,
-                sock_path,
-                methods(),
-                max_frame_bytes=FRAME_LIMIT,
-                request_timeout=10,
-                own_uid=os.getuid() + 1,
-            )
-        )
+    async with serving(sock_path, own_uid=os.getuid() + 1) as (server, tg):
         conn = await RawConnection.open(sock_path)
         await conn.request(1, "status")
         with anyio.fail_after(10):
