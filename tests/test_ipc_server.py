@@ -277,6 +277,30 @@ async def test_a_malformed_frame_gets_a_reply_then_a_clean_close(sock_path: Path
         await conn.aclose()
 
 
+async def test_a_request_of_empty_maps_is_refused_and_the_server_serves_on(
+    sock_path: Path,
+) -> None:
+    """1 MiB of empty msgpack maps would decode to ~75 MiB: refused while it is decoded,
+    and the next client is answered."""
+    count = 1 << 20
+    body = b"\x81\xa6params\xdd" + struct.pack(">I", count) + b"\x80" * count
+    async with serving(sock_path, max_frame_bytes=2 << 20) as (server, _):
+        conn = await RawConnection.open(sock_path)
+        conn.decoder = p.FrameDecoder(2 << 20)
+        await conn.send(header(len(body)) + body)
+        with anyio.fail_after(10):
+            reply = await conn.reply()
+            assert isinstance(reply, p.Failure)
+            assert (reply.id, reply.code) == (None, p.BAD_FRAME)
+            assert "maps and arrays" in reply.message
+            other = await RawConnection.open(sock_path)
+            await other.request(1, "echo", {"still": "here"})
+            assert await other.reply() == p.Success(1, {"still": "here"})
+        await conn.aclose()
+        await other.aclose()
+        assert server.statistics().buffered_bytes == 0
+
+
 async def test_an_oversize_prefix_is_answered_without_waiting_for_the_body(
     sock_path: Path,
 ) -> None:

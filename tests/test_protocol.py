@@ -256,7 +256,7 @@ def test_a_body_made_of_maps_and_arrays_is_refused_in_bounded_memory(unit: bytes
     tracemalloc.start()
     try:
         with pytest.raises(p.BadFrame, match="maps and arrays"):
-            p.decode_body(body)
+            p.decode_body(body, count_containers=True)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -268,7 +268,7 @@ def test_a_body_made_of_maps_and_arrays_is_refused_in_bounded_memory(unit: bytes
 def test_big_bodies_of_real_shape_decode_whole(frame: dict[str, Any], padding: int) -> None:
     """Past the size where maps and arrays are counted, what clients send still decodes."""
     big = {**frame, "text": "x" * padding, "items": [{"type": "text", "text": "hi"}] * 100}
-    assert p.decode_body(p.pack(big)) == big
+    assert p.decode_body(p.pack(big), count_containers=True) == big
 
 
 def test_a_compact_request_with_a_real_conversation_decodes() -> None:
@@ -289,4 +289,14 @@ def test_a_compact_request_with_a_real_conversation_decodes() -> None:
     request = p.request(1, "compact", {"messages": messages})
     body = p.pack(request)
     assert len(body) > p.COUNTED_BYTES
-    assert p.decode_body(body) == request
+    assert p.decode_body(body, count_containers=True) == request
+
+
+def test_clients_read_a_dense_reply_the_daemon_would_refuse_as_a_request() -> None:
+    """Replies are built from transcripts, as dense as those are: a client reads them whole."""
+    reply = p.success(1, [{"type": "text", "text": ""}] * 20_000)
+    frame = p.encode_frame(reply)
+    assert len(frame) > p.COUNTED_BYTES
+    assert p.FrameDecoder(1 << 24).feed(frame) == [reply]
+    with pytest.raises(p.BadFrame, match="maps and arrays"):
+        p.decode_body(frame[4:], count_containers=True)

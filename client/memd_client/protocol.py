@@ -127,11 +127,14 @@ class _ContainerCount:
         return obj
 
 
-def decode_body(body: bytes) -> dict[str, Any]:
-    """One frame body → its map. Raises :class:`BadFrame` for anything but one msgpack map,
-    and for a body past :data:`COUNTED_BYTES` made mostly of maps and arrays."""
+def decode_body(body: bytes, *, count_containers: bool = False) -> dict[str, Any]:
+    """One frame body → its map. Raises :class:`BadFrame` for anything but one msgpack map.
+
+    ``count_containers`` (the daemon, reading requests from any peer): a body past
+    :data:`COUNTED_BYTES` made mostly of maps and arrays is refused too. Clients read the
+    daemon's replies without it: a reply is built from transcripts, as dense as they are."""
     try:
-        if len(body) <= COUNTED_BYTES:
+        if not count_containers or len(body) <= COUNTED_BYTES:
             obj = msgpack.unpackb(body, raw=False, ext_hook=_reject_ext, strict_map_key=True)
         else:
             count = _ContainerCount(len(body) // BYTES_PER_CONTAINER)

@@ -185,7 +185,7 @@ class Connection:
                     held, self._reserved = self._reserved, 0
                     self._started = time.monotonic()
                     try:
-                        frame = p.decode_body(body)  # type: ignore[arg-type]
+                        frame = p.decode_body(body, count_containers=True)  # type: ignore[arg-type]
                     except BaseException:
                         self._server.budget.give(held)
                         raise
@@ -276,7 +276,7 @@ class Connection:
                 self._filled = len(data) - start
                 self._body[: self._filled] = view[start:]
                 return
-            frame = p.decode_body(view[start:at])  # type: ignore[arg-type]
+            frame = p.decode_body(view[start:at], count_containers=True)  # type: ignore[arg-type]
             self._started = time.monotonic()
             await self._dispatch(frame, tg)
         self._pending = bytes(view[at:])
