@@ -14,7 +14,7 @@ connection. Replies on one connection may come in any order: match them by id.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
 import msgpack
@@ -88,13 +88,18 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True, datetime=False)
 
 
-def encode_frame(obj: Mapping[str, Any], *, max_frame_bytes: int | None = None) -> bytes:
-    """Length-prefixed msgpack of ``obj``.
+def encode_frame(
+    obj: Mapping[str, Any],
+    *,
+    max_frame_bytes: int | None = None,
+    packer: Callable[[Any], bytes] = pack,
+) -> bytes:
+    """Length-prefixed msgpack of ``obj`` (written by ``packer``: the daemon's is msgspec's).
 
     Raises ``TypeError`` for values msgpack cannot encode and :class:`FrameTooLarge` when the
     body exceeds ``max_frame_bytes`` (if given).
     """
-    body = pack(obj)
+    body = packer(obj)
     if max_frame_bytes is not None and len(body) > max_frame_bytes:
         raise FrameTooLarge(len(body), max_frame_bytes)
     return HEADER.pack(len(body)) + body

@@ -338,10 +338,11 @@ class Server:
 
     def _encode_result(self, request: p.Request, result: Any) -> bytes:
         try:
-            body = self._pack(p.success(request.id, result))
-            if len(body) > self.max_frame_bytes:
-                raise p.FrameTooLarge(len(body), self.max_frame_bytes)
-            return p.HEADER.pack(len(body)) + body
+            return p.encode_frame(
+                p.success(request.id, result),
+                max_frame_bytes=self.max_frame_bytes,
+                packer=self._pack,
+            )
         except p.FrameTooLarge as exc:
             message = f"the result of {request.method} is too large ({exc.size} bytes)"
         except (TypeError, ValueError, OverflowError, RecursionError) as exc:
