@@ -1,0 +1,536 @@
+"""The one way into a folder that other programs can write: a memory dir above all.
+
+An agent with a shell, a shared repository or a careless script can put anything in a memory
+dir: ``MEMORY.md -> ~/.ssh/id_rsa``, a hard link to a token file, a folder that flips to a
+symlink between a check and a use, a FIFO. memd reads those folders into prompts, hooks and
+MCP replies, so every reader and writer goes through :class:`Area`, which is secure by
+construction rather than by checking a path first:
+
+- The area's root is resolved once, when it is opened (the path *up to* it may be a link the
+  user made: a symlinked ``~/.claude`` is common) and held as a directory descriptor that must
+  be a directory owned by the user.
+- Everything beneath is opened relative to that descriptor without following any link:
+  ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`` where the kernel has
+  it, else a component-by-component walk with ``O_NOFOLLOW`` from the directory descriptor.
+  A relative name with ``..``, ``.``, an empty part, a NUL or a leading ``/`` never reaches the
+  kernel.
+- What was opened is checked on its descriptor (``fstat``), never on a path before the open: a
+  file is read only when it is a regular file with one link, owned by the user; a folder is
+  entered only when it is a directory owned by the user. Anything else (a link, a hard-linked
+  file, a FIFO, a device, a socket, someone else's file) is :class:`Refused`: skipped by
+  listings, never replaced with what it points to, never written through or over, and
+  recorded once in :data:`findings` for ``status`` and ``doctor``.
+- Writes are atomic (a unique temp file beside the target, created ``O_EXCL | O_NOFOLLOW``,
+  fsync, ``renameat``) inside the parent's descriptor, so a folder swapped for a link after the
+  walk cannot redirect them.
+
+Names are bytes on disk: relative paths here are ``str`` with surrogate escapes (what
+``os.fsdecode`` gives), and go back to the kernel through ``os.fsencode``.
+
+Blocking I/O: call it from a worker thread. An :class:`Area` holds one descriptor; use it as a
+context manager and keep it no longer than one operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import secrets
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_O_NOCTTY: Final = getattr(os, "O_NOCTTY", 0)
+_DIR_FLAGS: Final = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | _O_NOFOLLOW | _O_NOCTTY | _O_CLOEXEC
+
+# linux/openat2.h
+_RESOLVE_NO_MAGICLINKS: Final = 0x02
+_RESOLVE_NO_SYMLINKS: Final = 0x04
+_RESOLVE_BENEATH: Final = 0x08
+_SYS_OPENAT2: Final = 437  # the same number on every architecture (added after the unification)
+
+TEMP_MARK: Final = ".memd-"
+
+
+class Refused(OSError):
+    """Something beneath an area that memd does not read, enter or write; ``kind`` says what."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(errno.EPERM, f"{kind}: not read or written by memd", path)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A refused entry, as ``status`` and ``doctor`` show it."""
+
+    path: str
+    kind: str
+    first_seen: float
+    last_seen: float
+
+
+class Findings:
+    """Refused entries by path, newest last, at most ``limit``; logged once per path and kind.
+
+    Thread-safe. A path that is fine again drops out when :meth:`clear` is told so.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._items: dict[str, Finding] = {}
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    def record(self, path: str, kind: str) -> None:
+        now = time.time()
+        with self._lock:
+            known = self._items.pop(path, None)
+            first = known.first_seen if known is not None and known.kind == kind else now
+            self._items[path] = Finding(path, kind, first, now)
+            while len(self._items) > self.limit:
+                del self._items[next(iter(self._items))]
+        if known is None or known.kind != kind:
+            log.warning(
+                "skipped %s: %s (memd reads no links, hard links or special files)",
+                os.fsencode(path).decode("utf-8", "backslashreplace"),
+                kind,
+            )
+
+    def clear(self, path: str) -> None:
+        with self._lock:
+            self._items.pop(path, None)
+
+    def items(self) -> list[Finding]:
+        with self._lock:
+            return list(self._items.values())
+
+
+findings = Findings()
+
+
+def split_relative(relative: str) -> list[str]:
+    """The parts of a relative POSIX path; ``ValueError`` for anything that could climb out."""
+    if not relative or relative.startswith("/") or "\0" in relative:
+        raise ValueError(f"{relative!r} is not a relative path")
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{relative!r} is not a plain relative path")
+    return parts
+
+
+def kind_of(info: os.stat_result) -> str | None:
+    """Why a file's ``fstat`` keeps it out of an area, or ``None`` when it may be read."""
+    mode = info.st_mode
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    if info.st_nlink != 1:
+        return f"a file with {info.st_nlink} hard links"
+    if info.st_uid != os.getuid():
+        return f"a file owned by uid {info.st_uid}"
+    return None
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    ]
+
+
+class _Openat2:
+    """``openat2`` through libc's ``syscall``, or ``None`` once the kernel says it has none."""
+
+    def __init__(self) -> None:
+        self.available = os.uname().sysname == "Linux"
+        self._syscall: object = None
+        if self.available:
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                func = libc.syscall
+                func.restype = ctypes.c_long
+                self._syscall = func
+            except (OSError, AttributeError):
+                self.available = False
+
+    def __call__(self, dirfd: int, name: bytes, flags: int) -> int | None:
+        """The descriptor, or ``None`` when openat2 is not there (then walk instead)."""
+        if not self.available:
+            return None
+        how = _OpenHow(flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+        fd = self._syscall(  # type: ignore[operator]
+            ctypes.c_long(_SYS_OPENAT2),
+            ctypes.c_int(dirfd),
+            ctypes.c_char_p(name),
+            ctypes.byref(how),
+            ctypes.c_size_t(ctypes.sizeof(how)),
+        )
+        if fd >= 0:
+            return int(fd)
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:
+            self.available = False  # an old kernel, or a seccomp filter that hides it
+            return None
+        if err == errno.EAGAIN:
+            return None  # a rename raced the lookup: the walk below decides instead
+        raise OSError(err, os.strerror(err), os.fsdecode(name))
+
+
+_openat2 = _Openat2()
+
+
+def use_openat2(enabled: bool) -> bool:
+    """Turn the ``openat2`` path on or off (tests run both); returns the previous setting."""
+    previous = _openat2.available
+    _openat2.available = enabled and os.uname().sysname == "Linux"
+    return previous
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A regular file beneath an area, as a listing found it (checked on its own ``fstatat``)."""
+
+    relative: str
+    info: os.stat_result
+
+
+class Area:
+    """A folder others can write, held by a directory descriptor; see the module docstring."""
+
+    def __init__(self, root: Path, fd: int) -> None:
+        self.root = root
+        self._fd = fd
+
+    @classmethod
+    def open(cls, root: Path, *, create: bool = False) -> Area:
+        """Open ``root`` (links in its own path followed, once). ``FileNotFoundError`` when it
+        does not exist (made first with ``create``), :class:`Refused` when it is not a folder
+        of the user's."""
+        if create:
+            root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                raise Refused(str(root), f"a folder owned by uid {info.st_uid}")
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(root, fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Area:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def path(self, relative: str) -> Path:
+        """The path a relative name stands for (for messages and records; never opened)."""
+        return self.root.joinpath(*split_relative(relative))
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _open(self, parts: list[str], flags: int) -> int:
+        """Open ``parts`` beneath the root with ``flags``, following no link on the way."""
+        name = os.fsencode("/".join(parts))
+        fd = _openat2(self._fd, name, flags)
+        if fd is not None:
+            return fd
+        parent = self._fd
+        try:
+            for part in parts[:-1]:
+                child = os.open(os.fsencode(part), _DIR_FLAGS, dir_fd=parent)
+                if parent != self._fd:
+                    os.close(parent)
+                parent = child
+            return os.open(os.fsencode(parts[-1]), flags, dir_fd=parent)
+        finally:
+            if parent != self._fd:
+                os.close(parent)
+
+    def _refuse_link(self, relative: str, exc: OSError) -> OSError:
+        """ELOOP/EXDEV/ENOTDIR out of an open beneath: which part is a link or not a folder."""
+        if exc.errno in (errno.ELOOP, errno.EXDEV):
+            kind = "a symbolic link (itself or a folder on its path)"
+        elif exc.errno == errno.ENOTDIR:
+            kind = "not a folder on the way"
+        else:
+            return exc
+        refused = Refused(str(self.path(relative)), kind)
+        findings.record(refused.filename, kind)
+        return refused
+
+    def open_file(self, relative: str) -> int:
+        """A read descriptor for the regular, one-link, user-owned file ``relative``.
+
+        Raises ``FileNotFoundError`` when it is gone, :class:`Refused` for anything else that
+        is there (recorded in :data:`findings`), ``OSError`` as ``open`` does.
+        """
+        parts = split_relative(relative)
+        try:
+            fd = self._open(parts, _READ_FLAGS)
+        except OSError as exc:
+            raise self._refuse_link(relative, exc) from None
+        try:
+            why = kind_of(os.fstat(fd))
+            if why is not None:
+                where = str(self.path(relative))
+                findings.record(where, why)
+                raise Refused(where, why)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def read(self, relative: str, *, max_bytes: int) -> tuple[bytes, os.stat_result]:
+        """At most ``max_bytes`` of ``relative`` and its ``fstat``; raises as :meth:`open_file`."""
+        fd = self.open_file(relative)
+        try:
+            info = os.fstat(fd)
+            chunks: list[bytes] = []
+            left = max_bytes
+            while left > 0:
+                block = os.read(fd, min(left, 1 << 20))
+                if not block:
+                    break
+                chunks.append(block)
+                left -= len(block)
+            return b"".join(chunks), info
+        finally:
+            os.close(fd)
+
+    def read_text(self, relative: str, *, max_bytes: int) -> str | None:
+        """The file's text (invalid UTF-8 replaced), or ``None`` when it is missing or refused."""
+        try:
+            data, _ = self.read(relative, max_bytes=max_bytes)
+        except (FileNotFoundError, NotADirectoryError, Refused):
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    def open_dir(self, relative: str) -> int:
+        """A descriptor for the user's own folder ``relative`` (``""`` is the root itself)."""
+        if not relative:
+            return os.dup(self._fd)
+        try:
+            fd = self._open(split_relative(relative), _DIR_FLAGS)
+        except OSError as exc:
+            raise self._refuse_link(relative, exc) from None
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            os.close(fd)
+            where = str(self.path(relative))
+            findings.record(where, f"a folder owned by uid {info.st_uid}")
+            raise Refused(where, f"a folder owned by uid {info.st_uid}")
+        return fd
+
+    # -- listing --------------------------------------------------------------------------
+
+    def walk(self, *, hidden: bool = False, max_depth: int = 16) -> Iterator[Entry]:
+        """Every regular, one-link, user-owned file beneath the root, in no set order.
+
+        Hidden names (``.git``, temp files) are passed over unless ``hidden``; links, hard
+        links and special files are recorded in :data:`findings` and passed over. A folder that
+        changes into a link meanwhile is refused by its own open, not entered.
+        """
+        pending: list[tuple[int, str, int]] = [(os.dup(self._fd), "", 0)]
+        try:
+            while pending:
+                fd, prefix, depth = pending.pop()
+                try:
+                    yield from self._list_one(fd, prefix, depth, hidden, max_depth, pending)
+                finally:
+                    os.close(fd)
+        finally:
+            for fd, _, _ in pending:
+                os.close(fd)
+
+    def _list_one(
+        self,
+        fd: int,
+        prefix: str,
+        depth: int,
+        hidden: bool,
+        max_depth: int,
+        pending: list[tuple[int, str, int]],
+    ) -> Iterator[Entry]:
+        try:
+            names = os.listdir(fd)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(".") and not hidden:
+                continue
+            relative = prefix + name
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if depth + 1 >= max_depth:
+                    continue
+                try:
+                    child = os.open(os.fsencode(name), _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    findings.record(str(self.root / relative), "a folder that changed meanwhile")
+                    continue
+                if os.fstat(child).st_uid != os.getuid():
+                    os.close(child)
+                    findings.record(str(self.root / relative), "a folder of another user")
+                    continue
+                pending.append((child, relative + "/", depth + 1))
+                continue
+            why = kind_of(info)
+            if why is not None:
+                findings.record(str(self.root / relative), why)
+                continue
+            yield Entry(relative, info)
+
+    def lstat(self, relative: str) -> os.stat_result | None:
+        """The entry ``relative`` itself (a link is not followed), ``None`` when it is absent
+        or a folder on the way to it is a link."""
+        parts = split_relative(relative)
+        try:
+            parent = self.open_dir("/".join(parts[:-1]))
+        except (OSError, ValueError):
+            return None
+        try:
+            return os.stat(os.fsencode(parts[-1]), dir_fd=parent, follow_symlinks=False)
+        except OSError:
+            return None
+        finally:
+            os.close(parent)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def make_dirs(self, relative: str) -> int:
+        """Create the folders of ``relative`` beneath the root (none of them a link) and return
+        a descriptor for the last; ``""`` is the root."""
+        fd = os.dup(self._fd)
+        if not relative:
+            return fd
+        try:
+            for part in split_relative(relative):
+                name = os.fsencode(part)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise self._refuse_link(relative, exc) from None
+                os.close(fd)
+                fd = child
+                if os.fstat(fd).st_uid != os.getuid():
+                    raise Refused(str(self.path(relative)), "a folder of another user")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def write(self, relative: str, data: bytes, *, mode: int | None = None) -> None:
+        """Replace ``relative`` with ``data`` atomically, making its folders.
+
+        An existing entry that is not a regular one-link file of the user's (a link, a hard
+        link, a FIFO) is :class:`Refused`, never written through or replaced. The mode of the
+        file replaced is kept unless ``mode`` is given (new files: 0600).
+        """
+        parts = split_relative(relative)
+        parent = self.make_dirs("/".join(parts[:-1]))
+        try:
+            name = os.fsencode(parts[-1])
+            try:
+                existing: os.stat_result | None = os.stat(
+                    name, dir_fd=parent, follow_symlinks=False
+                )
+            except FileNotFoundError:
+                existing = None
+            if existing is not None:
+                why = kind_of(existing)
+                if why is not None:
+                    where = str(self.path(relative))
+                    findings.record(where, why)
+                    raise Refused(where, why)
+                if mode is None:
+                    mode = existing.st_mode & 0o7777
+            self._replace(parent, name, data, 0o600 if mode is None else mode)
+        finally:
+            os.close(parent)
+
+    @staticmethod
+    def _replace(parent: int, name: bytes, data: bytes, mode: int) -> None:
+        temp = b"." + name + os.fsencode(TEMP_MARK) + secrets.token_hex(4).encode() + b".tmp"
+        fd = os.open(
+            temp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+            0o600,
+            dir_fd=parent,
+        )
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=parent)
+            raise
+        with contextlib.suppress(OSError):
+            os.fsync(parent)
+
+    def unlink(self, relative: str) -> bool:
+        """Remove the entry ``relative`` (a link itself, never what it names); whether it was
+        there. Folders on the way are walked without following links."""
+        parts = split_relative(relative)
+        parent = self.open_dir("/".join(parts[:-1]))
+        try:
+            os.unlink(os.fsencode(parts[-1]), dir_fd=parent)
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(parent)
+        return True
+
+    def rmdir(self, relative: str) -> bool:
+        """Remove the empty folder ``relative``; whether it was removed."""
+        parts = split_relative(relative)
+        parent = self.open_dir("/".join(parts[:-1]))
+        try:
+            os.rmdir(os.fsencode(parts[-1]), dir_fd=parent)
+        except OSError:
+            return False
+        finally:
+            os.close(parent)
+        return True
