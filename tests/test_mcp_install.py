@@ -266,3 +266,14 @@ def test_memdctl_install_and_uninstall_mcp(tmp_path: Path) -> None:
     assert broken.returncode == 1 and "not valid JSON" in broken.stdout
     usage = memdctl(tmp_path, "install-mcp", "--agent", "vim")
     assert usage.returncode == 2
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_uninstall_removes_the_containers_it_emptied(tmp_path: Path, agent: str) -> None:
+    """`uninstall-mcp` left `{"mcpServers": {}}` behind in a file memd had created."""
+    env = env_for(tmp_path)
+    apply([agent], "user", "install", tmp_path, env)
+    path = tmp_path / FILES[agent][0]
+    apply([agent], "user", "uninstall", tmp_path, env)
+    text = path.read_text()
+    assert "mcpServers" not in text and "mcp_servers" not in text

@@ -409,7 +409,8 @@ def test_install_and_uninstall_hooks_keep_mode_and_other_hooks(tmp_path: Path) -
         settings = home.root / ".claude" / "settings.json"
         settings.parent.mkdir(parents=True)
         theirs = {"matcher": "Bash", "hooks": [{"type": "command", "command": "/bin/true"}]}
-        settings.write_text(json.dumps({"hooks": {"PreToolUse": [theirs]}, "theme": "dark"}))
+        original = json.dumps({"hooks": {"PreToolUse": [theirs]}, "theme": "dark"}).encode()
+        settings.write_bytes(original)
         settings.chmod(0o644)
         done = memdctl(home, "install-hooks")
         assert done.returncode == 0, done.stderr
@@ -423,10 +424,6 @@ def test_install_and_uninstall_hooks_keep_mode_and_other_hooks(tmp_path: Path) -
         }
         done = memdctl(home, "uninstall-hooks", "--json")
         assert done.returncode == 0, done.stderr
-        assert json.loads(settings.read_text()) == {
-            "hooks": {"PreToolUse": [theirs]},
-            "theme": "dark",
-        }
+        assert settings.read_bytes() == original  # memd's install was its only change
         assert stat.S_IMODE(settings.stat().st_mode) == 0o644
-        backup = settings.with_name("settings.json.memd-backup")
-        assert "from memd_client.hook import main" in backup.read_text()
+        assert not settings.with_name("settings.json.memd-backup").exists()

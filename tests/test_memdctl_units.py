@@ -183,21 +183,42 @@ def test_top_screen_fits_80x24_and_shows_a_bar_per_session() -> None:
     assert screen_lines(None, "memd is not running", 80, 24)[2] == "memd is not running"
 
 
-def test_hooks_keep_the_mode_and_uninstall_removes_only_memds(tmp_path: Path) -> None:
+def test_hooks_keep_the_mode_and_uninstall_gives_the_file_back_byte_for_byte(
+    tmp_path: Path,
+) -> None:
     settings = tmp_path / "settings.json"
     mine = {"type": "command", "command": "/usr/bin/other-hook"}
-    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [mine]}]}, "model": "x"}))
+    original = json.dumps({"hooks": {"Stop": [{"hooks": [mine]}]}, "model": "x"}).encode()
+    settings.write_bytes(original)
     settings.chmod(0o644)
     install_hooks(settings, "/opt/bin/memd-hook")
     assert stat.S_IMODE(settings.stat().st_mode) == 0o644
     assert "memd-hook" in settings.read_text()
-    done = uninstall_hooks(settings)
-    after = json.loads(settings.read_text())
-    assert after == {"hooks": {"Stop": [{"hooks": [mine]}]}, "model": "x"}
-    assert stat.S_IMODE(settings.stat().st_mode) == 0o644
     backup = tmp_path / "settings.json.memd-backup"
-    assert "memd-hook" in backup.read_text() and any("backed up" in d for d in done)
+    assert backup.read_bytes() == original
+    install_hooks(settings, "/opt/bin/other/memd-hook")  # a reinstall keeps the first backup
+    assert backup.read_bytes() == original
+    done = uninstall_hooks(settings)
+    assert settings.read_bytes() == original
+    assert stat.S_IMODE(settings.stat().st_mode) == 0o644
+    assert not backup.exists() and any("exactly" in d for d in done)
     assert uninstall_hooks(settings) == [f"no memd hooks in {settings}; nothing to remove"]
+
+
+def test_uninstall_after_other_changes_removes_only_memds_and_keeps_the_backup(
+    tmp_path: Path,
+) -> None:
+    settings = tmp_path / "settings.json"
+    original = b'{\n    "model": "x"\n}\n'
+    settings.write_bytes(original)
+    install_hooks(settings, "/opt/bin/memd-hook")
+    changed = json.loads(settings.read_text())
+    changed["theme"] = "dark"  # the user's own change since the install
+    settings.write_text(json.dumps(changed, indent=4) + "\n")
+    uninstall_hooks(settings)
+    assert json.loads(settings.read_text()) == {"model": "x", "theme": "dark"}  # no "hooks": {}
+    assert settings.read_text().startswith('{\n    "model"')  # the file's own indent
+    assert (tmp_path / "settings.json.memd-backup").read_bytes() == original
 
 
 def test_service_files_honour_xdg_and_stay_simple(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,7 +198,8 @@ def install_hooks(settings_path: Path, command: str) -> list[str]:
     merged, added, replaced = _merge(read_settings(settings_path), command)
     if not added and not replaced:
         return [f"memd hooks already present in {settings_path}"]
-    done = _replace(settings_path, merged)
+    done = _keep_first_backup(settings_path)
+    _write_like(settings_path, merged)
     if replaced:
         done.append(f"removed memd's older hook command for {', '.join(replaced)}")
     if added:
@@ -206,21 +208,67 @@ def install_hooks(settings_path: Path, command: str) -> list[str]:
 
 
 def uninstall_hooks(settings_path: Path) -> list[str]:
-    """Remove memd's entries from ``settings_path``; return what was done, in words."""
+    """Remove memd's entries from ``settings_path``; return what was done, in words.
+
+    When memd's install was the file's only change since, the bytes saved before it come
+    back exactly (and the backup goes); otherwise only memd's entries go, with the ``hooks``
+    object if that leaves it empty, and the backup of the user's original stays as it is.
+    """
     merged, changed = remove_hooks(read_settings(settings_path))
     if not changed:
         return [f"no memd hooks in {settings_path}; nothing to remove"]
-    done = _replace(settings_path, merged)
+    if merged.get("hooks") == {}:
+        del merged["hooks"]
+    backup = backup_path(settings_path)
+    saved = _saved_settings(backup)
+    if saved is not None and saved[1] == merged:
+        write_atomic(settings_path, saved[0])
+        backup.unlink(missing_ok=True)
+        done = [f"restored {settings_path} exactly as it was before memd's hooks"]
+    else:
+        _write_like(settings_path, merged)
+        done = [f"kept the backup of the original settings at {backup}"] if saved else []
     done.append(f"removed memd hooks for {', '.join(changed)} from {settings_path}")
     return done
 
 
-def _replace(settings_path: Path, settings: dict[str, Any]) -> list[str]:
-    done = []
-    if settings_path.exists():
-        backup = settings_path.with_name(settings_path.name + ".memd-backup")
-        mode = settings_path.stat().st_mode & 0o7777
-        write_atomic(backup, settings_path.read_bytes(), mode=mode)
-        done.append(f"backed up the previous settings to {backup}")
-    write_text_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
-    return done
+def backup_path(settings_path: Path) -> Path:
+    return settings_path.with_name(settings_path.name + ".memd-backup")
+
+
+def _keep_first_backup(settings_path: Path) -> list[str]:
+    """Save the file as it is before memd first changes it; an existing backup (the user's
+    original, from an earlier install) is never overwritten."""
+    backup = backup_path(settings_path)
+    if not settings_path.exists() or backup.exists():
+        return []
+    mode = settings_path.stat().st_mode & 0o7777
+    write_atomic(backup, settings_path.read_bytes(), mode=mode)
+    return [f"backed up the previous settings to {backup}"]
+
+
+def _saved_settings(backup: Path) -> tuple[bytes, dict[str, Any]] | None:
+    """The backup's bytes and what they say, or ``None`` when there is no readable one."""
+    try:
+        data = backup.read_bytes()
+        loaded = json.loads(data) if data.strip() else {}
+    except (OSError, ValueError, RecursionError):
+        return None
+    return (data, loaded) if isinstance(loaded, dict) else None
+
+
+def _write_like(settings_path: Path, settings: dict[str, Any]) -> None:
+    """Write ``settings`` in the layout the file has (indent, line end), atomically."""
+    try:
+        text = settings_path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        text = ""
+    match = re.search(r"^\{\s*\n([ \t]+)\S", text, re.MULTILINE)
+    indent: int | str | None = 2
+    if match:
+        lead = match.group(1)
+        indent = lead if "\t" in lead else len(lead)
+    elif text.strip() and "\n" not in text.strip():
+        indent = None
+    ending = "\n" if text.endswith("\n") or not text else ""
+    write_text_atomic(settings_path, json.dumps(settings, indent=indent) + ending)

@@ -101,7 +101,19 @@ def json_remove(text: str, keys: Sequence[str], name: str) -> str | None:
     if servers is None or name not in servers:
         return None
     del servers[name]
+    _drop_emptied(data, keys)
     return _json_dump(data, text)
+
+
+def _drop_emptied(data: dict[str, Any], keys: Sequence[str]) -> None:
+    """Remove the objects along ``keys`` that removing memd's entry left empty, deepest first."""
+    for depth in range(len(keys), 0, -1):
+        parent: Any = data
+        for key in keys[: depth - 1]:
+            parent = parent[key]
+        if parent[keys[depth - 1]]:
+            return
+        del parent[keys[depth - 1]]
 
 
 # ---------------------------------------------------------------------------------------------
