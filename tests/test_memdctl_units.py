@@ -64,6 +64,30 @@ def test_values_with_a_leading_dash_are_values(argv: list[str], attr: str, value
     assert getattr(build_parser().parse_args(argv), attr) == value
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--timeout", "-1", "status"],
+        ["status", "--timeout", "0"],
+        ["status", "--timeout", "nan"],
+        ["status", "--timeout", "inf"],
+        ["sessions", "--limit", "-3"],
+        ["compact", "x", "--context-window", "-5"],
+        ["compact", "x", "--context-window", "0"],
+        ["compact", "x", "--max-output", str(2**70)],
+    ],
+)
+def test_every_numeric_option_is_validated(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--timeout -1` was accepted ("did not answer within -1.0s"), and so was
+    `compact --context-window -5`: a usage error (exit 2) that names the range now."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert "out of range" in capsys.readouterr().err
+
+
 def test_project_given_as_a_path_is_sent_as_its_directory(tmp_path: Path) -> None:
     assert project_params(str(tmp_path)) == {"cwd": str(tmp_path.resolve())}
     assert project_params("-tmp-demo") == {"project": "-tmp-demo"}

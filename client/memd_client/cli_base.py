@@ -62,6 +62,30 @@ class CliFailure(Exception):
 Run = Callable[["Ctx"], int]
 
 
+def bounded(
+    kind: type[int] | type[float], low: float, high: float, what: str
+) -> Callable[[str], float]:
+    """An argparse ``type`` for a number from ``low`` (exclusive for floats, inclusive for
+    whole numbers) to ``high``: a negative timeout or window is a usage error, not a wait."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        too_low = value <= low if kind is float else value < low
+        if too_low or value > high or value != value:  # NaN is never in range
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: {what}")
+        return value
+
+    return parse
+
+
+SECONDS = bounded(float, 0.0, 7 * 86400.0, "a number of seconds above 0 (at most a week)")
+COUNT = bounded(int, 0, 10**9, "a whole number from 0 (no limit) up")
+TOKENS = bounded(int, 1, 10**9, "a whole number of tokens from 1 up")
+
+
 def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """``--json``, ``--socket``, ``--timeout``: real defaults on top, SUPPRESS on copies."""
 
@@ -79,7 +103,7 @@ def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=SECONDS,
         metavar="S",
         default=default(None),
         help="seconds to wait for the daemon (default 10; extract and compact wait longer)",

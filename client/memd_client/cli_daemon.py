@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from memd_client import render
-from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
+from memd_client.cli_base import (
+    COUNT,
+    EXIT_OK,
+    EXIT_REMOTE,
+    EXIT_USAGE,
+    TOKENS,
+    CliFailure,
+    Ctx,
+    Registrar,
+)
 from memd_client.errors import RemoteError
 from memd_client.render_status import render_status
 
@@ -22,7 +31,7 @@ def register_session_commands(reg: Registrar) -> None:
     p.add_argument(
         "--project", metavar="PROJECT", help="only this project (folder name or repository path)"
     )
-    p.add_argument("--limit", type=int, default=0, help="at most this many")
+    p.add_argument("--limit", type=COUNT, default=0, help="at most this many (0: all)")
     for name, run, text, timeout in (
         ("session", cmd_session, "one session in detail, with its notes status", None),
         ("notes", cmd_notes, "print a session's working notes", None),
@@ -40,9 +49,9 @@ def register_session_commands(reg: Registrar) -> None:
                 help="show the level that would serve, tokens before/after and the cut; no model",
             )
             p.add_argument(
-                "--context-window", type=int, help="the model's window (default: config)"
+                "--context-window", type=TOKENS, help="the model's window (default: config)"
             )
-            p.add_argument("--max-output", type=int, help="the model's max output tokens")
+            p.add_argument("--max-output", type=TOKENS, help="the model's max output tokens")
 
 
 def register_memory_commands(reg: Registrar) -> None:
