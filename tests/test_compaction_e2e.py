@@ -129,6 +129,11 @@ def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
         proc = start_memd(home)
         try:
             wait_ingested(home, "s3", target.stat().st_size)
+            wait_for(
+                lambda: call(home, "status")["llm"]["reason"].startswith("disabled"),
+                timeout=10,
+                what="the model client to be set up",
+            )
             done = subprocess.run(
                 [sys.executable, "-m", "memd_client.cli", "compact", "s3", "--dry-run"],
                 env=home.env,
@@ -137,15 +142,13 @@ def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
                 timeout=30,
             )
             assert done.returncode == 0, done.stderr
-            assert "would use level 2" in done.stdout
-            assert "no notes" in done.stdout
-            assert "live context with system prompt and tools" in done.stdout
+            # No notes and no key: it used to promise level 2, which needs the key.
+            assert "would not compact" in done.stdout and "would use level" not in done.stdout
+            assert "no notes" in done.stdout and "no API key" in done.stdout
             assert "ms of it getting the session's messages)" in done.stdout
-            wait_for(
-                lambda: call(home, "status")["llm"]["reason"].startswith("disabled"),
-                timeout=10,
-                what="the model client to be set up",
-            )
+            with pytest.raises(RemoteError) as refused:  # what the dry run said would happen
+                call(home, "compact", {"session": "s3", "trigger": "manual"})
+            assert refused.value.code == "disabled"
             notes = subprocess.run(
                 [sys.executable, "-m", "memd_client.cli", "notes", "s3"],
                 env=home.env,

@@ -222,6 +222,11 @@ def render_compact(r: dict[str, Any]) -> str:
 
 
 def _render_compact(r: dict[str, Any]) -> str:
+    if r.get("dry_run") and r.get("level") is None:
+        return (
+            f"would not compact: level 1 does not apply ({r['reason']}) and level 2 needs the "
+            f"model, which is disabled: {r.get('disabled')}"
+        )
     if r.get("dry_run"):
         head = f"would use level {r['level']}: the messages hold ~{tokens(r['tokens_before'])}"
         if r.get("context_tokens"):

@@ -186,7 +186,7 @@ class CompactionService:
         before = sum(m.tokens for m in msgs)
         base = {"dry_run": True, "tokens_before": before, "threshold": self.threshold(window)}
         if notes is None:
-            return {**base, "level": 2, "reason": "the session has no notes"}
+            return self._level2_plan(base, "the session has no notes")
         level1 = compact_with_notes(
             msgs,
             notes=notes.notes,
@@ -200,7 +200,7 @@ class CompactionService:
             transcript_path=transcript_path,
         )
         if isinstance(level1, FallThrough):
-            return {**base, "level": 2, "reason": level1.detail}
+            return self._level2_plan(base, level1.detail)
         return {
             **base,
             "level": 1,
@@ -210,6 +210,14 @@ class CompactionService:
             "dropped_messages": level1.cut_index,
             "truncated_sections": list(level1.truncated_sections),
         }
+
+    def _level2_plan(self, base: dict[str, Any], reason: str) -> dict[str, Any]:
+        """Level 2 needs a model: with none, a real compaction would be refused, and the dry
+        run says so (``level: None``, ``disabled``) instead of promising a summary call."""
+        llm = self.get_llm()
+        if isinstance(llm, Disabled):
+            return {**base, "level": None, "reason": reason, "disabled": llm.reason}
+        return {**base, "level": 2, "reason": reason}
 
     async def compact(
         self,
