@@ -239,6 +239,11 @@ def test_five_sessions_dream_once_four_do_not(tmp_path: Path) -> None:
             assert runs_text.returncode == 0 and f"{run['run_id']}  dream completed" in (
                 runs_text.stdout
             )
+            by_path = memdctl(home, "dream", "--log", str(cwd))  # was taken as a run id
+            assert by_path.returncode == 0, by_path.stderr
+            assert f"{run['run_id']}  dream completed" in by_path.stdout
+            missing = memdctl(home, "dream", str(cwd), "--log", "no-such-run")
+            assert missing.returncode == 4 and "no single run" in missing.stderr, missing
             log = memdctl(home, "dream", str(cwd), "--log", run["run_id"])
             assert log.returncode == 0, log.stderr
             assert "-The release branch was cut yesterday" in log.stdout

@@ -36,7 +36,13 @@ def register(reg: Registrar) -> None:
     p.add_argument("--wait", action="store_true", help="follow the run live until it ends")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--abort", action="store_true", help="stop the running dream and undo it")
-    group.add_argument("--log", nargs="?", const="", metavar="RUN", help="runs, or RUN's diffs")
+    group.add_argument(
+        "--log",
+        nargs="?",
+        const="",
+        metavar="RUN",
+        help="runs, or RUN's diffs (`--log DIR`: the runs of the project in DIR)",
+    )
     group.add_argument(
         "--restore", nargs="?", const="", metavar="RUN", help="put RUN's snapshot back"
     )
@@ -51,8 +57,15 @@ def _where(args: argparse.Namespace) -> dict[str, Any]:
     return {"project": project}
 
 
+def _is_folder(value: str) -> bool:
+    """A value typed as a directory (``.``, ``..`` or with a slash) that is one."""
+    return os.path.isdir(value) and (os.sep in value or value in (".", ".."))
+
+
 def cmd_dream(ctx: Ctx) -> int:
     args = ctx.args
+    if args.log and args.project is None and _is_folder(args.log):
+        args.project, args.log = args.log, ""  # `dream --log DIR`: that project's runs
     params = _where(args)
     if args.abort:
         result = ctx.call("dream", {**params, "op": "abort"})
