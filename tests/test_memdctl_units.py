@@ -207,6 +207,23 @@ def test_top_screen_fits_80x24_and_shows_a_bar_per_session() -> None:
     assert screen_lines(None, "memd is not running", 80, 24)[2] == "memd is not running"
 
 
+@given(st.integers(1, 40), st.integers(0, 200), st.integers(16, 60))
+def test_top_says_how_many_sessions_it_hid(listed: int, more: int, height: int) -> None:
+    """`top` cut rows without saying so; status lists the newest few of all it parsed."""
+    rows = [{**SESSION, "session_id": f"{i:08x}-0000"} for i in range(listed)]
+    status = {"daemon": {}, "sessions": rows, "ingest": {"parsed": listed + more}}
+    lines = screen_lines(status, None, 80, height)
+    assert len(lines) <= height
+    header = next((i for i, line in enumerate(lines) if line.startswith("SESSION")), len(lines))
+    notice = [line for line in lines if "more sessions not shown" in line]
+    shown = len(lines) - header - 1 - len(notice) if header < len(lines) else 0
+    hidden = listed + more - shown
+    if hidden:
+        assert notice and notice[0].startswith(f"... {hidden} more sessions")
+    else:
+        assert not notice
+
+
 def test_hooks_keep_the_mode_and_uninstall_gives_the_file_back_byte_for_byte(
     tmp_path: Path,
 ) -> None:

@@ -142,7 +142,10 @@ def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:
     id_w = max(len(v) for v in short.values())
     bar_w = max(10, min(40, width - id_w - 44))
     out = [f"{'SESSION':<{id_w}}  {'CONTEXT (tok)':>13}  {'BAR (| notes)':<{bar_w + 2}}  NOTES"]
-    for s in sessions[: room - 1]:
+    known = (status.get("ingest") or {}).get("parsed")
+    total = max(len(sessions), known if isinstance(known, int) else 0)
+    shown = room - 1 if total <= room - 1 else room - 2
+    for s in sessions[:shown]:
         n = notes.get(s["session_id"]) or {}
         ctx_tok, limit = s.get("context_tokens", 0), s.get("compact_threshold", 0)
         trigger = n.get("next_trigger_tokens") or 0
@@ -152,4 +155,7 @@ def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:
             f"{short[s['session_id']]:<{id_w}}  {figure:>13}  "
             f"{bar(ctx_tok, limit, bar_w, [trigger])}  {state}"
         )
+    hidden = total - min(shown, len(sessions))
+    if hidden > 0:
+        out.append(f"... {hidden} more sessions not shown (a taller terminal, or memdctl sessions)")
     return out
