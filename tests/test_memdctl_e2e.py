@@ -281,6 +281,16 @@ def test_doctor_verdicts(tmp_path: Path) -> None:
             assert checks["hooks"]["verdict"] == "fail"
             assert checks["hooks"]["fix"] == "run `memdctl install-hooks`"
             assert checks["directories"]["verdict"] == "ok"
+            # A user who reaches memd over MCP only: the hooks are optional, not a failure.
+            mcp = memdctl(home, "install-mcp", "--agent", "codex")
+            assert mcp.returncode == 0, mcp.stderr
+            done = memdctl(home, "doctor", "--json")
+            assert done.returncode == 0, done.stdout
+            checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+            assert checks["hooks"]["verdict"] == "ok", checks["hooks"]
+            assert "over MCP (codex)" in checks["hooks"]["detail"]
+            assert memdctl(home, "uninstall-mcp", "--agent", "codex").returncode == 0
+            assert memdctl(home, "doctor").returncode == 1  # neither hooks nor MCP: a failure
             settings = home.root / ".claude" / "settings.json"
             hook = Path(sys.executable).parent / "memd-hook"
             settings.write_text(

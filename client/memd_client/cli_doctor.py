@@ -8,8 +8,10 @@ an unsafe runtime dir) is exactly when a person runs the doctor.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -173,6 +175,16 @@ def check_hooks(f: Facts) -> Check:
     assert isinstance(hooks, dict)
     found = {event: _memd_hooks(hooks.get(event)) for event in MATCHERS}
     missing = [event for event, mine in found.items() if not mine]
+    if missing and len(missing) == len(MATCHERS):
+        over_mcp = mcp_agents(f.home, f.env)
+        if over_mcp:
+            return Check(
+                "hooks",
+                "ok",
+                f"none in {f.settings}; memd is reached over MCP ({', '.join(over_mcp)}), "
+                "so hooks are optional",
+                f"{fix} to have memories brought into prompts without the agent asking",
+            )
     if missing:
         return Check("hooks", "fail", f"no memd hook for {', '.join(missing)} in {f.settings}", fix)
     every = [h for mine in found.values() for h in mine]
@@ -189,6 +201,31 @@ def check_hooks(f: Facts) -> Check:
             f"{fix}: it replaces it",
         )
     return Check("hooks", "ok", f"memd's hook runs on {', '.join(MATCHERS)}")
+
+
+def mcp_agents(home: Path, env: dict[str, str]) -> list[str]:
+    """The agents whose user-scope MCP config names memd's server (``memdctl install-mcp``)."""
+    codex = Path(env.get("CODEX_HOME") or home / ".codex") / "config.toml"
+    found = []
+    for agent, path in (
+        ("claude", home / ".claude.json"),
+        ("codex", codex),
+        ("cursor", home / ".cursor" / "mcp.json"),
+        ("gemini", home / ".gemini" / "settings.json"),
+    ):
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        except (OSError, ValueError, RecursionError):
+            continue
+        servers = (
+            data.get("mcp_servers" if agent == "codex" else "mcpServers")
+            if isinstance(data, dict)
+            else None
+        )
+        if isinstance(servers, dict) and "memd" in servers:
+            found.append(agent)
+    return found
 
 
 def _memd_hooks(groups: object) -> list[MemdHook]:
