@@ -9,6 +9,7 @@ from typing import Any
 from memd_client import render
 from memd_client.cli_base import (
     COUNT,
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REMOTE,
     EXIT_USAGE,
@@ -135,7 +136,9 @@ def cmd_session(ctx: Ctx) -> int:
 
 def cmd_notes(ctx: Ctx) -> int:
     sid = session_id(ctx, ctx.args.session_id)
-    return ctx.emit(ctx.call("notes", {"session": sid}), render.render_notes)
+    notes = ctx.call("notes", {"session": sid})
+    ctx.emit(notes, render.render_notes)
+    return EXIT_NOT_FOUND if notes.get("text") is None else EXIT_OK  # no notes: say so in $?
 
 
 def cmd_extract(ctx: Ctx) -> int:
