@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, Implementation, ListRootsResult, Root, TextContent
 from pydantic import FileUrl
 
+from memd.install.agents import server_command
 from tests.daemon_harness import Home
 
 
@@ -25,12 +25,16 @@ async def mcp_session(
     client: str = "codex-test",
     env: dict[str, str] | None = None,
     roots: list[Path] | None = None,
+    exact_env: dict[str, str] | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """A fresh ``python -m memd.mcp`` process in ``cwd`` and an initialized SDK session."""
+    """A fresh memd-mcp process in ``cwd``, started as ``install-mcp`` registers it, and an
+    initialized SDK session. ``exact_env`` replaces the environment whole (an agent that
+    passes only a few variables)."""
+    command, *args = server_command("user")
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "memd.mcp"],
-        env={**home.env, **(env or {})},
+        command=command,
+        args=args,
+        env=exact_env if exact_env is not None else {**home.env, **(env or {})},
         cwd=str(cwd),
     )
     info = Implementation(name=client, version="1.0")

@@ -59,9 +59,9 @@ def test_claude_mcp_list_shows_memd_connected(tmp_path: Path) -> None:
     listed = run(str(claude), "mcp", "list")
     assert listed.returncode == 0, listed
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith("memd:"))
-    assert "-m memd.mcp" in line and "Connected" in line, listed.stdout
+    assert "-P -m memd.mcp" in line and "Connected" in line, listed.stdout
     servers = json.loads((tmp_path / ".claude.json").read_text())["mcpServers"]
-    assert servers["memd"]["args"] == ["-m", "memd.mcp"]
+    assert servers["memd"]["args"] == ["-P", "-m", "memd.mcp"]
 
     removed = run(*memdctl, "uninstall-mcp", "--agent", "claude")
     assert removed.returncode == 0 and "removed" in removed.stdout, removed

@@ -90,7 +90,7 @@ def test_install_is_idempotent_and_uninstall_restores_the_bytes(tmp_path: Path, 
     entries = servers(agent, path)
     assert entries[OTHER[agent]] == other_before
     assert entries["memd"]["command"] == sys.executable
-    assert entries["memd"]["args"] == ["-m", "memd.mcp"]
+    assert entries["memd"]["args"] == ["-P", "-m", "memd.mcp"]
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert Path(str(path) + ".memd-backup").read_bytes() == original
     installed = path.read_bytes()
@@ -232,7 +232,7 @@ path.write_text(json.dumps(data))
     assert apply(["claude"], "user", "uninstall", tmp_path, env)[0].result == "absent"
     calls = log.read_text().splitlines()
     assert calls == [
-        f"mcp add -s user memd -- {sys.executable} -m memd.mcp",
+        f"mcp add -s user memd -- {sys.executable} -P -m memd.mcp",
         "mcp remove memd -s user",
     ]
     assert json.loads((tmp_path / ".claude.json").read_text())["mcpServers"] == {}

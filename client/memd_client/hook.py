@@ -42,6 +42,7 @@ FORWARDED_ENV = ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "CLAUDE_CODE_SIMPLE", "CLAUD
 MAX_STDIN_BYTES = 4 * 1024 * 1024
 MAX_REPLY_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT_S = 3.0
+RUN_USER = "/run/user"  # systemd's runtime dirs (memd_client.paths.RUN_USER)
 SESSION_END_TIMEOUT_S = 1.0  # Claude Code gives SessionEnd hooks 1.5 s in all
 
 
@@ -55,14 +56,31 @@ def hook_timeout(env: Env, stdin: bytes = b"") -> float:
 
 
 def socket_path(env: Env) -> str:
-    """The daemon's socket, as :func:`memd_client.paths.socket_path` finds it."""
+    """The daemon's socket, as :func:`memd_client.paths.socket_path` finds it (a copy: the
+    hook imports nothing it can do without)."""
     if env.get("MEMD_SOCKET"):
         return os.path.expanduser(env["MEMD_SOCKET"])
     if env.get("MEMD_RUNTIME_DIR"):
         return os.path.join(os.path.expanduser(env["MEMD_RUNTIME_DIR"]), "memd.sock")
+    uid = os.getuid()
+    candidates = [f"{RUN_USER}/{uid}/memd", f"/tmp/memd-{uid}"]
     if env.get("XDG_RUNTIME_DIR"):
-        return os.path.join(env["XDG_RUNTIME_DIR"], "memd", "memd.sock")
-    return f"/tmp/memd-{os.getuid()}/memd.sock"
+        candidates.insert(0, os.path.join(env["XDG_RUNTIME_DIR"], "memd"))
+    for folder in candidates:
+        try:
+            info, sock = os.lstat(folder), os.lstat(os.path.join(folder, "memd.sock"))
+        except OSError:
+            continue
+        if (
+            sock.st_mode & 0o170000 == 0o140000  # a socket
+            and info.st_mode & 0o170000 == 0o040000  # in a real directory
+            and info.st_uid == uid
+            and not info.st_mode & 0o022  # that no one else can write
+        ):
+            return os.path.join(folder, "memd.sock")
+    return os.path.join(
+        candidates[0] if env.get("XDG_RUNTIME_DIR") else candidates[-1], "memd.sock"
+    )
 
 
 def request(stdin: bytes, env: Env) -> bytes:

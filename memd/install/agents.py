@@ -81,7 +81,10 @@ class Outcome:
 
 
 def server_command(scope: Scope) -> list[str]:
-    return [sys.executable, "-m", "memd.mcp"] if scope == "user" else ["memd-mcp"]
+    """User scope: memd's own interpreter, ``-P`` so that a ``memd/`` or ``memd.py`` in the
+    folder the agent starts the server in cannot shadow the package (``-I`` would also drop
+    the user's site-packages, where ``pip install --user`` puts memd)."""
+    return [sys.executable, "-P", "-m", "memd.mcp"] if scope == "user" else ["memd-mcp"]
 
 
 def target_for(agent: str, scope: Scope, env: Mapping[str, str], project: Path) -> Target:
