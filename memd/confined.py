@@ -42,10 +42,10 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ _RESOLVE_BENEATH: Final = 0x08
 _SYS_OPENAT2: Final = 437  # the same number on every architecture (added after the unification)
 
 TEMP_MARK: Final = ".memd-"
+_HEAD_CHUNK: Final = 4096
 
 
 class Refused(OSError):
@@ -105,7 +106,7 @@ class Findings:
         if known is None or known.kind != kind:
             log.warning(
                 "skipped %s: %s (memd reads no links, hard links or special files)",
-                os.fsencode(path).decode("utf-8", "backslashreplace"),
+                shown(path),
                 kind,
             )
 
@@ -117,8 +118,29 @@ class Findings:
         with self._lock:
             return list(self._items.values())
 
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def as_rows(self) -> list[dict[str, object]]:
+        """The findings newest first, as ``status`` and ``doctor`` show them: the path as
+        text (bytes that are not UTF-8 escaped, so a reply always encodes)."""
+        return [
+            {
+                "path": shown(f.path),
+                "kind": f.kind,
+                "first_seen": f.first_seen,
+                "last_seen": f.last_seen,
+            }
+            for f in reversed(self.items())
+        ]
+
 
 findings = Findings()
+
+
+def shown(path: str) -> str:
+    """A path from the disk as text any encoder takes (undecodable bytes as ``\\xNN``)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def split_relative(relative: str) -> list[str]:
@@ -209,12 +231,28 @@ def use_openat2(enabled: bool) -> bool:
     return previous
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A regular file beneath an area, as a listing found it (checked on its own ``fstatat``)."""
+class Entry(NamedTuple):
+    """A regular file beneath an area, as a listing found it (checked on its own ``fstatat``).
+
+    A tuple: recall lists thousands of them per prompt."""
 
     relative: str
     info: os.stat_result
+
+
+@dataclass
+class _Listing:
+    """The options of one :meth:`Area.walk`, and what it collects besides files."""
+
+    hidden: bool
+    max_depth: int
+    skip_dir: Callable[[str], bool] | None
+    folders: list[str] | None
+    refused: list[str] | None
+
+    def refuse(self, relative: str) -> None:
+        if self.refused is not None:
+            self.refused.append(relative)
 
 
 class Area:
@@ -277,16 +315,42 @@ class Area:
                 os.close(parent)
 
     def _refuse_link(self, relative: str, exc: OSError) -> OSError:
-        """ELOOP/EXDEV/ENOTDIR out of an open beneath: which part is a link or not a folder."""
-        if exc.errno in (errno.ELOOP, errno.EXDEV):
-            kind = "a symbolic link (itself or a folder on its path)"
-        elif exc.errno == errno.ENOTDIR:
-            kind = "not a folder on the way"
-        else:
+        """ELOOP/EXDEV/ENOTDIR out of an open beneath: :class:`Refused`, naming the part that
+        is a link or not a folder (recorded in :data:`findings` under that part's path)."""
+        if exc.errno not in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
             return exc
-        refused = Refused(str(self.path(relative)), kind)
-        findings.record(refused.filename, kind)
-        return refused
+        parts = split_relative(relative)
+        at, kind = self._first_refused(parts)
+        where = str(self.path("/".join(parts[: at + 1])))
+        findings.record(where, kind)
+        return Refused(where, kind)
+
+    def _first_refused(self, parts: list[str]) -> tuple[int, str]:
+        """The index of the first part of ``parts`` that is a link (or not a folder where
+        one is needed), and what it is; looked at without following anything."""
+        fd = os.dup(self._fd)
+        try:
+            for at, part in enumerate(parts):
+                try:
+                    info = os.stat(os.fsencode(part), dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    break
+                last = at == len(parts) - 1
+                if stat.S_ISLNK(info.st_mode):
+                    return at, "a symbolic link"
+                if not stat.S_ISDIR(info.st_mode):
+                    return at, (kind_of(info) or "a file") if last else "not a folder"
+                if last:
+                    break
+                try:
+                    child = os.open(os.fsencode(part), _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    return at, "a folder that changed meanwhile"
+                os.close(fd)
+                fd = child
+        finally:
+            os.close(fd)
+        return len(parts) - 1, "a symbolic link (itself or a folder on its path)"
 
     def open_file(self, relative: str) -> int:
         """A read descriptor for the regular, one-link, user-owned file ``relative``.
@@ -327,6 +391,30 @@ class Area:
         finally:
             os.close(fd)
 
+    def read_head(
+        self, relative: str, *, max_lines: int, max_bytes: int
+    ) -> tuple[bytes, os.stat_result]:
+        """The first ``max_lines`` lines of ``relative`` (at most ``max_bytes``) and its
+        ``fstat``; raises as :meth:`open_file`. A file without line breaks costs
+        ``max_bytes`` at most."""
+        fd = self.open_file(relative)
+        try:
+            info = os.fstat(fd)
+            data = b""
+            while len(data) < max_bytes and data.count(b"\n") < max_lines:
+                block = os.read(fd, min(_HEAD_CHUNK, max_bytes - len(data)))
+                if not block:
+                    break
+                data += block
+        finally:
+            os.close(fd)
+        cut = -1
+        for _ in range(max_lines):
+            cut = data.find(b"\n", cut + 1)
+            if cut < 0:
+                return data, info
+        return data[: cut + 1], info
+
     def read_text(self, relative: str, *, max_bytes: int) -> str | None:
         """The file's text (invalid UTF-8 replaced), or ``None`` when it is missing or refused."""
         try:
@@ -353,19 +441,30 @@ class Area:
 
     # -- listing --------------------------------------------------------------------------
 
-    def walk(self, *, hidden: bool = False, max_depth: int = 16) -> Iterator[Entry]:
+    def walk(
+        self,
+        *,
+        hidden: bool = False,
+        max_depth: int = 16,
+        skip_dir: Callable[[str], bool] | None = None,
+        folders: list[str] | None = None,
+        refused: list[str] | None = None,
+    ) -> Iterator[Entry]:
         """Every regular, one-link, user-owned file beneath the root, in no set order.
 
-        Hidden names (``.git``, temp files) are passed over unless ``hidden``; links, hard
-        links and special files are recorded in :data:`findings` and passed over. A folder that
-        changes into a link meanwhile is refused by its own open, not entered.
+        Hidden names (``.git``, temp files) are passed over unless ``hidden``; a folder whose
+        relative path ``skip_dir`` accepts is not entered. Links, hard links and special files
+        are recorded in :data:`findings` (and appended to ``refused``, relative) and passed
+        over. A folder that changes into a link meanwhile is refused by its own open, not
+        entered. ``folders`` collects the relative path of every folder entered.
         """
         pending: list[tuple[int, str, int]] = [(os.dup(self._fd), "", 0)]
+        seen = _Listing(hidden, max_depth, skip_dir, folders, refused)
         try:
             while pending:
                 fd, prefix, depth = pending.pop()
                 try:
-                    yield from self._list_one(fd, prefix, depth, hidden, max_depth, pending)
+                    yield from self._list_one(fd, prefix, depth, seen, pending)
                 finally:
                     os.close(fd)
         finally:
@@ -377,41 +476,51 @@ class Area:
         fd: int,
         prefix: str,
         depth: int,
-        hidden: bool,
-        max_depth: int,
+        seen: _Listing,
         pending: list[tuple[int, str, int]],
     ) -> Iterator[Entry]:
         try:
             names = os.listdir(fd)
         except OSError:
             return
+        uid = os.getuid()
         for name in names:
-            if name.startswith(".") and not hidden:
+            if name[0] == "." and not seen.hidden:
                 continue
             relative = prefix + name
             try:
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(info.st_mode):
-                if depth + 1 >= max_depth:
-                    continue
-                try:
-                    child = os.open(os.fsencode(name), _DIR_FLAGS, dir_fd=fd)
-                except OSError:
-                    findings.record(str(self.root / relative), "a folder that changed meanwhile")
-                    continue
-                if os.fstat(child).st_uid != os.getuid():
-                    os.close(child)
-                    findings.record(str(self.root / relative), "a folder of another user")
-                    continue
-                pending.append((child, relative + "/", depth + 1))
-                continue
-            why = kind_of(info)
-            if why is not None:
-                findings.record(str(self.root / relative), why)
-                continue
-            yield Entry(relative, info)
+            mode = info.st_mode
+            if stat.S_ISREG(mode) and info.st_nlink == 1 and info.st_uid == uid:
+                yield Entry(relative, info)  # the common case, without kind_of's questions
+            elif stat.S_ISDIR(mode):
+                if depth + 1 < seen.max_depth and not (seen.skip_dir and seen.skip_dir(relative)):
+                    child = self._enter(fd, name, relative)
+                    if child is None:
+                        seen.refuse(relative)
+                    else:
+                        pending.append((child, relative + "/", depth + 1))
+                        if seen.folders is not None:
+                            seen.folders.append(relative)
+            else:
+                findings.record(str(self.root / relative), kind_of(info) or "not a regular file")
+                seen.refuse(relative)
+
+    def _enter(self, fd: int, name: str, relative: str) -> int | None:
+        """A descriptor for the sub-folder ``name`` of ``fd``, or ``None`` (recorded) when it
+        is a link by now or another user's."""
+        try:
+            child = os.open(os.fsencode(name), _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            findings.record(str(self.root / relative), "a folder that changed meanwhile")
+            return None
+        if os.fstat(child).st_uid != os.getuid():
+            os.close(child)
+            findings.record(str(self.root / relative), "a folder of another user")
+            return None
+        return child
 
     def lstat(self, relative: str) -> os.stat_result | None:
         """The entry ``relative`` itself (a link is not followed), ``None`` when it is absent

@@ -200,6 +200,6 @@ def test_a_fifo_index_refuses_instead_of_hanging(tmp_path: Path) -> None:
     mdir = tmp_path / "memory"
     mdir.mkdir()
     os.mkfifo(mdir / "MEMORY.md")
-    with pytest.raises(OSError, match="not a regular file"):
+    with pytest.raises(OSError, match="a FIFO"):
         write_memory(mdir, draft(), Limits())
     assert list(mdir.iterdir()) == [mdir / "MEMORY.md"]

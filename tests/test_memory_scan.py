@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from memd.confined import Area
 from memd.memory.frontmatter import Frontmatter, render_document
 from memd.memory.scan import (
     HEAD_MAX_BYTES,
+    Head,
     format_manifest,
     iso_mtime,
     manifest_line,
@@ -25,6 +27,11 @@ def _memory(path: Path, *, mtime_ms: int, kind: str = "project", description: st
     meta = Frontmatter(path.stem, description, kind)  # type: ignore[arg-type]
     path.write_text(render_document(meta, "body line\n"), encoding="utf-8")
     os.utime(path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+
+
+def _head(path: Path) -> Head:
+    with Area.open(path.parent) as area:
+        return read_head(area, path.name)
 
 
 def _rchar() -> int | None:
@@ -49,7 +56,7 @@ def test_only_the_first_30_lines_are_read_even_when_the_tail_is_enormous(tmp_pat
         f.write(b"line 31 and beyond\n" * 1000)
         f.truncate(4 * 1024**3)  # 4 GiB, sparse: reading it whole would not finish in time
     before = _rchar()
-    result = read_head(path)
+    result = _head(path)
     after = _rchar()
     assert result.text == head
     assert result.bytes_read <= len(head) + 4096  # one buffer past line 30, at most
@@ -63,7 +70,7 @@ def test_a_file_without_newlines_is_read_only_up_to_the_byte_cap(tmp_path: Path)
     path = tmp_path / "oneline.md"
     with path.open("wb") as f:
         f.truncate(1024**3)  # 1 GiB of NUL bytes, no line breaks
-    result = read_head(path)
+    result = _head(path)
     assert result.text == "\0" * HEAD_MAX_BYTES
     assert result.bytes_read <= HEAD_MAX_BYTES + 4096
 
@@ -71,7 +78,7 @@ def test_a_file_without_newlines_is_read_only_up_to_the_byte_cap(tmp_path: Path)
 def test_mtime_comes_with_the_head(tmp_path: Path) -> None:
     path = tmp_path / "a.md"
     _memory(path, mtime_ms=T0_MS + 123)
-    assert read_head(path).mtime_ms == T0_MS + 123
+    assert _head(path).mtime_ms == T0_MS + 123
 
 
 def test_250_files_keep_the_200_newest_newest_first(tmp_path: Path) -> None:

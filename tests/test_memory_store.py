@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from memd.confined import Refused
 from memd.errors import NotFound
 from memd.memory.frontmatter import Frontmatter
 from memd.memory.index import IndexEntry
@@ -81,7 +82,7 @@ def test_a_symlink_out_of_the_memory_dir_is_refused(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (memory / "link").symlink_to(outside)
-    with pytest.raises(ValueError):
+    with pytest.raises(Refused, match="a symbolic link"):
         MemoryStore(memory).write("link/evil.md", _meta(), "x")
     assert list(outside.iterdir()) == []
 

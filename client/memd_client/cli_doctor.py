@@ -327,6 +327,26 @@ def check_claude_features(f: Facts) -> Check:
     return Check("claude code", "ok", "no Claude Code setting turns on a second memory writer")
 
 
+def check_refused(f: Facts) -> Check:
+    """Links, hard links and special files memd found in memory dirs and did not read."""
+    if f.status is None:
+        return Check("memory dirs", "warn", "not checked: the daemon is not running")
+    refused = f.status.get("refused")
+    if not isinstance(refused, dict) or not refused.get("count"):
+        return Check("memory dirs", "ok", "no links, hard links or special files found in them")
+    entries = [e for e in refused.get("entries") or [] if isinstance(e, dict)]
+    shown = "; ".join(f"{e.get('path')} is {e.get('kind')}" for e in entries)
+    more = refused["count"] - len(entries)
+    return Check(
+        "memory dirs",
+        "warn",
+        f"not read or written (memd follows no link there): {shown}"
+        + (f"; and {more} more" if more > 0 else ""),
+        "remove each one (`rm PATH` removes the link itself, never what it points to), or "
+        "replace it with a plain file of your own; a memory dir holds only plain files",
+    )
+
+
 def _env_file_path(f: Facts) -> Path:
     xdg = f.env.get("XDG_CONFIG_HOME", "")
     return (Path(xdg) if xdg.startswith("/") else f.home / ".config") / "memd" / "env"
@@ -365,4 +385,5 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_dirs,
     check_transcripts,
     check_claude_features,
+    check_refused,
 )

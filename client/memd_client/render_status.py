@@ -33,6 +33,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else ""),
         *watcher_lines(ing.get("watcher"), st),
         *error_lines(s, st),
+        *refused_lines(s.get("refused"), st),
         *reload_lines(d, st),
         *spend_lines(s.get("usage"), s.get("guard"), st),
         *pipeline_lines(s.get("pipeline"), st),
@@ -100,6 +101,26 @@ def error_lines(s: dict[str, Any], st: Style) -> list[str]:
     if s.get("last_error"):
         line += f" (last: {s['last_error']})"
     return [line]
+
+
+def refused_lines(r: dict[str, Any] | None, st: Style) -> list[str]:
+    """Links, hard links and special files found in memory dirs and not read (each once)."""
+    if not isinstance(r, dict) or not r.get("count"):
+        return []
+    count = r["count"]
+    lines = [
+        f"refused   {st.warn(str(count))} entries in memory dirs were not read or written "
+        "(links, hard links, special files); remove them or make them plain files:"
+    ]
+    entries = r.get("entries") or []
+    for e in entries:
+        if isinstance(e, dict):
+            lines.append(
+                f"          {e.get('path')}: {e.get('kind')} (seen {ago(e.get('last_seen'))})"
+            )
+    if count > len(entries):
+        lines.append(f"          ... and {count - len(entries)} more")
+    return lines
 
 
 def reload_lines(d: dict[str, Any], st: Style) -> list[str]:

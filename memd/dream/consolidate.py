@@ -211,10 +211,10 @@ def _run_problem(run: AgentRun) -> str | None:
 
 def _after(memory_dir: Path, written: Written) -> wipe.After:
     tree = snapshot.current_tree(memory_dir)
-    index = _read(memory_dir / INDEX_FILENAME)
+    index = snapshot.memory_bytes(memory_dir, INDEX_FILENAME)
     texts: dict[str, str | None] = {}
     for relative in written.paths:
-        data = _read(memory_dir / relative)
+        data = snapshot.memory_bytes(memory_dir, relative)
         if data is not None:
             try:
                 texts[relative] = data.decode("utf-8")
@@ -223,19 +223,10 @@ def _after(memory_dir: Path, written: Written) -> wipe.After:
     return wipe.After(set(tree.files), index, texts)
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        return snapshot.read_regular(path)
-    except snapshot.TooLarge:
-        return None
-
-
 def _scrub_written(job: Job, written: Written, secrets: bool) -> None:
     book = Journal(job.run_dir)
-    paths = [str(job.memory_dir / r) for r in sorted(written.paths)]
-    for path in scrub_files(paths, secrets=secrets):
-        relative = str(Path(path).relative_to(job.memory_dir))
-        data = _read(Path(path))
+    for relative in scrub_files(job.memory_dir, sorted(written.paths), secrets=secrets):
+        data = snapshot.memory_bytes(job.memory_dir, relative)
         book.done(relative, snapshot.sha256(data) if data is not None else None)
 
 

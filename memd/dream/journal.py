@@ -131,7 +131,7 @@ def undo(memory_dir: Path, run_dir: Path, snapshot_dir: Path) -> Undone:
     restored: list[str] = []
     flagged: list[str] = []
     for relative, entry in sorted(read(run_dir).items()):
-        current = _hash(memory_dir / relative)
+        current = _hash(memory_dir, relative)
         original = before.get(relative)
         if current == original:
             continue
@@ -143,8 +143,10 @@ def undo(memory_dir: Path, run_dir: Path, snapshot_dir: Path) -> Undone:
         if original and data is None:
             flagged.append(relative)  # the snapshot lost it: keep what is there
             continue
-        snapshot.put_back(memory_dir, relative, data)
-        restored.append(relative)
+        if snapshot.put_back(memory_dir, relative, data):
+            restored.append(relative)
+        else:
+            flagged.append(relative)  # a link or a folder in its place: left alone
     if saved is not None:
         snapshot.prune_new_dirs(memory_dir, saved)
     return Undone(tuple(restored), tuple(flagged))
@@ -157,7 +159,7 @@ def changes(memory_dir: Path, run_dir: Path, snapshot_dir: Path) -> list[Change]
     out: list[Change] = []
     for relative, entry in sorted(read(run_dir).items()):
         old = snapshot.saved_bytes(snapshot_dir, relative) if relative in before else None
-        new = _bytes(memory_dir / relative)
+        new = snapshot.memory_bytes(memory_dir, relative)
         if old == new:
             continue
         action: Literal["created", "modified", "deleted"]
@@ -192,13 +194,6 @@ def _lines(data: bytes | None) -> list[str]:
     return lines
 
 
-def _bytes(path: Path) -> bytes | None:
-    try:
-        return snapshot.read_regular(path)
-    except snapshot.TooLarge:
-        return None
-
-
-def _hash(path: Path) -> str | None:
-    data = _bytes(path)
+def _hash(memory_dir: Path, relative: str) -> str | None:
+    data = snapshot.memory_bytes(memory_dir, relative)
     return snapshot.sha256(data) if data is not None else None

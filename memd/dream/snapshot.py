@@ -1,29 +1,34 @@
 """Snapshots of a memory dir (R-B3): a byte copy taken before a dream changes anything.
 
 A snapshot is a folder of copies plus ``manifest.json`` (relative path → SHA-256). It holds
-every regular file below the memory dir except the lock files and anything inside a ``.git``
-folder; symbolic links and other special files are never followed or copied (they are listed
-in ``skipped``). Reads use ``O_NOFOLLOW | O_NONBLOCK`` and a total budget, so a FIFO or a huge
-file cannot hang or exhaust the daemon: an over-budget tree is refused (:class:`TooLarge`),
-because a dream that cannot be undone must not start.
+every memory file below the memory dir except the lock files and anything inside a ``.git``
+folder. The memory dir is read only through :class:`memd.confined.Area`: symbolic links, hard
+links and special files are never followed, read or copied (they are listed in ``skipped``),
+and a FIFO cannot hang the daemon. Reads have a total budget: an over-budget tree is refused
+(:class:`TooLarge`), because a dream that cannot be undone must not start.
 
-:func:`restore_tree` makes the memory dir byte-identical to a snapshot (files not in it are
-removed, the lock files are left alone). Everything here blocks; run it in a worker thread.
+:func:`restore_tree` makes the memory dir's files byte-identical to a snapshot (files not in
+it are removed, the lock files are left alone); a link found where a file goes back is left
+alone and reported, never written through or over. Everything here blocks; run it in a
+worker thread.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
+import logging
 import os
-import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from memd.atomic import write_atomic
+from memd.confined import Area, shown
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 FILES = "files"
@@ -55,8 +60,9 @@ def sha256(data: bytes) -> str:
 
 
 def read_regular(path: Path, *, limit: int = SNAPSHOT_MAX_BYTES) -> bytes | None:
-    """A regular file's bytes (never through a link, never a FIFO); ``None`` if it is not
-    one or is gone. Raises :class:`TooLarge` past ``limit``."""
+    """A regular file's bytes from memd's own snapshot folder (the last component not
+    followed, never a FIFO); ``None`` if it is not one or is gone. Raises :class:`TooLarge`
+    past ``limit``. The memory dir is read with :func:`area_bytes` instead."""
     try:
         fd = os.open(path, _OPEN)
     except OSError:
@@ -79,65 +85,85 @@ def read_regular(path: Path, *, limit: int = SNAPSHOT_MAX_BYTES) -> bytes | None
         os.close(fd)
 
 
-def walk(memory_dir: Path, folders: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """The regular files (relative, sorted) and the skipped special entries of a memory dir;
-    ``folders`` collects the sub-folders."""
-    files: list[str] = []
+def area_bytes(area: Area, relative: str, *, limit: int = SNAPSHOT_MAX_BYTES) -> bytes | None:
+    """A memory file's bytes; ``None`` when it is gone or not a memory file (a link, a hard
+    link, a FIFO: never followed or read). Raises :class:`TooLarge` past ``limit``."""
+    try:
+        data, info = area.read(relative, max_bytes=limit + 1)
+    except (OSError, ValueError):
+        return None
+    if len(data) > limit:
+        raise TooLarge(f"{shown(str(area.path(relative)))} is {info.st_size} bytes")
+    return data
+
+
+def memory_bytes(memory_dir: Path, relative: str) -> bytes | None:
+    """:func:`area_bytes` of one file; ``None`` also when it is over the budget."""
+    try:
+        with Area.open(memory_dir) as area:
+            return area_bytes(area, relative)
+    except (OSError, TooLarge):
+        return None
+
+
+def _is_git(relative: str) -> bool:
+    return relative == ".git" or relative.endswith("/.git")
+
+
+def walk(area: Area, folders: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The memory files (relative, sorted) and the skipped entries (links, hard links,
+    special files) of a memory dir; ``folders`` collects the sub-folders."""
     skipped: list[str] = []
-    root = str(memory_dir)
-    for folder, dirs, names in os.walk(root, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d != ".git" and not _is_link(folder, d, skipped, root))
-        if folders is not None:
-            folders.extend(os.path.relpath(os.path.join(folder, d), root) for d in dirs)
-        for name in sorted(names):
-            relative = os.path.relpath(os.path.join(folder, name), root)
-            if is_lock_file(relative):
-                continue
-            try:
-                mode = os.lstat(os.path.join(folder, name)).st_mode
-            except OSError:
-                continue
-            (files if stat.S_ISREG(mode) else skipped).append(relative)
-    return files, skipped
-
-
-def _is_link(folder: str, name: str, skipped: list[str], root: str) -> bool:
-    path = os.path.join(folder, name)
-    if os.path.islink(path):
-        skipped.append(os.path.relpath(path, root))
-        return True
-    return False
+    found = area.walk(hidden=True, skip_dir=_is_git, folders=folders, refused=skipped)
+    files = [e.relative for e in found if not is_lock_file(e.relative)]
+    if folders is not None:
+        folders.sort()
+    return sorted(files), sorted(skipped)
 
 
 def current_tree(memory_dir: Path) -> Tree:
-    """Hashes of the memory dir as it is now."""
-    files, skipped = walk(memory_dir)
+    """Hashes of the memory dir as it is now (empty when it is missing)."""
     hashes: dict[str, str] = {}
-    for relative in files:
-        data = read_regular(memory_dir / relative)
-        if data is not None:
-            hashes[relative] = sha256(data)
+    skipped: list[str] = []
+    for area in _opened(memory_dir):
+        files, skipped = walk(area)
+        for relative in files:
+            data = area_bytes(area, relative)
+            if data is not None:
+                hashes[relative] = sha256(data)
     return Tree(hashes, tuple(skipped))
+
+
+def _opened(memory_dir: Path) -> Iterator[Area]:
+    """The memory dir opened once, or nothing when it does not exist (it is empty then)."""
+    try:
+        area = Area.open(memory_dir)
+    except FileNotFoundError:
+        return
+    with area:
+        yield area
 
 
 def take(memory_dir: Path, into: Path, *, max_bytes: int = SNAPSHOT_MAX_BYTES) -> Tree:
     """Copy the memory dir into ``into`` (created); raises :class:`TooLarge` over budget."""
     folders: list[str] = []
-    files, skipped = walk(memory_dir, folders)
     store = into / FILES
     store.mkdir(parents=True, exist_ok=True)
     hashes: dict[str, str] = {}
     budget = max_bytes
-    for relative in files:
-        data = read_regular(memory_dir / relative, limit=budget)
-        if data is None:
-            continue
-        budget -= len(data)
-        target = store / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        hashes[relative] = sha256(data)
-    tree = Tree(hashes, tuple(skipped), tuple(sorted(folders)))
+    skipped: list[str] = []
+    for area in _opened(memory_dir):
+        files, skipped = walk(area, folders)
+        for relative in files:
+            data = area_bytes(area, relative, limit=budget)
+            if data is None:
+                continue
+            budget -= len(data)
+            target = store / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            hashes[relative] = sha256(data)
+    tree = Tree(hashes, tuple(skipped), tuple(folders))
     manifest = {"files": hashes, "skipped": list(skipped), "dirs": list(tree.dirs)}
     write_atomic(into / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return tree
@@ -174,20 +200,22 @@ def safe_relative(relative: str) -> bool:
     return bool(parts) and not os.path.isabs(relative) and ".." not in parts
 
 
-def put_back(memory_dir: Path, relative: str, data: bytes | None) -> None:
-    """Make one file hold ``data`` again (``None``: remove it)."""
-    target = memory_dir / relative
-    if data is None:
-        with contextlib.suppress(FileNotFoundError):
-            if not target.is_dir() or target.is_symlink():
-                target.unlink()
-        return
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
-    write_atomic(target, data)
+def put_back(memory_dir: Path, relative: str, data: bytes | None) -> bool:
+    """Make one file hold ``data`` again (``None``: remove it); whether it did. A link, a
+    hard link, a special file or a folder in its place is left alone and logged: nothing is
+    written through or over it."""
+    try:
+        with Area.open(memory_dir, create=data is not None) as area:
+            if data is None:
+                info = area.lstat(relative)
+                if info is not None and not stat.S_ISDIR(info.st_mode):
+                    area.unlink(relative)
+            else:
+                area.write(relative, data)
+    except (OSError, ValueError) as exc:
+        log.warning("cannot put %s back: %s", shown(str(memory_dir / relative)), exc)
+        return False
+    return True
 
 
 def restore_tree(memory_dir: Path, into: Path) -> list[str]:
@@ -200,10 +228,9 @@ def restore_tree(memory_dir: Path, into: Path) -> list[str]:
     for relative in sorted(set(now) | set(saved.files)):
         if now.get(relative) == saved.files.get(relative):
             continue
-        put_back(
-            memory_dir, relative, saved_bytes(into, relative) if relative in saved.files else None
-        )
-        changed.append(relative)
+        data = saved_bytes(into, relative) if relative in saved.files else None
+        if put_back(memory_dir, relative, data):
+            changed.append(relative)
     prune_new_dirs(memory_dir, saved)
     return changed
 
@@ -211,9 +238,9 @@ def restore_tree(memory_dir: Path, into: Path) -> list[str]:
 def prune_new_dirs(memory_dir: Path, saved: Tree) -> None:
     """Remove empty folders the snapshot did not have (deepest first; never a full one)."""
     now: list[str] = []
-    walk(memory_dir, now)
-    keep = set(saved.dirs)
-    for relative in sorted(now, key=lambda d: d.count(os.sep), reverse=True):
-        if relative not in keep:
-            with contextlib.suppress(OSError):
-                os.rmdir(memory_dir / relative)
+    for area in _opened(memory_dir):
+        walk(area, now)
+        keep = set(saved.dirs)
+        for relative in sorted(now, key=lambda d: d.count("/"), reverse=True):
+            if relative not in keep:
+                area.rmdir(relative)

@@ -28,6 +28,7 @@ from memd.state import SessionState
 from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
+    from memd.confined import Findings
     from memd.daemon.service import Daemon
     from memd.llm.client import AnthropicLLM, Disabled
 
@@ -334,10 +335,32 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
             paused_until=guard["budget"]["paused_until"],
             stall_after_s=daemon.loaded.config.daemon.stall_after_minutes * 60.0,
         ),
+        "refused": refused_report(),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
         "sessions": [brief_row(s, threshold) for s in rows],
     }
+
+
+REFUSED_ROWS = 50  # the newest refused entries ``status`` lists; ``count`` says how many more
+
+
+@functools.cache
+def _findings() -> Findings:
+    """Loaded after READY, with the features (as :func:`_llm_classes`)."""
+    from memd.confined import findings
+
+    return findings
+
+
+def refused_report() -> dict[str, Any]:
+    """What memd found in memory dirs and did not read: links, hard links, special files
+    (each once, newest first, with its path); see :mod:`memd.confined`."""
+    found = _findings()
+    if not len(found):
+        return {"count": 0, "entries": []}
+    rows = found.as_rows()
+    return {"count": len(rows), "entries": rows[:REFUSED_ROWS]}
 
 
 @functools.cache

@@ -33,8 +33,8 @@ import anyio.to_thread
 from memd.agent.permissions import MemoryDirPolicy
 from memd.agent.runner import AgentRun, AgentSpec, Completed, Failed, TimedOut, TurnLimit, run_agent
 from memd.agent.tools import Tool, ToolResult, make_tools
-from memd.atomic import write_atomic, write_text_atomic
 from memd.clock import Clock
+from memd.confined import Area, Refused, shown
 from memd.errors import NotFound, PromptTooLong
 from memd.llm.client import LLM, Usage
 from memd.llm.guard import keep_newest
@@ -44,10 +44,9 @@ from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.index import IndexEntry, load_index, parse_index
 from memd.memory.paths import INDEX_FILENAME
 from memd.memory.plan import Job
-from memd.memory.scan import format_manifest, scan_memories
+from memd.memory.scan import format_manifest, opened_area, scan_memories
 from memd.memory.store import MemoryStore
 from memd.privacy import scrub_text
-from memd.regular_file import read_regular
 from memd.tokens import estimate_text
 from memd.transcript.messages import ApiMessage
 
@@ -88,7 +87,7 @@ class Extracted:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The memory dir before a run: every file's path, and the contents of most."""
+    """The memory dir before a run: every entry's relative path, and the contents of most."""
 
     existing: frozenset[str]
     contents: dict[str, bytes]
@@ -216,7 +215,8 @@ def settle(
             raise AssertionError("unreachable: a failed run raises")  # pragma: no cover
         case unreachable:
             assert_never(unreachable)
-    scrub_files(run.files_touched, secrets=settings.redact_secrets)
+    touched = (in_memory_dir(memory_dir, p) for p in run.files_touched)
+    scrub_files(memory_dir, [r for r in touched if r], secrets=settings.redact_secrets)
     indexed = index_missing(memory_dir, run.files_touched, redact=settings.redact_secrets)
     return Extracted(
         outcome,
@@ -235,72 +235,103 @@ def settle(
 
 
 def take_snapshot(memory_dir: Path) -> Snapshot:
-    """Every file below ``memory_dir`` (resolved paths) and the bytes of all that fit
-    :data:`SNAPSHOT_MAX_BYTES` (hidden folders are listed but not copied)."""
-    root = os.path.realpath(memory_dir)
-    existing = _list_files(root)
-    contents: dict[str, bytes] = {}
-    budget = SNAPSHOT_MAX_BYTES
-    for path in sorted(existing):
-        hidden = any(part.startswith(".") for part in Path(path).relative_to(root).parts[:-1])
-        if hidden or os.path.islink(path):
-            continue
-        data = _read_bytes(path)
-        if data is not None and len(data) <= budget:
-            contents[path] = data
-            budget -= len(data)
-    return Snapshot(frozenset(existing), contents)
+    """Every entry below ``memory_dir`` (relative paths, links and hidden files included) and
+    the bytes of the memory files that fit :data:`SNAPSHOT_MAX_BYTES` (files in hidden
+    folders are listed but not copied; links and hard links are never read)."""
+    with opened_area(memory_dir) as area:
+        if area is None:
+            return Snapshot(frozenset(), {})
+        refused: list[str] = []
+        files = [entry.relative for entry in area.walk(hidden=True, refused=refused)]
+        contents: dict[str, bytes] = {}
+        budget = SNAPSHOT_MAX_BYTES
+        for relative in sorted(files):
+            if "/." in "/" + relative.rpartition("/")[0]:
+                continue
+            data = _read_bytes(area, relative, budget)
+            if data is not None:
+                contents[relative] = data
+                budget -= len(data)
+    return Snapshot(frozenset(files) | frozenset(refused), contents)
 
 
 def roll_back(memory_dir: Path, before: Snapshot, touched: Iterable[str] | None = None) -> None:
     """Undo a run: files it created go, files it changed get their old bytes back.
 
     ``touched=None`` compares the whole dir with the snapshot (a cancelled run's record of
-    the files it touched is lost with it).
+    the files it touched is lost with it). Nothing is written through or over a link.
     """
-    if touched is None:
-        paths = _list_files(os.path.realpath(memory_dir)) | set(before.contents)
-    else:
-        paths = set(touched)
-    for path in sorted(paths):
-        old = before.contents.get(path)
-        if old is not None:
-            if _read_bytes(path) != old:
-                write_atomic(Path(path), old)
-        elif path not in before.existing:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        elif touched is not None:
-            log.warning("memory extraction: cannot restore %s (not in the snapshot)", path)
+    with opened_area(memory_dir) as area:
+        if area is None:
+            return
+        if touched is None:
+            refused: list[str] = []
+            listed = {entry.relative for entry in area.walk(hidden=True, refused=refused)}
+            paths = listed | set(refused) | set(before.contents)
+        else:
+            paths = {r for r in (in_memory_dir(memory_dir, p) for p in touched) if r}
+        for relative in sorted(paths):
+            _put_back(area, before, relative, touched is not None)
 
 
-def _list_files(root: str) -> set[str]:
-    return {os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names}
-
-
-def _read_bytes(path: str) -> bytes | None:
+def _put_back(area: Area, before: Snapshot, relative: str, listed: bool) -> None:
+    old = before.contents.get(relative)
     try:
-        return read_regular(path)
-    except OSError:
+        if old is not None:
+            if _read_bytes(area, relative, len(old)) != old:
+                area.write(relative, old)
+        elif relative not in before.existing:
+            area.unlink(relative)
+        elif listed:
+            log.warning("memory extraction: cannot restore %s (not in the snapshot)", relative)
+    except (OSError, ValueError) as exc:
+        log.warning("memory extraction: cannot restore %s: %s", shown(relative), exc)
+
+
+def in_memory_dir(memory_dir: Path, path: str) -> str | None:
+    """``path`` (absolute, as the agent's tools report it) relative to the memory dir, or
+    ``None`` when it is not below it."""
+    for root in (str(memory_dir), os.path.realpath(memory_dir)):
+        relative = os.path.relpath(path, root)
+        if relative != "." and not relative.startswith("../") and relative != "..":
+            return relative
+    return None
+
+
+def _read_bytes(area: Area, relative: str, limit: int) -> bytes | None:
+    """The memory file's bytes, ``None`` when it is missing, not one, or over ``limit``."""
+    try:
+        data, _ = area.read(relative, max_bytes=limit + 1)
+    except (OSError, ValueError):
         return None
+    return data if len(data) <= limit else None
 
 
-def scrub_files(paths: Iterable[str], *, secrets: bool = True) -> tuple[str, ...]:
-    """Scrub each text file in place (private spans, secrets); the paths that changed."""
+def scrub_files(
+    memory_dir: Path, relatives: Iterable[str], *, secrets: bool = True
+) -> tuple[str, ...]:
+    """Scrub each text file below ``memory_dir`` in place (private spans, secrets); the
+    relative paths that changed. Links and hard links are neither read nor replaced."""
     changed: list[str] = []
-    for path in paths:
-        if os.path.islink(path) or not os.path.isfile(path):
-            continue
-        try:
-            text = read_regular(path).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        clean = scrub_text(text, secrets=secrets)
-        if clean != text:
-            write_text_atomic(Path(path), clean)
-            changed.append(path)
+    with opened_area(memory_dir) as area:
+        if area is None:
+            return ()
+        for relative in relatives:
+            data = _read_bytes(area, relative, SNAPSHOT_MAX_BYTES)
+            try:
+                text = data.decode("utf-8") if data is not None else None
+            except UnicodeDecodeError:
+                continue
+            if text is None:
+                continue
+            clean = scrub_text(text, secrets=secrets)
+            if clean != text:
+                try:
+                    area.write(relative, clean.encode("utf-8"))
+                except OSError as exc:
+                    log.warning("cannot scrub %s: %s", shown(relative), exc)
+                    continue
+                changed.append(relative)
     return tuple(changed)
 
 
@@ -309,19 +340,24 @@ def index_missing(
 ) -> tuple[str, ...]:
     """Add an index line for each touched topic file MEMORY.md does not list yet."""
     store = MemoryStore(memory_dir, redact=redact)
-    root = os.path.realpath(memory_dir)
     listed = {e.file.removeprefix("./") for e in parse_index(store.read_index())}
     added: list[str] = []
     for path in touched:
-        relative = PurePosixPath(Path(os.path.relpath(path, root)).as_posix())
-        name = relative.as_posix()
+        name = in_memory_dir(memory_dir, path)
+        if name is None:
+            continue
+        relative = PurePosixPath(name)
         if relative.suffix != ".md" or relative.name == INDEX_FILENAME or name in listed:
             continue
         try:
             meta = store.read(name).document.meta
         except (ValueError, NotFound):
-            continue  # outside the memory dir, hidden, or gone again
-        store.update_index(IndexEntry(meta.name or relative.stem, name, meta.description or ""))
+            continue  # hidden, gone again, or not a memory (a link)
+        try:
+            store.update_index(IndexEntry(meta.name or relative.stem, name, meta.description or ""))
+        except Refused as exc:  # MEMORY.md is a link or a hard link: never written over
+            log.warning("memory extraction: %s", exc)
+            break
         listed.add(name)
         added.append(name)
     return tuple(added)

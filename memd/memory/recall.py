@@ -37,6 +37,7 @@ import anyio.to_thread
 
 from memd.clock import Clock
 from memd.config import Config
+from memd.confined import Area
 from memd.errors import LLMError, Unavailable
 from memd.llm.client import LLM, Disabled, LLMReply
 from memd.llm.guard import CostGuard, Go, Parked, Wait, describe
@@ -52,9 +53,8 @@ from memd.memory.rank import (
     selection_candidates,
     selector_system,
 )
-from memd.memory.scan import HeaderCache, MemoryHeader, iso_mtime, scan_memories
+from memd.memory.scan import HeaderCache, MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.privacy import scrub_text
-from memd.regular_file import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ async def recall(
     )
     choice = await _choose(query, headers, candidates, context)
     now_ms = int(clock.now() * 1000)
-    load = partial(_load_all, choice.headers, now_ms, cfg.privacy.redact_secrets)
+    load = partial(_load_all, memory_dir, choice.headers, now_ms, cfg.privacy.redact_secrets)
     memories = await anyio.to_thread.run_sync(load)
     elapsed = clock.monotonic() - started
     return RecallResult(
@@ -328,18 +328,25 @@ def _succeeded(context: _Context, reply: LLMReply) -> None:
 
 
 def _load_all(
-    headers: Sequence[MemoryHeader], now_ms: int, redact: bool
+    memory_dir: Path, headers: Sequence[MemoryHeader], now_ms: int, redact: bool
 ) -> tuple[RecalledMemory, ...]:
-    loaded = (load_memory(h, now_ms, redact=redact) for h in headers)
-    return tuple(m for m in loaded if m is not None)
+    if not headers:
+        return ()
+    with opened_area(memory_dir) as area:
+        if area is None:
+            return ()
+        loaded = (load_memory(area, h, now_ms, redact=redact) for h in headers)
+        return tuple(m for m in loaded if m is not None)
 
 
-def load_memory(header: MemoryHeader, now_ms: int, *, redact: bool = True) -> RecalledMemory | None:
+def load_memory(
+    area: Area, header: MemoryHeader, now_ms: int, *, redact: bool = True
+) -> RecalledMemory | None:
     """The whole memory behind ``header`` (its body cut at :data:`MAX_CONTENT_BYTES`), or
-    ``None`` when the file is gone or unreadable."""
+    ``None`` when the file is gone, unreadable or no longer a memory (a link, a hard link)."""
     try:
-        raw = read_regular(header.path, MAX_CONTENT_BYTES + 1)
-    except OSError:
+        raw, _ = area.read(header.relative, max_bytes=MAX_CONTENT_BYTES + 1)
+    except (OSError, ValueError):
         return None
     truncated = len(raw) > MAX_CONTENT_BYTES
     text = raw[:MAX_CONTENT_BYTES].decode("utf-8", errors="ignore")

@@ -24,17 +24,15 @@ blocking I/O shell around it. The daemon serialises writers of one memory dir.
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import os
 import re
-import stat
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from memd.confined import Area
 from memd.errors import NotFound
 from memd.memory.freshness import age_text, freshness_warning
 from memd.memory.frontmatter import (
@@ -47,7 +45,7 @@ from memd.memory.frontmatter import (
 )
 from memd.memory.index import IndexEntry, load_index, upsert_entry
 from memd.memory.scan import MemoryHeader, iso_mtime, scan_memories
-from memd.memory.store import MemoryStore
+from memd.memory.store import MemoryStore, topic_relative
 from memd.privacy import scrub_report, scrub_text
 
 NAME_MAX_CHARS = 120
@@ -205,12 +203,10 @@ def write_memory(memory_dir: Path, draft: MemoryDraft, limits: Limits) -> Writte
     planned = plan_memory(draft, limits)
     assert planned.meta.type is not None and planned.meta.name is not None
     store = MemoryStore(memory_dir, redact=limits.redact_secrets)
-    headers = (
-        scan_memories(memory_dir, max_files=1 << 30, head_lines=30) if memory_dir.is_dir() else []
-    )
+    headers = scan_memories(memory_dir, max_files=1 << 30, head_lines=30)
     relative, created = choose_file(planned.meta.type, planned.meta.name, headers)
     entry = IndexEntry(planned.meta.name, relative, planned.meta.description or "")
-    _check_index_room(store.read_index(), entry, limits)
+    _check_index_room(store.index_for_update(), entry, limits)  # Refused for a link
     meta = planned.meta if created else _keep_extra(store, relative, planned.meta)
     path = store.write(relative, meta, planned.body)
     store.update_index(entry)
@@ -249,14 +245,15 @@ def _check_index_room(index_text: str, entry: IndexEntry, limits: Limits) -> Non
 def find_memory(memory_dir: Path, wanted: str) -> str:
     """The relative file of the memory ``wanted`` names: a file (``feedback_x.md``, with or
     without ``.md``) or a memory's ``name``. ``NotFound`` when none matches."""
-    store = MemoryStore(memory_dir)
+    headers = scan_memories(memory_dir, max_files=1 << 30)
+    files = {h.relative for h in headers}
     for candidate in (wanted, f"{wanted}.md"):
         try:
-            if os.path.isfile(store.topic_path(candidate)):
-                return PurePosixPath(candidate).as_posix()
+            relative = topic_relative(candidate)
         except ValueError:
             continue  # not a file name (a memory's name may hold any character)
-    headers = scan_memories(memory_dir, max_files=1 << 30) if memory_dir.is_dir() else []
+        if relative in files:
+            return relative
     key = name_key(wanted)
     for header in headers:
         if header.name is not None and name_key(header.name) == key:
@@ -264,25 +261,17 @@ def find_memory(memory_dir: Path, wanted: str) -> str:
     raise NotFound(f"no memory named {wanted!r}; list_memories shows the names and files")
 
 
-def _read_regular(path: Path, limit: int) -> tuple[int, bytes]:
-    """(mtime in ms, up to ``limit`` bytes) of a regular file; never blocks on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        return info.st_mtime_ns // 1_000_000, handle.read(limit)
-
-
 def read_memory(memory_dir: Path, wanted: str, *, now_ms: int, secrets: bool) -> dict[str, Any]:
     """One memory in full (up to :data:`READ_MAX_BYTES`), scrubbed, with its age and
     freshness warning (R-M7)."""
     relative = find_memory(memory_dir, wanted)
-    path = MemoryStore(memory_dir).topic_path(relative)
+    path = memory_dir / relative
     try:
-        mtime_ms, data = _read_regular(path, READ_MAX_BYTES + 1)
+        with Area.open(memory_dir) as area:
+            data, info = area.read(relative, max_bytes=READ_MAX_BYTES + 1)
     except OSError as exc:
         raise NotFound(f"memory {relative!r} cannot be read: {exc.strerror or exc}") from None
+    mtime_ms = info.st_mtime_ns // 1_000_000
     document = parse_document(data[:READ_MAX_BYTES].decode("utf-8", errors="replace"))
     meta = document.meta
     agent = dict(meta.extra).get("agent")

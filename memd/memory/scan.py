@@ -7,41 +7,42 @@ every head and then sorting costs half the system calls of stat-sort-read for th
 case of a few hundred files. The newest 200 are kept.
 
 The head is also capped in bytes (:data:`HEAD_MAX_BYTES`), so a file without line breaks
-cannot make the scan read it whole. Hidden directories (``.git``, snapshots) and symlinked
-directories are not entered.
+cannot make the scan read it whole. Hidden directories (``.git``, snapshots) are not entered.
+Everything goes through :class:`memd.confined.Area`: the memory dir is opened once and
+nothing beneath it is followed; a link, a hard-linked file or a FIFO is not a memory (it is
+skipped, and shown by ``status`` and ``doctor``).
 
 :class:`HeaderCache` is what recall uses (issue 12): the headers of each memory dir kept by
 ``(inode, mtime_ns, size)``, so a recall stats the files (``scandir``), leaves out what the
 session has already seen, keeps the newest 200, and reads the head of only the new or changed
 ones among them. The stat pass itself is reused for ``refresh_s`` (1 s) while the memory
 dir's own inode and mtime are unchanged: a file added, removed or replaced atomically shows
-at once, an edit in place within a second. Only regular files are read (a FIFO named
-``x.md`` would block a read).
+at once, an edit in place within a second. The stat pass is the confined walk (``fstatat``
+on each listed folder's descriptor, with the link-count and owner checks), and a head is read
+only through :meth:`~memd.confined.Area.read_head`, which checks the file it opened again.
 
 This is a blocking I/O shell: call it from a worker thread (``anyio.to_thread.run_sync``).
 """
 
 from __future__ import annotations
 
-import io
 import os
-import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memd.confined import Area
 from memd.memory.frontmatter import Document, MemoryType, parse_document
 from memd.memory.paths import INDEX_FILENAME
-from memd.regular_file import open_regular
 
 DEFAULT_MAX_FILES = 200
 DEFAULT_HEAD_LINES = 30
 HEAD_MAX_BYTES = 64 * 1024
-_READ_CHUNK = 4096
 
 
 @dataclass(frozen=True)
@@ -67,28 +68,16 @@ class Head:
     bytes_read: int
 
 
-def read_head(path: Path, *, max_lines: int = DEFAULT_HEAD_LINES) -> Head:
+def read_head(area: Area, relative: str, *, max_lines: int = DEFAULT_HEAD_LINES) -> Head:
     """Read at most ``max_lines`` lines (and :data:`HEAD_MAX_BYTES`) and the mtime, in one open.
 
     Raises ``OSError`` as ``open`` does (a file removed since the listing, a permission error)
-    and for anything but a regular file (a FIFO, a device), which it never blocks on.
+    and :class:`~memd.confined.Refused` for anything but a regular, one-link file of the
+    user's (a FIFO, a link, a hard link), which it never blocks on or follows.
     """
-    # A FIFO named *.md must not hang the scan (and every recall) in open(), nor a link lead
-    # out of the memory dir: regular files only, opened without blocking or following links.
-    with open_regular(path) as raw:
-        info = os.fstat(raw.fileno())
-        mtime_ms = info.st_mtime_ns // 1_000_000
-        reader = io.BufferedReader(raw, buffer_size=_READ_CHUNK)
-        lines: list[bytes] = []
-        budget = HEAD_MAX_BYTES
-        while len(lines) < max_lines and budget > 0:
-            line = reader.readline(budget)
-            if not line:
-                break
-            lines.append(line)
-            budget -= len(line)
-        bytes_read = raw.tell()
-    return Head(b"".join(lines).decode("utf-8", errors="replace"), mtime_ms, bytes_read)
+    data, info = area.read_head(relative, max_lines=max_lines, max_bytes=HEAD_MAX_BYTES)
+    mtime_ms = info.st_mtime_ns // 1_000_000
+    return Head(data.decode("utf-8", errors="replace"), mtime_ms, len(data))
 
 
 def header_from_head(path: Path, relative: str, head: Head) -> MemoryHeader:
@@ -107,20 +96,14 @@ def header_from_head(path: Path, relative: str, head: Head) -> MemoryHeader:
     )
 
 
-def list_topic_files(memory_dir: Path) -> list[tuple[Path, str]]:
-    """``(path, relative POSIX path)`` of every topic file below ``memory_dir``, unsorted."""
-    found: list[tuple[Path, str]] = []
-    for folder, dirnames, filenames in os.walk(memory_dir):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        base = Path(folder)
-        for filename in filenames:
-            if not filename.endswith(".md") or filename == INDEX_FILENAME:
-                continue
-            if filename.startswith("."):
-                continue  # editor swap files and our own atomic-write temp files
-            path = base / filename
-            found.append((path, path.relative_to(memory_dir).as_posix()))
-    return found
+def is_topic(relative: str) -> bool:
+    """A visible ``*.md`` that is not an index (``MEMORY.md``, in any folder)."""
+    return relative[-3:] == ".md" and relative.rpartition("/")[2] != INDEX_FILENAME
+
+
+def list_topic_files(area: Area) -> list[str]:
+    """The relative POSIX path of every topic file below the area, unsorted."""
+    return [entry.relative for entry in area.walk() if is_topic(entry.relative)]
 
 
 def scan_memories(
@@ -131,16 +114,33 @@ def scan_memories(
 ) -> list[MemoryHeader]:
     """Headers of the newest ``max_files`` topic files, newest first (ties by path).
 
-    A missing memory dir scans as empty. Files that vanish or cannot be read are skipped.
+    A missing memory dir scans as empty. Files that vanish, cannot be read or are refused
+    (links, hard links, special files) are skipped.
     """
     headers: list[MemoryHeader] = []
-    for path, relative in list_topic_files(memory_dir):
-        try:
-            head = read_head(path, max_lines=head_lines)
-        except OSError:
-            continue
-        headers.append(header_from_head(path, relative, head))
+    with opened_area(memory_dir) as area:
+        if area is None:
+            return []
+        for relative in list_topic_files(area):
+            try:
+                head = read_head(area, relative, max_lines=head_lines)
+            except OSError:
+                continue
+            headers.append(header_from_head(memory_dir / relative, relative, head))
     return newest_first(headers)[:max_files]
+
+
+@contextmanager
+def opened_area(memory_dir: Path) -> Iterator[Area | None]:
+    """The memory dir as an :class:`Area`, ``None`` when it is missing, not a folder or not
+    the user's (a memory dir that cannot be opened scans as empty)."""
+    try:
+        area = Area.open(memory_dir)
+    except OSError:
+        yield None
+        return
+    with area:
+        yield area
 
 
 # A listed topic file: (-mtime_ms, relative, path, (inode, mtime_ns, size)). A plain tuple
@@ -148,32 +148,16 @@ def scan_memories(
 _Listed = tuple[int, str, str, tuple[int, int, int]]
 
 
-def list_topic_stats(memory_dir: Path) -> list[_Listed]:
-    """Every regular topic file below ``memory_dir`` with its identity, unsorted (same rules
-    as :func:`list_topic_files`; a missing dir lists as empty)."""
+def list_topic_stats(area: Area) -> list[_Listed]:
+    """Every topic file below the area with its identity, unsorted (as
+    :func:`list_topic_files`)."""
+    base = str(area.root) + "/"
     found: list[_Listed] = []
-    pending = [(str(memory_dir), "")]
-    while pending:
-        folder, prefix = pending.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name[0] == ".":
-                        continue
-                    if name[-3:] == ".md" and name != INDEX_FILENAME:
-                        try:
-                            info = entry.stat()
-                        except OSError:
-                            continue
-                        if stat.S_ISREG(info.st_mode):
-                            mtime = info.st_mtime_ns
-                            key = (info.st_ino, mtime, info.st_size)
-                            found.append((-(mtime // 1_000_000), prefix + name, entry.path, key))
-                    elif entry.is_dir(follow_symlinks=False):
-                        pending.append((entry.path, f"{prefix}{name}/"))
-        except OSError:
-            continue
+    for relative, info in area.walk():
+        if is_topic(relative):
+            mtime = info.st_mtime_ns
+            key = (info.st_ino, mtime, info.st_size)
+            found.append((-(mtime // 1_000_000), relative, base + relative, key))
     return found
 
 
@@ -207,18 +191,10 @@ class HeaderCache:
         key = str(memory_dir)
         with self._lock:
             cached = dict(self._dirs.get(key) or {})
-        headers: list[MemoryHeader] = []
-        for _, relative, path, identity in kept:
-            hit = cached.get(relative)
-            if hit is None or hit[0] != identity:
-                try:
-                    head = read_head(Path(path), max_lines=head_lines)
-                except OSError:
-                    continue
-                self.heads_read += 1
-                hit = (identity, header_from_head(Path(path), relative, head))
-                cached[relative] = hit
-            headers.append(hit[1])
+        missing = [e for e in kept if (hit := cached.get(e[1])) is None or hit[0] != e[3]]
+        if missing:
+            self._read_heads(memory_dir, missing, head_lines, cached)
+        headers = [hit[1] for e in kept if (hit := cached.get(e[1])) is not None]
         present = {e[1] for e in listed}
         with self._lock:
             self._dirs[key] = {r: v for r, v in cached.items() if r in present}
@@ -227,6 +203,26 @@ class HeaderCache:
                 dropped, _ = self._dirs.popitem(last=False)
                 self._listings.pop(dropped, None)
         return headers
+
+    def _read_heads(
+        self,
+        memory_dir: Path,
+        listed: Sequence[_Listed],
+        head_lines: int,
+        cached: dict[str, tuple[tuple[int, int, int], MemoryHeader]],
+    ) -> None:
+        """Read the heads of ``listed`` into ``cached`` (through one opened area)."""
+        with opened_area(memory_dir) as area:
+            if area is None:
+                return
+            for _, relative, path, identity in listed:
+                try:
+                    head = read_head(area, relative, max_lines=head_lines)
+                except OSError:
+                    cached.pop(relative, None)
+                    continue
+                self.heads_read += 1
+                cached[relative] = (identity, header_from_head(Path(path), relative, head))
 
     def _listing(self, memory_dir: Path) -> list[_Listed]:
         """The sorted stat pass, reused while fresh (see the module docstring)."""
@@ -241,7 +237,8 @@ class HeaderCache:
             known = self._listings.get(key)
         if known is not None and known[0] == root and now - known[1] < self.refresh_s:
             return known[2]
-        listed = list_topic_stats(memory_dir)
+        with opened_area(memory_dir) as area:
+            listed = [] if area is None else list_topic_stats(area)
         listed.sort()
         with self._lock:
             self._listings[key] = (root, now, listed)

@@ -11,19 +11,20 @@ ordinary file tools or the consolidation run, never an automatic one.
 
 Relative paths name files inside the memory dir (``feedback_testing.md``,
 ``team/deploy.md``); a path that is absolute, climbs out with ``..``, goes through a hidden
-folder, is not ``*.md``, or resolves (through symlinks) outside the dir is refused with
-``ValueError``.
+folder or is not ``*.md`` is refused with ``ValueError``. Every read and write goes through
+:class:`memd.confined.Area`: nothing beneath the memory dir is followed, and a link, a
+hard-linked file or a special file is never read, written through or replaced. A reader
+skips it (a ``MEMORY.md`` that is a link reads as no index); a writer raises
+:class:`~memd.confined.Refused`, whose message names the path and what it is.
 """
 
 from __future__ import annotations
 
 import errno
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from memd.atomic import write_text_atomic
+from memd.confined import Area, Refused
 from memd.errors import NotFound
 from memd.memory.frontmatter import (
     Document,
@@ -41,8 +42,11 @@ from memd.memory.index import (
     upsert_entry,
 )
 from memd.memory.paths import INDEX_FILENAME
-from memd.memory.scan import list_topic_files
+from memd.memory.scan import list_topic_files, opened_area
 from memd.privacy import scrub_text
+
+TOPIC_MAX_BYTES = 4 * 1024 * 1024  # read back whole by the store (its frontmatter, an update)
+INDEX_READ_MAX_BYTES = 8 * 1024 * 1024  # an index larger than this is not rewritten
 
 
 @dataclass(frozen=True)
@@ -68,53 +72,69 @@ class MemoryStore:
         return self.root / INDEX_FILENAME
 
     def topic_path(self, relative: str) -> Path:
-        """The absolute path for ``relative``; ``ValueError`` when it is not a topic file."""
-        pure = PurePosixPath(relative.replace("\\", "/"))
-        parts = pure.parts
-        if not parts or pure.is_absolute() or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"{relative!r} is not a path inside the memory dir")
-        if any(p.startswith(".") for p in parts) or pure.suffix != ".md":
-            raise ValueError(f"{relative!r}: memory files are visible *.md files")
-        if pure.name == INDEX_FILENAME:
-            raise ValueError(f"{relative!r} is an index, not a topic file")
-        path = self.root.joinpath(*parts)
-        real_root = os.path.realpath(self.root)
-        if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
-            raise ValueError(f"{relative!r} resolves outside the memory dir")
-        return path
+        """The absolute path for ``relative`` (shown, never opened); ``ValueError`` when it is
+        not a topic file."""
+        return self.root / topic_relative(relative)
 
     def read(self, relative: str) -> MemoryFile:
-        """The whole topic file, parsed. ``NotFound`` when it does not exist."""
-        path = self.topic_path(relative)
+        """The whole topic file (up to :data:`TOPIC_MAX_BYTES`), parsed. ``NotFound`` when it
+        does not exist or is not a memory (a link, a hard link, a special file)."""
+        name = topic_relative(relative)
         try:
-            with path.open("rb") as handle:
-                mtime_ms = os.fstat(handle.fileno()).st_mtime_ns // 1_000_000
-                text = handle.read().decode("utf-8", errors="replace")
+            with Area.open(self.root) as area:
+                data, info = area.read(name, max_bytes=TOPIC_MAX_BYTES)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
             raise NotFound(f"no memory {relative!r} in {self.root}") from exc
-        return MemoryFile(PurePosixPath(relative).as_posix(), path, parse_document(text), mtime_ms)
+        except Refused as exc:
+            raise NotFound(f"{exc.filename} is {exc.kind}, not a memory memd reads") from exc
+        text = data.decode("utf-8", errors="replace")
+        mtime_ms = info.st_mtime_ns // 1_000_000
+        return MemoryFile(name, self.root / name, parse_document(text), mtime_ms)
 
     def write(self, relative: str, meta: Frontmatter, body: str) -> Path:
-        """Create or replace a topic file atomically; returns its path."""
-        path = self.topic_path(relative)
-        write_text_atomic(path, self._clean(render_document(meta, body, form=self.form)))
-        return path
+        """Create or replace a topic file atomically; returns its path. :class:`Refused` when
+        something other than a memory file of the user's is in its place."""
+        name = topic_relative(relative)
+        text = self._clean(render_document(meta, body, form=self.form))
+        with Area.open(self.root, create=True) as area:
+            area.write(name, text.encode("utf-8"))
+        return self.root / name
 
     def list_topics(self) -> list[str]:
         """Relative paths of all topic files, sorted."""
-        return sorted(relative for _, relative in list_topic_files(self.root))
+        with opened_area(self.root) as area:
+            return [] if area is None else sorted(list_topic_files(area))
 
     def read_index(self) -> str:
-        """MEMORY.md as it is on disk; ``""`` when there is none yet."""
+        """MEMORY.md as it is on disk; ``""`` when there is none yet, or when what is there
+        is not a file memd reads (a link, a hard link, a FIFO: skipped and reported)."""
+        with opened_area(self.root) as area:
+            if area is None:
+                return ""
+            try:
+                return self._index(area)
+            except Refused:
+                return ""
+
+    def index_for_update(self) -> str:
+        """MEMORY.md before a change to it: as :meth:`read_index`, but :class:`Refused` when
+        it is not a file memd may replace, and ``OSError`` when it is too large to rewrite
+        whole (so nothing is written next to an index that cannot take its line)."""
+        with opened_area(self.root) as area:
+            return "" if area is None else self._index(area, whole=True)
+
+    def _index(self, area: Area, *, whole: bool = False) -> str:
         try:
-            # O_NONBLOCK and a type check: a FIFO named MEMORY.md must not hang its reader.
-            fd = os.open(self.index_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
+            data, info = area.read(INDEX_FILENAME, max_bytes=INDEX_READ_MAX_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
             return ""
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file", str(self.index_path))
-            return handle.read().decode("utf-8", errors="replace")
+        if whole and info.st_size > INDEX_READ_MAX_BYTES:
+            raise OSError(
+                errno.EFBIG,
+                f"larger than {INDEX_READ_MAX_BYTES:,} bytes; memd does not rewrite it",
+                str(self.index_path),
+            )
+        return data.decode("utf-8", errors="replace")
 
     def load_index(
         self, *, max_lines: int = DEFAULT_MAX_LINES, max_bytes: int = DEFAULT_MAX_BYTES
@@ -127,9 +147,10 @@ class MemoryStore:
 
         Read-modify-write: the caller serialises writers of one project's memory dir.
         """
-        self.topic_path(entry.file)
-        updated = upsert_entry(self.read_index(), entry)
-        write_text_atomic(self.index_path, self._clean(updated))
+        topic_relative(entry.file)
+        updated = upsert_entry(self.index_for_update(), entry)
+        with Area.open(self.root, create=True) as area:
+            area.write(INDEX_FILENAME, self._clean(updated).encode("utf-8"))
 
     def save(self, relative: str, meta: Frontmatter, body: str, *, hook: str = "") -> Path:
         """Write a topic file and point the index at it (title = name, hook = description)."""
@@ -140,3 +161,17 @@ class MemoryStore:
 
     def _clean(self, text: str) -> str:
         return scrub_text(text) if self.redact else text
+
+
+def topic_relative(relative: str) -> str:
+    """``relative`` as a plain POSIX path of a topic file; ``ValueError`` when it is not one
+    (absolute, climbing out, hidden, not ``*.md``, an index)."""
+    pure = PurePosixPath(relative.replace("\\", "/"))
+    parts = pure.parts
+    if not parts or pure.is_absolute() or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{relative!r} is not a path inside the memory dir")
+    if any(p.startswith(".") for p in parts) or pure.suffix != ".md":
+        raise ValueError(f"{relative!r}: memory files are visible *.md files")
+    if pure.name == INDEX_FILENAME:
+        raise ValueError(f"{relative!r} is an index, not a topic file")
+    return pure.as_posix()

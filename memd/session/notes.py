@@ -2,6 +2,10 @@
 
 Path (R-S1): ``<projects_root>/<project slug>/<session id>/session-memory/summary.md``. Writes
 are atomic (R-S10): a reader, or a crash, sees the old file or the new one, never a mix.
+The notes sit beside the memory dir, in a folder an agent can write, so they are read and
+written as it is (:class:`memd.confined.Area`, rooted at the session's folder):
+``session-memory`` and ``summary.md`` are never followed when they are links, a hard-linked
+or special file is not read, and nothing is written through or over one.
 
 Budgets (R-S5): each section should stay near ``section_tokens`` and the whole file near
 ``total_tokens``. :func:`analyze_budget` measures a notes text against them and
@@ -15,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd.atomic import write_text_atomic
 from memd.config import SessionNotesConfig
-from memd.regular_file import read_regular
+from memd.confined import Area, Refused
 from memd.session.template import parse_sections
 
 NOTES_DIR = "session-memory"
 NOTES_FILE = "summary.md"
+NOTES_MAX_BYTES = 4 * 1024 * 1024  # read back; the budgets keep real notes far below it
 # Sections whose content matters most to the next context: kept when the file must shrink.
 PROTECTED_SECTIONS = ("Current State", "Errors & Corrections")
 
@@ -39,16 +43,26 @@ def notes_location(projects_root: str, project: str, session_id: str) -> str:
 
 
 def read_notes(path: Path) -> str | None:
-    """The notes text, or None when the file does not exist yet (blocking)."""
+    """The notes text, or None when the file does not exist yet or is not one memd reads
+    (a link, a hard link, a FIFO: skipped and reported) (blocking)."""
     try:
-        return read_regular(path).decode("utf-8")  # never blocks on a FIFO put in its place
-    except FileNotFoundError:
+        with Area.open(path.parent.parent) as area:
+            data, _ = area.read(_relative(path), max_bytes=NOTES_MAX_BYTES)
+    except (FileNotFoundError, NotADirectoryError, Refused):
         return None
+    return data.decode("utf-8")
 
 
 def write_notes(path: Path, text: str) -> None:
-    """Replace the notes atomically; the file is private to the user (blocking)."""
-    write_text_atomic(path, text, mode=0o600)
+    """Replace the notes atomically; the file is private to the user (blocking).
+    :class:`~memd.confined.Refused` when a link or a special file is in its place."""
+    with Area.open(path.parent.parent, create=True) as area:
+        area.write(_relative(path), text.encode("utf-8"), mode=0o600)
+
+
+def _relative(path: Path) -> str:
+    """The notes file's path below its session folder (``session-memory/summary.md``)."""
+    return f"{path.parent.name}/{path.name}"
 
 
 def ensure_notes(path: Path, template: str) -> tuple[str, bool]:
