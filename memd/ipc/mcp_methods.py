@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from memd.confined import Refused, shown
 from memd.errors import NotFound
 from memd.ipc.params import opt_str, req_str
 from memd.ipc.server import Handler, InvalidParams
@@ -89,6 +90,12 @@ async def _write_held(
                 return await anyio.to_thread.run_sync(write_memory, directory, draft, limits)
             except ValueError as exc:  # RememberRefused, or a path outside the dir
                 raise InvalidParams(str(exc)) from None
+            except Refused as exc:  # a link or a hard link where the index or the file goes
+                raise InvalidParams(
+                    f"{shown(exc.filename)} is {exc.kind}: memd never writes through or over "
+                    "one, so nothing was written. Remove it, or make it a plain file of your "
+                    "own, then save again"
+                ) from None
             except OSError as exc:
                 raise InvalidParams(f"the memory could not be written: {exc}") from None
     raise Busy(
