@@ -216,3 +216,26 @@ def test_names_that_are_not_utf8_stay_encodable(tmp_path: Path) -> None:
     assert msgpack.packb(printable({"changes": changes}), use_bin_type=True)
     assert journal.undo(mdir, run, run / "snapshot").restored == (odd,)
     assert (mdir / odd).read_text() == NOTE
+
+
+def test_hard_links_and_linked_folders_are_not_copied_and_a_link_is_never_written_over(
+    tmp_path: Path,
+) -> None:
+    mdir = memory(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "team2").mkdir(parents=True)
+    (outside / "key").write_bytes(b"CANARY key")
+    (outside / "team2" / "x.md").write_bytes(b"CANARY team")
+    os.link(outside / "key", mdir / "hard.md")
+    (mdir / "team2").symlink_to(outside / "team2")
+    saved = snapshot.take(mdir, tmp_path / "snap")
+    assert set(saved.files) == {"MEMORY.md", "a.md", "b.md", "team/t.md"}
+    assert set(saved.skipped) == {"hard.md", "team2"}
+    copies = [p.read_bytes() for p in (tmp_path / "snap").rglob("*") if p.is_file()]
+    assert not [c for c in copies if b"CANARY" in c]
+    (mdir / "a.md").unlink()
+    (mdir / "a.md").symlink_to(outside / "key")  # swapped for a link during the run
+    changed = snapshot.restore_tree(mdir, tmp_path / "snap")
+    assert "a.md" not in changed and os.readlink(mdir / "a.md") == str(outside / "key")
+    assert (outside / "key").read_bytes() == b"CANARY key"
+    assert (mdir / "hard.md").stat().st_nlink == 2 and (mdir / "team2").is_symlink()

@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from memd.confined import Area
+from memd import confined
+from memd.confined import Area, Refused
 from memd.memory.frontmatter import Frontmatter, render_document
 from memd.memory.scan import (
     HEAD_MAX_BYTES,
     Head,
+    HeaderCache,
     format_manifest,
     iso_mtime,
+    list_topic_stats,
     manifest_line,
     read_head,
     scan_memories,
@@ -153,3 +156,36 @@ def test_a_fifo_named_md_does_not_hang_the_scan(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("---\nname: a\ndescription: d\ntype: user\n---\n")
     os.mkfifo(tmp_path / "b.md")
     assert [h.relative for h in scan_memories(tmp_path)] == ["a.md"]
+
+
+def test_the_cached_scan_skips_links_hard_links_and_linked_folders(tmp_path: Path) -> None:
+    """Recall's stat pass: only one-link regular files of the user's are headers; each
+    planted entry is recorded for status with its own path."""
+    outside = tmp_path / "outside"
+    (outside / "team").mkdir(parents=True)
+    for path in (outside / "key.md", outside / "hard.md", outside / "team" / "t.md"):
+        path.write_text("---\nname: canary\ndescription: CANARY\ntype: user\n---\n")
+    memory = tmp_path / "memory"
+    _memory(memory / "a.md", mtime_ms=T0_MS)
+    (memory / "link.md").symlink_to(outside / "key.md")
+    (memory / "team").symlink_to(outside / "team")
+    os.link(outside / "hard.md", memory / "hard.md")
+    cache = HeaderCache(refresh_s=0.0)
+    for _ in range(2):
+        assert [h.relative for h in cache.scan(memory)] == ["a.md"]
+        assert [h.relative for h in scan_memories(memory)] == ["a.md"]
+    kinds = {f.path: f.kind for f in confined.findings.items()}
+    assert kinds[str(memory / "link.md")] == "a symbolic link"
+    assert kinds[str(memory / "team")] == "a symbolic link"
+    assert kinds[str(memory / "hard.md")] == "a file with 2 hard links"
+
+
+def test_a_file_that_becomes_a_hard_link_after_the_listing_is_not_read(tmp_path: Path) -> None:
+    """The check is made on the opened descriptor, not on the listing."""
+    memory = tmp_path / "memory"
+    _memory(memory / "a.md", mtime_ms=T0_MS)
+    with Area.open(memory) as area:
+        listed = list_topic_stats(area)
+        os.link(memory / "a.md", tmp_path / "elsewhere.md")
+        with pytest.raises(Refused):
+            read_head(area, listed[0][1])

@@ -115,3 +115,34 @@ def test_load_index_applies_the_cap(tmp_path: Path) -> None:
 
 def test_the_store_has_no_way_to_delete_a_memory() -> None:
     assert not [name for name in dir(MemoryStore) if "delete" in name or "remove" in name]
+
+
+def test_a_linked_index_reads_as_none_and_nothing_is_written_beside_it(tmp_path: Path) -> None:
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    outside = tmp_path / "id_rsa"
+    outside.write_text("CANARY private key\n")
+    (memory / "MEMORY.md").symlink_to(outside)
+    store = MemoryStore(memory)
+    assert store.read_index() == "" and store.load_index().text == ""
+    with pytest.raises(Refused, match="a symbolic link"):
+        store.save("deploy.md", _meta(), "body\n")
+    with pytest.raises(Refused, match="a symbolic link"):
+        store.update_index(IndexEntry("Deploy", "deploy.md", "d"))
+    assert sorted(p.name for p in memory.iterdir()) == ["MEMORY.md"]
+    assert (memory / "MEMORY.md").is_symlink() and outside.read_text() == "CANARY private key\n"
+
+
+def test_a_hard_linked_topic_is_not_read_listed_or_written(tmp_path: Path) -> None:
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    outside = tmp_path / "token.md"
+    outside.write_text("---\nname: token\n---\nCANARY\n")
+    os.link(outside, memory / "token.md")
+    store = MemoryStore(memory)
+    with pytest.raises(NotFound, match="2 hard links"):
+        store.read("token.md")
+    assert store.list_topics() == []
+    with pytest.raises(Refused, match="2 hard links"):
+        store.write("token.md", _meta(), "x")
+    assert outside.read_text() == "---\nname: token\n---\nCANARY\n"

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memd.config import SessionNotesConfig
+from memd.confined import Refused
 from memd.errors import StateError
 from memd.session.notes import (
     analyze_budget,
@@ -154,3 +155,24 @@ def test_a_session_id_that_is_not_a_file_name_is_refused(tmp_path: Path) -> None
     store = ExtractionStore.load(tmp_path)
     with pytest.raises(StateError):
         store.put_sync(ExtractionRecord("../escape", "p"))
+
+
+def test_notes_behind_a_link_are_neither_read_nor_written(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "summary.md").write_text("CANARY\n")
+    path = notes_path(tmp_path, "-work-project", "abc-123")
+    path.parent.parent.mkdir(parents=True)
+    path.parent.symlink_to(outside)  # session-memory -> somewhere else
+    assert read_notes(path) is None
+    with pytest.raises(Refused, match="a symbolic link"):
+        ensure_notes(path, DEFAULT_TEMPLATE)
+    assert (outside / "summary.md").read_text() == "CANARY\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["summary.md"]
+    path.parent.unlink()
+    path.parent.mkdir()
+    os.link(outside / "summary.md", path)
+    assert read_notes(path) is None
+    with pytest.raises(Refused, match="2 hard links"):
+        write_notes(path, "mine\n")
+    assert (outside / "summary.md").read_text() == "CANARY\n"

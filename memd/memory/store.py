@@ -153,7 +153,9 @@ class MemoryStore:
             area.write(INDEX_FILENAME, self._clean(updated).encode("utf-8"))
 
     def save(self, relative: str, meta: Frontmatter, body: str, *, hook: str = "") -> Path:
-        """Write a topic file and point the index at it (title = name, hook = description)."""
+        """Write a topic file and point the index at it (title = name, hook = description).
+        Nothing is written when the index cannot be (:meth:`index_for_update` raises)."""
+        self.index_for_update()
         path = self.write(relative, meta, body)
         title = meta.name or PurePosixPath(relative).stem
         self.update_index(IndexEntry(title, relative, hook or meta.description or ""))
