@@ -42,7 +42,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -113,6 +113,20 @@ class Findings:
     def clear(self, path: str) -> None:
         with self._lock:
             self._items.pop(path, None)
+
+    def gone(self, folder: str, names: Collection[str]) -> None:
+        """``folder`` was listed and holds only ``names``: entries of it that are not there
+        any more leave the findings (someone removed them)."""
+        with self._lock:
+            for path in [p for p in self._items if p.rpartition("/")[0] == folder]:
+                if path.rpartition("/")[2] not in names:
+                    del self._items[path]
+
+    def fine(self, path: str) -> None:
+        """``path`` was found readable: it leaves the findings (someone fixed it). Costs one
+        dict lookup when it was never in them."""
+        if path in self._items:
+            self.clear(path)
 
     def items(self) -> list[Finding]:
         with self._lock:
@@ -372,6 +386,8 @@ class Area:
         except BaseException:
             os.close(fd)
             raise
+        if len(findings):
+            findings.fine(str(self.path(relative)))
         return fd
 
     def read(self, relative: str, *, max_bytes: int) -> tuple[bytes, os.stat_result]:
@@ -484,6 +500,9 @@ class Area:
         except OSError:
             return
         uid = os.getuid()
+        base = f"{self.root}/" if len(findings) else None  # to drop what was fixed
+        if base is not None:
+            findings.gone((base + prefix).rstrip("/"), set(names))
         for name in names:
             if name[0] == "." and not seen.hidden:
                 continue
@@ -494,6 +513,8 @@ class Area:
                 continue
             mode = info.st_mode
             if stat.S_ISREG(mode) and info.st_nlink == 1 and info.st_uid == uid:
+                if base is not None:
+                    findings.fine(base + relative)
                 yield Entry(relative, info)  # the common case, without kind_of's questions
             elif stat.S_ISDIR(mode):
                 if depth + 1 < seen.max_depth and not (seen.skip_dir and seen.skip_dir(relative)):
@@ -502,6 +523,8 @@ class Area:
                         seen.refuse(relative)
                     else:
                         pending.append((child, relative + "/", depth + 1))
+                        if base is not None:
+                            findings.fine(base + relative)
                         if seen.folders is not None:
                             seen.folders.append(relative)
             else:

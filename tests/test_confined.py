@@ -213,3 +213,37 @@ def test_a_folder_flipping_to_a_link_never_leaks(resolver: str, world: tuple[Pat
     assert leaked == 0
     assert (outside / "sub" / "note.md").read_bytes() == CANARY
     assert sorted(p.name for p in (outside / "sub").iterdir()) == ["note.md"]
+
+
+def test_a_finding_leaves_status_once_it_is_fixed_or_removed(
+    resolver: str, world: tuple[Path, Path]
+) -> None:
+    """doctor's advice is to remove the entry or make it a plain file: either shows at once."""
+    area, outside = world
+    (area / "MEMORY.md").symlink_to(outside / "id_rsa")
+    os.link(outside / "id_rsa", area / "hard.md")
+    (area / "team").symlink_to(outside / "sub")
+
+    def found() -> set[str]:
+        with Area.open(area) as opened:
+            list(opened.walk())
+        return {
+            Path(f.path).name for f in confined.findings.items() if f.path.startswith(str(area))
+        }
+
+    assert found() == {"MEMORY.md", "hard.md", "team"}
+    (area / "MEMORY.md").unlink()
+    (area / "MEMORY.md").write_text("- plain\n")
+    (area / "hard.md").unlink()
+    assert found() == {"team"}
+    (area / "team").unlink()
+    (area / "team").mkdir()
+    assert found() == set()
+    (area / "x.md").symlink_to(outside / "id_rsa")
+    with Area.open(area) as opened, pytest.raises(Refused):
+        opened.open_file("x.md")
+    (area / "x.md").unlink()
+    (area / "x.md").write_text("mine")
+    with Area.open(area) as opened:
+        assert opened.read_text("x.md", max_bytes=10) == "mine"
+    assert str(area / "x.md") not in {f.path for f in confined.findings.items()}
