@@ -265,16 +265,15 @@ def roll_back(memory_dir: Path, before: Snapshot, touched: Iterable[str] | None 
         if area is None:
             return
         if touched is None:
-            refused: list[str] = []
-            listed = {entry.relative for entry in area.walk(hidden=True, refused=refused)}
-            paths = listed | set(refused) | set(before.contents)
+            listed = {entry.relative for entry in area.walk(hidden=True)}
+            paths = listed | set(before.contents)  # a link someone made is left to them
         else:
             paths = {r for r in (in_memory_dir(memory_dir, p) for p in touched) if r}
         for relative in sorted(paths):
-            _put_back(area, before, relative, touched is not None)
+            _put_back(area, before, relative, warn=touched is not None)
 
 
-def _put_back(area: Area, before: Snapshot, relative: str, listed: bool) -> None:
+def _put_back(area: Area, before: Snapshot, relative: str, *, warn: bool) -> None:
     old = before.contents.get(relative)
     try:
         if old is not None:
@@ -282,7 +281,7 @@ def _put_back(area: Area, before: Snapshot, relative: str, listed: bool) -> None
                 area.write(relative, old)
         elif relative not in before.existing:
             area.unlink(relative)
-        elif listed:
+        elif warn:
             log.warning("memory extraction: cannot restore %s (not in the snapshot)", relative)
     except (OSError, ValueError) as exc:
         log.warning("memory extraction: cannot restore %s: %s", shown(relative), exc)
