@@ -1,14 +1,18 @@
-"""Watching the projects root for transcripts that appear or grow (watchfiles, inotify).
+"""Watching the projects root for transcripts that appear or grow (inotify; watchfiles
+elsewhere than Linux).
 
 The watcher holds no decisions: it turns file events into keys on the ingest queue.
 
-It never stops while the daemon runs. When inotify cannot be used at all (out of watches or
-instances: ``fs.inotify.max_user_watches``), it degrades to polling the tree every
-``transcripts.poll_interval_ms``; when it runs out of watches later, the folders that appear
-unwatched are scanned at that interval instead (:mod:`memd.daemon.watch_gaps`). Either way
-:class:`WatcherStatus` (``memdctl status``) and the log say so with the fix, and when the
-limit is raised the watcher starts again on inotify. Directories it may not read are
-skipped, not fatal.
+On Linux it uses inotify itself (:mod:`memd.daemon.inotify`, :mod:`memd.daemon.watch_tree`):
+watchfiles stopped for good at a name that is not UTF-8 and followed symbolic links through
+the whole tree they point to. Names are bytes here, links are not followed, and only the
+folders transcripts sit in are watched. It never stops while the daemon runs. A project
+folder that gets no watch (out of ``fs.inotify.max_user_watches``) is scanned every
+``transcripts.poll_interval_ms`` instead (:mod:`memd.daemon.watch_gaps`); when inotify
+cannot be used at all, every project folder is ("polling"). Either way
+:class:`WatcherStatus` (``memdctl status``) and the log say so with the fix, and the watches
+are tried again every :data:`LIMIT_CHECK_S`, so a raised limit ends the scan by itself.
+Folders it may not read and links are skipped, named in ``status``, never fatal.
 """
 
 from __future__ import annotations
@@ -16,25 +20,20 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
-import watchfiles
 from anyio.abc import TaskStatus
-from watchfiles._rust_notify import WatchfilesRustInternalError
 
 from memd.config import TranscriptsConfig
+from memd.daemon.inotify import Inotify
 from memd.daemon.queues import CoalescingQueue
-from memd.daemon.watch_gaps import (
-    FIX,
-    RECHECK_S,
-    Gaps,
-    folder_inode,
-    missing_watches,
-    root_and_projects,
-    watch_limit,
-)
+from memd.daemon.watch_gaps import FIX, Gaps, project_folders, watch_limit
+from memd.daemon.watch_tree import Found, Tree
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +41,9 @@ log = logging.getLogger(__name__)
 # How deep below a newly created directory transcripts can sit: a project folder holds
 # ``<session>.jsonl`` and ``<session>/subagents/*.jsonl``.
 NEW_DIR_DEPTH = 3
-
-
-def wants(change: watchfiles.Change, path: str) -> bool:
-    """Transcript files that appear, grow or go, and anything added (it may be a directory).
-
-    A deletion is passed on: ingesting a vanished transcript forgets its session, so the
-    periodic sweep for missing files can be rare (it stats every known transcript).
-    """
-    if path.endswith(".jsonl"):
-        return True
-    # Folders under the root (project slugs, session ids, subagents, memory) never have a dot
-    # in their names; files do (notes, memories, memd's own temp files): no look inside those.
-    return change == watchfiles.Change.added and "." not in os.path.basename(path)
+RESTART_DELAY_S = 5.0  # after the root's watch ended (the root was removed or moved)
+LIMIT_CHECK_S = 10.0  # while degraded: try the missing watches again this often
+SKIPPED_SHOWN = 20  # skipped paths listed in status (all are counted)
 
 
 def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
@@ -80,10 +69,6 @@ def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
     return found
 
 
-RESTART_DELAY_S = 5.0  # after the polling watcher itself failed (e.g. the root vanished)
-LIMIT_CHECK_S = 10.0  # while degraded: has the watch limit been raised?
-
-
 @dataclass
 class WatcherStatus:
     """How transcripts are being watched, for ``status``."""
@@ -92,13 +77,17 @@ class WatcherStatus:
     reason: str | None = None  # why it is not plain inotify
     unwatched: int = 0  # folders inotify could not watch, scanned instead
     fix: str | None = None  # what the user can do about it
+    skipped: dict[str, str] = field(default_factory=dict)  # not watched, not read: why
 
-    def as_dict(self) -> dict[str, str | int | None]:
+    def as_dict(self) -> dict[str, Any]:
+        shown = sorted(self.skipped.items())[:SKIPPED_SHOWN]
         return {
             "mode": self.mode,
             "reason": self.reason,
             "unwatched": self.unwatched,
             "fix": self.fix,
+            "skipped_count": len(self.skipped),
+            "skipped": [{"path": path, "reason": why} for path, why in shown],
         }
 
 
@@ -113,18 +102,21 @@ async def run_watcher(
 ) -> None:
     """Mark every changed transcript on ``queue`` until ``stop`` is set or cancelled."""
     await anyio.Path(projects_root).mkdir(parents=True, exist_ok=True)
-    watcher = Watcher(projects_root, config, queue, status or WatcherStatus())
-    task_status.started()
+    status = status or WatcherStatus()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watcher.run_gaps)
-        tg.start_soon(watcher.forward_stop, stop)
-        await watcher.run(stop)
+        if sys.platform == "linux":
+            await tg.start(Watcher(projects_root, config, queue, status).run)
+        else:
+            tg.start_soon(follow_with_watchfiles, projects_root, config, queue, status)
+        task_status.started()
+        await stop.wait()
         tg.cancel_scope.cancel()
     log.debug("watcher for %s stopped", projects_root)
 
 
 class Watcher:
-    """The watchfiles loop and, beside it, the scan of the folders it could not watch."""
+    """inotify on the folders transcripts sit in; beside it, the scan of the project folders
+    it has no watch for. One task: the tree is only touched by it."""
 
     def __init__(
         self,
@@ -138,229 +130,182 @@ class Watcher:
         self.queue = queue
         self.status = status
         self.gaps = Gaps()
-        self.polling = False
-        # watchfiles' ignore_permission_denied ignores every error of its first walk, "out of
-        # watches" too: inotify starts strict, and turns lenient only after a directory it may
-        # not read; then the whole tree is looked up among the watches once it runs.
-        self.lenient = False
-        self._check_tree = False
-        self._follow_stop = anyio.Event()  # ends the current watchfiles loop
-        self._suspects: dict[int, str] = {}  # new folders to look up among the watches
-        self._wake = anyio.Event()
         self._warned = False
-        self._limit: int | None = None  # the watch limit when inotify fell short
+        self._checked = 0.0  # when the missing watches were last tried
 
-    async def forward_stop(self, stop: anyio.Event) -> None:
-        await stop.wait()
-        self._follow_stop.set()
-
-    async def run(self, stop: anyio.Event) -> None:
-        """Follow the tree until ``stop``; start again after a failure or a restart."""
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Follow the tree; open it again when its root's watch ended or inotify came back.
+        Started once the root is watched: a project folder made from then on is seen."""
+        tree = await self._open(first=True)
+        task_status.started()
         while True:
-            self._follow_stop = anyio.Event()  # forward_stop sets the one current when stopping
-            if stop.is_set():
-                break
-            self._show_mode()
-            if self.lenient and not self.polling:
-                self._check_tree = True  # errors were ignored: are all folders watched?
-                self._wake.set()
             try:
-                await self._follow()
-            except PermissionError as exc:
-                if not self.lenient:
-                    log.warning(
-                        "skipping what the watcher may not read under %s: %s", self.root, exc
-                    )
-                    self.lenient = True
-                    continue
-                await _fail(self.root, exc, stop)
-            # A newer notify reports running out of watches while running as an error of the
-            # watcher (watchfiles raises it on its next step): polling from then on.
-            except (OSError, WatchfilesRustInternalError) as exc:
-                if not self.polling:
-                    await self._fall_back_to_polling(exc)
-                    continue
-                await _fail(self.root, exc, stop)
+                await self._follow(tree)
+            finally:
+                if tree is not None:
+                    tree.close()
+            await anyio.Path(self.root).mkdir(parents=True, exist_ok=True)
+            tree = await self._open(first=False)
 
-    def _show_mode(self) -> None:
-        if self.polling:
-            self.status.mode = "polling"
-        elif self.gaps.unwatched:
-            self.status.mode = "inotify+scan"
-        else:
-            self.status.mode, self.status.reason, self.status.fix = "inotify", None, None
-        self.status.unwatched = len(self.gaps.unwatched)
+    async def _open(self, *, first: bool) -> Tree | None:
+        """A tree with its watches added, or None (polling) when inotify cannot watch the
+        root. Transcripts met are news, except at the first start (the startup scan reads
+        them)."""
+        try:
+            tree = Tree(Inotify(), str(self.root))
+            tree.watch_root()  # two system calls: at once, not in a thread
+        except OSError as exc:
+            self._checked = anyio.current_time()
+            await self._poll_instead(exc)
+            return None
+        found = await anyio.to_thread.run_sync(partial(tree.fill, report=not first))
+        self._checked = anyio.current_time()
+        if self.status.mode == "polling" or self.gaps.unwatched:
+            log.warning("watching %s with inotify again", self.root)
+        self.gaps.forget()
+        self.status.reason = self.status.fix = None
+        await self._take(tree, found, quiet=first)
+        return tree
 
-    async def _fall_back_to_polling(self, exc: Exception) -> None:
-        log.warning(
-            "cannot watch %s with inotify (%s); polling it every %d ms instead. Fix: %s",
-            self.root,
-            exc,
-            self.config.poll_interval_ms,
-            FIX,
-        )
+    async def _poll_instead(self, exc: OSError | None) -> None:
+        if self.status.mode != "polling":
+            log.warning(
+                "cannot watch %s with inotify (%s); polling it every %d ms instead. Fix: %s",
+                self.root,
+                exc,
+                self.config.poll_interval_ms,
+                FIX,
+            )
         self.status.reason = f"inotify unavailable: {exc}"
         self.status.fix = FIX
-        self.polling = self.lenient = True
-        self._limit = await anyio.to_thread.run_sync(watch_limit)
-        self.gaps.forget()  # polling covers them
-        self._wake.set()  # the gap task watches the limit from now on
-
-    async def _follow(self) -> None:
-        failure: Exception | None = None  # raised as itself, not in a group: run() sorts them
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._stop_when_cancelled)
-            try:
-                await self._follow_changes()
-            except Exception as exc:  # noqa: BLE001 - re-raised below
-                failure = exc
-            tg.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-
-    async def _stop_when_cancelled(self) -> None:
-        """Set the loop's stop event the moment the follow is cancelled or done.
-
-        The watchfiles thread waits for changes with no timeout (``rust_timeout=0``): with
-        its default, 5 s, it came back to the event loop every 5 s for nothing, and those
-        returns were every system call the idle loop made (strace). The thread checks the
-        stop event every ``step``; the task awaiting it cannot be cancelled while it runs,
-        so this sibling sets the event when the follow is cancelled."""
-        try:
-            await anyio.sleep_forever()
-        finally:
-            self._follow_stop.set()
-
-    async def _follow_changes(self) -> None:
-        watcher = watchfiles.awatch(
-            self.root,
-            watch_filter=wants,
-            step=self.config.watch_step_ms,
-            debounce=self.config.watch_debounce_ms,
-            stop_event=self._follow_stop,
-            recursive=True,
-            rust_timeout=0,
-            yield_on_timeout=False,
-            force_polling=self.polling,
-            poll_delay_ms=self.config.poll_interval_ms,
-            ignore_permission_denied=self.lenient,
+        self.status.skipped = {}
+        folders = await anyio.to_thread.run_sync(project_folders, str(self.root))
+        await anyio.to_thread.run_sync(
+            lambda: self.gaps.add(folders, quiet=self.status.mode == "starting")
         )
-        async for changes in watcher:
-            for change, path in changes:
-                if path.endswith(".jsonl"):
-                    self.queue.mark_nowait(Path(path))
-                elif change == watchfiles.Change.added:
-                    await self._look_inside(path)
+        self.status.mode = "polling"
 
-    async def _look_inside(self, path: str) -> None:
-        """A folder appeared: its transcripts are marked (files made before its watch send
-        no event); a project folder goes to the gap task to be looked up among the watches."""
-        for found in await anyio.to_thread.run_sync(transcripts_below, path):
-            self.queue.mark_nowait(found)
-        if self.polling or Path(path).parent != self.root:
-            return
-        ino = await anyio.to_thread.run_sync(folder_inode, path)
-        if ino is not None:
-            self._suspects[ino] = path
-            self._wake.set()
-
-    # -- the folders inotify could not watch ---------------------------------------------------
-
-    async def run_gaps(self) -> None:
-        """Look new folders up among the watches; scan those missing every poll interval;
-        while degraded, start the watcher again once the limit is raised. Idle otherwise."""
-        checked = anyio.current_time()
+    async def _follow(self, tree: Tree | None) -> None:
+        """Until the root's watch ends (or, while polling, inotify can be had again)."""
         while True:
-            with anyio.move_on_after(self._next_wake()):
-                await self._wake.wait()
-            self._wake = anyio.Event()
-            if self._check_tree:
-                self._check_tree = False
-                tree = await anyio.to_thread.run_sync(root_and_projects, str(self.root))
-                self._suspects.update(tree)
-            if self._suspects and not self.polling:
-                await self._verify()
+            wait = self.config.poll_interval_ms / 1000 if self._degraded(tree) else math.inf
+            if tree is None:
+                await anyio.sleep(wait)
+                await self._new_folders_while_polling()
+            else:
+                with anyio.move_on_after(wait):
+                    await anyio.wait_readable(tree.fd)
+                    await anyio.sleep(self.config.watch_step_ms / 1000)  # gather a burst
+                events = tree.inotify.read()
+                if events:
+                    found = await anyio.to_thread.run_sync(tree.handle, events)
+                    await self._take(tree, found, quiet=False)
+                    if found.root_gone:
+                        log.warning("the watch of %s ended; watching it again", self.root)
+                        await anyio.sleep(RESTART_DELAY_S)
+                        return
             if self.gaps.unwatched:
-                await self._scan()
-            degraded = self.gaps.unwatched or self.polling
-            if degraded and anyio.current_time() - checked > LIMIT_CHECK_S:
-                checked = anyio.current_time()
-                await self._restart_if_limit_raised()
+                for path in await anyio.to_thread.run_sync(self.gaps.scan):
+                    self.queue.mark_nowait(path)
+            if self._degraded(tree) and anyio.current_time() - self._checked > LIMIT_CHECK_S:
+                self._checked = anyio.current_time()
+                if tree is None:
+                    return  # try inotify again
+                await self._retry_unwatched(tree)
+            self._show_mode(tree)
 
-    def _next_wake(self) -> float:
-        """Every poll interval while folders are scanned; while polling, often enough to
-        see the limit raised; otherwise only when woken."""
-        if self.gaps.unwatched:
-            return self.config.poll_interval_ms / 1000
-        return LIMIT_CHECK_S if self.polling else math.inf
+    def _degraded(self, tree: Tree | None) -> bool:
+        return tree is None or bool(self.gaps.unwatched)
 
-    async def _verify(self) -> None:
-        suspects, self._suspects = self._suspects, {}
-        missing = await anyio.to_thread.run_sync(missing_watches, set(suspects))
-        if missing:  # notify may not have added them yet: look again a moment later
-            await anyio.sleep(RECHECK_S)
-            missing = await anyio.to_thread.run_sync(missing_watches, missing)
-        if not missing or self.polling:
+    async def _new_folders_while_polling(self) -> None:
+        folders = await anyio.to_thread.run_sync(project_folders, str(self.root))
+        self.gaps.add([f for f in folders if f not in self.gaps.unwatched], quiet=False)
+
+    async def _take(self, tree: Tree, found: Found, *, quiet: bool) -> None:
+        """Mark what ``found`` names; scan the project folders it could not watch."""
+        for path in found.transcripts:
+            self.queue.mark_nowait(path)
+        if found.unwatched:
+            await anyio.to_thread.run_sync(lambda: self.gaps.add(found.unwatched, quiet=quiet))
+            await self._found_unwatched(sorted(found.unwatched))
+        self._show_mode(tree)
+
+    async def _retry_unwatched(self, tree: Tree) -> None:
+        """Watch the scanned folders again: a raised limit ends the scan by itself."""
+        folders = self.gaps.forget()
+        found = Found()
+        for folder in sorted(folders):
+            more = await anyio.to_thread.run_sync(partial(tree.add, folder, 1, report=True))
+            found.transcripts += more.transcripts
+            found.unwatched += more.unwatched
+        for path in found.transcripts:
+            self.queue.mark_nowait(path)
+        self.gaps.add(found.unwatched, quiet=False)
+        if not found.unwatched:
+            log.warning("watching %s with inotify again (the watch limit was raised)", self.root)
+            self.status.reason = self.status.fix = None
+
+    def _show_mode(self, tree: Tree | None) -> None:
+        self.status.unwatched = len(self.gaps.unwatched)
+        if tree is None:
+            self.status.mode = "polling"
             return
-        folders = {suspects[ino]: ino for ino in missing}
-        if str(self.root) in folders:  # no project folder that appears would be seen
-            await self._fall_back_to_polling(OSError("the projects root itself is not watched"))
-            self._follow_stop.set()
-            return
-        self.gaps.unwatched.update(folders)  # one that is gone goes at the next scan
-        await self._found_unwatched(sorted(folders))
+        self.status.skipped = tree.skipped
+        self.status.mode = "inotify+scan" if self.gaps.unwatched else "inotify"
 
     async def _found_unwatched(self, folders: list[str]) -> None:
-        if self._limit is None:
-            self._limit = await anyio.to_thread.run_sync(watch_limit)
-        limit = f"fs.inotify.max_user_watches is {self._limit}" if self._limit else "no limit read"
-        self.status.reason = f"out of inotify watches ({limit})"
+        limit = await anyio.to_thread.run_sync(watch_limit)
+        limit_text = f"fs.inotify.max_user_watches is {limit}" if limit else "no limit read"
+        self.status.reason = f"out of inotify watches ({limit_text})"
         self.status.fix = FIX
-        if self.lenient:  # watchfiles stops adding watches at the first folder it may not read
-            self.status.reason += " or past a folder memd may not read"
-            self.status.fix += f"; let memd's user read every folder under {self.root}"
-        self._show_mode()
         if self._warned:
             log.debug("not watched by inotify, scanned instead: %s", ", ".join(folders))
             return
         self._warned = True
         log.warning(
-            "%s: %d project folder(s) under %s are not watched (%s); memd scans such folders"
-            " every %d ms instead. Fix: %s",
+            "%s: %d project folder(s) under %s are not watched; memd scans such folders"
+            " every %d ms instead (%s). Fix: %s",
             self.status.reason,
             len(folders),
             self.root,
-            ", ".join(folders[:3]) + (" ..." if len(folders) > 3 else ""),
             self.config.poll_interval_ms,
+            ", ".join(folders[:3]) + (" ..." if len(folders) > 3 else ""),
             self.status.fix,
         )
 
-    async def _scan(self) -> None:
-        for path in await anyio.to_thread.run_sync(self.gaps.scan):
-            self.queue.mark_nowait(path)
-        self._show_mode()
 
-    async def _restart_if_limit_raised(self) -> None:
-        limit = await anyio.to_thread.run_sync(watch_limit)
-        if limit is None or self._limit is None or limit <= self._limit:
-            return
-        log.warning(
-            "the inotify watch limit was raised (%d -> %d): watching %s with inotify again",
-            self._limit,
-            limit,
-            self.root,
-        )
-        self._limit = None
-        self.polling = self.lenient = False
-        self.status.reason = self.status.fix = None
-        for folder, ino in self.gaps.forget().items():  # looked up again once it runs
-            self._suspects[ino] = folder
-        self._wake.set()
-        self._follow_stop.set()
+async def follow_with_watchfiles(
+    root: Path, config: TranscriptsConfig, queue: CoalescingQueue[Path], status: WatcherStatus
+) -> None:
+    """Elsewhere than Linux: watchfiles (FSEvents on macOS, whose file systems keep names
+    UTF-8 and whose events do not follow links), polling after an error."""
+    import watchfiles
 
+    def wants(change: watchfiles.Change, path: str) -> bool:
+        return path.endswith(".jsonl") or change == watchfiles.Change.added
 
-async def _fail(projects_root: Path, exc: Exception, stop: anyio.Event) -> None:
-    log.error("watching %s failed (%s); trying again in %.0fs", projects_root, exc, RESTART_DELAY_S)
-    with anyio.move_on_after(RESTART_DELAY_S):
-        await stop.wait()
-    await anyio.Path(projects_root).mkdir(parents=True, exist_ok=True)
+    polling = False
+    while True:
+        status.mode = "polling" if polling else "native"
+        try:
+            async for changes in watchfiles.awatch(
+                root,
+                watch_filter=wants,
+                step=config.watch_step_ms,
+                debounce=config.watch_debounce_ms,
+                force_polling=polling,
+                poll_delay_ms=config.poll_interval_ms,
+                ignore_permission_denied=True,
+            ):
+                for change, path in changes:
+                    if path.endswith(".jsonl"):
+                        queue.mark_nowait(Path(path))
+                    elif change == watchfiles.Change.added:
+                        for found in await anyio.to_thread.run_sync(transcripts_below, path):
+                            queue.mark_nowait(found)
+        except Exception as exc:  # noqa: BLE001 - the watcher never stops: say so, go on
+            log.warning("watching %s failed (%s); polling it instead", root, exc)
+            status.reason = f"watcher failed: {exc}"
+            polling = True
+            await anyio.sleep(RESTART_DELAY_S)
+            await anyio.Path(root).mkdir(parents=True, exist_ok=True)
