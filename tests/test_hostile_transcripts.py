@@ -320,10 +320,11 @@ anyio.run(main)
 
 @pytest.mark.skipif(not _userns_works(), reason="needs user namespaces (per-namespace limits)")
 def test_out_of_inotify_watches_the_watcher_polls_and_says_so(tmp_path: Path) -> None:
-    """In a user namespace of its own the watcher gets one inotify watch, too few for the
-    tree: it falls back to polling, says why, and still reports a transcript that appears."""
+    """In a user namespace of its own the watcher gets no inotify watch, not even for the
+    root: it falls back to polling, says why, and still reports a transcript that appears.
+    (With one watch, the root's, only the project folders are scanned: test_watch_limit.)"""
     (tmp_path / "p" / "q").mkdir(parents=True)
-    script = f'echo 1 > {INOTIFY_LIMIT} && exec "$@"'
+    script = f'echo 0 > {INOTIFY_LIMIT} && exec "$@"'
     done = subprocess.run(
         [*IN_USERNS, script, "sh", sys.executable, "-c", WATCHER_SCRIPT, str(tmp_path)],
         capture_output=True,

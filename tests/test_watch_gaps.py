@@ -1,69 +1,53 @@
-"""The pieces that find and scan the project folders inotify does not watch, on real files and
-a real inotify descriptor (the daemon end to end: tests/test_watch_limit.py)."""
+"""The pieces of the watcher on real files and a real inotify descriptor: the folder scan
+that stands in for missing watches, the watch tree (depth, links, byte names) and the event
+parser (the daemon end to end: tests/test_watch_limit.py, tests/test_watch_names.py)."""
 
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
-import anyio
 import pytest
-import watchfiles
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memd.daemon.watch_gaps import (
-    Gaps,
-    folder_inode,
-    missing_watches,
-    root_and_projects,
-    watched_inodes,
-)
+from memd.daemon.inotify import Event, Inotify, parse_events
+from memd.daemon.watch_gaps import Gaps, project_folders
+from memd.daemon.watch_tree import LINK, Tree
 
 
-@given(st.lists(st.integers(min_value=1, max_value=2**63), max_size=50))
-def test_watched_inodes_reads_every_watch_line_and_nothing_else(inodes: list[int]) -> None:
-    lines = ["pos:\t0", "flags:\t02004000", "mnt_id:\t17", "ino:\t1038"]
-    for wd, ino in enumerate(inodes, 1):
-        lines.append(
-            f"inotify wd:{wd:x} ino:{ino:x} sdev:fe00000 mask:3ee ignored_mask:0 "
-            "fhandle-bytes:8 fhandle-type:1 f_handle:7e40240021f64ccf"
-        )
-    assert watched_inodes("\n".join(lines) + "\n") == set(inodes)
+def inotify_watches() -> int:
+    """How many inotify watches this process holds (its ``fdinfo`` lines)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify":
+                count += Path(f"/proc/self/fdinfo/{fd}").read_text().count("inotify wd:")
+        except OSError:
+            continue
+    return count
 
 
-@pytest.mark.anyio
-async def test_missing_watches_reads_this_process_s_inotify_descriptors(tmp_path: Path) -> None:
-    watched = tmp_path / "watched"
-    (watched / "inside").mkdir(parents=True)
-    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
-    elsewhere.mkdir()
-    inodes = {p.stat().st_ino for p in (watched, watched / "inside")}
-    stop = anyio.Event()
-    with anyio.fail_after(20):
-        async for _ in watchfiles.awatch(watched, stop_event=stop, yield_on_timeout=True):
-            # the watcher is up (its first timeout): its watches are in /proc/self/fdinfo
-            assert missing_watches(inodes) == set()
-            assert missing_watches(inodes | {elsewhere.stat().st_ino}) == {elsewhere.stat().st_ino}
-            stop.set()
-    os.rmdir(elsewhere)
+names = st.binary(min_size=1, max_size=40).filter(lambda b: b"\0" not in b)
 
 
-def test_missing_watches_cannot_tell_without_an_inotify_descriptor(tmp_path: Path) -> None:
-    assert missing_watches({tmp_path.stat().st_ino}) is None
+@given(st.lists(st.tuples(st.integers(-1, 2**31 - 1), st.integers(0, 2**32 - 1), names)))
+def test_events_parse_back_whatever_the_names(records: list[tuple[int, int, bytes]]) -> None:
+    buf = b""
+    for wd, mask, name in records:
+        padded = name + b"\0" * (16 - len(name) % 16)
+        buf += struct.pack("iIII", wd, mask, 0, len(padded)) + padded
+    assert parse_events(buf) == [Event(wd, mask, name) for wd, mask, name in records]
+    assert parse_events(buf[:-1]) == [Event(w, m, n) for w, m, n in records[:-1]]
 
 
-def test_only_folders_count_never_files_or_links(tmp_path: Path) -> None:
+def test_project_folders_are_folders_never_links_or_files(tmp_path: Path) -> None:
     (tmp_path / "-project").mkdir()
-    (tmp_path / "README").write_text("a file without a dot")
+    (tmp_path / "README").write_text("a file")
     (tmp_path / "-link").symlink_to(tmp_path / "-project")
-    assert folder_inode(str(tmp_path / "README")) is None
-    assert folder_inode(str(tmp_path / "-link")) is None
-    assert folder_inode(str(tmp_path / "gone")) is None
-    assert root_and_projects(str(tmp_path)) == {
-        tmp_path.stat().st_ino: str(tmp_path),
-        (tmp_path / "-project").stat().st_ino: str(tmp_path / "-project"),
-    }
+    assert project_folders(str(tmp_path)) == [str(tmp_path / "-project")]
+    assert project_folders(str(tmp_path / "gone")) == []
 
 
 def test_a_scan_reports_transcripts_that_appear_grow_or_go(tmp_path: Path) -> None:
@@ -75,7 +59,7 @@ def test_a_scan_reports_transcripts_that_appear_grow_or_go(tmp_path: Path) -> No
     (project / "s" / "subagents").mkdir(parents=True)
     (project / "s" / "subagents" / "agent-1.jsonl").write_bytes(b"{}\n")  # not a session
     gaps = Gaps()
-    gaps.unwatched[str(project)] = project.stat().st_ino
+    gaps.add([str(project)], quiet=False)
     assert gaps.scan() == [first]  # everything is new to the first scan
     assert gaps.scan() == []  # nothing changed: nothing to read
     second = project / "b.jsonl"
@@ -87,19 +71,74 @@ def test_a_scan_reports_transcripts_that_appear_grow_or_go(tmp_path: Path) -> No
     assert gaps.scan() == [second]  # a deletion is passed on: ingest forgets the session
     first.unlink()
     project.joinpath("notes.md").unlink()
-    for leftover in ("s/subagents/agent-1.jsonl",):
-        (project / leftover).unlink()
+    (project / "s" / "subagents" / "agent-1.jsonl").unlink()
     for folder in ("s/subagents", "s", ""):
         (project / folder).rmdir()
     assert gaps.scan() == [first]
-    assert gaps.unwatched == {}  # a folder that is gone is no longer scanned
+    assert gaps.unwatched == set()  # a folder that is gone is no longer scanned
 
 
-@pytest.mark.parametrize("raised", [False, True])
-def test_forget_hands_back_the_folders_to_look_up_again(tmp_path: Path, raised: bool) -> None:
+def test_a_quiet_add_reports_only_what_changes_after_it(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(b"{}\n")
     gaps = Gaps()
-    gaps.unwatched[str(tmp_path)] = tmp_path.stat().st_ino
-    if raised:
-        gaps.scan()
-    assert gaps.forget() == {str(tmp_path): tmp_path.stat().st_ino}
-    assert gaps.unwatched == {} and gaps.stamps == {}
+    gaps.add([str(tmp_path)], quiet=True)  # the startup scan reads what is there
+    assert gaps.scan() == []
+    (tmp_path / "b.jsonl").write_bytes(b"{}\n")
+    assert gaps.scan() == [tmp_path / "b.jsonl"]
+    assert gaps.forget() == {str(tmp_path)}
+    assert gaps.unwatched == set() and gaps.stamps == {}
+
+
+def test_a_folder_replaced_by_a_link_is_no_longer_scanned(tmp_path: Path) -> None:
+    project = tmp_path / "-p"
+    project.mkdir()
+    gaps = Gaps()
+    gaps.add([str(project)], quiet=True)
+    project.rmdir()
+    project.symlink_to("/usr/bin")
+    assert gaps.scan() == [] and gaps.unwatched == set()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fdinfo"), reason="needs Linux /proc")
+def test_the_tree_watches_folders_down_to_subagents_and_never_through_a_link(
+    tmp_path: Path,
+) -> None:
+    """A project folder linked to /usr costs no watch and is named as skipped; a project
+    folder, session folder and subagents folder get one each, nothing deeper does."""
+    root = tmp_path / "projects"
+    deep = root / "-p" / "s" / "subagents" / "deeper"
+    deep.mkdir(parents=True)
+    (root / "-p" / "s.jsonl").write_bytes(b"{}\n")
+    (root / "x").symlink_to("/usr")
+    (root / "-p" / "memory").symlink_to("/usr/share")  # a link deeper down: the same
+    before = inotify_watches()
+    tree = Tree(Inotify(), str(root))
+    try:
+        tree.watch_root()
+        found = tree.fill(report=True)
+        assert inotify_watches() - before == 4  # root, -p, s, subagents
+        assert found.transcripts == [root / "-p" / "s.jsonl"] and found.unwatched == []
+        assert tree.skipped == {str(root / "x"): LINK, str(root / "-p" / "memory"): LINK}
+    finally:
+        tree.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fdinfo"), reason="needs Linux /proc")
+def test_the_tree_reports_transcripts_whatever_bytes_name_them(tmp_path: Path) -> None:
+    root = os.fsencode(tmp_path)
+    tree = Tree(Inotify(), str(tmp_path))
+    try:
+        tree.watch_root()
+        tree.fill(report=False)
+        os.mkdir(root + b"/caf\xe9")  # a Latin-1 project folder, then its transcript
+        os.mkdir(root + b"/caf\xe9/\xff\xfe")
+        transcript = root + b"/caf\xe9/\xff\xfe.jsonl"
+        Path(os.fsdecode(transcript)).write_bytes(b"")
+        found = tree.handle(tree.inotify.read())
+        assert [os.fsencode(p) for p in found.transcripts] == [transcript]
+        with open(transcript, "ab") as f:
+            f.write(b"{}\n")
+        found = tree.handle(tree.inotify.read())
+        assert [os.fsencode(p) for p in found.transcripts] == [transcript]
+    finally:
+        tree.close()

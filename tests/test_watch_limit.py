@@ -159,7 +159,14 @@ def test_project_folders_made_after_the_watches_ran_out_are_still_followed(
 
             set_limit(proc.pid, 100)  # the fix: memd watches them again by itself
             wait_for(lambda: watcher(home)["mode"] == "inotify", timeout=60, what="inotify")
-            assert watcher(home) == {"mode": "inotify", "reason": None, "unwatched": 0, "fix": None}
+            assert watcher(home) == {
+                "mode": "inotify",
+                "reason": None,
+                "unwatched": 0,
+                "fix": None,
+                "skipped_count": 0,
+                "skipped": [],
+            }
             assert inotify_watches(proc.pid) == 5  # the root and the four projects
             s4 = new_session(home, "-p4", lines)
             wait_for(lambda: followed(home, "p4", s4), timeout=60, what="a project after the fix")
@@ -174,13 +181,13 @@ def test_project_folders_made_after_the_watches_ran_out_are_still_followed(
 
 @pytest.mark.skipif(not IS_ROOT or shutil.which("setpriv") is None, reason="needs root, setpriv")
 @pytest.mark.timeout(300)
-def test_folders_left_unwatched_past_one_memd_may_not_read_are_still_followed(
+def test_a_folder_memd_may_not_read_is_skipped_and_named_the_others_watched(
     tmp_path: Path,
 ) -> None:
-    """watchfiles, told to skip what it may not read, stops adding watches at the first such
-    folder: project folders met after it are silently not watched. memd, which lets it skip
-    only after a first refusal, looks the whole tree up among its watches then, and scans
-    the project folders missing."""
+    """watchfiles, told to skip what it may not read, stopped adding watches at the first
+    such folder, and the project folders met after it went unwatched. memd adds its watches
+    one folder at a time: the folder it may not read is skipped and named in ``status``;
+    every other one is watched (no scan), and followed."""
     lines = GOOD.read_bytes().splitlines(keepends=True)
     with fake_home(tmp_path) as home:
         paths = {}
@@ -197,12 +204,13 @@ def test_folders_left_unwatched_past_one_memd_may_not_read_are_still_followed(
         try:
             wait_for(lambda: "startup scan:" in log_text(home), timeout=60, what="the scan")
             state = wait_for(
-                lambda: (w := watcher(home))["mode"] == "inotify+scan" and w,
+                lambda: (w := watcher(home))["skipped_count"] and w,
                 timeout=60,
-                what="the folders it could not watch",
+                what="the folder it may not read",
             )
-            assert state["unwatched"] >= 2, state  # -secret and what came after it
-            assert "memd may not read" in state["reason"], state
+            assert state["mode"] == "inotify" and state["unwatched"] == 0, state
+            assert state["skipped"] == [{"path": str(secret), "reason": "Permission denied"}]
+            assert inotify_watches(proc.pid) == 5  # the root and the four it may read
             for part in (lines[4:8], lines[8:]):
                 for path in paths.values():
                     append(path, part)

@@ -34,6 +34,7 @@ from memd_client.errors import (
     ProtocolMismatch,
     RemoteError,
 )
+from memd_client.names import encodable
 from memd_client.paths import socket_path
 from memd_client.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -98,6 +99,15 @@ def _checked_hello(result: Any) -> dict[str, Any]:
     return result  # type: ignore[no-any-return]
 
 
+def request_frame(rid: RequestId, method: str, params: dict[str, Any] | None) -> bytes:
+    """The request's frame; a name in ``params`` that is not UTF-8 (a path or id given as
+    raw bytes on the command line) goes as memd shows names: escaped (memd_client.names)."""
+    try:
+        return encode_frame(request(rid, method, params))
+    except UnicodeEncodeError:
+        return encode_frame(request(rid, method, encodable(params)))
+
+
 class Client:
     """Blocking client over one Unix-socket connection."""
 
@@ -138,7 +148,7 @@ class Client:
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Call ``method``; its result, or :class:`RemoteError` carrying the daemon's code."""
         rid = next(self._ids)
-        payload = encode_frame(request(rid, method, params))
+        payload = request_frame(rid, method, params)
         deadline = time.monotonic() + self.timeout
         try:
             reply = self._exchange(payload, rid, deadline)
@@ -256,7 +266,7 @@ class AsyncClient:
         import asyncio
 
         rid = next(self._ids)
-        payload = encode_frame(request(rid, method, params))
+        payload = request_frame(rid, method, params)
         async with self._lock:
             try:
                 async with asyncio.timeout(self.timeout):

@@ -82,16 +82,32 @@ def model_lines(llm: dict[str, Any], st: Style) -> list[str]:
 
 
 def watcher_lines(w: dict[str, Any] | None, st: Style) -> list[str]:
-    """Nothing while inotify watches everything; else how memd follows the tree, and the fix."""
-    if not isinstance(w, dict) or w.get("mode") in (None, "inotify", "starting"):
+    """Nothing while inotify watches everything; else how memd follows the tree, and the fix;
+    then what it skipped (links not followed, folders it may not read)."""
+    if not isinstance(w, dict):
         return []
+    lines = []
     if w.get("mode") == "polling":
-        text = "polling the whole tree"
-    else:
+        lines.append(f"watcher   {st.warn('polling the whole tree')}: {w.get('reason')}")
+    elif w.get("mode") not in (None, "inotify", "starting", "native"):
         text = f"inotify; {w.get('unwatched', 0)} project folders scanned instead"
-    lines = [f"watcher   {st.warn(text)}: {w.get('reason')}"]
-    if w.get("fix"):
+        lines.append(f"watcher   {st.warn(text)}: {w.get('reason')}")
+    if lines and w.get("fix"):
         lines.append(f"          fix: {w['fix']}")
+    return lines + skipped_lines(w)
+
+
+def skipped_lines(w: dict[str, Any]) -> list[str]:
+    count = w.get("skipped_count")
+    skipped = w.get("skipped")
+    if not isinstance(count, int) or not count or not isinstance(skipped, list):
+        return []
+    lines = [f"skipped   {count} under the projects root, not watched or read:"]
+    for row in skipped:
+        if isinstance(row, dict):
+            lines.append(f"          {row.get('path')}: {row.get('reason')}")
+    if count > len(skipped):
+        lines.append(f"          ... and {count - len(skipped)} more")
     return lines
 
 

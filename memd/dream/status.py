@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from memd.dream import gates
 from memd.dream.gates import GATE_ORDER, Go, NeedScan, Skip, Verdict
 from memd.llm.ledger import billed_tokens
+from memd_client.names import encodable
 
 if TYPE_CHECKING:
     from memd.dream.service import DreamDir, Running
@@ -95,12 +96,7 @@ def _brief(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def printable(value: Any) -> Any:
-    """``value`` with every string made valid UTF-8: a file name that is not (its bytes come
-    back as lone surrogates) must not make a status or log answer unencodable."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return {printable(k): printable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [printable(v) for v in value]
-    return value
+    """``value`` with every string made encodable: a file name that is not UTF-8 (its bytes
+    come back as lone surrogates) is shown escaped, as every name in a reply is
+    (:mod:`memd_client.names`), and must not make a status or log answer unencodable."""
+    return encodable(value)

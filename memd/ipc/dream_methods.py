@@ -8,6 +8,7 @@ from memd.dream.history import dream_log, dream_restore
 from memd.dream.status import printable
 from memd.ipc.params import opt_str
 from memd.ipc.server import Handler, InvalidParams
+from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
@@ -28,6 +29,7 @@ def dream_methods(daemon: Daemon) -> dict[str, Handler]:
         if op not in OPS:
             raise InvalidParams(f"'op' must be one of {', '.join(OPS)}, got {op!r}")
         cwd, project = opt_str(params, "cwd"), opt_str(params, "project")
+        project = unescape_name(project) if project else project
         run = opt_str(params, "run")
         force = params.get("force", False)
         if not isinstance(force, bool):

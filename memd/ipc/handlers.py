@@ -25,6 +25,7 @@ from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
 from memd.memory.paths import project_slug
 from memd.state import SessionState
+from memd_client.names import escape_name, unescape_name
 from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
         """Every known session, newest first. Params: ``project`` (folder name filter) or
         ``cwd`` (the project's directory), ``limit`` (default all)."""
         cwd = opt_str(params, "cwd")
-        project = project_slug(cwd) if cwd else opt_str(params, "project")
+        project = project_slug(cwd) if cwd else unescape_name(opt_str(params, "project") or "")
         limit = int_param(params, "limit", 0)
         threshold = compact_threshold(daemon)
         rows = daemon.registry.newest(limit or None, project or None)
@@ -189,10 +190,10 @@ def config_result(daemon: Daemon) -> dict[str, Any]:
     return {
         "config": config_as_dict(daemon.loaded.config),
         "paths": {
-            "config_file": str(paths.config_file) if paths.config_file else None,
-            "projects_root": str(paths.projects_root),
-            "state_dir": str(paths.state_dir),
-            "socket": str(paths.socket_path),
+            "config_file": escape_name(str(paths.config_file)) if paths.config_file else None,
+            "projects_root": escape_name(str(paths.projects_root)),
+            "state_dir": escape_name(str(paths.state_dir)),
+            "socket": escape_name(str(paths.socket_path)),
         },
     }
 
@@ -205,9 +206,9 @@ def compact_threshold(daemon: Daemon) -> int:
 
 def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -> dict[str, Any]:
     return {
-        "session_id": s.session_id,
-        "project": s.project,
-        "path": s.path,
+        "session_id": escape_name(s.session_id),
+        "project": escape_name(s.project),
+        "path": escape_name(s.path),
         "cwd": s.cwd,
         "parsed": s.parsed,
         "in_memory": daemon.registry.resident(s.path),
@@ -239,7 +240,8 @@ async def session_read_first(daemon: Daemon, ident: str | None) -> SessionState:
     try:
         return find_session(daemon, ident)
     except NotFound:
-        path = await anyio.to_thread.run_sync(daemon.registry.locate, ident or "")
+        name = unescape_name(ident or "")
+        path = await anyio.to_thread.run_sync(daemon.registry.locate, name)
         if path is None or await daemon.registry.ingest(path) is None:
             raise
         return find_session(daemon, ident)
@@ -249,8 +251,8 @@ def brief_row(s: SessionState, threshold: int) -> dict[str, Any]:
     """A session as ``status`` lists it: what a glance shows (``memdctl status`` and ``top``);
     ``sessions`` and ``session`` give every figure."""
     return {
-        "session_id": s.session_id,
-        "project": s.project,
+        "session_id": escape_name(s.session_id),
+        "project": escape_name(s.project),
         "parsed": s.parsed,
         "message_count": s.message_count,
         "context_tokens": s.context_tokens,
@@ -268,7 +270,12 @@ def unreadable_report(daemon: Daemon, limit: int = 20) -> dict[str, Any]:
     return {
         "unreadable_count": count,
         "unreadable": [
-            {"session_id": s.session_id, "path": s.path, **(_unreadable(s) or {})} for s in states
+            {
+                "session_id": escape_name(s.session_id),
+                "path": escape_name(s.path),
+                **(_unreadable(s) or {}),
+            }
+            for s in states
         ],
     }
 

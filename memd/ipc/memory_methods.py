@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
 from memd.memory.hook_context import hook_context, hook_stdout, parse_hook_stdin
+from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
@@ -35,6 +36,7 @@ def memory_methods(daemon: Daemon) -> dict[str, Handler]:
     async def memories(params: dict[str, Any]) -> Any:
         """Params: ``cwd`` or ``project`` (folder name or path). Result: manifest rows."""
         cwd, project = opt_str(params, "cwd"), opt_str(params, "project")
+        project = unescape_name(project) if project else project
         return await _valid(lambda: svc.memories(cwd=cwd, project=project))()
 
     async def recall(params: dict[str, Any]) -> Any:

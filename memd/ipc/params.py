@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from memd.errors import NotFound
 from memd.ipc.server import Handler, InvalidParams
 from memd.state import SessionState
+from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
@@ -162,13 +163,14 @@ def str_list(params: dict[str, Any], key: str) -> list[str]:
 
 
 def find_session(daemon: Daemon, ident: str | None) -> SessionState:
-    """A session by id or unique id prefix."""
+    """A session by id or unique id prefix, as replies show it (escaped: memd_client.names)."""
     if not ident:
         raise InvalidParams("'session' is required: a session id or a unique prefix of one")
-    exact = daemon.registry.get(ident)
+    name = unescape_name(ident)
+    exact = daemon.registry.get(name)
     if exact is not None:
         return exact
-    matches = daemon.registry.find(ident)
+    matches = daemon.registry.find(name)
     if not matches:
         raise NotFound(f"no session {ident!r}; `memdctl sessions` lists the known ones")
     if len(matches) > 1:

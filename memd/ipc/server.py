@@ -55,6 +55,7 @@ from memd.ipc.socketfile import (
     unlink_if_ours,
 )
 from memd_client import protocol as p
+from memd_client.names import encodable
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +298,7 @@ class Server:
 
     def error_frame(self, rid: p.RequestId | None, code: str, message: str) -> bytes:
         self._errors[code] += 1
-        return p.encode_frame(p.failure(rid, code, message))
+        return p.encode_frame(p.failure(rid, code, encodable(message)))
 
     async def answer(self, request: p.Request) -> bytes:
         """The encoded reply to one request, under its timeout; never raises except on
@@ -338,17 +339,21 @@ class Server:
 
     def _encode_result(self, request: p.Request, result: Any) -> bytes:
         try:
-            return p.encode_frame(
-                p.success(request.id, result),
-                max_frame_bytes=self.max_frame_bytes,
-                packer=self._pack,
-            )
+            try:
+                return self._frame(request, result)
+            except UnicodeEncodeError:  # a name no handler escaped: as the others are
+                return self._frame(request, encodable(result))
         except p.FrameTooLarge as exc:
             message = f"the result of {request.method} is too large ({exc.size} bytes)"
         except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             log.error("result of %s cannot be encoded: %s", request.method, exc)
             message = f"the result of {request.method} cannot be encoded"
         return self.error_frame(request.id, p.INTERNAL, message)
+
+    def _frame(self, request: p.Request, result: Any) -> bytes:
+        return p.encode_frame(
+            p.success(request.id, result), max_frame_bytes=self.max_frame_bytes, packer=self._pack
+        )
 
     def _error_for(self, request: p.Request, exc: Exception) -> bytes:
         code = error_code_for(exc)
