@@ -1,6 +1,6 @@
 """A deleted transcript is forgotten on the watcher's word, not by a per-minute sweep.
 
-The real watcher (inotify through watchfiles) on a real tree, the real registry: the deletion
+The real watcher (inotify) on a real tree, the real registry: the deletion
 is marked on the ingest queue, and ingesting the vanished path drops the session, its
 conversation and its figures from the totals. The hourly sweep still catches what no event
 reported.

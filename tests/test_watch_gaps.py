@@ -142,3 +142,16 @@ def test_the_tree_reports_transcripts_whatever_bytes_name_them(tmp_path: Path) -
         assert [os.fsencode(p) for p in found.transcripts] == [transcript]
     finally:
         tree.close()
+
+
+def test_a_folder_dropped_from_the_scan_takes_its_stamps_with_it(tmp_path: Path) -> None:
+    kept, dropped = tmp_path / "-kept", tmp_path / "-dropped"
+    for folder in (kept, dropped):
+        folder.mkdir()
+        (folder / "s.jsonl").write_bytes(b"{}\n")
+    gaps = Gaps()
+    gaps.add([str(kept), str(dropped)], quiet=True)
+    gaps.drop(str(dropped))  # watched now
+    assert gaps.unwatched == {str(kept)}
+    assert list(gaps.stamps) == [kept / "s.jsonl"]
+    assert gaps.scan() == []  # what the kept folder holds is still not news

@@ -232,18 +232,22 @@ class Watcher:
 
     async def _retry_unwatched(self, tree: Tree) -> None:
         """Watch the scanned folders again: a raised limit ends the scan by itself."""
-        folders = self.gaps.forget()
-        found = Found()
-        for folder in sorted(folders):
-            more = await anyio.to_thread.run_sync(partial(tree.add, folder, 1, report=True))
-            found.transcripts += more.transcripts
-            found.unwatched += more.unwatched
-        for path in found.transcripts:
+        for path in await anyio.to_thread.run_sync(self._rewatch, tree):
             self.queue.mark_nowait(path)
-        self.gaps.add(found.unwatched, quiet=False)
-        if not found.unwatched:
+        if not self.gaps.unwatched:
             log.warning("watching %s with inotify again (the watch limit was raised)", self.root)
             self.status.reason = self.status.fix = None
+
+    def _rewatch(self, tree: Tree) -> list[Path]:
+        """The folders that get their watch now leave the scan; their transcripts are news
+        (the scan may not have seen their last change). Blocking."""
+        news: list[Path] = []
+        for folder in sorted(self.gaps.unwatched):
+            found = tree.add(folder, 1, report=True)
+            if folder not in found.unwatched:
+                self.gaps.drop(folder)
+                news += found.transcripts
+        return news
 
     def _show_mode(self, tree: Tree | None) -> None:
         self.status.unwatched = len(self.gaps.unwatched)

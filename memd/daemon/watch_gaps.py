@@ -107,6 +107,11 @@ class Gaps:
         self.stamps = fresh
         return changed
 
+    def drop(self, folder: str) -> None:
+        """``folder`` is watched now: no longer scanned."""
+        self.unwatched.discard(folder)
+        self.stamps = {p: s for p, s in self.stamps.items() if str(p.parent) != folder}
+
     def forget(self) -> set[str]:
         """Drop every unwatched folder (the watcher watches them again); return them."""
         folders, self.unwatched = self.unwatched, set()
