@@ -77,6 +77,8 @@ ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("Shell", {"command": f"head -c 100000 {TRANSCRIPT}"}),
     ("Shell", {"command": "grep -r deploy .."}),
     ("Write", {"file_path": "../evil.md", "content": "x"}),
+    ("Write", {"file_path": "huge.md", "content": "x" * 3_000_000}),
+    ("Edit", {"file_path": "note.md", "old_string": "hi", "new_string": "x" * 3_000_000}),
     ("Write", {"file_path": "{root}/secret.txt", "content": "x"}),
     ("Edit", {"file_path": TRANSCRIPT, "old_string": "deploy", "new_string": "x"}),
     ("Write", {"file_path": ".git/config", "content": "[core]\n\tfsmonitor = /bin/sh\n"}),

@@ -12,14 +12,14 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memd.agent.files import FileLimits, Problem, apply_edit, numbered
 from memd.agent.permissions import EditOnlyFile, MemoryDirPolicy, Policy, ReadOnly
 from memd.agent.process import ShellLimits
 from memd.agent.search import glob_regex, split_glob_root
-from memd.agent.tools import Tool, ToolResult, make_tools, policy_tools
+from memd.agent.tools import FunctionTool, Tool, ToolContext, ToolResult, make_tools, policy_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -251,6 +251,37 @@ async def test_write_overwrites_and_refuses_read_roots(area: Path) -> None:
     assert denied.denied and (area / "ro" / "ref.md").read_text() == "reference beta\n"
 
 
+async def test_a_3_mb_memory_file_is_refused(area: Path) -> None:
+    tools = tools_for(area)
+    big = "x" * 3_000_000
+    result = await call(tools, "Write", file_path="big.md", content=big)
+    assert result.is_error and result.touched == ()
+    assert "would hold 3000000 bytes" in result.content
+    assert f"at most {FileLimits().write_max_file_bytes} bytes" in result.content
+    assert not (area / "mem" / "big.md").exists()
+    grown = await call(tools, "Edit", file_path="a.md", old_string="beta", new_string=big)
+    assert grown.is_error and "at most" in grown.content
+    assert (area / "mem" / "a.md").read_text() == "alpha\nbeta\nalpha\n"
+    fits = await call(tools, "Write", file_path="ok.md", content="y" * 200_000)
+    assert not fits.is_error
+
+
+async def test_writes_have_a_budget_per_run(area: Path) -> None:
+    tools = tools_for(area, write_max_run_bytes=10_000)
+    for name in ("n0.md", "n1.md"):
+        assert not (await call(tools, "Write", file_path=name, content="z" * 4000)).is_error
+    over = await call(tools, "Write", file_path="n2.md", content="z" * 4000)
+    assert over.is_error and "this run has written 8000 bytes" in over.content
+    assert "at most 10000" in over.content and not (area / "mem" / "n2.md").exists()
+    edit = await call(
+        tools, "Edit", file_path="n0.md", old_string="z", new_string="yy", replace_all=True
+    )
+    assert edit.is_error and "this run has written" in edit.content
+    assert (area / "mem" / "n0.md").read_text() == "z" * 4000
+    next_run = tools_for(area, write_max_run_bytes=10_000)
+    assert not (await call(next_run, "Write", file_path="n2.md", content="z" * 4000)).is_error
+
+
 async def test_delete_needs_allow_delete(area: Path) -> None:
     denied = await call(tools_for(area), "Delete", file_path="a.md")
     assert denied.denied and (area / "mem" / "a.md").exists()
@@ -423,3 +454,45 @@ def test_definitions_are_plain_json() -> None:
     tools = make_tools(MemoryDirPolicy(Path("/m")), ALL, cwd=Path("/m"))
     text = json.dumps([t.input_schema for t in tools.values()])
     assert re.search(r"\bfile_path\b", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults: never an exception out of a tool
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(st.characters(exclude_categories=()), max_size=12))
+@example("a\ud800.md")
+@example("sub/../../x")
+def test_any_path_or_command_is_a_result_never_a_fault(tmp_path_factory: Any, text: str) -> None:
+    """Whatever text the model sends (lone surrogates, NULs, climbing parts), every tool
+    answers with a result of its own, not a fault caught by the last-resort wrapper."""
+    mem = tmp_path_factory.mktemp("fault") / "mem"
+    mem.mkdir()
+    tools = make_tools(MemoryDirPolicy(mem, allow_delete=True), ALL, cwd=mem)
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("Read", {"file_path": text}),
+        ("Write", {"file_path": text, "content": text}),
+        ("Edit", {"file_path": text, "old_string": "", "new_string": text}),
+        ("Delete", {"file_path": text}),
+        ("Grep", {"pattern": "x", "path": text}),
+        ("Glob", {"pattern": text or "*"}),
+        ("Shell", {"command": f"cat '{text}'"}),
+        ("Shell", {"command": f"echo {text!r}"}),
+    ]
+
+    async def run() -> None:
+        for name, args in calls:
+            result = await call(tools, name, **args)
+            assert "failed inside memd" not in result.content, (name, args, result)
+
+    anyio.run(run)
+
+
+async def test_a_fault_inside_a_tool_is_an_error_result(area: Path) -> None:
+    async def broken(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
+        raise RuntimeError("a bug")
+
+    tool = FunctionTool("Read", "d", {}, tools_for(area)["Read"].context, broken)  # type: ignore[attr-defined]
+    result = await tool.run({})
+    assert result.is_error and "Read failed inside memd (RuntimeError)" in result.content

@@ -1,26 +1,29 @@
 """File operations behind the Read, Edit, Write and Delete tools.
 
 Pure parts (:func:`apply_edit`, :func:`numbered`) decide what the result is; the blocking
-parts run in a worker thread (the tools call them through ``anyio.to_thread``). Every function
-here acts on a path the policy has already resolved and allowed, and checks again at the last
-moment that it is not a symbolic link or a file with other hard links, so a swap between the
-check and the write cannot redirect it. Writes are atomic: a unique temporary file in the
-same directory, fsync, ``os.replace``; an existing file keeps its mode.
+parts run in a worker thread (the tools call them through ``anyio.to_thread``). Every
+function here acts on a name beneath an :class:`~memd.confined.Area` (a place the policy has
+allowed), never on a path: reads open through the confined walk and check what they opened
+(a regular file with one link, the user's), writes replace the file atomically inside its
+parent's descriptor (:meth:`Area.write`), so a folder swapped for a link at any instant
+cannot redirect either; an existing file keeps its mode, a new one is 0600.
+
+Writes have a size limit per file and per run (:class:`WriteBudget`): a memory is a short
+note, and an agent that writes megabytes has gone wrong (a dream would then roll itself back
+whole).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
-from memd import atomic
+from memd.confined import Area, Refused
 
-NEW_FILE_MODE = 0o600  # notes and memories are private to the user
 _SNIFF_BYTES = 8192
 
 
@@ -38,6 +41,10 @@ class FileLimits:
     grep_max_line_chars: int = 500
     glob_max_results: int = 200
     search_max_seconds: float = 5.0  # one Grep or Glob call, hostile patterns included
+    # What Write and Edit may leave in one file, and write in all during one run (one
+    # make_tools call): a memory is a short note, MEMORY.md an index of ~25 KB.
+    write_max_file_bytes: int = 256 * 1024
+    write_max_run_bytes: int = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Problem:
     """An operation that cannot be done; ``message`` tells the model why and what to do."""
 
     message: str
+    denied: bool = False  # refused by what the entry is (a link, a hard link), not a fault
 
 
 @dataclass(frozen=True)
@@ -87,21 +95,75 @@ def numbered(number: int, text: str, *, max_chars: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Blocking I/O (run in a worker thread)
+# The write budget
 
 
-def open_regular(path: str) -> BinaryIO | Problem:
-    """Open for reading without following a final link and without blocking on a FIFO."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+class WriteBudget:
+    """Bytes one run may still write, and the most one file may hold (thread-safe)."""
+
+    def __init__(self, limits: FileLimits) -> None:
+        self.max_file = limits.write_max_file_bytes
+        self.max_run = limits.write_max_run_bytes
+        self.spent = 0
+        self._lock = threading.Lock()
+
+    def take(self, where: str, size: int) -> Problem | None:
+        """Count ``size`` bytes written to ``where``, or say why they may not be."""
+        if size > self.max_file:
+            return Problem(
+                f"{where} would hold {size} bytes; a file written here may hold at most "
+                f"{self.max_file} bytes. Keep memories short: summarize, or split the content "
+                "into several topic files"
+            )
+        with self._lock:
+            if self.spent + size > self.max_run:
+                return Problem(
+                    f"not written: this run has written {self.spent} bytes and may write at "
+                    f"most {self.max_run} in all; {where} ({size} bytes) would pass that. "
+                    "Finish with the files already written"
+                )
+            self.spent += size
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocking I/O beneath an area (run in a worker thread)
+
+
+def open_problem(area: Area, relative: str, exc: OSError | ValueError) -> Problem:
+    """What an open beneath ``area`` that failed means, for the model."""
+    where = area.path(relative) if relative else area.root
+    if isinstance(exc, Refused):
+        return Problem(
+            f"denied: {where} is not a regular file memd reads or writes ({exc.kind}); links, "
+            "hard-linked files and special files in the area are never followed, read or "
+            "written",
+            denied=True,
+        )
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return Problem(f"{where} does not exist")
+    if isinstance(exc, ValueError):
+        return Problem(f"denied: {relative!r} is not a plain name beneath the area", denied=True)
+    return Problem(f"cannot open {where}: {exc.strerror or exc}")
+
+
+def is_dir(area: Area, relative: str) -> bool:
+    """Whether ``relative`` is a folder of its own (a link to one is not)."""
+    if not relative:
+        return True
+    info = area.lstat(relative)
+    return info is not None and stat.S_ISDIR(info.st_mode)
+
+
+def open_text(area: Area, relative: str) -> BinaryIO | Problem:
+    """A handle on the regular, one-link file ``relative``; never blocks on a FIFO."""
+    if is_dir(area, relative):
+        where = area.path(relative) if relative else area.root
+        return Problem(f"{where} is a directory; list it with Glob or Shell (ls)")
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return Problem(f"{path} does not exist")
-    except OSError as exc:
-        return Problem(f"cannot open {path}: {exc.strerror}")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return Problem(f"{path} is not a regular file")
+        fd = area.open_file(relative)
+    except (OSError, ValueError) as exc:
+        return open_problem(area, relative, exc)
     return os.fdopen(fd, "rb")
 
 
@@ -118,14 +180,17 @@ def _lines(handle: BinaryIO, max_bytes: int) -> Iterator[bytes]:
         yield chunk.rstrip(b"\n").rstrip(b"\r")
 
 
-def read_window(path: str, *, offset: int, limit: int, limits: FileLimits) -> str | Problem:
+def read_window(
+    area: Area, relative: str, *, offset: int, limit: int, limits: FileLimits
+) -> str | Problem:
     """Lines ``offset``… (1-based, at most ``limit``) of a text file, numbered."""
-    handle = open_regular(path)
+    handle = open_text(area, relative)
     if isinstance(handle, Problem):
         return handle
     with handle:
         if b"\0" in handle.read(_SNIFF_BYTES):
-            return Problem(f"{path} looks like a binary file; it cannot be shown as text")
+            where = area.path(relative)
+            return Problem(f"{where} looks like a binary file; it cannot be shown as text")
         handle.seek(0)
         shown: list[str] = []
         size = 0
@@ -147,90 +212,83 @@ def read_window(path: str, *, offset: int, limit: int, limits: FileLimits) -> st
     return "\n".join([*shown, note] if note else shown)
 
 
-def read_text(path: str, *, max_bytes: int) -> str | Problem | None:
-    """The whole file as UTF-8 text; ``None`` if it does not exist."""
-    if not os.path.lexists(path):
+def read_text(area: Area, relative: str, *, max_bytes: int) -> str | Problem | None:
+    """The whole file as UTF-8 text; ``None`` if there is nothing by that name."""
+    if area.lstat(relative) is None:
         return None
-    handle = open_regular(path)
+    handle = open_text(area, relative)
     if isinstance(handle, Problem):
         return handle
     with handle:
         data = handle.read(max_bytes + 1)
+    where = area.path(relative)
     if len(data) > max_bytes:
-        return Problem(f"{path} is larger than {max_bytes} bytes; it cannot be edited here")
+        return Problem(f"{where} is larger than {max_bytes} bytes; it cannot be edited here")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        return Problem(f"{path} is not UTF-8 text; it cannot be edited here")
+        return Problem(f"{where} is not UTF-8 text; it cannot be edited here")
 
 
 def edit_file(
-    path: str, old: str, new: str, *, replace_all: bool, max_bytes: int
+    area: Area,
+    relative: str,
+    old: str,
+    new: str,
+    *,
+    replace_all: bool,
+    max_bytes: int,
+    budget: WriteBudget,
 ) -> Edited | Problem:
-    """Apply one exact replacement to ``path`` (an empty ``old`` creates a missing file)."""
-    current = read_text(path, max_bytes=max_bytes)
+    """Apply one exact replacement to ``relative`` (an empty ``old`` creates a missing file)."""
+    current = read_text(area, relative, max_bytes=max_bytes)
     if isinstance(current, Problem):
         return current
+    where = area.path(relative)
     if current is None or (not old and not current):
         if old:
-            return Problem(f"{path} does not exist; to create it, pass an empty old_string")
-        if not os.path.isdir(os.path.dirname(path)):
-            return Problem(f"the directory of {path} does not exist")
-        problem = write_atomic(path, new.encode("utf-8"))
+            return Problem(f"{where} does not exist; to create it, pass an empty old_string")
+        if not is_dir(area, os.path.dirname(relative)):
+            return Problem(f"the directory of {where} does not exist")
+        problem = write_bytes(area, relative, new.encode("utf-8", errors="replace"), budget)
         return problem or Edited(1, created=current is None)
     changed = apply_edit(current, old, new, replace_all=replace_all)
     if isinstance(changed, Problem):
         return changed
-    problem = write_atomic(path, changed.encode("utf-8"))
+    problem = write_bytes(area, relative, changed.encode("utf-8", errors="replace"), budget)
     return problem or Edited(current.count(old) if replace_all else 1)
 
 
-def write_file(path: str, content: str, *, new_dirs: list[str]) -> Problem | None:
-    """Create ``new_dirs`` (outermost first; already allowed) and write ``path``."""
-    for directory in new_dirs:
-        with suppress(FileExistsError):
-            os.mkdir(directory, 0o700)
-    return write_atomic(path, content.encode("utf-8"))
+def write_bytes(area: Area, relative: str, data: bytes, budget: WriteBudget) -> Problem | None:
+    """Replace ``relative`` with ``data`` through the confined writer, within ``budget``.
 
-
-def write_atomic(path: str, data: bytes) -> Problem | None:
-    """Replace ``path`` with ``data`` atomically, keeping an existing file's mode."""
+    Folders on the way are made (never through a link); an existing link, hard-linked file
+    or special file is refused, never written through or replaced."""
+    where = str(area.path(relative))
+    problem = budget.take(where, len(data))
+    if problem is not None:
+        return problem
     try:
-        st: os.stat_result | None = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None:
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            return Problem(f"{path} is not a regular file (writes never follow links)")
-        if st.st_nlink > 1:
-            return Problem(f"{path} has other hard links; writing it would change them too")
-    mode = stat.S_IMODE(st.st_mode) if st is not None else NEW_FILE_MODE
-    atomic.write_atomic(Path(path), data, mode=mode)
+        area.write(relative, data)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, (Refused, ValueError)):
+            return open_problem(area, relative, exc)
+        return Problem(f"could not write {where}: {exc.strerror or exc}")
     return None
 
 
-def delete_file(path: str) -> Problem | None:
-    """Remove a regular file (never a link, never a directory)."""
+def delete_file(area: Area, relative: str) -> Problem | None:
+    """Remove a regular file (never a link's target, never a directory)."""
+    info = area.lstat(relative)
+    where = area.path(relative)
+    if info is None:
+        return Problem(f"{where} does not exist")
+    if not stat.S_ISREG(info.st_mode):
+        return Problem(f"{where} is not a regular file; only regular files may be deleted")
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return Problem(f"{path} does not exist")
-    if not stat.S_ISREG(st.st_mode):
-        return Problem(f"{path} is not a regular file; only regular files may be deleted")
-    os.unlink(path)
-    atomic.fsync_dir(Path(path).parent)
+        area.unlink(relative)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, (Refused, ValueError)):
+            return open_problem(area, relative, exc)
+        return Problem(f"could not delete {where}: {exc.strerror or exc}")
     return None
-
-
-def missing_dirs(directory: str) -> list[str]:
-    """The directories that would have to be created for ``directory`` to exist,
-    outermost first."""
-    missing: list[str] = []
-    current = directory
-    while current and not os.path.lexists(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    return missing[::-1]

@@ -48,6 +48,7 @@ __all__ = [
     "check_shell",
     "decide",
     "describe",
+    "expand_home",
     "may_create_dir",
     "resolve_policy",
     "resolve_target",
@@ -333,12 +334,27 @@ def resolve_policy(policy: Policy) -> Policy:
 
 
 def resolve_target(raw: str, *, base: Path) -> Target | Deny:
-    """Resolve a path named by the model, relative to ``base``."""
+    """Resolve a path named by the model, relative to ``base``.
+
+    A link that changes while it is resolved (``realpath`` reads it after its ``lstat``)
+    is a denial to retry, never an exception.
+    """
     if not raw.strip():
         return Deny("denied: the path is empty")
     if "\0" in raw:
         return Deny("denied: the path contains a NUL character")
-    named = os.path.join(_realpath(str(base)), _expand_home(raw))
+    try:
+        os.fsencode(raw)
+    except UnicodeEncodeError:
+        return Deny("denied: the path holds a character no file name can (a lone surrogate)")
+    try:
+        return _resolve_target(raw, base)
+    except OSError as exc:
+        return Deny(f"denied: {raw} changed while it was checked ({exc.strerror}); try again")
+
+
+def _resolve_target(raw: str, base: Path) -> Target:
+    named = os.path.join(_realpath(str(base)), expand_home(raw))
     resolved = _realpath(named)
     link = os.path.islink(named.rstrip("/") or "/")
     folded = os.path.normpath(named)
@@ -417,7 +433,7 @@ def _realpath(path: str) -> str:
     return os.path.realpath(path)
 
 
-def _expand_home(raw: str) -> str:
+def expand_home(raw: str) -> str:
     if raw == "~" or raw.startswith("~/"):
         try:
             return pwd.getpwuid(os.getuid()).pw_dir + raw[1:]

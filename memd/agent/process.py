@@ -32,6 +32,9 @@ class ShellLimits:
     timeout_s: float = 10.0
     max_output_bytes: int = 64 * 1024
     max_stderr_bytes: int = 8 * 1024
+    # The private copy of the areas a command runs over (memd.agent.mirror), per call.
+    copy_max_files: int = 5000
+    copy_max_bytes: int = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)

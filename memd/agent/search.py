@@ -1,9 +1,10 @@
-"""Searching files for the Grep and Glob tools: in Python, bounded, inside checked roots.
+"""Searching files for the Grep and Glob tools: in Python, bounded, beneath an area.
 
-The walk never descends into a linked directory, and a linked file is only visited when the
-caller's ``follow`` function resolves it to a path the policy lets the agent read; so a link
-inside the allowed area that points out of it is skipped, not read. FIFOs, devices and
-sockets are never opened (they could block forever), and ``.git`` directories are skipped.
+The walk is the confined one (:func:`memd.confined.tree`): every folder is opened beneath
+the area's root without following a link, every file is opened the same way and checked on
+its descriptor (a regular file with one link, the user's). A link, a hard-linked file, a
+FIFO, a device or a socket is passed over, never followed or read, whatever it is when the
+walk lists it and whatever it becomes before the open; ``.git`` folders are not searched.
 
 Pure parts: :func:`glob_regex` and :func:`split_glob_root`. The rest blocks and runs in a
 worker thread.
@@ -19,22 +20,22 @@ has neither, and a thread stuck in it would hold the interpreter and stall the d
 from __future__ import annotations
 
 import os
-import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import regex
 
-from memd.agent.files import FileLimits, Problem, open_regular
+from memd.agent.files import FileLimits
+from memd.confined import Area, Entry, tree
 
 GrepMode = Literal["files_with_matches", "content", "count"]
 GREP_MODES: tuple[GrepMode, ...] = ("files_with_matches", "content", "count")
-Follow = Callable[[str], str | None]  # a link's resolved path if it may be read, else None
 
 _GLOB_CHARS = frozenset("*?[{")
 _SKIPPED_DIRS = frozenset({".git"})
+_READ_ERRORS = (OSError, ValueError)
 _SNIFF_BYTES = 8192
 
 
@@ -155,13 +156,17 @@ def split_glob_root(pattern: str) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Walking and searching (blocking)
+# Walking and searching beneath an area (blocking)
 
 
 @dataclass(frozen=True)
 class Found:
-    shown: str  # the path as found under the root
-    real: str  # the path to open (a link's resolved target)
+    """A file found beneath an area."""
+
+    shown: str  # its absolute path, as the model sees it
+    relative: str  # beneath the area's root: what is opened
+    below: str  # beneath the folder searched: what globs match
+    mtime: float
 
 
 @dataclass(frozen=True)
@@ -170,72 +175,49 @@ class Walk:
     stopped: bool  # the entry limit was reached
 
 
-def walk(root: str, *, follow: Follow, max_entries: int) -> Walk:
-    """Every regular file below ``root`` (itself resolved and allowed), sorted by path."""
-    found: list[Found] = []
-    visited = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED_DIRS)
-        for name in sorted(filenames):
-            visited += 1
-            if visited > max_entries:
-                return Walk(tuple(found), True)
-            item = _admit(os.path.join(dirpath, name), follow)
-            if item is not None:
-                found.append(item)
-    return Walk(tuple(found), False)
+def found(area: Area, entry: Entry, folder: str) -> Found:
+    below = entry.relative[len(folder) + 1 :] if folder else entry.relative
+    return Found(str(area.path(entry.relative)), entry.relative, below, entry.info.st_mtime)
 
 
-def _admit(path: str, follow: Follow) -> Found | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    real = path
-    if stat.S_ISLNK(st.st_mode):
-        resolved = follow(path)
-        if resolved is None:
-            return None
-        real = resolved
-        try:
-            st = os.stat(real)
-        except OSError:
-            return None
-    return Found(path, real) if stat.S_ISREG(st.st_mode) else None
+def walk(area: Area, folder: str, *, max_entries: int) -> Walk:
+    """Every regular one-link file beneath ``folder`` of ``area``, in path order.
+
+    Raises as :meth:`memd.confined.Area.open_dir` when ``folder`` itself cannot be entered.
+    """
+    files: list[Found] = []
+    for item in tree(area, folder, skip=_SKIPPED_DIRS):
+        if not isinstance(item, Entry):
+            continue
+        if len(files) >= max_entries:
+            return Walk(tuple(files), True)
+        files.append(found(area, item, folder))
+    return Walk(tuple(files), False)
 
 
 def glob_files(
-    root: str, pattern: str, *, follow: Follow, limits: FileLimits, ignore_case: bool
+    area: Area, folder: str, pattern: str, *, limits: FileLimits, ignore_case: bool
 ) -> str:
-    """Files below ``root`` matching ``pattern``, newest first."""
+    """Files beneath ``folder`` matching ``pattern``, newest first."""
     compiled = glob_regex(pattern, ignore_case=ignore_case)
-    walked = walk(root, follow=follow, max_entries=limits.grep_max_files)
+    walked = walk(area, folder, max_entries=limits.grep_max_files)
     deadline = Deadline.after(limits.search_max_seconds)
     try:
-        matches = [f for f in walked.found if match_name(compiled, rel(f, root), deadline)]
+        matches = [f for f in walked.found if match_name(compiled, f.below, deadline)]
     except TooSlow:
         return too_slow_note(limits)
-    matches.sort(key=lambda f: (-_mtime(f.real), f.shown))
+    matches.sort(key=lambda f: (-f.mtime, f.shown))
     lines = [f.shown for f in matches[: limits.glob_max_results]]
     if len(matches) > limits.glob_max_results:
         lines.append(f"[{len(matches) - limits.glob_max_results} more not shown; narrow it]")
     if walked.stopped:
         lines.append(f"[stopped after {limits.grep_max_files} files; search a smaller path]")
-    return "\n".join(lines) if lines else f"No files match {pattern} under {root}"
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0
-
-
-def rel(found: Found, root: str) -> str:
-    return os.path.relpath(found.shown, root)
+    where = area.path(folder) if folder else area.root
+    return "\n".join(lines) if lines else f"No files match {pattern} under {where}"
 
 
 def grep_files(
+    area: Area,
     files: tuple[Found, ...],
     pattern: Pattern,
     *,
@@ -248,7 +230,7 @@ def grep_files(
     deadline = Deadline.after(limits.search_max_seconds)
     for item in files:
         try:
-            matches = _matching_lines(item.real, pattern, limits, deadline)
+            matches = _matching_lines(area, item.relative, pattern, limits, deadline)
         except TooSlow:
             lines.append(too_slow_note(limits))
             break
@@ -272,13 +254,12 @@ def grep_files(
 
 
 def _matching_lines(
-    path: str, pattern: Pattern, limits: FileLimits, deadline: Deadline
+    area: Area, relative: str, pattern: Pattern, limits: FileLimits, deadline: Deadline
 ) -> list[tuple[int, str]]:
-    handle = open_regular(path)
-    if isinstance(handle, Problem):
+    try:
+        data, _ = area.read(relative, max_bytes=limits.grep_max_file_bytes + 1)
+    except _READ_ERRORS:  # gone, or no longer a file memd reads: passed over
         return []
-    with handle:
-        data = handle.read(limits.grep_max_file_bytes + 1)
     if len(data) > limits.grep_max_file_bytes or b"\0" in data[:_SNIFF_BYTES]:
         return []
     text = data.decode("utf-8", errors="replace")
@@ -287,13 +268,13 @@ def _matching_lines(
 
 
 def filter_glob(
-    found: tuple[Found, ...], pattern: str, *, root: str, ignore_case: bool, limits: FileLimits
+    found: tuple[Found, ...], pattern: str, *, ignore_case: bool, limits: FileLimits
 ) -> tuple[Found, ...]:
     """Keep files matching a Grep ``glob``: a pattern without ``/`` matches the file name at
-    any depth, one with ``/`` the path below ``root``. Raises :class:`TooSlow`."""
+    any depth, one with ``/`` the path below the folder searched. Raises :class:`TooSlow`."""
     compiled = glob_regex(pattern, ignore_case=ignore_case)
     deadline = Deadline.after(limits.search_max_seconds)
     if "/" in pattern:
-        return tuple(f for f in found if match_name(compiled, rel(f, root), deadline))
+        return tuple(f for f in found if match_name(compiled, f.below, deadline))
     name = os.path.basename
-    return tuple(f for f in found if match_name(compiled, name(f.shown), deadline))
+    return tuple(f for f in found if match_name(compiled, name(f.below), deadline))

@@ -18,6 +18,7 @@ time limit that kills the groups (see :mod:`memd.agent.process`).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -119,6 +120,10 @@ def parse_command(command: str) -> Pipeline | Deny:
     """Parse ``command`` into argument vectors and the paths they read, or refuse it."""
     if "\0" in command:
         return refusal("a NUL character")
+    try:
+        os.fsencode(command)
+    except UnicodeEncodeError:
+        return refusal("a character no argument can hold (a lone surrogate)")
     segments = split_pipeline(command)
     if isinstance(segments, Deny):
         return segments

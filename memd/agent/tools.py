@@ -1,16 +1,27 @@
 """The sub-agent tools (R-A1): Read, Edit, Write, Grep, Glob, Shell (and Delete).
 
-``make_tools(policy, names, cwd=…)`` builds the tools a runner offers the model. Every tool
-checks the policy on the resolved path before acting and then acts on exactly that resolved
-path; a denial or a bad argument comes back as ``ToolResult(is_error=True)`` whose text says
-what is allowed, so the model can correct itself. Blocking file work runs in a worker thread.
+``make_tools(policy, names, cwd=…)`` builds the tools a runner offers the model. Each call
+asks the policy first (:func:`memd.agent.permissions.authorize`: its denial says what is
+allowed, so the model can correct itself), then acts on what it names by construction, not
+by a check made before the use: the path becomes a place beneath an area
+(:mod:`memd.agent.places`, lexically), and files are opened, listed, written and deleted
+beneath the area's directory descriptor (:class:`memd.confined.Area`), never through a link;
+read-only programs run over a private copy of the areas made the same way
+(:mod:`memd.agent.mirror`). A folder that turns into a link at any instant changes nothing:
+what a tool reads or writes is only ever what the confined walk opened.
+
+Writes have a size limit per file and per run (:class:`memd.agent.files.WriteBudget`: one
+``make_tools`` call is one run). Every fault inside a tool comes back as an error result
+(``is_error``), never as an exception out of it; blocking file work runs in a worker thread.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -18,21 +29,25 @@ from typing import Any, Protocol, TypeVar
 import anyio.to_thread
 import regex
 
-from memd.agent import files, search
+from memd.agent import files, mirror, places, search
 from memd.agent.decision import Deny
-from memd.agent.files import FileLimits, Problem
+from memd.agent.files import FileLimits, Problem, WriteBudget
 from memd.agent.permissions import (
     Policy,
-    Target,
     allowed_tools,
     authorize,
+    base_dir,
     check_shell,
-    decide,
-    may_create_dir,
-    resolve_target,
+    describe,
+    resolve_policy,
 )
+from memd.agent.places import Place
 from memd.agent.process import ShellLimits
-from memd.agent.shell import DEFAULT_LIMITS, run_readonly
+from memd.agent.shell import DEFAULT_LIMITS
+from memd.agent.vcs import vcs_part
+from memd.confined import Area, Refused, kind_of
+
+log = logging.getLogger(__name__)
 
 DEFAULT_FILE_LIMITS = FileLimits()
 _T = TypeVar("_T")
@@ -64,6 +79,7 @@ class ToolContext:
     cwd: Path
     shell_limits: ShellLimits
     file_limits: FileLimits
+    budget: WriteBudget = field(compare=False)  # shared by the tools of one run
 
 
 Handler = Callable[[ToolContext, Mapping[str, Any]], Awaitable[ToolResult]]
@@ -82,10 +98,14 @@ class FunctionTool:
     handler: Handler
 
     async def run(self, args: Mapping[str, Any]) -> ToolResult:
+        """The handler's result; a bad argument or any fault inside it is an error result."""
         try:
             return await self.handler(self.context, args)
         except _BadArgument as exc:
             return error(f"{self.name}: {exc}")
+        except Exception as exc:  # the last resort: a fault in memd, told to the model, logged
+            log.warning("tool %s failed unexpectedly", self.name, exc_info=True)
+            return error(f"{self.name} failed inside memd ({type(exc).__name__}); try again")
 
 
 def make_tools(
@@ -98,7 +118,7 @@ def make_tools(
 ) -> dict[str, Tool]:
     """The named tools bound to ``policy``. ``cwd`` is where Shell commands run (use the
     policy's own directory); file tools take relative paths from the policy's directory."""
-    context = ToolContext(policy, cwd, limits, file_limits)
+    context = ToolContext(policy, cwd, limits, file_limits, WriteBudget(file_limits))
     tools: dict[str, Tool] = {}
     for name in names:
         if name not in _DEFINITIONS:
@@ -149,17 +169,62 @@ async def _thread(func: Callable[[], _T]) -> _T:
     return await anyio.to_thread.run_sync(func)
 
 
-async def _authorized(
-    context: ToolContext, tool: str, raw: str
-) -> tuple[Target, Policy] | ToolResult:
+def _problem(problem: Problem) -> ToolResult:
+    return denial(problem.message) if problem.denied else error(problem.message)
+
+
+async def _placed(
+    context: ToolContext, tool: str, raw: str, *, write: bool = False
+) -> tuple[Place, Policy] | ToolResult:
+    """The policy's decision on ``raw`` (its words go to the model), then the place the tool
+    acts on: found lexically beneath an area, never by following a link."""
     result = await _thread(partial(authorize, context.policy, tool, raw))
-    return denial(result.reason) if isinstance(result, Deny) else result
+    if isinstance(result, Deny):
+        return denial(result.reason)
+    resolved = result[1]
+    if write:
+        root = places.write_root(context.policy, resolved)
+        roots: tuple[places.Root, ...] = () if root is None else (root,)
+    else:
+        roots = places.read_roots(context.policy, resolved)
+    where = places.locate(raw, base=base_dir(resolved), roots=roots, casefold=resolved.casefold)
+    if isinstance(where, Deny):
+        return denial(f"{where.reason}; {describe(context.policy)}")
+    if write and (not where.relative or vcs_part(where.relative.split("/")) is not None):
+        return denial(
+            f"denied: {where.path} may not be written (the area itself, or version-control "
+            f"metadata); {describe(context.policy)}"
+        )
+    return where, resolved
 
 
-def _outcome(result: Problem | None, success: str, touched: str) -> ToolResult:
-    if isinstance(result, Problem):
-        return error(result.message)
-    return ToolResult(success, touched=(touched,))
+def _open_area(root: Path, *, create: bool = False) -> Area | Problem:
+    """The area at ``root``; with ``create``, made when its parent exists (never above)."""
+    try:
+        return Area.open(root)
+    except FileNotFoundError:
+        if not create:
+            return Problem(f"{root} does not exist")
+    except (OSError, ValueError) as exc:
+        return Problem(f"denied: {root} cannot be opened as an area ({exc})", denied=True)
+    try:
+        os.mkdir(root, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return Problem(f"denied: Write may not create the directory {root} ({exc.strerror})", True)
+    return _open_area(root)
+
+
+def _in_area(
+    place: Place, work: Callable[[Area], _T | Problem], *, create: bool = False
+) -> _T | Problem:
+    """Run ``work`` on the place's area (blocking)."""
+    area = _open_area(place.root, create=create)
+    if isinstance(area, Problem):
+        return area
+    with area:
+        return work(area)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,16 +236,16 @@ async def _read(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     limits = context.file_limits
     offset = _integer(args, "offset", 1)
     limit = min(_integer(args, "limit", limits.read_max_lines), limits.read_max_lines)
-    allowed = await _authorized(context, "Read", raw)
-    if isinstance(allowed, ToolResult):
-        return allowed
-    target, _ = allowed
-    if target.kind == "dir":
-        return error(f"{target.path} is a directory; list it with Glob or Shell (ls)")
-    text = await _thread(
-        partial(files.read_window, target.path, offset=offset, limit=limit, limits=limits)
-    )
-    return error(text.message) if isinstance(text, Problem) else ToolResult(text)
+    placed = await _placed(context, "Read", raw)
+    if isinstance(placed, ToolResult):
+        return placed
+    place = placed[0]
+
+    def work(area: Area) -> str | Problem:
+        return files.read_window(area, place.relative, offset=offset, limit=limit, limits=limits)
+
+    text = await _thread(partial(_in_area, place, work))
+    return _problem(text) if isinstance(text, Problem) else ToolResult(text)
 
 
 async def _edit(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
@@ -188,71 +253,57 @@ async def _edit(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     old = _string(args, "old_string")
     new = _string(args, "new_string")
     replace_all = _flag(args, "replace_all")
-    allowed = await _authorized(context, "Edit", raw)
-    if isinstance(allowed, ToolResult):
-        return allowed
-    path = allowed[0].path
-    edit = partial(
-        files.edit_file,
-        path,
-        old,
-        new,
-        replace_all=replace_all,
-        max_bytes=context.file_limits.edit_max_bytes,
-    )
-    try:
-        result = await _thread(edit)
-    except OSError as exc:
-        return error(f"could not write {path}: {exc.strerror}")
+    placed = await _placed(context, "Edit", raw, write=True)
+    if isinstance(placed, ToolResult):
+        return placed
+    place = placed[0]
+
+    def work(area: Area) -> files.Edited | Problem:
+        return files.edit_file(
+            area,
+            place.relative,
+            old,
+            new,
+            replace_all=replace_all,
+            max_bytes=context.file_limits.edit_max_bytes,
+            budget=context.budget,
+        )
+
+    result = await _thread(partial(_in_area, place, work))
     if isinstance(result, Problem):
-        return error(f"{path}: {result.message}")
+        return _problem(replace(result, message=f"{place.path}: {result.message}"))
     what = "created" if result.created else f"replaced {result.replacements} occurrence(s) in"
-    return ToolResult(f"{what} {path}", touched=(path,))
+    return ToolResult(f"{what} {place.path}", touched=(place.path,))
 
 
 async def _write(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     raw = _string(args, "file_path")
-    content = _string(args, "content")
-    allowed = await _authorized(context, "Write", raw)
-    if isinstance(allowed, ToolResult):
-        return allowed
-    target, resolved = allowed
-    new_dirs = await _thread(partial(files.missing_dirs, os.path.dirname(target.path)))
-    outside = [d for d in new_dirs if not may_create_dir(resolved, d)]
-    if outside:
-        return denial(f"denied: Write may not create the directory {outside[0]}")
-    write = partial(files.write_file, target.path, content, new_dirs=new_dirs)
-    try:
-        result = await _thread(write)
-    except OSError as exc:
-        return error(f"could not write {target.path}: {exc.strerror}")
-    size = len(content.encode("utf-8"))
-    return _outcome(result, f"wrote {size} bytes to {target.path}", target.path)
+    data = _string(args, "content").encode("utf-8", errors="replace")
+    placed = await _placed(context, "Write", raw, write=True)
+    if isinstance(placed, ToolResult):
+        return placed
+    place = placed[0]
+
+    def work(area: Area) -> Problem | None:
+        return files.write_bytes(area, place.relative, data, context.budget)
+
+    result = await _thread(partial(_in_area, place, work, create=True))
+    if isinstance(result, Problem):
+        return _problem(result)
+    return ToolResult(f"wrote {len(data)} bytes to {place.path}", touched=(place.path,))
 
 
 async def _delete(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
-    raw = _string(args, "file_path")
-    allowed = await _authorized(context, "Delete", raw)
-    if isinstance(allowed, ToolResult):
-        return allowed
-    path = allowed[0].path
-    try:
-        result = await _thread(partial(files.delete_file, path))
-    except OSError as exc:
-        return error(f"could not delete {path}: {exc.strerror}")
-    return _outcome(result, f"deleted {path}", path)
-
-
-def _follower(policy: Policy) -> search.Follow:
-    """Resolve a link met during a walk; keep it only if the policy lets the agent read it."""
-
-    def follow(link: str) -> str | None:
-        target = resolve_target(link, base=Path("/"))
-        if isinstance(target, Deny) or isinstance(decide(policy, "Read", target), Deny):
-            return None
-        return target.path
-
-    return follow
+    placed = await _placed(context, "Delete", _string(args, "file_path"), write=True)
+    if isinstance(placed, ToolResult):
+        return placed
+    place = placed[0]
+    result = await _thread(
+        partial(_in_area, place, lambda area: files.delete_file(area, place.relative))
+    )
+    if isinstance(result, Problem):
+        return _problem(result)
+    return ToolResult(f"deleted {place.path}", touched=(place.path,))
 
 
 async def _glob(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
@@ -261,21 +312,27 @@ async def _glob(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     raw = fixed or _string(args, "path", required=False) or "."
     if not pattern or ".." in pattern.split("/"):
         return denial("denied: a Glob pattern must stay below its path (no '..' parts)")
-    allowed = await _authorized(context, "Glob", raw)
-    if isinstance(allowed, ToolResult):
-        return allowed
-    target, resolved = allowed
-    if target.kind != "dir":
-        return error(f"{target.path} is not a directory; Glob searches below a directory")
-    found = partial(
-        search.glob_files,
-        target.path,
-        pattern,
-        follow=_follower(resolved),
-        limits=context.file_limits,
-        ignore_case=resolved.casefold,
-    )
-    return ToolResult(await _thread(found))
+    placed = await _placed(context, "Glob", raw)
+    if isinstance(placed, ToolResult):
+        return placed
+    place, resolved = placed
+
+    def work(area: Area) -> str | Problem:
+        if not files.is_dir(area, place.relative):
+            return Problem(f"{place.path} is not a directory; Glob searches below a directory")
+        try:
+            return search.glob_files(
+                area,
+                place.relative,
+                pattern,
+                limits=context.file_limits,
+                ignore_case=resolved.casefold,
+            )
+        except (OSError, ValueError) as exc:
+            return files.open_problem(area, place.relative, exc)
+
+    found = await _thread(partial(_in_area, place, work))
+    return _problem(found) if isinstance(found, Problem) else ToolResult(found)
 
 
 async def _grep(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
@@ -289,31 +346,46 @@ async def _grep(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
         compiled = search.compile_grep(pattern, ignore_case=ignore_case)
     except regex.error as exc:
         return error(f"Grep: the pattern is not a valid regular expression: {exc}")
-    allowed = await _authorized(context, "Grep", _string(args, "path", required=False) or ".")
-    if isinstance(allowed, ToolResult):
-        return allowed
-    target, resolved = allowed
-    if target.kind == "missing":
-        return error(f"{target.path} does not exist")
+    placed = await _placed(context, "Grep", _string(args, "path", required=False) or ".")
+    if isinstance(placed, ToolResult):
+        return placed
+    place, resolved = placed
     limits = context.file_limits
 
-    def run() -> str:
-        if target.kind == "file":
-            found: tuple[search.Found, ...] = (search.Found(target.path, target.path),)
-        else:
-            found = search.walk(
-                target.path, follow=_follower(resolved), max_entries=limits.grep_max_files
-            ).found
+    def work(area: Area) -> str | Problem:
+        found = _grep_files(area, place.relative, limits)
+        if isinstance(found, Problem):
+            return found
         if glob:
             try:
                 found = search.filter_glob(
-                    found, glob, root=target.path, ignore_case=resolved.casefold, limits=limits
+                    found, glob, ignore_case=resolved.casefold, limits=limits
                 )
             except search.TooSlow:
                 return search.too_slow_note(limits)
-        return search.grep_files(found, compiled, mode=mode, limits=limits)
+        return search.grep_files(area, found, compiled, mode=mode, limits=limits)
 
-    return ToolResult(await _thread(run))
+    result = await _thread(partial(_in_area, place, work))
+    return _problem(result) if isinstance(result, Problem) else ToolResult(result)
+
+
+def _grep_files(
+    area: Area, relative: str, limits: FileLimits
+) -> tuple[search.Found, ...] | Problem:
+    """The files a Grep of ``relative`` searches: the file itself, or those beneath it."""
+    info = area.lstat(relative) if relative else None
+    if relative and info is None:
+        return Problem(f"{area.path(relative)} does not exist")
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        why = kind_of(info)
+        if why is not None:
+            return files.open_problem(area, relative, Refused(str(area.path(relative)), why))
+        name = os.path.basename(relative)
+        return (search.Found(str(area.path(relative)), relative, name, info.st_mtime),)
+    try:
+        return search.walk(area, relative, max_entries=limits.grep_max_files).found
+    except (OSError, ValueError) as exc:
+        return files.open_problem(area, relative, exc)
 
 
 async def _shell(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
@@ -321,10 +393,19 @@ async def _shell(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     pipeline = await _thread(partial(check_shell, context.policy, command, cwd=context.cwd))
     if isinstance(pipeline, Deny):
         return denial(pipeline.reason)
-    outcome = await run_readonly(pipeline, cwd=context.cwd, limits=context.shell_limits)
-    if isinstance(outcome, Deny):
-        return denial(outcome.reason)
-    return ToolResult(outcome.render(), is_error=outcome.failed)
+    resolved = await _thread(partial(resolve_policy, context.policy))
+    planned = mirror.plan(
+        pipeline,
+        cwd=context.cwd,
+        roots=places.read_roots(context.policy, resolved),
+        casefold=resolved.casefold,
+    )
+    if isinstance(planned, Deny):
+        return denial(planned.reason)
+    ran = await mirror.run_over_copy(pipeline, planned, limits=context.shell_limits)
+    if isinstance(ran, Deny):
+        return denial(ran.reason)
+    return ToolResult(ran.text, is_error=ran.failed)
 
 
 # ---------------------------------------------------------------------------------------------

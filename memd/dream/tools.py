@@ -23,7 +23,9 @@ import anyio.to_thread
 
 from memd.agent.decision import Deny
 from memd.agent.permissions import MemoryDirPolicy, authorize
+from memd.agent.places import Root, locate
 from memd.agent.tools import Tool, ToolResult, denial, make_tools
+from memd.confined import Area, kind_of
 from memd.dream import snapshot
 from memd.dream.journal import Journal
 from memd.dream.transcripts import TranscriptGrep
@@ -86,7 +88,7 @@ class JournaledTool:
             merged, args = into, {"file_path": raw}
         await anyio.to_thread.run_sync(self.journal.intent, relative)
         result = await self.inner.run(args)
-        after = await anyio.to_thread.run_sync(_hash, self.memory_dir / relative)
+        after = await anyio.to_thread.run_sync(_hash, self.memory_dir, relative)
         await anyio.to_thread.run_sync(self.journal.done, relative, after, merged)
         if result.touched:
             self.written.paths.add(relative)
@@ -97,8 +99,12 @@ class JournaledTool:
         checked = authorize(self.policy, self.inner.name, raw)
         if isinstance(checked, Deny):
             return checked
-        target = checked[0].path
-        relative = os.path.relpath(target, self.memory_dir)
+        # The place the tool acts on: named beneath the memory dir, never through a link.
+        root = Root(self.memory_dir, self.memory_dir)
+        place = locate(raw, base=self.memory_dir, roots=(root,), casefold=checked[1].casefold)
+        if isinstance(place, Deny):
+            return place
+        target, relative = place.path, place.relative
         parts = Path(relative).parts
         if (
             snapshot.is_lock_file(relative)
@@ -117,7 +123,7 @@ class JournaledTool:
             return checked
         if checked == relative:
             return Deny("denied: a file cannot be merged into itself")
-        if checked not in self.written.paths or not (self.memory_dir / checked).is_file():
+        if checked not in self.written.paths or not _is_file(self.memory_dir, checked):
             return Deny(
                 f"denied: merge the content into {checked} with Edit or Write first; memories "
                 "are deleted only once their content lives in another file"
@@ -125,12 +131,26 @@ class JournaledTool:
         return checked
 
 
-def _hash(path: Path) -> str | None:
+def _hash(memory_dir: Path, relative: str) -> str | None:
+    """The SHA-256 of the file the call left, read through the confined walk; ``None`` when
+    there is none (or it is a link, a hard link, or past the snapshot's size)."""
+    limit = snapshot.SNAPSHOT_MAX_BYTES
     try:
-        data = snapshot.read_regular(path)
-    except snapshot.TooLarge:
+        with Area.open(memory_dir) as area:
+            data, _ = area.read(relative, max_bytes=limit + 1)
+    except (OSError, ValueError):
         return None
-    return snapshot.sha256(data) if data is not None else None
+    return snapshot.sha256(data) if len(data) <= limit else None
+
+
+def _is_file(memory_dir: Path, relative: str) -> bool:
+    """Whether ``relative`` is a regular file of its own beneath the memory dir."""
+    try:
+        with Area.open(memory_dir) as area:
+            info = area.lstat(relative)
+    except (OSError, ValueError):
+        return False
+    return info is not None and kind_of(info) is None
 
 
 def dream_tools(
