@@ -104,6 +104,7 @@ def test_no_tool_reads_or_writes_outside_through_a_flipping_folder(tmp_path: Pat
         flipper.wait()
         if flipper.stdout is not None:
             flipper.stdout.close()
+    print(f"\n{CALLS} calls a kind while flipping: {dict(sorted(seen.items()))}")
     assert seen["leaked"] == 0, seen
     assert seen["raised"] == 0, seen
     assert tree_hash(outside) == before, "a write went through the link"

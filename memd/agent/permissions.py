@@ -15,6 +15,11 @@ symbolic links and ``..`` are resolved the way the kernel would (a path that doe
 yet is resolved through its nearest existing parent). On a case-insensitive filesystem names
 are compared casefolded. Writes never go through a symbolic link at the last component, nor
 into a file with other hard links (that would change a file elsewhere).
+
+A decision here is made on a path and is only words for the model: it may be stale by the time
+a tool acts. The tools never act on the path the decision saw; they act beneath the area's
+directory descriptor (:mod:`memd.agent.places`, :mod:`memd.confined`), so nothing that changes
+meanwhile can lead them outside.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 The list is an allow-list on purpose. A program is on it only when, with the options listed,
 it reads and never writes, never runs another program, and never follows a symbolic link found
-while walking a directory (links named directly are resolved and checked by the policy).
+while walking a directory. Programs run over a private copy of the areas that holds no link at
+all (:mod:`memd.agent.mirror`): the allow-list keeps them to what they are told to read, the
+copy keeps what they can read to what the confined walk opened.
 Options are allow-listed too, because GNU tools accept abbreviated long options (``--out``
 means ``--output``): an option that is not spelled out here is refused, which closes that door.
 

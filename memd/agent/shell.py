@@ -13,7 +13,9 @@ name paths, and the Glob tool and ``find -name '…'`` already cover the need.
 
 :func:`run_readonly` executes a parsed pipeline with ``subprocess`` pipes, a minimal
 environment, stdin closed, every process in its own process group, an output cap and a wall
-time limit that kills the groups (see :mod:`memd.agent.process`).
+time limit that kills the groups (see :mod:`memd.agent.process`). It runs in the folder it is
+given: the Shell tool gives it a private copy of the areas (:mod:`memd.agent.mirror`), never
+an area others can write.
 """
 
 from __future__ import annotations
