@@ -125,6 +125,11 @@ class WriteBudget:
             self.spent += size
         return None
 
+    def give_back(self, size: int) -> None:
+        """Return ``size`` bytes taken for a write that did not happen."""
+        with self._lock:
+            self.spent = max(0, self.spent - size)
+
 
 # ---------------------------------------------------------------------------------------------
 # Blocking I/O beneath an area (run in a worker thread)
@@ -271,6 +276,7 @@ def write_bytes(area: Area, relative: str, data: bytes, budget: WriteBudget) -> 
     try:
         area.write(relative, data)
     except (OSError, ValueError) as exc:
+        budget.give_back(len(data))
         if isinstance(exc, (Refused, ValueError)):
             return open_problem(area, relative, exc)
         return Problem(f"could not write {where}: {exc.strerror or exc}")
