@@ -4,6 +4,8 @@ reply is always encodable, whatever bytes named the files it talks about."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memd_client.client import Client
-from memd_client.names import encodable, escape_name, unescape_name
+from memd_client.names import encodable, escape_name, escape_surrogates, unescape_name
 from tests.ipc_support import methods, serving_in_thread, short_dir
 
 # Every code point, lone surrogates included (what os.fsdecode and JSON can hand over).
@@ -82,3 +84,31 @@ def test_the_server_answers_with_names_escaped_whatever_its_packer(encoder: str)
                 assert client.call("name") == {"caf\\xe9": ["\\xff.jsonl", "plain"]}
                 sent = {"session": os.fsdecode(b"s\xe9")}  # a raw byte on a command line
                 assert client.call("echo", sent) == {"session": "s\\xe9"}
+
+
+@given(st.one_of(any_text, any_name))
+def test_free_text_is_shown_with_its_surrogates_escaped_and_nothing_else(text: str) -> None:
+    shown = escape_surrogates(text)
+    shown.encode("utf-8")
+    if not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        assert shown == text  # newlines, backslashes, tables: as they were
+
+
+def test_memdctl_shows_a_local_path_that_is_not_utf8_escaped(tmp_path: Path) -> None:
+    """``memdctl doctor`` names paths of its own (the settings file, the unit): under a
+    Latin-1 home they were printed as raw bytes; they are escaped as memd's names are."""
+    home = tmp_path / os.fsdecode(b"caf\xe9")
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "MEMD_"))}
+    env.update(HOME=str(home), XDG_RUNTIME_DIR=str(tmp_path / "run"))
+    for args in (["doctor"], ["--json", "doctor"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "memd_client.cli", *args],
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert b"\xe9" not in done.stdout + done.stderr, done.stdout
+        if "--json" not in args:
+            assert b"caf\\xe9/.claude/settings.json" in done.stdout, done.stdout

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memd_client.client import Client
+from memd_client.names import encodable, escape_surrogates
 from memd_client.textfmt import Style
 
 EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_DOWN, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
@@ -165,16 +166,18 @@ class Ctx:
     def emit(self, data: Any, render: Callable[[Any], str]) -> int:
         """Print ``data`` as JSON or through ``render``; the exit code is 0."""
         if self.json:
-            self.print(json.dumps(data, indent=2, sort_keys=True, default=str))
+            self.print(json.dumps(encodable(data), indent=2, sort_keys=True, default=str))
         else:
             self.print(render(data))
         return EXIT_OK
 
     def print(self, text: str) -> None:
-        print(text, file=self.out)
+        """``text`` on stdout; a local path that is not UTF-8 shown escaped, as memd shows
+        names (memd_client.names), never as raw bytes."""
+        print(escape_surrogates(text), file=self.out)
 
     def warn(self, text: str) -> None:
-        print(f"memdctl: {text}", file=self.err)
+        print(f"memdctl: {escape_surrogates(text)}", file=self.err)
 
     def style(self) -> Style:
         return Style(use_colour(self.out, self.env))

@@ -40,6 +40,19 @@ def escape_name(name: str) -> str:
     return _NEEDS.sub(_escape_one, name)
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """Free text that may hold a name as Python read it from disk (a message, a rendered
+    table): its lone surrogates escaped as :func:`escape_name` does, the rest as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(_escape_one, text)
+    return text
+
+
 def _unescape_one(match: re.Match[str]) -> str:
     body = match.group(1)
     if body == "\\":
