@@ -44,8 +44,8 @@ class PathsConfig:
 @dataclass(frozen=True)
 class TranscriptsConfig:
     active_window_hours: float = 24.0  # R-T6: sessions modified this recently are parsed at start
-    watch_step_ms: int = 50  # watchfiles step: ~80 ms to deliver an append, ~0.1% idle CPU
-    watch_debounce_ms: int = 50
+    watch_step_ms: int = 50  # after an inotify wake-up, gather the burst this long
+    watch_debounce_ms: int = 50  # watchfiles' debounce, where it is used (not Linux)
     max_line_bytes: int = 16 * 1024 * 1024  # a longer line is counted as bad and skipped
     poll_interval_ms: int = 1_000  # when inotify is unavailable (out of watches): poll this often
     evict_idle_minutes: float = 5.0  # drop idle conversations (not those near compaction)
