@@ -168,7 +168,8 @@ class IPCConfig:
     request_timeout_s: float = 30.0
     max_buffered_bytes: int = 64 * 1024 * 1024  # incoming frames, across all connections
     frame_timeout_s: float = 10.0  # to finish a frame once its first byte arrived
-    max_connections: int = 256  # the next one gets a `busy` error frame and is closed
+    max_connections: int = 256  # past it the longest-idle one is closed to make room
+    idle_timeout_s: float = 60.0  # a connection with no request in flight is then closed
 
 
 @dataclass(frozen=True)
@@ -394,11 +395,20 @@ def _coerce(hint: Any, value: Any) -> tuple[bool, Any, str]:
     raise TypeError(f"config field type {hint!r} has no validator")  # pragma: no cover
 
 
+# Keys for which 0 means nothing sensible (an idle deadline of 0 s would close every
+# connection between its requests).
+_POSITIVE = frozenset({"idle_timeout_s"})
+
+
 def _range_problem(name: str, value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
+    if value != value:
+        return f"{name}: must be a number, got nan"
     if value < 0:
         return f"{name}: must not be negative, got {value}"
+    if name in _POSITIVE and not value:
+        return f"{name}: must be more than 0, got {value}"
     if name.endswith("_fraction") and not 0 < value < 1:
         return f"{name}: must be between 0 and 1, got {value}"
     return None

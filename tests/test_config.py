@@ -132,3 +132,19 @@ def test_config_as_dict_round_trips_through_yaml() -> None:
 def test_negative_numbers_are_rejected(n: int) -> None:
     with pytest.raises(ConfigError, match="must not be negative"):
         parse_config_text(f"compaction:\n  buffer_tokens: {n}\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0", "must be more than 0"),
+        ("-1", "must not be negative"),
+        (".nan", "must be a number, got nan"),
+        ("soon", "expected a number"),
+    ],
+)
+def test_the_idle_deadline_must_be_a_positive_number(value: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=rf"ipc\.idle_timeout_s: {problem}"):
+        parse_config_text(f"ipc:\n  idle_timeout_s: {value}\n")
+    assert parse_config_text("ipc:\n  idle_timeout_s: 0.5\n").ipc.idle_timeout_s == 0.5
+    assert parse_config_text("").ipc.idle_timeout_s == 60.0

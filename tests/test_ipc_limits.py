@@ -20,10 +20,14 @@ from anyio import wait_all_tasks_blocked
 from memd.ipc.connection import CONNECTION_BYTES, CONNECTION_STATE_BYTES, RECEIVE_BYTES
 from memd.ipc.server import ServeLimits, Server
 from memd_client import protocol as p
+from memd_client.cli_top import hook_line, screen_lines
 from memd_client.client import Client
 from memd_client.errors import ClientTimeout, DaemonBusy, DaemonNotRunning
+from memd_client.hook import FailedOpen
 from memd_client.hook import run as run_hook
-from tests.ipc_support import FRAME_LIMIT, RawConnection, serving, short_dir
+from memd_client.hook_record import FailedOpen as HookFailure
+from memd_client.hook_record import read_failed_open
+from tests.ipc_support import FRAME_LIMIT, Gate, RawConnection, methods, serving, short_dir
 
 pytestmark = pytest.mark.anyio
 
@@ -46,20 +50,35 @@ async def answered(conn: RawConnection, rid: int = 1) -> None:
     assert await conn.reply() == p.Success(rid, {"n": rid})
 
 
-async def test_the_connection_past_the_limit_gets_busy_and_clients_fail_open(
+async def test_at_the_limit_with_every_connection_at_work_the_next_gets_busy(
     sock_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Only connections with a request in flight hold their place: when each of them has
+    one, the next connection gets ``busy`` and clients fail open."""
     limit = ServeLimits().max_connections
     assert limit == 256
     with anyio.fail_after(60):
-        serve = serving(sock_path, limits=ServeLimits(), inline=INLINE)
+        release, all_in = anyio.Event(), anyio.Event()
+        entered = 0
+
+        async def wait(params: dict[str, Any]) -> Any:
+            nonlocal entered
+            entered += 1
+            if entered == limit:
+                all_in.set()
+            await release.wait()
+            return {"released": True}
+
+        table = methods(wait=wait)
+        serve = serving(sock_path, table, limits=ServeLimits(), inline=INLINE, request_timeout=120)
         async with serve as (server, _), AsyncExitStack() as stack:
             conns = []
             for i in range(limit):
                 conn = await RawConnection.open(sock_path)
                 stack.push_async_callback(conn.aclose)
-                await answered(conn, i)
+                await conn.request(i, "wait")
                 conns.append(conn)
+            await all_in.wait()
             extra = await RawConnection.open(sock_path)
             await extra.request(1, "echo")
             reply = await extra.reply()
@@ -72,20 +91,91 @@ async def test_the_connection_past_the_limit_gets_busy_and_clients_fail_open(
             assert isinstance(busy.value, DaemonNotRunning)  # treated as down
             hook_input = b'{"hook_event_name": "Stop", "session_id": "s"}'
             monkeypatch.setenv("MEMD_SOCKET", str(sock_path))
-            # the hook reads the busy reply and prints nothing
-            assert await anyio.to_thread.run_sync(run_hook, hook_input, dict(os.environ)) is None
-            assert server.statistics().connections_busy == 3
-            # One leaves: the next one is served.
-            await conns.pop().aclose()
-            await wait_all_tasks_blocked()
-            assert server.statistics().connections_open == limit - 1
+            # the hook reads the busy reply: it fails open, saying why
+            with pytest.raises(FailedOpen, match="busy"):
+                await anyio.to_thread.run_sync(run_hook, hook_input, dict(os.environ))
+            stats = server.statistics()
+            assert (stats.connections_busy, stats.connections_evicted) == (3, 0)
+            # Their requests answered, they are idle: the next client is served.
+            release.set()
+            for i, conn in enumerate(conns):
+                assert await conn.reply() == p.Success(i, {"released": True})
             again = await RawConnection.open(sock_path)
             stack.push_async_callback(again.aclose)
             await answered(again, 7)
+            assert server.statistics().connections_evicted == 1
 
 
-def test_the_hook_prints_nothing_when_memd_is_busy(tmp_path: Path) -> None:
-    """The hook command exits 0 with no output when its connection is turned away."""
+async def test_at_the_limit_the_longest_idle_connection_makes_room(sock_path: Path) -> None:
+    """A new client is served when every place is taken by idle connections: the one idle the
+    longest is told so and closed; those with a request in flight are never chosen."""
+    limits = ServeLimits(max_connections=8)
+    async with serving(sock_path, limits=limits) as (server, _), AsyncExitStack() as stack:
+        conns = []
+        for i in range(8):
+            conn = await RawConnection.open(sock_path)
+            stack.push_async_callback(conn.aclose)
+            if i == 0:
+                await conn.request(0, "hang")  # the oldest, but at work
+            else:
+                await answered(conn, i)
+            conns.append(conn)
+        for n in range(1, 4):
+            new = await RawConnection.open(sock_path)
+            stack.push_async_callback(new.aclose)
+            await answered(new, 100 + n)
+            notice = await conns[n].reply()  # the n-th oldest idle one made room
+            assert isinstance(notice, p.Failure) and (notice.id, notice.code) == (None, p.BUSY)
+            assert "longest idle" in notice.message
+            assert await conns[n].frame() is None
+        for conn in conns[4:]:
+            await answered(conn, 9)  # the others are still served
+        stats = server.statistics()
+        assert (stats.connections_evicted, stats.connections_busy) == (3, 0)
+        assert stats.connections_open == 8
+        assert stats.requests_in_flight == 1  # the hanging request was left alone
+
+
+async def test_an_idle_connection_is_closed_after_the_idle_deadline(sock_path: Path) -> None:
+    limits = ServeLimits(idle_timeout_s=0.5)
+    async with serving(sock_path, limits=limits) as (server, _):
+        conn = await RawConnection.open(sock_path)
+        await answered(conn, 1)
+        with anyio.fail_after(10):
+            notice = await conn.reply()
+        assert isinstance(notice, p.Failure) and (notice.id, notice.code) == (None, p.TIMEOUT)
+        assert "ipc.idle_timeout_s" in notice.message
+        assert await conn.frame() is None
+        await conn.aclose()
+        assert server.statistics().connections_idle_closed == 1
+
+
+async def test_a_connection_waiting_for_a_reply_is_not_idle(sock_path: Path) -> None:
+    """A request in flight (a long wait, a stream) keeps its connection past the idle
+    deadline, and the reply arrives; the deadline counts again from the reply."""
+    gate = Gate()
+    limits = ServeLimits(idle_timeout_s=0.3)
+    table = methods(wait=gate)
+    async with serving(sock_path, table, limits=limits) as (server, _):
+        conn = await RawConnection.open(sock_path)
+        await conn.request(1, "wait")
+        await gate.entered.wait()
+        await anyio.sleep(1.5)  # five idle deadlines
+        gate.release.set()
+        assert await conn.reply() == p.Success(1, {"released": True})
+        with anyio.fail_after(10):
+            notice = await conn.reply()
+        assert isinstance(notice, p.Failure) and notice.code == p.TIMEOUT
+        assert server.statistics().connections_idle_closed == 1
+        await conn.aclose()
+
+
+def test_the_hook_prints_nothing_when_memd_is_busy_and_doctor_and_top_say_so(
+    tmp_path: Path,
+) -> None:
+    """The hook command exits 0 with no output when its connection is turned away, and
+    records why: ``memdctl doctor`` warns with the time, the reason and the fix; ``top``
+    shows it."""
     with short_dir() as d:
         path = d / "memd.sock"
         script = textwrap.dedent(
@@ -101,7 +191,7 @@ def test_the_hook_prints_nothing_when_memd_is_busy(tmp_path: Path) -> None:
                         max_frame_bytes=4096, request_timeout=5,
                         limits=ServeLimits(max_connections=0)))
                     print("ready", flush=True)
-                    sys.stdin.read()
+                    await anyio.to_thread.run_sync(sys.stdin.read)  # the loop keeps serving
                     tg.cancel_scope.cancel()
             anyio.run(main)
             """
@@ -115,14 +205,35 @@ def test_the_hook_prints_nothing_when_memd_is_busy(tmp_path: Path) -> None:
         )
         try:
             assert server.stdout is not None and server.stdout.readline() == "ready\n"
-            hook = subprocess.run(
-                [sys.executable, "-m", "memd_client.hook"],
-                input=b'{"hook_event_name": "SessionStart", "session_id": "s", "cwd": "/"}',
-                env={**os.environ, "MEMD_SOCKET": str(path)},
+            env = {**os.environ, "MEMD_SOCKET": str(path)}
+            for _ in range(2):
+                hook = subprocess.run(
+                    [sys.executable, "-m", "memd_client.hook"],
+                    input=b'{"hook_event_name": "SessionStart", "session_id": "s", "cwd": "/"}',
+                    env=env,
+                    capture_output=True,
+                    timeout=30,
+                )
+                assert (hook.returncode, hook.stdout, hook.stderr) == (0, b"", b"")
+            # ...and leaves a record of it that doctor and top show
+            record = read_failed_open(path)
+            assert isinstance(record, HookFailure) and record.recent()
+            assert (record.count, record.event) == (2, "SessionStart")
+            assert "busy" in record.reason
+            assert (path.parent / "hook-failed-open").stat().st_mode & 0o777 == 0o600
+            doctor = subprocess.run(
+                [sys.executable, "-m", "memd_client.cli", "doctor", "--socket", str(path)],
+                env=env,
                 capture_output=True,
-                timeout=30,
+                text=True,
+                timeout=60,
             )
-            assert (hook.returncode, hook.stdout, hook.stderr) == (0, b"", b"")
+            line = next(x for x in doctor.stdout.splitlines() if "hook runs" in x)
+            assert line.startswith("warn") and "failed open 2 times" in line, doctor.stdout
+            assert "SessionStart" in line and "busy" in line
+            assert "fix: memd was at ipc.max_connections" in doctor.stdout
+            screen = screen_lines(None, "memd is busy", 100, 24, hook_line(record))
+            assert any("hook   FAILED OPEN: the hook failed open 2 times" in x for x in screen)
         finally:
             server.communicate("", timeout=30)
 
@@ -274,7 +385,7 @@ logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s
 async def main() -> None:
     async with anyio.create_task_group() as tg:
         server = await tg.start(partial(run_server, Path(sys.argv[1]), methods(),
-                                        max_frame_bytes=4096, request_timeout=5))
+                                        max_frame_bytes=4096, request_timeout=60))
         import os
         used = len(os.listdir("/proc/self/fd"))
         resource.setrlimit(resource.RLIMIT_NOFILE, (used + 8, used + 8))
@@ -289,38 +400,59 @@ anyio.run(main)
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts fds through /proc")
-def test_accept_errors_are_logged_once_per_burst_with_back_off(tmp_path: Path) -> None:
+def start_emfile_server(path: Path) -> subprocess.Popen[str]:
+    """A server left a few descriptors only; it answers on stdin (see EMFILE_SERVER)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", EMFILE_SERVER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def hold_connections(path: Path, n: int, request: bytes = b"") -> list[Any]:
     import socket as socketlib
 
+    held = []
+    for _ in range(n):
+        sock = socketlib.socket(socketlib.AF_UNIX)
+        sock.connect(str(path))  # the backlog takes them even when accept fails
+        sock.sendall(request)
+        held.append(sock)
+    return held
+
+
+def finish_emfile_server(proc: subprocess.Popen[str], held: list[Any]) -> tuple[int, str]:
+    """Close the held connections; the server's accept failures and its log."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    for sock in held:
+        sock.close()
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    failures = int(proc.stdout.readline())
+    _, stderr = proc.communicate(timeout=30)
+    return failures, stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts fds through /proc")
+def test_accept_errors_are_logged_once_per_burst_with_back_off(tmp_path: Path) -> None:
+    """Out of descriptors with every connection at work: accept backs off, logging once."""
     with short_dir() as d:
         path = d / "memd.sock"
-        proc = subprocess.Popen(
-            [sys.executable, "-c", EMFILE_SERVER, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[1],
-        )
-        assert proc.stdin is not None and proc.stdout is not None
+        proc = start_emfile_server(path)
         try:
-            assert proc.stdout.readline() == "ready\n"
-            held = []
-            for _ in range(30):
-                sock = socketlib.socket(socketlib.AF_UNIX)
-                sock.connect(str(path))  # the backlog takes them even when accept fails
-                held.append(sock)
+            # each one is sending a frame (or waits in the backlog): none is idle
+            held = hold_connections(path, 30, header(100))
             with Client(path, timeout=0.5) as probe, pytest.raises(ClientTimeout):
                 probe.call("echo")  # no fd left to serve it: it waits in the backlog
-            proc.stdin.write("\n")
-            proc.stdin.flush()
-            for sock in held:
-                sock.close()
-            proc.stdin.write("\n")
-            proc.stdin.flush()
-            failures = int(proc.stdout.readline())
-            _, stderr = proc.communicate(timeout=30)
+            failures, stderr = finish_emfile_server(proc, held)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -328,6 +460,27 @@ def test_accept_errors_are_logged_once_per_burst_with_back_off(tmp_path: Path) -
     assert stderr.count("accept failed") == 1, stderr
     assert stderr.count("accepting again") == 1, stderr
     # back-off doubling up to 1 s: a burst of a few seconds is a handful of attempts, not a spin
+    assert failures < 40, failures
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts fds through /proc")
+def test_out_of_descriptors_idle_connections_make_room(tmp_path: Path) -> None:
+    """Out of descriptors, with idle connections held open: each new client is served in
+    place of the longest-idle one, and accepting never stops."""
+    with short_dir() as d:
+        path = d / "memd.sock"
+        proc = start_emfile_server(path)
+        try:
+            held = hold_connections(path, 30)
+            with Client(path, timeout=20) as probe:
+                assert probe.call("echo", {"n": 1}) == {"n": 1}
+            with Client(path, timeout=20) as probe:
+                assert probe.call("echo", {"n": 2}) == {"n": 2}
+            failures, stderr = finish_emfile_server(proc, held)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert "closed 1 idle ones to make room" in stderr, stderr
     assert failures < 40, failures
 
 

@@ -21,6 +21,7 @@ from memd_client import service
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, Ctx, Registrar
 from memd_client.cli_local import client_version, settings_path
 from memd_client.errors import MemdClientError
+from memd_client.hook_record import read_failed_open, record_path
 from memd_client.hooks_install import MATCHERS, MemdHook, parse_memd_hook, read_settings
 from memd_client.paths import default_runtime_dir
 from memd_client.textfmt import Style
@@ -48,6 +49,7 @@ class Facts:
     down: str | None = None  # why the daemon could not be asked
     probe: dict[str, Any] | None = None
     settings: Path = field(default_factory=Path)
+    socket: Path = field(default_factory=Path)
 
 
 def register(reg: Registrar) -> None:
@@ -67,7 +69,7 @@ def cmd_doctor(ctx: Ctx) -> int:
 
 
 def gather(ctx: Ctx) -> Facts:
-    facts = Facts(ctx.env, Path.home(), settings=settings_path(ctx))
+    facts = Facts(ctx.env, Path.home(), settings=settings_path(ctx), socket=ctx.client().path)
     try:
         facts.hello = ctx.call("hello")
         facts.status = ctx.call("status")
@@ -228,6 +230,19 @@ def mcp_agents(home: Path, env: dict[str, str]) -> list[str]:
     return found
 
 
+def check_hook_failures(f: Facts) -> Check:
+    """The hook fails open silently for the agent; its record says when it did, and why."""
+    record = read_failed_open(f.socket)
+    if record is None:
+        return Check("hook runs", "ok", "the hook has not failed open")
+    if isinstance(record, str):
+        return Check("hook runs", "warn", record, f"remove {record_path(f.socket)}")
+    if not record.recent():
+        return Check("hook runs", "ok", f"over a day ago, {record.summary()}")
+    answers = " (memd answers now)" if f.down is None else ""
+    return Check("hook runs", "warn", record.summary() + answers, record.fix())
+
+
 def _memd_hooks(groups: object) -> list[MemdHook]:
     found = []
     for group in groups if isinstance(groups, list) else []:
@@ -381,6 +396,7 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_env_file,
     check_api,
     check_hooks,
+    check_hook_failures,
     check_service,
     check_dirs,
     check_transcripts,

@@ -14,6 +14,7 @@ from typing import Any
 
 from memd_client.cli_base import EXIT_OK, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.errors import MemdClientError
+from memd_client.hook_record import FailedOpen, read_failed_open
 from memd_client.render import notes_state
 from memd_client.textfmt import ago, bar, duration, size, tokens, tokens_bare, unique_prefixes
 
@@ -47,9 +48,10 @@ def run_top(screen: Any, ctx: Ctx) -> None:
             problem = None
         except MemdClientError as exc:
             status, problem = None, str(exc)
+        hook = hook_line(read_failed_open(ctx.client().path))
         height, width = screen.getmaxyx()
         screen.erase()
-        for y, line in enumerate(screen_lines(status, problem, width, height)):
+        for y, line in enumerate(screen_lines(status, problem, width, height, hook)):
             try:
                 screen.addnstr(y, 0, line, width - 1)
             except curses.error:  # the terminal shrank between getmaxyx and here
@@ -60,19 +62,41 @@ def run_top(screen: Any, ctx: Ctx) -> None:
             return
 
 
+def hook_line(record: FailedOpen | str | None) -> str | None:
+    """The hook's last failure to reach memd, when it is recent (or its record is damaged)."""
+    if isinstance(record, str):
+        return f"hook   {record}"
+    if record is None or not record.recent():
+        return None
+    return f"hook   FAILED OPEN: {record.summary()}"
+
+
 def screen_lines(
-    status: dict[str, Any] | None, problem: str | None, width: int, height: int
+    status: dict[str, Any] | None,
+    problem: str | None,
+    width: int,
+    height: int,
+    hook: str | None = None,
 ) -> list[str]:
-    """Pure: the screen for one status reply (or the reason there is none)."""
+    """Pure: the screen for one status reply (or the reason there is none), with the hook's
+    last failure to reach memd when there is one to show."""
     stamp = time.strftime("%H:%M:%S")
+    hook_lines = [hook] if hook else []
     if width < MIN_WIDTH or height < MIN_HEIGHT:
         return [f"memdctl top needs {MIN_WIDTH}x{MIN_HEIGHT}"]
     if status is None:
-        return [f"memdctl top  {stamp}  (q quits)", "", f"{problem}", "retrying every second"]
+        return [
+            f"memdctl top  {stamp}  (q quits)",
+            "",
+            f"{problem}",
+            "retrying every second",
+            *hook_lines,
+        ]
     d = status.get("daemon", {})
     head = [
         f"memd {d.get('version')}  pid {d.get('pid')}  up {duration(d.get('uptime_s'))}  "
         f"rss {size(d.get('rss_bytes'))}  {stamp}  (q quits)",
+        *hook_lines,
         _model_line(status.get("llm", {})),
         *_job_lines(status),
         *_spend_lines(status, width),

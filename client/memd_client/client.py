@@ -179,7 +179,9 @@ class Client:
 
     def _connected(self, deadline: float) -> socket.socket:
         if self._sock is not None:
-            return self._sock
+            if not _closed_by_daemon(self._sock):
+                return self._sock
+            self.close()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(_remaining(deadline))
@@ -202,6 +204,24 @@ class Client:
                 raise ConnectionLost("memd closed the connection before answering")
             self._decoder.receive_data(data)
         return frame
+
+
+def _closed_by_daemon(sock: socket.socket) -> bool:
+    """Whether a connection kept between calls was closed by memd meanwhile (idle past
+    ``ipc.idle_timeout_s``, or closed to make room): with no call outstanding, anything to
+    read (its notice, the end of the stream) says so, and the next call reconnects rather
+    than fail. A peek that does not wait."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+    return True
 
 
 def _remaining(deadline: float) -> float:

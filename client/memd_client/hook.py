@@ -13,7 +13,9 @@ nothing when there is nothing to add:
 
 It fails open: when the daemon is down, busy (a ``busy`` error reply), slow or confused, the
 hook prints nothing and exits 0, so it never blocks the agent and never puts an error into
-its context.
+its context. So that a failure is not silent, it then leaves a few lines beside the socket
+(:data:`FAILED_OPEN_FILE`, owner-only: when, which event, why; see :func:`note_failed_open`),
+which ``memdctl doctor`` and ``memdctl top`` show. Nothing is written when the hook works.
 
 It runs on every prompt, so it starts as fast as Python itself: the JSON is parsed by the
 daemon, and the import graph is ``os``, ``sys`` and ``_socket`` — no ``pathlib``,
@@ -44,6 +46,17 @@ MAX_REPLY_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT_S = 3.0
 RUN_USER = "/run/user"  # systemd's runtime dirs (memd_client.paths.RUN_USER)
 SESSION_END_TIMEOUT_S = 1.0  # Claude Code gives SessionEnd hooks 1.5 s in all
+# Beside the socket: the last time the hook failed open. Lines: a title, the last failure's
+# time, the first of this burst (failures less than BURST_S apart), their count, the event,
+# the reason (memd_client.hook_record reads it).
+FAILED_OPEN_FILE = "hook-failed-open"
+FAILED_OPEN_TITLE = "memd-hook failed open"
+BURST_S = 3600.0
+EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "PreCompact")
+
+
+class FailedOpen(Exception):
+    """The daemon answered with an error (``busy``, ``timeout``…) or not at all."""
 
 
 def hook_timeout(env: Env, stdin: bytes = b"") -> float:
@@ -218,27 +231,144 @@ def exchange(path: str, frame: bytes, timeout: float) -> bytes | None:
 def stdout_of(body: bytes) -> str | None:
     """What to print from the daemon's reply: its ``result.stdout`` string, else None."""
     reply, _ = unpack(body)
+    return _stdout(reply)
+
+
+def _stdout(reply: object) -> str | None:
     result = reply.get("result") if isinstance(reply, dict) else None
     out = result.get("stdout") if isinstance(result, dict) else None
     return out if isinstance(out, str) and out else None
 
 
 def run(stdin: bytes, env: Env) -> str | None:
-    """The hook's stdout for ``stdin`` (None: print nothing). Raises on any trouble."""
+    """The hook's stdout for ``stdin`` (None: print nothing). Raises on any trouble, an
+    error reply included (:class:`FailedOpen`)."""
     if not stdin.strip():
         return None
-    body = exchange(socket_path(env), request(stdin, env), hook_timeout(env, stdin))
-    return stdout_of(body) if body is not None else None
+    timeout = hook_timeout(env, stdin)
+    body = exchange(socket_path(env), request(stdin, env), timeout)
+    if body is None:
+        raise FailedOpen("memd closed the connection without a whole reply")
+    reply, _ = unpack(body)
+    error = reply.get("error") if isinstance(reply, dict) else None
+    if isinstance(error, dict):
+        raise FailedOpen(f"memd answered {error.get('code')}: {error.get('message')}")
+    return _stdout(reply)
 
 
 def main() -> int:
+    stdin = b""
     try:
-        out = run(sys.stdin.buffer.read(MAX_STDIN_BYTES), os.environ)
-    except BaseException:  # noqa: BLE001 - fail open: the agent must never see a hook error
+        stdin = sys.stdin.buffer.read(MAX_STDIN_BYTES)
+        out = run(stdin, os.environ)
+    except BaseException as exc:  # noqa: BLE001 - fail open: the agent must never see a hook error
+        note_failed_open(os.environ, stdin, exc)
         return 0
     if out:
         sys.stdout.write(out + "\n")
     return 0
+
+
+# -- failing open, visibly ------------------------------------------------------------------------
+
+
+def why(exc: BaseException, env: Env, stdin: bytes) -> str:
+    """One line saying why the hook failed open."""
+    if isinstance(exc, FailedOpen):
+        text = str(exc)
+    elif isinstance(exc, TimeoutError):
+        text = f"memd did not answer within {hook_timeout(env, stdin):g}s"
+    elif isinstance(exc, FileNotFoundError | ConnectionRefusedError):
+        text = f"memd is not running (nothing answers on {socket_path(env)})"
+    elif isinstance(exc, OSError):
+        text = f"cannot reach memd at {socket_path(env)}: {exc.strerror or exc}"
+    elif isinstance(exc, ValueError):
+        text = "memd's reply could not be read"
+    else:
+        text = type(exc).__name__
+    return "".join(c if c.isprintable() else " " for c in text)[:300]
+
+
+def note_failed_open(env: Env, stdin: bytes, exc: BaseException) -> None:
+    """Record that the hook failed open, beside the socket: only in a folder of the user's
+    own that nobody else may enter (the runtime dir memd makes), through a new owner-only
+    file renamed over the last record. Never raises; a local file, so it does not wait."""
+    try:
+        folder = os.open(
+            os.path.dirname(socket_path(env)) or ".",
+            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+        )
+    except BaseException:  # noqa: BLE001 - no folder (memd never ran): nowhere to say it
+        return
+    try:
+        info = os.fstat(folder)
+        if info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            _write_record(folder, _record(folder, env, stdin, exc))
+    except BaseException:  # noqa: BLE001 - failing open must not fail
+        pass
+    finally:
+        os.close(folder)
+
+
+def _record(folder: int, env: Env, stdin: bytes, exc: BaseException) -> bytes:
+    import time
+
+    now = time.time()
+    first, count = now, 1
+    last = _last_record(folder)
+    if len(last) >= 4 and last[0] == FAILED_OPEN_TITLE:
+        try:
+            before, since, seen = float(last[1]), float(last[2]), int(last[3])
+        except ValueError:
+            before = since = float("-inf")
+            seen = 0
+        if 0 <= now - before < BURST_S and 0 < since <= before and 0 < seen < 10**9:
+            first, count = since, seen + 1
+    at = stdin.find(b'"hook_event_name"', 0, 65536)
+    named = stdin[at : at + 64] if at >= 0 else b""
+    event = next((e for e in EVENTS if f'"{e}"'.encode() in named), "unknown event")
+    lines = (
+        FAILED_OPEN_TITLE,
+        f"{now:.3f}",
+        f"{first:.3f}",
+        str(count),
+        event,
+        why(exc, env, stdin),
+    )
+    return ("\n".join(lines) + "\n").encode("utf-8", "replace")
+
+
+def _last_record(folder: int) -> list[str]:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(FAILED_OPEN_FILE, flags, dir_fd=folder)
+    except OSError:
+        return []
+    try:
+        return os.read(fd, 1024).decode("utf-8", "replace").split("\n")
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
+def _write_record(folder: int, data: bytes) -> None:
+    temp = f".{FAILED_OPEN_FILE}.{os.getpid()}"
+    try:
+        os.unlink(temp, dir_fd=folder)  # left by a hook that was killed, with this pid
+    except OSError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o600, dir_fd=folder)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    try:
+        os.rename(temp, FAILED_OPEN_FILE, src_dir_fd=folder, dst_dir_fd=folder)
+    except OSError:
+        os.unlink(temp, dir_fd=folder)
+        raise
 
 
 if __name__ == "__main__":

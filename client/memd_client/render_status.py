@@ -7,6 +7,7 @@ generically so they show up before memdctl learns about them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from memd_client.cli_dream import render_dream_status
@@ -32,6 +33,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         f"{ing.get('bad_lines', 0)} bad lines skipped"
         + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else ""),
         *watcher_lines(ing.get("watcher"), st),
+        *ipc_lines(s.get("ipc"), st),
         *error_lines(s, st),
         *refused_lines(s.get("refused"), st),
         *reload_lines(d, st),
@@ -109,6 +111,23 @@ def skipped_lines(w: dict[str, Any]) -> list[str]:
     if count > len(skipped):
         lines.append(f"          ... and {count - len(skipped)} more")
     return lines
+
+
+def ipc_lines(ipc: dict[str, Any] | None, st: Style) -> list[str]:
+    """Connections open of the limit; those turned away (``busy``) or closed to make room."""
+    if not isinstance(ipc, dict):
+        return []
+    line = f"clients   {ipc.get('connections_open', 0)} of {ipc.get('max_connections')} connections"
+    idle = ipc.get("idle_timeout_s")
+    after = f"closed after {idle:g}s idle" if isinstance(idle, int | float) else "closed idle"
+    closed: list[tuple[Any, str, Callable[[str], str]]] = [
+        (ipc.get("busy"), "turned away busy", st.bad),
+        (ipc.get("evicted"), "closed to make room", st.warn),
+        (ipc.get("idle_closed"), after, str),
+        (ipc.get("accept_failures"), "accepts failed (out of descriptors?)", st.bad),
+    ]
+    parts = [paint(f"{n} {what}") for n, what, paint in closed if isinstance(n, int) and n]
+    return [line + ("; " + ", ".join(parts) if parts else "")]
 
 
 def error_lines(s: dict[str, Any], st: Style) -> list[str]:

@@ -384,6 +384,7 @@ async def run_daemon(
                     max_buffered_bytes=cfg.ipc.max_buffered_bytes,
                     frame_timeout_s=cfg.ipc.frame_timeout_s,
                     max_connections=cfg.ipc.max_connections,
+                    idle_timeout_s=cfg.ipc.idle_timeout_s,
                 ),
             )
         )

@@ -16,7 +16,11 @@ refused with ``busy`` if it still does not fit when its deadline passes), and th
 reserved until its request is answered, since what the body decodes to lives as long as the
 handler (``protocol.decode_body`` bounds that to a few times the body); a frame must be
 complete within ``frame_timeout_s`` of its first byte, else the connection gets a ``timeout``
-error frame and is closed. Between frames a connection may stay idle as long as it likes.
+error frame and is closed. Between frames, a connection with no request in flight is idle:
+once it has been idle for ``idle_timeout_s`` it is closed (:meth:`Connection.close_now`, with
+a ``timeout`` error frame when the socket takes it), and the server may close the longest-idle
+one sooner to make room for a new client (``memd.ipc.server``). A connection waiting for a
+reply, however long (``wait_extraction``, a stream), is never idle.
 
 Outside that budget a connection holds one read (at most ``RECEIVE_BYTES``, kept while its
 frames are answered or while the frame it starts waits for budget) plus its own objects:
@@ -27,6 +31,7 @@ have (:func:`body_budget`), so everything incoming frames hold stays within
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import mmap
 import socket
@@ -121,15 +126,78 @@ class Connection:
         self._reserved = 0  # bytes of the read budget this connection holds
         self._started = 0.0  # monotonic time of the pending frame's first byte
         self._reader = SocketReader(sock)
+        # monotonic time of its last frame or reply: the longest idle is closed first
+        self.idle_since = time.monotonic()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     def stop_reading(self) -> None:
         self._read_scope.cancel()
 
     async def run(self) -> None:
+        self._watch_idle(self._server.limits.idle_timeout_s)
         try:
             await self._serve()
         finally:
+            self._closed = True
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             self._reader.close()
+
+    # -- idle connections ------------------------------------------------------------------------
+
+    def quiet(self) -> bool:
+        """Idle: waiting between frames, with no request in flight and no byte arriving.
+        Closing it loses nothing; its client reconnects for its next request."""
+        if not (
+            self._reader.waiting
+            and not self._pending
+            and self._body is None
+            and self._slots.value == self._server.max_in_flight
+        ):
+            return False
+        try:
+            return not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # b"": gone
+        except BlockingIOError:
+            return True
+        except OSError:
+            return True  # reset: nothing to lose either
+
+    def close_now(self, notice: bytes) -> None:
+        """Close a :meth:`quiet` connection at once: ``notice`` (an error frame) if the
+        socket takes it without waiting, then its descriptor goes; the reader loop ends as
+        at end of stream."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._reader.close()
+        try:
+            self._sock.send(notice, socket.MSG_DONTWAIT)
+        except OSError:
+            pass  # the client's buffer is full or it left: it sees the end of the stream
+        self._sock.close()
+
+    def _watch_idle(self, delay: float) -> None:
+        """Check for idleness after ``delay`` seconds (one timer per connection, re-armed
+        when it fires: nothing is done per request)."""
+        if delay < float("inf"):
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(delay, self._check_idle)
+
+    def _check_idle(self) -> None:
+        self._idle_timer = None
+        if self._closed:
+            return
+        limit = self._server.limits.idle_timeout_s
+        left = self.idle_since + limit - time.monotonic()
+        if left > 0:
+            self._watch_idle(left)
+        elif self.quiet():
+            self._server.close_idle(self)
+        else:
+            self._watch_idle(min(limit, 1.0))  # busy now: idle again soon after its reply
 
     async def _serve(self) -> None:
         problem: p.FrameError | None = None  # stays None when stop_reading() ends the loop
@@ -192,6 +260,7 @@ class Connection:
                     finally:
                         _free(body)
                     await self._dispatch(frame, tg, held)
+                    self.idle_since = time.monotonic()
                     continue
                 if not await self._read_frames(tg):
                     return None
@@ -217,6 +286,7 @@ class Connection:
             self._pending = b""
             data = pending + data
         await self._take_frames(data, tg)
+        self.idle_since = time.monotonic()
         return True
 
     async def _receive_partial(self) -> bytes:
@@ -336,6 +406,7 @@ class Connection:
         try:
             await self.send(await self._server.answer(request))
         finally:
+            self.idle_since = time.monotonic()
             self._server.budget.give(held)
             self._server.end_request()
             self._slots.release()

@@ -345,6 +345,7 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
         "refused": refused_report(),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
+        "ipc": ipc_status(daemon),
         "sessions": [brief_row(s, threshold) for s in rows],
     }
 
@@ -368,6 +369,24 @@ def refused_report() -> dict[str, Any]:
         return {"count": 0, "entries": []}
     rows = found.as_rows()
     return {"count": len(rows), "entries": rows[:REFUSED_ROWS]}
+
+
+def ipc_status(daemon: Daemon) -> dict[str, Any] | None:
+    """The socket's connections: open of the limit, and those turned away or closed."""
+    if daemon.server is None:
+        return None
+    stats = daemon.server.statistics()
+    limits = daemon.server.limits
+    return {
+        "connections_open": stats.connections_open,
+        "max_connections": limits.max_connections,
+        "idle_timeout_s": limits.idle_timeout_s,
+        "busy": stats.connections_busy,
+        "evicted": stats.connections_evicted,
+        "idle_closed": stats.connections_idle_closed,
+        "refused": stats.connections_refused,
+        "accept_failures": stats.accept_failures,
+    }
 
 
 @functools.cache

@@ -64,6 +64,11 @@ class SocketReader:
         assert isinstance(result, int)
         return result
 
+    @property
+    def waiting(self) -> bool:
+        """A read is waiting for bytes (none has arrived for it yet)."""
+        return self._waiter is not None and not self._waiter.done()
+
     def close(self) -> None:
         """Drop the registration; the socket may be closed afterwards."""
         waiter, self._waiter = self._waiter, None

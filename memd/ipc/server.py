@@ -22,12 +22,22 @@ resynchronise on. Requests on one connection are served concurrently (up to
 handlers never wait on I/O) are answered in the connection's reader loop, without a task or
 a timeout of their own (see :mod:`memd.ipc.connection`).
 
-Serving is bounded (:class:`ServeLimits`): connections beyond ``max_connections`` get a
-``busy`` error frame and are closed; bytes held for incoming frames across all connections
-stay under ``max_buffered_bytes`` (each connection's own read and objects are set aside from
-it, the rest is the budget frame bodies share); a frame must be complete within
-``frame_timeout_s``.
-Accept failures from exhaustion (EMFILE…) are logged once per burst, with back-off.
+Serving is bounded (:class:`ServeLimits`), and no client can lock the others out:
+
+- a connection with no request in flight is closed once idle for ``idle_timeout_s``;
+- at ``max_connections`` a new connection is still served: the longest-idle connection (no
+  request in flight, nothing arriving) is closed to make room. Opening connections faster
+  only closes the attacker's own older ones, since a client that connects and sends its
+  request at once is never the longest idle; descriptors and memory stay bounded by
+  ``max_connections``. Only when every connection has a request in flight does the new one
+  get a ``busy`` error frame (at most :data:`MAX_TURNING_AWAY` at a time are told so; beyond
+  that they are closed at once);
+- bytes held for incoming frames across all connections stay under ``max_buffered_bytes``
+  (each connection's own read and objects are set aside from it, the rest is the budget frame
+  bodies share); a frame must be complete within ``frame_timeout_s``.
+
+Accept failures from exhaustion (EMFILE…) are logged once per burst, with back-off; out of
+descriptors (EMFILE), the longest-idle connection is closed first, as at the limit.
 """
 
 from __future__ import annotations
@@ -35,9 +45,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +74,11 @@ log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
+# Connections being told ``busy`` at once; more are closed without a word (each holds a
+# descriptor for up to a second while it is told).
+MAX_TURNING_AWAY = 32
+# Descriptors the daemon needs besides its connections (logs, state, transcripts, threads).
+SPARE_DESCRIPTORS = 64
 _ACCEPT_BACKOFF_FIRST = 0.01
 _ACCEPT_BACKOFF_MAX = 1.0
 _EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
@@ -74,6 +91,7 @@ class ServeLimits:
     max_buffered_bytes: int = 64 * 1024 * 1024
     frame_timeout_s: float = 10.0
     max_connections: int = 256
+    idle_timeout_s: float = 60.0
 
 
 class InvalidParams(MemdError):
@@ -86,7 +104,9 @@ class ServerStats:
     connections_open: int
     connections_total: int
     connections_refused: int  # peers of another uid
-    connections_busy: int  # turned away at the connection limit
+    connections_busy: int  # turned away: at the limit, and every connection had work
+    connections_evicted: int  # the longest idle, closed to make room for a new one
+    connections_idle_closed: int  # closed after idle_timeout_s with no request
     accept_failures: int
     buffered_bytes: int  # read budget held by bodies being read or answered now
     requests_total: int
@@ -152,6 +172,9 @@ class Server:
         self._connections_total = 0
         self._refused = 0
         self._busy = 0
+        self._turning_away = 0
+        self._evicted = 0
+        self._idle_closed = 0
         self._accept_failures = 0
         self._requests = 0
         self._errors: Counter[str] = Counter()
@@ -172,6 +195,7 @@ class Server:
         self._inode = socket_inode(self.path)
         log.info("serving on %s", self.path)
         self._warn_if_frames_cannot_fit()
+        self._warn_if_descriptors_short()
         try:
             async with anyio.create_task_group() as tg:
                 task_status.started(self)
@@ -194,6 +218,20 @@ class Server:
             limits.max_connections,
             CONNECTION_BYTES,
         )
+
+    def _warn_if_descriptors_short(self) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = self.limits.max_connections + SPARE_DESCRIPTORS
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            log.warning(
+                "ipc.max_connections (%d) and memd's other files need about %d descriptors,"
+                " and the open-file limit is %d: past it, idle connections are closed to make"
+                " room and other files may fail to open; raise the limit (LimitNOFILE= in the"
+                " service unit, `ulimit -n`) or lower ipc.max_connections",
+                self.limits.max_connections,
+                wanted,
+                soft,
+            )
 
     def stop_accepting(self) -> None:
         """Refuse new connections and new requests; requests already running go on."""
@@ -219,6 +257,8 @@ class Server:
             connections_total=self._connections_total,
             connections_refused=self._refused,
             connections_busy=self._busy,
+            connections_evicted=self._evicted,
+            connections_idle_closed=self._idle_closed,
             accept_failures=self._accept_failures,
             buffered_bytes=self.budget.used,
             requests_total=self._requests,
@@ -228,6 +268,7 @@ class Server:
 
     async def _accept_loop(self, listener: anyio.abc.SocketListener, tg: TaskGroup) -> None:
         backoff = 0.0  # > 0 while a burst of accept failures lasts
+        made_room = False  # a descriptor was freed for the accept that follows
         while True:
             try:
                 stream = await listener.accept()
@@ -235,37 +276,91 @@ class Server:
                 cause = exc.__cause__
                 if not isinstance(cause, OSError) or cause.errno not in _EXHAUSTION:
                     raise
-                # Out of file descriptors or memory: keep the connections we have and try
-                # again later rather than dying (the trio serve_listeners policy); one log
-                # line per burst, and a growing pause so the loop never spins.
+                # Out of descriptors: an idle connection gives its own up, once per accept.
+                if cause.errno == errno.EMFILE and not made_room and self._make_room():
+                    made_room = True
+                    continue
+                # Out of memory, or nothing idle to close: keep the connections we have and
+                # try again later rather than dying (the trio serve_listeners policy); one
+                # log line per burst, and a growing pause so the loop never spins.
                 self._accept_failures += 1
                 if not backoff:
                     log.error("accept failed (%s); backing off until it recovers", cause)
                 backoff = min(_ACCEPT_BACKOFF_MAX, max(_ACCEPT_BACKOFF_FIRST, backoff * 2))
                 await anyio.sleep(backoff)
                 continue
+            made_room = False
             if backoff:
                 log.warning("accepting again after %d failed attempts", self._accept_failures)
                 backoff = 0.0
-            if len(self._connections) >= self.limits.max_connections:
-                tg.start_soon(self._turn_away, stream)
-            else:
+            if len(self._connections) < self.limits.max_connections or self._make_room():
                 tg.start_soon(self._serve, stream)
+            else:
+                tg.start_soon(self._turn_away, stream)
+
+    def _make_room(self) -> bool:
+        """Close the longest-idle connection for a new one; False when none is idle."""
+        oldest_first = sorted(self._connections, key=attrgetter("idle_since"))
+        connection = next((c for c in oldest_first if c.quiet()), None)
+        if connection is None:
+            return False
+        self._evicted += 1
+        if self._evicted == 1 or self._evicted % 1000 == 0:
+            log.warning(
+                "at the limit of %d connections (or of descriptors); closed %d idle ones to"
+                " make room so far",
+                self.limits.max_connections,
+                self._evicted,
+            )
+        limit = self.limits.max_connections
+        self._drop(
+            connection,
+            p.BUSY,
+            f"memd is serving its limit of {limit} connections and closed this one, the"
+            " longest idle, to make room; reconnect to go on",
+        )
+        return True
+
+    def close_idle(self, connection: Connection) -> None:
+        """Close a connection idle for ``idle_timeout_s`` (its own timer calls this)."""
+        self._idle_closed += 1
+        limit = self.limits.idle_timeout_s
+        self._drop(
+            connection,
+            p.TIMEOUT,
+            f"no request for {limit:g}s (ipc.idle_timeout_s): memd closed this idle"
+            " connection; reconnect to go on",
+        )
+
+    def _drop(self, connection: Connection, code: str, message: str) -> None:
+        self._connections.discard(connection)
+        connection.close_now(p.encode_frame(p.failure(None, code, message)))
 
     async def _turn_away(self, stream: SocketStream) -> None:
-        """At the connection limit: a ``busy`` error frame, then close."""
+        """At the connection limit with every connection at work: a ``busy`` error frame,
+        then close (at once, with no frame, past :data:`MAX_TURNING_AWAY` of them)."""
         self._busy += 1
         if self._busy == 1 or self._busy % 1000 == 0:
             log.warning(
-                "at the limit of %d connections; turned %d away so far",
+                "at the limit of %d connections, each with a request in flight; turned %d"
+                " away so far",
                 self.limits.max_connections,
                 self._busy,
             )
-        message = f"memd is serving its limit of {self.limits.max_connections} connections"
         async with stream:
-            connection = Connection(self, stream.extra(SocketAttribute.raw_socket))
-            with anyio.move_on_after(self.limits.frame_timeout_s):
-                await connection.refuse(self.error_frame(None, p.BUSY, message))
+            if self._turning_away >= MAX_TURNING_AWAY:
+                return
+            self._turning_away += 1
+            try:
+                message = (
+                    f"memd is serving its limit of {self.limits.max_connections} connections,"
+                    " each with a request in flight"
+                )
+                connection = Connection(self, stream.extra(SocketAttribute.raw_socket))
+                with anyio.move_on_after(self.limits.frame_timeout_s):
+                    await connection.refuse(self.error_frame(None, p.BUSY, message))
+            finally:
+                self._turning_away -= 1
 
     async def _serve(self, stream: SocketStream) -> None:
         self._connections_total += 1
