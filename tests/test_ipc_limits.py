@@ -18,7 +18,8 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from memd.ipc.connection import CONNECTION_BYTES, CONNECTION_STATE_BYTES, RECEIVE_BYTES
-from memd.ipc.server import ServeLimits, Server
+from memd.ipc.limits import ServeLimits
+from memd.ipc.server import Server
 from memd_client import protocol as p
 from memd_client.cli_top import hook_line, screen_lines
 from memd_client.client import Client
@@ -183,7 +184,8 @@ def test_the_hook_prints_nothing_when_memd_is_busy_and_doctor_and_top_say_so(
             import anyio, sys
             from functools import partial
             from pathlib import Path
-            from memd.ipc.server import ServeLimits, run_server
+            from memd.ipc.limits import ServeLimits
+            from memd.ipc.server import run_server
             from tests.ipc_support import methods
             async def main():
                 async with anyio.create_task_group() as tg:
@@ -599,3 +601,37 @@ async def test_a_connection_holds_no_more_than_is_set_aside_for_it(
             assert held == size  # one body; the others wait with their read
             assert per_connection <= CONNECTION_BYTES, per_connection
             assert per_connection > RECEIVE_BYTES  # they do hold their read
+
+
+async def test_a_client_that_takes_no_reply_is_closed_after_the_frame_deadline(
+    sock_path: Path,
+) -> None:
+    """Requests sent and replies never read would keep a request in flight, and the place,
+    for ever: the connection is closed once a reply waits ``frame_timeout_s`` for room."""
+    limits = ServeLimits(frame_timeout_s=0.5, max_connections=2)
+    async with serving(sock_path, limits=limits, inline=INLINE) as (server, _):
+        hog = await RawConnection.open(sock_path)
+        frame = p.encode_frame({"id": 1, "method": "status"})
+        with anyio.fail_after(20):
+            with pytest.raises((anyio.BrokenResourceError, anyio.EndOfStream, OSError)):
+                while True:  # until the server stops reading: it closed the connection
+                    await hog.send(frame * 64)
+            while server.statistics().connections_open:  # noqa: ASYNC110 - no event to wait on
+                await anyio.sleep(0.05)
+        assert server.statistics().connections_stalled == 1
+        await hog.aclose()
+        conn = await RawConnection.open(sock_path)
+        await answered(conn)
+        await conn.aclose()
+
+
+async def test_a_client_reconnects_when_its_kept_connection_was_closed_idle(
+    sock_path: Path,
+) -> None:
+    async with serving(sock_path, limits=ServeLimits(idle_timeout_s=0.2)) as (server, _):
+        with Client(sock_path, timeout=5) as client:
+            assert await anyio.to_thread.run_sync(client.call, "echo", {"n": 1}) == {"n": 1}
+            with anyio.fail_after(10):
+                while not server.statistics().connections_idle_closed:  # noqa: ASYNC110 - no event
+                    await anyio.sleep(0.05)
+            assert await anyio.to_thread.run_sync(client.call, "echo", {"n": 2}) == {"n": 2}

@@ -124,6 +124,7 @@ def ipc_lines(ipc: dict[str, Any] | None, st: Style) -> list[str]:
         (ipc.get("busy"), "turned away busy", st.bad),
         (ipc.get("evicted"), "closed to make room", st.warn),
         (ipc.get("idle_closed"), after, str),
+        (ipc.get("stalled"), "closed taking no reply", st.warn),
         (ipc.get("accept_failures"), "accepts failed (out of descriptors?)", st.bad),
     ]
     parts = [paint(f"{n} {what}") for n, what, paint in closed if isinstance(n, int) and n]

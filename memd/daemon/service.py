@@ -38,7 +38,8 @@ from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import WatcherStatus, run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, MemdError, NotFound, StartupError
-from memd.ipc.server import ServeLimits, Server, run_server
+from memd.ipc.limits import ServeLimits
+from memd.ipc.server import Server, run_server
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.tokens import using_tokenizer
 from memd.transcript.conversation import Conversation

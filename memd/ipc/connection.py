@@ -412,7 +412,8 @@ class Connection:
             self._slots.release()
 
     async def send(self, frame: bytes) -> None:
-        """Send one whole frame; frames never interleave. A departed client is not an error."""
+        """Send one whole frame; frames never interleave. A departed client is not an error;
+        one that takes none of a frame within ``frame_timeout_s`` is closed."""
         if not self._send_lock.locked():
             try:
                 sent = self._sock.send(frame)
@@ -425,10 +426,21 @@ class Connection:
                 return
             frame = frame[sent:]
         async with self._send_lock:
+            limit = self._server.limits.frame_timeout_s
+            with anyio.move_on_after(limit):
+                try:
+                    await _send_all(self._sock, frame)
+                except OSError as exc:
+                    log.debug("a client left before its reply was sent: %s", exc)
+                return
+            # A client that takes no reply would hold its place with a request in flight
+            # for ever: the connection ends (the reader sees the end, later sends fail).
+            log.info("closing a connection that took no reply for %gs", limit)
+            self._server.note_stalled()
             try:
-                await _send_all(self._sock, frame)
-            except OSError as exc:
-                log.debug("a client left before its reply was sent: %s", exc)
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 async def _send_all(sock: socket.socket, data: bytes) -> None:

@@ -384,6 +384,7 @@ def ipc_status(daemon: Daemon) -> dict[str, Any] | None:
         "busy": stats.connections_busy,
         "evicted": stats.connections_evicted,
         "idle_closed": stats.connections_idle_closed,
+        "stalled": stats.connections_stalled,
         "refused": stats.connections_refused,
         "accept_failures": stats.accept_failures,
     }

@@ -45,7 +45,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import resource
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -58,7 +57,8 @@ import anyio.abc
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
 from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound
-from memd.ipc.connection import CONNECTION_BYTES, Connection, ReadBudget, body_budget
+from memd.ipc.connection import Connection, ReadBudget, body_budget
+from memd.ipc.limits import ServeLimits, limit_warnings
 from memd.ipc.peercred import Allow, Deny, check_peer, peer_uid
 from memd.ipc.socketfile import (
     clear_stale_socket,
@@ -77,21 +77,9 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64
 # Connections being told ``busy`` at once; more are closed without a word (each holds a
 # descriptor for up to a second while it is told).
 MAX_TURNING_AWAY = 32
-# Descriptors the daemon needs besides its connections (logs, state, transcripts, threads).
-SPARE_DESCRIPTORS = 64
 _ACCEPT_BACKOFF_FIRST = 0.01
 _ACCEPT_BACKOFF_MAX = 1.0
 _EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """The bounds of serving (config ``ipc.*``)."""
-
-    max_buffered_bytes: int = 64 * 1024 * 1024
-    frame_timeout_s: float = 10.0
-    max_connections: int = 256
-    idle_timeout_s: float = 60.0
 
 
 class InvalidParams(MemdError):
@@ -107,6 +95,7 @@ class ServerStats:
     connections_busy: int  # turned away: at the limit, and every connection had work
     connections_evicted: int  # the longest idle, closed to make room for a new one
     connections_idle_closed: int  # closed after idle_timeout_s with no request
+    connections_stalled: int  # closed: a reply not taken within frame_timeout_s
     accept_failures: int
     buffered_bytes: int  # read budget held by bodies being read or answered now
     requests_total: int
@@ -175,6 +164,7 @@ class Server:
         self._turning_away = 0
         self._evicted = 0
         self._idle_closed = 0
+        self._stalled = 0
         self._accept_failures = 0
         self._requests = 0
         self._errors: Counter[str] = Counter()
@@ -194,8 +184,8 @@ class Server:
         listener = await anyio.create_unix_listener(self.path, mode=0o600)
         self._inode = socket_inode(self.path)
         log.info("serving on %s", self.path)
-        self._warn_if_frames_cannot_fit()
-        self._warn_if_descriptors_short()
+        for warning in limit_warnings(self.limits, self.max_frame_bytes):
+            log.warning("%s", warning)
         try:
             async with anyio.create_task_group() as tg:
                 task_status.started(self)
@@ -204,34 +194,6 @@ class Server:
                         await self._accept_loop(listener, tg)
         finally:
             unlink_if_ours(self.path, self._inode)
-
-    def _warn_if_frames_cannot_fit(self) -> None:
-        limits = self.limits
-        if self.budget.limit >= self.max_frame_bytes:
-            return
-        log.warning(
-            "ipc.max_buffered_bytes (%d) leaves %d bytes for frame bodies once %d connections"
-            " (ipc.max_connections) have %d each set aside: frames larger than that are"
-            " refused as busy; raise ipc.max_buffered_bytes or lower ipc.max_connections",
-            limits.max_buffered_bytes,
-            self.budget.limit,
-            limits.max_connections,
-            CONNECTION_BYTES,
-        )
-
-    def _warn_if_descriptors_short(self) -> None:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        wanted = self.limits.max_connections + SPARE_DESCRIPTORS
-        if soft != resource.RLIM_INFINITY and soft < wanted:
-            log.warning(
-                "ipc.max_connections (%d) and memd's other files need about %d descriptors,"
-                " and the open-file limit is %d: past it, idle connections are closed to make"
-                " room and other files may fail to open; raise the limit (LimitNOFILE= in the"
-                " service unit, `ulimit -n`) or lower ipc.max_connections",
-                self.limits.max_connections,
-                wanted,
-                soft,
-            )
 
     def stop_accepting(self) -> None:
         """Refuse new connections and new requests; requests already running go on."""
@@ -259,6 +221,7 @@ class Server:
             connections_busy=self._busy,
             connections_evicted=self._evicted,
             connections_idle_closed=self._idle_closed,
+            connections_stalled=self._stalled,
             accept_failures=self._accept_failures,
             buffered_bytes=self.budget.used,
             requests_total=self._requests,
@@ -331,6 +294,9 @@ class Server:
             f"no request for {limit:g}s (ipc.idle_timeout_s): memd closed this idle"
             " connection; reconnect to go on",
         )
+
+    def note_stalled(self) -> None:
+        self._stalled += 1
 
     def _drop(self, connection: Connection, code: str, message: str) -> None:
         self._connections.discard(connection)
