@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memd_client.hook_record import MAX_FIELD, FailedOpen, parse_record, read_failed_open
+from memd_client.hook_record import MAX_FIELD, FailOpenRecord, parse_record, read_failed_open
 from tests.ipc_support import short_dir
 
 START = b'{"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "hi"}'
@@ -33,7 +33,7 @@ def test_memd_not_running_is_recorded_in_its_runtime_dir() -> None:
         d.chmod(0o700)
         run_hook(d / "memd.sock")
         record = read_failed_open(d / "memd.sock")
-        assert isinstance(record, FailedOpen)
+        assert isinstance(record, FailOpenRecord)
         assert record.event == "UserPromptSubmit" and record.count == 1
         assert "memd is not running" in record.reason
         assert "start memd" in record.fix()
@@ -58,7 +58,7 @@ def test_a_link_at_the_records_name_is_replaced_not_followed() -> None:
         run_hook(d / "memd.sock")
         assert target.read_bytes() == b"keep me"
         assert not (d / "hook-failed-open").is_symlink()
-        assert isinstance(read_failed_open(d / "memd.sock"), FailedOpen)
+        assert isinstance(read_failed_open(d / "memd.sock"), FailOpenRecord)
 
 
 def test_a_damaged_record_is_reported_as_such() -> None:

@@ -26,8 +26,7 @@ from memd_client.client import Client
 from memd_client.errors import ClientTimeout, DaemonBusy, DaemonNotRunning
 from memd_client.hook import FailedOpen
 from memd_client.hook import run as run_hook
-from memd_client.hook_record import FailedOpen as HookFailure
-from memd_client.hook_record import read_failed_open
+from memd_client.hook_record import FailOpenRecord, read_failed_open
 from tests.ipc_support import FRAME_LIMIT, Gate, RawConnection, methods, serving, short_dir
 
 pytestmark = pytest.mark.anyio
@@ -219,7 +218,7 @@ def test_the_hook_prints_nothing_when_memd_is_busy_and_doctor_and_top_say_so(
                 assert (hook.returncode, hook.stdout, hook.stderr) == (0, b"", b"")
             # ...and leaves a record of it that doctor and top show
             record = read_failed_open(path)
-            assert isinstance(record, HookFailure) and record.recent()
+            assert isinstance(record, FailOpenRecord) and record.recent()
             assert (record.count, record.event) == (2, "SessionStart")
             assert "busy" in record.reason
             assert (path.parent / "hook-failed-open").stat().st_mode & 0o777 == 0o600

@@ -14,7 +14,7 @@ from typing import Any
 
 from memd_client.cli_base import EXIT_OK, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.errors import MemdClientError
-from memd_client.hook_record import FailedOpen, read_failed_open
+from memd_client.hook_record import FailOpenRecord, read_failed_open
 from memd_client.render import notes_state
 from memd_client.textfmt import ago, bar, duration, size, tokens, tokens_bare, unique_prefixes
 
@@ -62,7 +62,7 @@ def run_top(screen: Any, ctx: Ctx) -> None:
             return
 
 
-def hook_line(record: FailedOpen | str | None) -> str | None:
+def hook_line(record: FailOpenRecord | str | None) -> str | None:
     """The hook's last failure to reach memd, when it is recent (or its record is damaged)."""
     if isinstance(record, str):
         return f"hook   {record}"

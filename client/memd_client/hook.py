@@ -294,10 +294,10 @@ def note_failed_open(env: Env, stdin: bytes, exc: BaseException) -> None:
     own that nobody else may enter (the runtime dir memd makes), through a new owner-only
     file renamed over the last record. Never raises; a local file, so it does not wait."""
     try:
-        folder = os.open(
-            os.path.dirname(socket_path(env)) or ".",
-            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-        )
+        where = os.path.dirname(socket_path(env))
+        if not where.startswith("/"):
+            return  # a relative socket names no folder of memd's
+        folder = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except BaseException:  # noqa: BLE001 - no folder (memd never ran): nowhere to say it
         return
     try:

@@ -25,7 +25,7 @@ MAX_EPOCH = 1e11  # year 5138: a time past this is not one
 
 
 @dataclass(frozen=True)
-class FailedOpen:
+class FailOpenRecord:
     """The hook's last failure to reach memd: when, since when and how often, which event, why."""
 
     path: Path
@@ -70,7 +70,7 @@ def record_path(socket: Path) -> Path:
     return socket.parent / FAILED_OPEN_FILE
 
 
-def read_failed_open(socket: Path) -> FailedOpen | str | None:
+def read_failed_open(socket: Path) -> FailOpenRecord | str | None:
     """The record beside ``socket``; None when there is none, a sentence when it cannot be
     read or is not the hook's."""
     path = record_path(socket)
@@ -92,7 +92,7 @@ def read_failed_open(socket: Path) -> FailedOpen | str | None:
     return record if record is not None else f"{path} is not a record of the hook's"
 
 
-def parse_record(path: Path, data: bytes) -> FailedOpen | None:
+def parse_record(path: Path, data: bytes) -> FailOpenRecord | None:
     """Pure: the record in ``data``, None when it is not one."""
     if len(data) > MAX_BYTES:
         return None
@@ -105,7 +105,7 @@ def parse_record(path: Path, data: bytes) -> FailedOpen | None:
         return None
     if not (0 < last < MAX_EPOCH and 0 < first < MAX_EPOCH and 0 < count < 10**9):
         return None
-    return FailedOpen(path, last, min(first, last), count, _clean(lines[4]), _clean(lines[5]))
+    return FailOpenRecord(path, last, min(first, last), count, _clean(lines[4]), _clean(lines[5]))
 
 
 def _clean(text: str) -> str:
