@@ -247,3 +247,20 @@ def test_a_finding_leaves_status_once_it_is_fixed_or_removed(
     with Area.open(area) as opened:
         assert opened.read_text("x.md", max_bytes=10) == "mine"
     assert str(area / "x.md") not in {f.path for f in confined.findings.items()}
+
+
+def test_a_flipping_entry_is_logged_once_per_kind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder flipped between a link and a folder logged one warning per read."""
+    registry = confined.Findings()
+    with caplog.at_level("WARNING", logger="memd.confined.findings"):
+        for _ in range(50):
+            registry.record(str(tmp_path / "team"), "a symbolic link")
+            registry.clear(str(tmp_path / "team"))
+            registry.record(str(tmp_path / "team"), "a FIFO")
+    assert len(caplog.records) == 2
+    registry.log_every_s = 0.0
+    with caplog.at_level("WARNING", logger="memd.confined.findings"):
+        registry.record(str(tmp_path / "team"), "a FIFO")
+    assert len(caplog.records) == 3

@@ -1,248 +1,30 @@
-"""The one way into a folder that other programs can write: a memory dir above all.
-
-An agent with a shell, a shared repository or a careless script can put anything in a memory
-dir: ``MEMORY.md -> ~/.ssh/id_rsa``, a hard link to a token file, a folder that flips to a
-symlink between a check and a use, a FIFO. memd reads those folders into prompts, hooks and
-MCP replies, so every reader and writer goes through :class:`Area`, which is secure by
-construction rather than by checking a path first:
-
-- The area's root is resolved once, when it is opened (the path *up to* it may be a link the
-  user made: a symlinked ``~/.claude`` is common) and held as a directory descriptor that must
-  be a directory owned by the user.
-- Everything beneath is opened relative to that descriptor without following any link:
-  ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`` where the kernel has
-  it, else a component-by-component walk with ``O_NOFOLLOW`` from the directory descriptor.
-  A relative name with ``..``, ``.``, an empty part, a NUL or a leading ``/`` never reaches the
-  kernel.
-- What was opened is checked on its descriptor (``fstat``), never on a path before the open: a
-  file is read only when it is a regular file with one link, owned by the user; a folder is
-  entered only when it is a directory owned by the user. Anything else (a link, a hard-linked
-  file, a FIFO, a device, a socket, someone else's file) is :class:`Refused`: skipped by
-  listings, never replaced with what it points to, never written through or over, and
-  recorded once in :data:`findings` for ``status`` and ``doctor``.
-- Writes are atomic (a unique temp file beside the target, created ``O_EXCL | O_NOFOLLOW``,
-  fsync, ``renameat``) inside the parent's descriptor, so a folder swapped for a link after the
-  walk cannot redirect them.
-
-Names are bytes on disk: relative paths here are ``str`` with surrogate escapes (what
-``os.fsdecode`` gives), and go back to the kernel through ``os.fsencode``.
-
-Blocking I/O: call it from a worker thread. An :class:`Area` holds one descriptor; use it as a
-context manager and keep it no longer than one operation.
-"""
+""":class:`Area`: a folder others can write, held by a directory descriptor (see the package)."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import logging
 import os
 import secrets
 import stat
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
-log = logging.getLogger(__name__)
-
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
-_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
-_O_NOCTTY: Final = getattr(os, "O_NOCTTY", 0)
-_DIR_FLAGS: Final = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | _O_NOFOLLOW | _O_NOCTTY | _O_CLOEXEC
-
-# linux/openat2.h
-_RESOLVE_NO_MAGICLINKS: Final = 0x02
-_RESOLVE_NO_SYMLINKS: Final = 0x04
-_RESOLVE_BENEATH: Final = 0x08
-_SYS_OPENAT2: Final = 437  # the same number on every architecture (added after the unification)
-
-TEMP_MARK: Final = ".memd-"
-_HEAD_CHUNK: Final = 4096
-
-
-class Refused(OSError):
-    """Something beneath an area that memd does not read, enter or write; ``kind`` says what."""
-
-    def __init__(self, path: str, kind: str) -> None:
-        super().__init__(errno.EPERM, f"{kind}: not read or written by memd", path)
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A refused entry, as ``status`` and ``doctor`` show it."""
-
-    path: str
-    kind: str
-    first_seen: float
-    last_seen: float
-
-
-class Findings:
-    """Refused entries by path, newest last, at most ``limit``; logged once per path and kind.
-
-    Thread-safe. A path that is fine again drops out when :meth:`clear` is told so.
-    """
-
-    def __init__(self, limit: int = 256) -> None:
-        self._items: dict[str, Finding] = {}
-        self._lock = threading.Lock()
-        self.limit = limit
-
-    def record(self, path: str, kind: str) -> None:
-        now = time.time()
-        with self._lock:
-            known = self._items.pop(path, None)
-            first = known.first_seen if known is not None and known.kind == kind else now
-            self._items[path] = Finding(path, kind, first, now)
-            while len(self._items) > self.limit:
-                del self._items[next(iter(self._items))]
-        if known is None or known.kind != kind:
-            log.warning(
-                "skipped %s: %s (memd reads no links, hard links or special files)",
-                shown(path),
-                kind,
-            )
-
-    def clear(self, path: str) -> None:
-        with self._lock:
-            self._items.pop(path, None)
-
-    def gone(self, folder: str, names: Collection[str]) -> None:
-        """``folder`` was listed and holds only ``names``: entries of it that are not there
-        any more leave the findings (someone removed them)."""
-        with self._lock:
-            for path in [p for p in self._items if p.rpartition("/")[0] == folder]:
-                if path.rpartition("/")[2] not in names:
-                    del self._items[path]
-
-    def fine(self, path: str) -> None:
-        """``path`` was found readable: it leaves the findings (someone fixed it). Costs one
-        dict lookup when it was never in them."""
-        if path in self._items:
-            self.clear(path)
-
-    def items(self) -> list[Finding]:
-        with self._lock:
-            return list(self._items.values())
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def as_rows(self) -> list[dict[str, object]]:
-        """The findings newest first, as ``status`` and ``doctor`` show them: the path as
-        text (bytes that are not UTF-8 escaped, so a reply always encodes)."""
-        return [
-            {
-                "path": shown(f.path),
-                "kind": f.kind,
-                "first_seen": f.first_seen,
-                "last_seen": f.last_seen,
-            }
-            for f in reversed(self.items())
-        ]
-
-
-findings = Findings()
-
-
-def shown(path: str) -> str:
-    """A path from the disk as text any encoder takes (undecodable bytes as ``\\xNN``)."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def split_relative(relative: str) -> list[str]:
-    """The parts of a relative POSIX path; ``ValueError`` for anything that could climb out."""
-    if not relative or relative.startswith("/") or "\0" in relative:
-        raise ValueError(f"{relative!r} is not a relative path")
-    parts = relative.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        raise ValueError(f"{relative!r} is not a plain relative path")
-    return parts
-
-
-def kind_of(info: os.stat_result) -> str | None:
-    """Why a file's ``fstat`` keeps it out of an area, or ``None`` when it may be read."""
-    mode = info.st_mode
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if not stat.S_ISREG(mode):
-        return "not a regular file"
-    if info.st_nlink != 1:
-        return f"a file with {info.st_nlink} hard links"
-    if info.st_uid != os.getuid():
-        return f"a file owned by uid {info.st_uid}"
-    return None
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [
-        ("flags", ctypes.c_uint64),
-        ("mode", ctypes.c_uint64),
-        ("resolve", ctypes.c_uint64),
-    ]
-
-
-class _Openat2:
-    """``openat2`` through libc's ``syscall``, or ``None`` once the kernel says it has none."""
-
-    def __init__(self) -> None:
-        self.available = os.uname().sysname == "Linux"
-        self._syscall: object = None
-        if self.available:
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                func = libc.syscall
-                func.restype = ctypes.c_long
-                self._syscall = func
-            except (OSError, AttributeError):
-                self.available = False
-
-    def __call__(self, dirfd: int, name: bytes, flags: int) -> int | None:
-        """The descriptor, or ``None`` when openat2 is not there (then walk instead)."""
-        if not self.available:
-            return None
-        how = _OpenHow(flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
-        fd = self._syscall(  # type: ignore[operator]
-            ctypes.c_long(_SYS_OPENAT2),
-            ctypes.c_int(dirfd),
-            ctypes.c_char_p(name),
-            ctypes.byref(how),
-            ctypes.c_size_t(ctypes.sizeof(how)),
-        )
-        if fd >= 0:
-            return int(fd)
-        err = ctypes.get_errno()
-        if err == errno.ENOSYS:
-            self.available = False  # an old kernel, or a seccomp filter that hides it
-            return None
-        if err == errno.EAGAIN:
-            return None  # a rename raced the lookup: the walk below decides instead
-        raise OSError(err, os.strerror(err), os.fsdecode(name))
-
-
-_openat2 = _Openat2()
-
-
-def use_openat2(enabled: bool) -> bool:
-    """Turn the ``openat2`` path on or off (tests run both); returns the previous setting."""
-    previous = _openat2.available
-    _openat2.available = enabled and os.uname().sysname == "Linux"
-    return previous
+from memd.confined.findings import Refused, findings
+from memd.confined.resolve import (
+    _DIR_FLAGS,
+    _HEAD_CHUNK,
+    _O_CLOEXEC,
+    _O_DIRECTORY,
+    _O_NOFOLLOW,
+    _READ_FLAGS,
+    TEMP_MARK,
+    _openat2,
+    kind_of,
+    split_relative,
+)
 
 
 class Entry(NamedTuple):
@@ -666,84 +448,3 @@ class Area:
         finally:
             os.close(parent)
         return True
-
-
-# -- a tree beneath an area, for the agents' tools ------------------------------------------
-
-
-@dataclass(frozen=True)
-class Folder:
-    """A folder beneath an area as a listing found it (entered later, through its own open)."""
-
-    relative: str
-    info: os.stat_result
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """An entry :func:`tree` passed over: a link, a hard link, a special file, a folder that
-    could not be entered; ``kind`` says which (also recorded in :data:`findings`)."""
-
-    relative: str
-    kind: str
-
-
-def tree(
-    area: Area, relative: str = "", *, skip: frozenset[str] = frozenset(), max_depth: int = 16
-) -> Iterator[Entry | Folder | Skipped]:
-    """Everything beneath the folder ``relative`` of ``area``, depth first in name order.
-
-    Files come as :class:`Entry` (regular, one link, the user's: checked on their own
-    ``fstatat``; open them with :meth:`Area.open_file`, which checks again on the descriptor),
-    folders as :class:`Folder` before what they hold, and the rest as :class:`Skipped`. Names
-    in ``skip`` (``.git``) are passed over silently. Each folder is opened afresh beneath the
-    root (:meth:`Area.open_dir`), so one descriptor at a time is held whatever the breadth,
-    and a folder swapped for a link meanwhile is refused by that open, not entered. Raises
-    as :meth:`Area.open_dir` for ``relative`` itself.
-    """
-    first = True
-    pending: list[tuple[str, int]] = [(relative, 0)]
-    while pending:
-        where, depth = pending.pop()
-        try:
-            fd = area.open_dir(where)
-        except (OSError, ValueError) as exc:
-            if first:
-                raise
-            yield Skipped(where, exc.kind if isinstance(exc, Refused) else "a folder that changed")
-            continue
-        first = False
-        folders: list[str] = []
-        try:
-            yield from _tree_level(fd, where, depth + 1 < max_depth, skip, folders, area)
-        finally:
-            os.close(fd)
-        pending.extend((folder, depth + 1) for folder in reversed(folders))
-
-
-def _tree_level(
-    fd: int, where: str, descend: bool, skip: frozenset[str], folders: list[str], area: Area
-) -> Iterator[Entry | Folder | Skipped]:
-    try:
-        names = sorted(os.listdir(fd))
-    except OSError:
-        return
-    for name in names:
-        if name in skip:
-            continue
-        relative = f"{where}/{name}" if where else name
-        try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            if descend:
-                folders.append(relative)
-                yield Folder(relative, info)
-            continue
-        why = kind_of(info)
-        if why is not None:
-            findings.record(str(area.root / relative), why)
-            yield Skipped(relative, why)
-            continue
-        yield Entry(relative, info)
