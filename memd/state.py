@@ -33,6 +33,7 @@ class SessionState:
     path: str  # absolute transcript path
     inode: int = 0
     offset: int = 0  # bytes of complete lines consumed
+    scanned: int = 0  # how far the newline of the incomplete line at offset was looked for
     size: int = 0  # file size at the last stat
     mtime: float = 0.0
     bytes_parsed: int = 0  # bytes read by tailing since this state began (not re-reads)

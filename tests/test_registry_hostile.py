@@ -55,3 +55,28 @@ async def test_a_forgotten_session_leaves_nothing_behind(tmp_path: Path) -> None
     assert registry.statistics().sessions == 0
     per_path = (registry._locks, registry._last_used, registry._conversations, registry._unreadable)
     assert [len(m) for m in per_path] == [0, 0, 0, 0]
+
+
+async def test_an_ingest_turn_is_bounded_and_the_next_turns_finish_the_file(
+    tmp_path: Path,
+) -> None:
+    """The queue's worker reads a turn at a time: a file bigger than a turn says there is
+    more, is published as far as it was read, and later turns read the rest exactly once."""
+    path = tmp_path / "-work-project" / "big.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = [
+        b'{"type": "user", "uuid": "u%d", "message": {"content": "%s"}}\n' % (i, b"w" * 900)
+        for i in range(4_000)
+    ]
+    path.write_bytes(b"".join(lines))
+    registry = SessionRegistry(tmp_path, TranscriptsConfig(), {}, started_at=0.0)
+    turns = 0
+    with anyio.fail_after(60):
+        while await registry.ingest_turn(path, seconds=0.0):  # one bounded read per turn
+            turns += 1
+            state = registry.get_by_path(path)
+            assert state is not None and 0 < state.offset < path.stat().st_size
+    state = registry.get_by_path(path)
+    assert turns > 5
+    assert state is not None and state.offset == path.stat().st_size
+    assert (state.lines, state.bad_lines) == (4_000, 0)

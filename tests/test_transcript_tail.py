@@ -18,6 +18,7 @@ from memd.transcript.conversation import Conversation
 from memd.transcript.tail import (
     LineSplitter,
     TailPosition,
+    TailRead,
     UnreadableTranscript,
     read_appended,
 )
@@ -178,12 +179,82 @@ def test_a_big_file_is_read_in_capped_steps(tmp_path: Path) -> None:
     assert position.offset == path.stat().st_size
 
 
+def _read_all(path: Path, position: TailPosition | None, **caps: int) -> list[TailRead]:
+    """Call :func:`read_appended` until it has nothing more to read."""
+    reads = [read_appended(path, position, **caps)]
+    while reads[-1].more:
+        reads.append(read_appended(path, reads[-1].position, **caps))
+    return reads
+
+
 def test_a_line_longer_than_one_step_is_still_read_whole(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     big = _line("big", None, "x" * 50_000)
     path.write_bytes(big + _line("b", "big"))
-    read = read_appended(path, max_bytes=1_000)
-    assert read.lines[0] == big[:-1]
+    reads = _read_all(path, None, max_bytes=1_000)
+    assert [line for r in reads for line in r.lines] == [big[:-1], _line("b", "big")[:-1]]
+    assert [at for r in reads for at in r.offsets] == [0, len(big)]
+
+
+def test_each_call_reads_a_bounded_number_of_bytes_whatever_the_line(tmp_path: Path) -> None:
+    """A line with no newline yet (a 20 GB one, say) is not read in one go."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(_line("a", None) + b"y" * 300_000)
+    reads = _read_all(path, None, max_bytes=10_000)
+    assert all(r.bytes_read <= 10_000 for r in reads)
+    assert [line for r in reads for line in r.lines] == [_line("a", None)[:-1]]
+    assert reads[-1].position.offset == len(_line("a", None))
+
+
+def test_a_partial_line_is_scanned_once_not_from_its_start_on_every_change(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    head = _line("a", None)
+    path.write_bytes(head + b'{"type": "user", "x": "' + b"y" * 100_000)
+    first = _read_all(path, None)[-1]
+    assert first.position.offset == len(head)
+    assert first.position.scanned == path.stat().st_size
+    with path.open("ab") as file:
+        file.write(b"y" * 10)
+    again = read_appended(path, first.position)
+    assert again.bytes_read == 10 and again.lines == []
+    with path.open("ab") as file:
+        file.write(b'"}\n' + _line("b", "a"))
+    done = read_appended(path, again.position)
+    assert [json.loads(line).get("uuid") for line in done.lines] == [None, "b"]
+    assert done.offsets[0] == len(head) and done.position.scanned == 0
+    assert done.position.offset == path.stat().st_size
+
+
+def test_an_incomplete_line_over_the_limit_is_skipped_to_its_newline_unread(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(_line("a", None) + b"z" * 50_000)
+    position = _read_all(path, None, max_bytes=4_096, max_line_bytes=1_000)[-1].position
+    with path.open("ab") as file:
+        file.write(b"\n" + _line("b", "a"))
+    read = read_appended(path, position, max_bytes=4_096, max_line_bytes=1_000)
+    assert read.skipped == 1
+    assert [json.loads(line)["uuid"] for line in read.lines] == ["b"]
+    assert read.bytes_read < 1_000  # the skipped line was not read again
+
+
+def test_the_holes_of_a_sparse_file_are_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(_line("a", None))
+    with path.open("r+b") as file:
+        file.truncate(8 * 1024**3)  # 8 GiB, no newline after the first line: a hole
+    reads = _read_all(path, None)
+    assert sum(r.bytes_read for r in reads) < 64 * 1024**2
+    assert [line for r in reads for line in r.lines] == [_line("a", None)[:-1]]
+    assert reads[-1].position.scanned == 8 * 1024**3
+    with path.open("ab") as file:
+        file.write(b"\n" + _line("b", "a"))
+    after = _read_all(path, reads[-1].position)
+    assert [line for r in after for line in r.lines] == [_line("b", "a")[:-1]]
+    assert sum(r.skipped for r in after) == 1  # the 8 GiB line, over the line limit
 
 
 def test_a_missing_file_is_reported_as_such(tmp_path: Path) -> None:

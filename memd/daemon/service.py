@@ -69,6 +69,9 @@ NOTES_RUN_TIMEOUT_S = 300.0
 LEDGER_FLUSH_S = 30.0
 TOKEN_SAVE_S = 300.0  # token estimates kept for the next start (and at shutdown)
 MISSING_SWEEP_MINUTES = 60
+# Ingest turns are bounded, but rebuilding an evicted conversation is one step: with two
+# workers, one file's rebuild (a 1 GB transcript after a restart) never stops the others.
+INGEST_WORKERS = 2
 
 
 class Daemon:
@@ -454,7 +457,8 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
 
         await _warm_at_start(daemon)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_run_ingest, daemon)
+            for _ in range(INGEST_WORKERS):
+                tg.start_soon(_run_ingest, daemon)
             tg.start_soon(_run_compaction_warmer, daemon)
             tg.start_soon(_run_token_saver, daemon)
             tg.start_soon(_run_state_flusher, daemon)
@@ -515,18 +519,23 @@ async def _run_startup_scan(daemon: Daemon) -> None:
 
 
 async def _run_ingest(daemon: Daemon) -> None:
-    """Ingest queued transcripts, one file at a time. One file is the isolation boundary:
-    whatever goes wrong with it is logged and recorded, and the next file is read (R-T7)."""
+    """Ingest queued transcripts, a turn of one file at a time. One file is the isolation
+    boundary: whatever goes wrong with it is logged and recorded, and the next file is read
+    (R-T7). A file with more to read than a turn allows goes to the back of the queue, so no
+    file, however big, holds up another session's append by more than a turn."""
     while True:
         path = await daemon.ingest_queue.get()
+        more = False
         try:
-            await daemon.registry.ingest(path)
+            more = await daemon.registry.ingest_turn(path)
             daemon.health.progressed()
         except Exception as exc:  # the per-file boundary; unreadable files never get here
             daemon.health.record(f"ingest of {path} failed: {exc!r}")
             log.exception("ingest of %s failed; other transcripts go on", path)
         finally:
             daemon.ingest_queue.done(path)
+        if more:
+            daemon.ingest_queue.mark_nowait(path)
 
 
 async def _run_compaction_warmer(daemon: Daemon) -> None:

@@ -51,6 +51,9 @@ GrowthListener = Callable[[SessionState], None]
 T = TypeVar("T")
 REHYDRATE_STEP = 256 * 1024  # as tail.DEFAULT_MAX_BYTES: short-lived objects stay few
 TRANSIENT_RETRY_S = 30.0
+# The most one ingest turn reads before the file goes to the back of the queue: the other
+# sessions' appends wait for at most about this long per busy file ahead of them.
+INGEST_TURN_S = 0.1
 Signature = tuple[int, ...] | None
 
 
@@ -265,20 +268,31 @@ class SessionRegistry:
 
     async def ingest(self, path: Path) -> SessionState | None:
         """Read what was appended to ``path``; publish new figures; notify listeners on growth."""
+        state, _ = await self._ingest(path, None)
+        return state
+
+    async def ingest_turn(self, path: Path, seconds: float = INGEST_TURN_S) -> bool:
+        """One turn of ingest for the queue's worker: read what was appended to ``path`` for
+        about ``seconds`` at most (whatever the file: huge, growing, sparse); return whether
+        some is left for another turn, so that one file never holds up the others."""
+        _, more = await self._ingest(path, seconds)
+        return more
+
+    async def _ingest(self, path: Path, turn: float | None) -> tuple[SessionState | None, bool]:
         key = session_key_for(self.projects_root, path)
         if key is None:
-            return None
+            return None, False
         async with self.lock_for(str(path)):
             before = self._index.by_path(str(path)) or SessionState(
                 key.session_id, key.project, str(path)
             )
             signature = self._unreadable.get(str(path), False)
-            after = await anyio.to_thread.run_sync(self._ingest_sync, before, signature)
+            after, more = await anyio.to_thread.run_sync(self._ingest_sync, before, signature, turn)
         if after is None:  # the file is gone (the watcher reports deletions too)
             self._forget(str(path))
-            return None
+            return None, False
         if after is before:
-            return before  # still unreadable, and nothing changed since
+            return before, more  # still unreadable, and nothing changed since
         self._note_readability(after)
         grew = after.offset != before.offset or after.resets != before.resets
         self._index.put(after)
@@ -287,7 +301,7 @@ class SessionRegistry:
         if grew:
             for listener in self._listeners:
                 listener(after)
-        return after
+        return after, more
 
     async def conversation(self, state: SessionState) -> Conversation:
         """The session's conversation, caught up with its file (rebuilt if it was evicted).
@@ -342,44 +356,52 @@ class SessionRegistry:
             self._unreadable[state.path] = regular_file.signature(state.path)
             self._conversations.pop(state.path, None)
 
-    def _ingest_sync(self, before: SessionState, failed: Signature | bool) -> SessionState | None:
-        """Read the file in a worker thread; ``failed`` is the signature it had when it last
-        could not be read (``False``: it could)."""
+    def _ingest_sync(
+        self, before: SessionState, failed: Signature | bool, turn: float | None
+    ) -> tuple[SessionState | None, bool]:
+        """Read the file in a worker thread, for ``turn`` seconds at most (None: to its end);
+        ``failed`` is the signature it had when it last could not be read (``False``: it
+        could). Returns the new state and whether there is more to read."""
         if failed is not False and not _worth_retry(before, failed):
-            return before
+            return before, False
         try:
-            return self._read_sync(before)
+            return self._read_sync(before, turn)
         except FileNotFoundError:
-            return None
+            return None, False
         except UnreadableTranscript as exc:
             if not os.path.lexists(before.path):
-                return None
+                return None, False
             log.warning("%s", exc)
             since = (before.unreadable or {}).get("since") or time.time()
             state = dataclasses.replace(before, boundaries=list(before.boundaries))
             state.unreadable = {"reason": exc.reason, "since": since, "transient": exc.transient}
-            return state
+            return state, False
 
-    def _read_sync(self, before: SessionState) -> SessionState | None:
+    def _read_sync(
+        self, before: SessionState, turn: float | None
+    ) -> tuple[SessionState | None, bool]:
         try:
-            return self._read_sync_once(before)
+            return self._read_sync_once(before, turn)
         except TranscriptChanged as exc:  # changed between reading it and reading it back
             log.info("%s; reading it again from the start", exc)
             self._conversations.pop(before.path, None)
-            return self._read_sync_once(_from_start(before))
+            return self._read_sync_once(_from_start(before), turn)
 
-    def _read_sync_once(self, before: SessionState) -> SessionState | None:
+    def _read_sync_once(
+        self, before: SessionState, turn: float | None
+    ) -> tuple[SessionState | None, bool]:
         path = Path(before.path)
+        deadline = None if turn is None else time.monotonic() + turn
         conv = self._conversations.get(before.path)
         if conv is None and before.offset > 0:
             conv = self._rehydrate(before)
         state = dataclasses.replace(before, boundaries=list(before.boundaries), unreadable=None)
-        position = TailPosition(before.offset, before.inode, before.size)
+        position = TailPosition(before.offset, before.inode, before.size, before.scanned)
         while True:
             try:
                 read = read_appended(path, position, max_line_bytes=self.config.max_line_bytes)
             except FileNotFoundError:
-                return None
+                return None, False
             if read.reset:
                 log.info("%s was truncated or replaced; reading it again from the start", path)
                 conv = None
@@ -393,15 +415,16 @@ class SessionRegistry:
                 _feed(conv, zip(read.offsets, read.lines, strict=True), path) + read.skipped
             )
             position = read.position
-            if not read.more:
+            if not read.more or (deadline is not None and time.monotonic() >= deadline):
                 break
         state.inode, state.offset, state.size = position.inode, position.offset, position.size
+        state.scanned = position.scanned
         state.mtime = _mtime(path)
         state.parsed = True
         self._conversations[before.path] = conv
         _publish_figures(conv, state)
         conv.release()
-        return state
+        return state, read.more
 
     def _rehydrate(self, state: SessionState) -> Conversation:
         """Re-read a file up to the saved offset (not counted as newly parsed bytes).

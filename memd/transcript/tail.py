@@ -5,12 +5,16 @@ bytes only, so a multi-byte UTF-8 character cut between two chunks is simply rea
 (``0x0A`` never occurs inside one).
 
 :func:`read_appended` is the I/O shell. It is synchronous (the daemon calls it in a worker
-thread), keeps no state between calls, and returns the new :class:`TailPosition` to store:
-only complete lines advance it, so a line still being written is read whole next time.
+thread), keeps no state between calls, reads a bounded number of bytes per call, and returns
+the new :class:`TailPosition` to store: only complete lines advance its offset, so a line
+still being written is read whole once its newline is there, and the position remembers how
+far that newline was looked for, so a huge incomplete line is scanned once, not from its
+start on every change.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final
@@ -130,11 +134,17 @@ class LineSplitter:
 
 @dataclass(frozen=True)
 class TailPosition:
-    """Where reading stopped: ``offset`` after the last complete line, the file's identity."""
+    """Where reading stopped: ``offset`` after the last complete line, the file's identity.
+
+    ``scanned`` (0: none) is how far the search for the newline of the incomplete line at
+    ``offset`` got: the bytes between them hold no newline, so the next read goes on from
+    there instead of scanning the line from its start again.
+    """
 
     offset: int
     inode: int
     size: int
+    scanned: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return {"offset": self.offset, "inode": self.inode, "size": self.size}
@@ -181,8 +191,11 @@ def read_appended(
     """Read the complete lines appended to ``path`` after ``position``.
 
     ``position=None`` (or offset 0) reads from the start; an inode of 0 means "not known yet"
-    and is never taken for a replacement. Reads about ``max_bytes`` at most (a single line
-    longer than that is still read whole, up to ``max_line_bytes``).
+    and is never taken for a replacement. Reads about ``max_bytes`` at most, whatever the
+    file holds: a line longer than that takes several calls, which remember in
+    ``position.scanned`` how far its newline was looked for; it is read whole (once) when its
+    newline is found, or skipped without being read when it is over ``max_line_bytes``.
+    Holes of a sparse file are skipped, not read (they hold no newline).
 
     Only a regular file is opened, without following a link and without ever blocking
     (:func:`memd.regular_file.open_regular`). Raises :class:`FileNotFoundError` when the file
@@ -194,25 +207,27 @@ def read_appended(
             stat = os.fstat(file.fileno())
             reset = _was_replaced(position, stat) or _not_at_line_start(file, position)
             start = 0 if position is None or reset else position.offset
-            file.seek(start)
-            splitter = LineSplitter(max_line_bytes)
-            found, eof = _read_lines(file, splitter, max_bytes)
+            scan = _Scan(file, start, stat.st_size, max_bytes, max_line_bytes)
+            if position is not None and not reset and start < position.scanned <= stat.st_size:
+                scan.resume(position.scanned)
+            scan.read_lines()
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise UnreadableTranscript.of(path, exc) from exc
     return TailRead(
-        lines=[line for _, line in found],
-        offsets=[start + at for at, _ in found],
+        lines=[line for _, line in scan.lines],
+        offsets=[at for at, _ in scan.lines],
         position=TailPosition(
-            offset=start + splitter.consumed,
+            offset=scan.consumed,
             inode=stat.st_ino,
-            size=max(stat.st_size, start + splitter.fed),
+            size=max(stat.st_size, scan.scanned),
+            scanned=scan.scanned if scan.scanned > scan.consumed else 0,
         ),
         reset=reset,
-        more=not eof,
-        skipped=splitter.skipped,
-        bytes_read=splitter.fed,
+        more=not scan.eof,
+        skipped=scan.skipped,
+        bytes_read=scan.read,
     )
 
 
@@ -233,16 +248,79 @@ def _not_at_line_start(file: BinaryIO, position: TailPosition | None) -> bool:
     return file.read(1) != b"\n"
 
 
-def _read_lines(
-    file: BinaryIO, splitter: LineSplitter, max_bytes: int
-) -> tuple[list[tuple[int, bytes]], bool]:
-    """Feed blocks until ``max_bytes`` are read and a line is complete, or the file ends."""
-    lines: list[tuple[int, bytes]] = []
-    while True:
-        room = max_bytes - splitter.fed
-        block = file.read(min(_BLOCK, room) if room > 0 else _BLOCK)
-        if not block:
-            return lines, True
-        lines.extend(splitter.feed_at(block))
-        if splitter.fed >= max_bytes and splitter.consumed > 0:
-            return lines, False
+class _Scan:
+    """One bounded read: the complete lines from ``consumed`` on (absolute offsets), and how
+    far the newline of the line still incomplete was looked for (``scanned``)."""
+
+    def __init__(
+        self, file: BinaryIO, start: int, size: int, max_bytes: int, max_line_bytes: int
+    ) -> None:
+        self.file = file
+        self.size = size  # at open: what lies below it and is a hole stays one
+        self.max_bytes = max_bytes
+        self.max_line_bytes = max_line_bytes
+        self.lines: list[tuple[int, bytes]] = []
+        self.consumed = self.scanned = start
+        self.skipped = 0
+        self.read = 0
+        self.eof = False
+
+    def resume(self, scanned: int) -> None:
+        """Go on looking for the newline of the line at ``consumed`` from ``scanned`` (the
+        bytes between hold none); take the line once found, or skip it when over-long."""
+        fd = self.file.fileno()
+        at = scanned
+        while self.read < self.max_bytes:
+            at = _next_data(fd, at, self.size)
+            block = os.pread(fd, min(_BLOCK, self.max_bytes - self.read), at)
+            if not block:
+                self.scanned, self.eof = at, True
+                return
+            self.read += len(block)
+            found = block.find(b"\n")
+            if found >= 0:
+                self._take(at + found)
+                return
+            at += len(block)
+        self.scanned = at
+
+    def _take(self, newline: int) -> None:
+        start, length = self.consumed, newline - self.consumed
+        if length > self.max_line_bytes:
+            self.skipped += 1
+        elif length:
+            line = os.pread(self.file.fileno(), length, start)
+            self.read += len(line)
+            self.lines.append((start, line))
+        self.consumed = self.scanned = newline + 1
+
+    def read_lines(self) -> None:
+        """Split what follows ``scanned`` (at a line start here) until the cap or the end."""
+        if self.eof or self.read >= self.max_bytes:
+            return
+        base = self.scanned
+        self.file.seek(base)
+        splitter = LineSplitter(self.max_line_bytes)
+        while True:
+            block = self.file.read(min(_BLOCK, self.max_bytes - self.read))
+            if not block:
+                self.eof = True
+                break
+            self.read += len(block)
+            self.lines.extend((base + at, line) for at, line in splitter.feed_at(block))
+            if self.read >= self.max_bytes:
+                break
+        self.skipped += splitter.skipped
+        self.consumed = base + splitter.consumed
+        self.scanned = base + splitter.fed
+
+
+def _next_data(fd: int, at: int, size: int) -> int:
+    """The first offset at or after ``at`` that is not in a hole (``size`` when the rest of
+    the file, as it was at open, is one); ``at`` where the filesystem cannot tell."""
+    try:
+        return os.lseek(fd, at, os.SEEK_DATA)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return max(at, size)
+        return at
