@@ -22,12 +22,18 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 
 from memd.errors import ConfigError
 from memd.regular_file import open_regular_target
+
+MAX_NUMBER: Final = 10**12
+"""The largest number memd takes from outside: a config value, a request param, a token count
+read from a transcript. Far above any real figure (a context of a million tokens, a budget of
+a billion), far below what a reply can encode (2^64) or a timeout can wait (2^63 ns), even
+summed over every session; a larger one is refused where it is read, never a figure."""
 
 
 @dataclass(frozen=True)
@@ -269,7 +275,7 @@ def load_config(
 
 def parse_config_text(text: str) -> Config:
     """Validate YAML text into a Config (used by tests and ``memdctl config --check``)."""
-    data = yaml.safe_load(text) or {}
+    data = _load_yaml(text, "the config")
     if not isinstance(data, dict):
         raise ConfigError("the config file must be a YAML mapping of sections")
     problems: list[str] = []
@@ -312,16 +318,24 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             f"config file {path} is over {CONFIG_MAX_BYTES} bytes; is it the right file?"
         )
     try:
-        data = yaml.safe_load(raw.decode("utf-8")) or {}
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path} is not UTF-8 text: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    except RecursionError as exc:
-        raise ConfigError(f"{path} is nested too deeply to be a config file") from exc
+    data = _load_yaml(text, str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a YAML mapping of sections (e.g. 'session_notes:')")
     return data
+
+
+def _load_yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{where} is nested too deeply to be a config file") from exc
+    except ValueError as exc:  # an integer of thousands of digits: Python will not read it
+        raise ConfigError(f"{where} holds a number too long to read: {exc}") from exc
 
 
 def _apply_override(raw: dict[str, Any], dotted: str, value: str, problems: list[str]) -> None:
@@ -333,7 +347,10 @@ def _apply_override(raw: dict[str, Any], dotted: str, value: str, problems: list
             problems.append(f"{dotted}: cannot set a key below a non-section value")
             return
         node = child
-    node[parts[-1]] = yaml.safe_load(value) if value else value
+    try:
+        node[parts[-1]] = yaml.safe_load(value) if value else value
+    except (yaml.YAMLError, ValueError) as exc:
+        problems.append(f"{dotted}: cannot read the value ({str(exc).splitlines()[0]})")
 
 
 def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
@@ -360,7 +377,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
         if ok:
             values[f.name] = value
         else:
-            problems.append(f"{name}: expected {expected}, got {data[f.name]!r}")
+            problems.append(f"{name}: expected {expected}, got {_shown(data[f.name])}")
     for name, value in values.items():
         problem = _range_problem(name, value)
         if problem:
@@ -405,13 +422,23 @@ def _range_problem(name: str, value: Any) -> str | None:
         return None
     if value != value:
         return f"{name}: must be a number, got nan"
+    if value > MAX_NUMBER:
+        return f"{name}: must be at most {MAX_NUMBER:,}, got {_shown(value)}"
     if value < 0:
-        return f"{name}: must not be negative, got {value}"
+        return f"{name}: must not be negative, got {_shown(value)}"
     if name in _POSITIVE and not value:
         return f"{name}: must be more than 0, got {value}"
     if name.endswith("_fraction") and not 0 < value < 1:
         return f"{name}: must be between 0 and 1, got {value}"
     return None
+
+
+def _shown(value: Any) -> str:
+    """A number as a problem names it: a huge one (4,300 digits cannot even be printed) by
+    its size."""
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return f"a number of {value.bit_length()} bits"
+    return repr(value)
 
 
 def resolve_paths(

@@ -148,3 +148,42 @@ def test_the_idle_deadline_must_be_a_positive_number(value: str, problem: str) -
         parse_config_text(f"ipc:\n  idle_timeout_s: {value}\n")
     assert parse_config_text("ipc:\n  idle_timeout_s: 0.5\n").ipc.idle_timeout_s == 0.5
     assert parse_config_text("").ipc.idle_timeout_s == 60.0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("transcripts.max_line_bytes", str(10**12 + 1), "got 1000000000001"),
+        ("transcripts.max_line_bytes", str(2**64), "got 18446744073709551616"),
+        ("transcripts.max_line_bytes", str(2**70), "got 1180591620717411303424"),
+        ("transcripts.max_line_bytes", str(10**40), "got a number of 133 bits"),
+        ("transcripts.active_window_hours", "1.0e+400", "got inf"),
+        ("transcripts.active_window_hours", ".inf", "got inf"),
+        ("transcripts.active_window_hours", "1.0e+13", "got 10000000000000.0"),
+    ],
+)
+def test_numbers_past_the_bound_are_rejected_naming_the_key(
+    key: str, value: str, shown: str
+) -> None:
+    """A number no reply could carry (or no timeout wait) is a config error, not a figure."""
+    section, name = key.split(".")
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(f"{section}:\n  {name}: {value}\n")
+    assert f"{key}: must be at most 1,000,000,000,000, {shown}" in str(info.value)
+    assert parse_config_text(f"{section}:\n  {name}: {10**12}\n")
+
+
+def test_a_number_too_long_to_read_is_a_config_error(tmp_path: Path) -> None:
+    digits = "1" + "0" * 5_000  # Python refuses to read an int of over 4,300 digits
+    for text in (
+        f"transcripts:\n  max_line_bytes: {digits}\n",
+        f"session_notes:\n  enabled: {digits}\n",
+    ):
+        with pytest.raises(ConfigError, match="number"):
+            parse_config_text(text)
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(text)
+        with pytest.raises(ConfigError, match=r"c\.yaml"):
+            load_config(config_file=str(cfg), env={"HOME": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"transcripts\.max_line_bytes"):
+        load_config(env={"HOME": str(tmp_path)}, overrides={"transcripts.max_line_bytes": digits})

@@ -31,6 +31,13 @@ WRONG: dict[Kind, Any] = {
     "bytes": "x",
 }
 
+# Numbers a frame can carry that no method may take: each would become a figure some reply
+# cannot encode (``should_compact`` with ``context_window`` -2^63 answered ``internal``).
+OUT_OF_RANGE: dict[Kind, list[Any]] = {
+    "int": [-1, -(2**63), 10**12 + 1, 2**64 - 1],
+    "number": [-0.5, float("inf"), float("nan"), 1e300, 2**64 - 1],
+}
+
 
 @pytest.fixture
 async def table(tmp_path: Path) -> AsyncIterator[dict[str, Handler]]:
@@ -49,6 +56,7 @@ def cases(table: dict[str, Handler]) -> list[tuple[str, dict[str, Any]]]:
         for key, kind in declared.items():
             out.append((method, {key: None}))
             out.append((method, {key: WRONG[kind]}))
+            out += [(method, {key: value}) for value in OUT_OF_RANGE.get(kind, [])]
     return out
 
 
@@ -120,8 +128,11 @@ def test_check_params_accepts_the_right_kinds() -> None:
     check_params("recall", {"query": "q", "cwd": "/", "recent_tools": ["Read"]})
     check_params("hook", {"event": "Stop", "input": {"a": None}})  # nested nulls are data
     check_params("status", {"newer_client_key": 1})
-    with pytest.raises(InvalidParams, match="'limit' must be an integer"):
+    check_params("should_compact", {"session": "s", "context_window": 10**12})
+    with pytest.raises(InvalidParams, match="'limit' must be a whole number from 0 to "):
         check_params("status", {"limit": True})
+    with pytest.raises(InvalidParams, match=r"'tokens' must be a whole number .* got -1$"):
+        check_params("should_compact", {"session": "s", "tokens": -1})
 
 
 async def test_inline_methods_finish_without_waiting(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ Every method's params are declared in :data:`METHOD_PARAMS` (name → kind). The
 is wrapped by :func:`checked`, so for every method, whatever its handler does with its params:
 
 - a ``null`` value answers ``invalid_params`` (leave a param out to get its default);
-- a value of the wrong kind answers ``invalid_params`` naming the key and the kind;
+- a value of the wrong kind answers ``invalid_params`` naming the key and the kind, and so
+  does a number out of 0 … :data:`~memd.config.MAX_NUMBER` (so no reply carries a figure it
+  cannot encode);
 - keys a method does not declare are ignored (newer clients may send more).
 
 The getters below (``opt_str``, ``int_param``…) then read values that have the right kind
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from memd.config import MAX_NUMBER
 from memd.errors import NotFound
 from memd.ipc.server import Handler, InvalidParams
 from memd.state import SessionState
@@ -79,13 +82,22 @@ METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
     "doctor_facts": {},
 }
 
+
+def _bounded(value: Any, fraction: bool) -> bool:
+    """A whole number (or with ``fraction`` any number) from 0 to :data:`MAX_NUMBER`, not
+    NaN: every number a method takes is a count, a size or a time, and what it becomes must
+    fit in a reply."""
+    kinds = (int, float) if fraction else (int,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        return False
+    number: float = value
+    return 0 <= number <= MAX_NUMBER
+
+
 _KINDS: Final[dict[Kind, tuple[Callable[[Any], bool], str]]] = {
     "str": (lambda v: isinstance(v, str), "a string"),
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "number": (
-        lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "a number",
-    ),
+    "int": (lambda v: _bounded(v, False), f"a whole number from 0 to {MAX_NUMBER:,}"),
+    "number": (lambda v: _bounded(v, True), f"a number from 0 to {MAX_NUMBER:,}"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "list[str]": (
         lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
@@ -108,7 +120,8 @@ def check_params(method: str, params: Mapping[str, Any]) -> None:
             continue
         accepts, what = _KINDS[kind]
         if not accepts(value):
-            raise InvalidParams(f"'{key}' must be {what}, got {type(value).__name__}")
+            got = value if isinstance(value, int | float) else type(value).__name__
+            raise InvalidParams(f"'{key}' must be {what}, got {got}")
 
 
 def checked(table: Mapping[str, Handler]) -> dict[str, Handler]:
