@@ -123,3 +123,15 @@ def test_parsing_never_raises(text: str) -> None:
     doc = parse_document(text)
     assert isinstance(doc.problems, tuple)
     assert parse_document("---\n" + text).has_frontmatter
+
+
+def test_a_number_too_long_for_python_is_a_problem_not_a_crash() -> None:
+    """An integer of 5,000 digits (Python reads at most 4,300) in any field: the file's other
+    fields are still read, as with any YAML that does not load."""
+    digits = "1" + "0" * 5_000
+    for field in ("type", "name", "priority"):
+        text = f"---\nname: n\ndescription: d\ntype: user\n{field}: {digits}\n---\nbody\n"
+        doc = parse_document(text)
+        assert doc.meta.description == "d"
+        assert any("not valid YAML" in p for p in doc.problems)
+        assert doc.body == "body\n"

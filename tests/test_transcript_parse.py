@@ -330,3 +330,78 @@ def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
     _, content = line_content(line)
     assert content == ({"type": "text", "text": "cut \ufffd in half \\ud83d \U0001f600"},)
     json.dumps(content, ensure_ascii=False).encode("utf-8")  # encodable: no surrogate left
+
+
+# -- numbers (issue 23): a figure out of range makes the line bad, never a figure -------------
+
+MAX = 10**12
+
+
+def _with_number(path: str, value: int) -> bytes:
+    """An entry with ``value`` at ``path``, one of the integer fields the parser reads."""
+    if path == "preTokens":
+        return _line(
+            {
+                "type": "system",
+                "uuid": "s",
+                "subtype": "compact_boundary",
+                "compactMetadata": {"trigger": "auto", "preTokens": value},
+            }
+        )
+    return _line(
+        {
+            "type": "assistant",
+            "uuid": "a",
+            "message": {"id": "m", "content": "x", "usage": {"output_tokens": 1, path: value}},
+        }
+    )
+
+
+INTEGER_FIELDS = [
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "preTokens",
+]
+
+
+@pytest.mark.parametrize("path", INTEGER_FIELDS)
+@pytest.mark.parametrize("value", [-1, -(2**63), -(2**70), MAX + 1, 2**64, 2**70, 10**4000])
+def test_a_number_out_of_range_makes_the_line_bad(path: str, value: int) -> None:
+    """Regression: input_tokens 2^64 was taken, and no status could be encoded after it."""
+    with pytest.raises(BadLine, match=f"{path} is out of range|Integer value out of range"):
+        parse_line(_with_number(path, value))
+
+
+@pytest.mark.parametrize("path", INTEGER_FIELDS)
+@pytest.mark.parametrize("value", [0, 7, MAX])
+def test_a_number_in_range_is_the_figure(path: str, value: int) -> None:
+    entry = parse_line(_with_number(path, value))
+    if isinstance(entry, SystemEntry):
+        assert entry.pre_tokens == value
+    else:
+        assert isinstance(entry, AssistantEntry) and entry.usage is not None
+        usage = entry.usage
+        assert (usage.output_tokens if path == "output_tokens" else usage.prompt_tokens) == value
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    path=st.sampled_from(INTEGER_FIELDS),
+    value=st.integers(min_value=-(2**70), max_value=2**70),
+    wrong_elsewhere=st.booleans(),
+)
+def test_any_integer_is_a_figure_in_range_or_a_bad_line(
+    path: str, value: int, wrong_elsewhere: bool
+) -> None:
+    line = _with_number(path, value)
+    if wrong_elsewhere:  # a field of the wrong type sends the line down the lenient path
+        line = line.replace(b'"type": ', b'"isSidechain": "no", "type": ', 1)
+    try:
+        entry = parse_line(line)
+    except BadLine:
+        assert not 0 <= value <= MAX
+        return
+    assert 0 <= value <= MAX
+    assert entry is not None

@@ -97,7 +97,8 @@ def parse_document(text: str) -> Document:
 def _load_block(block: str, problems: list[str]) -> Mapping[str, Any]:
     try:
         loaded = yaml.load(block, Loader=_SAFE_LOADER) if block.strip() else {}
-    except (yaml.YAMLError, RecursionError) as exc:
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:  # ValueError: an integer
+        # of over 4,300 digits, which Python refuses to read
         problems.append(f"frontmatter is not valid YAML ({_first_line(exc)}); read line by line")
         return _plain_pairs(block)
     if loaded is None:

@@ -12,8 +12,11 @@ Transcripts change between Claude Code versions, so the parser is tolerant: unkn
 fields are ignored, and a known field with an unexpected type is dropped (slow path, rare)
 rather than losing the whole entry. A line is bad (:class:`BadLine`) when it is not a JSON
 object: invalid UTF-8 anywhere in it, invalid JSON, or content nested deeper than
-:data:`MAX_CONTENT_DEPTH`. A lone UTF-16 surrogate escape (``"\\ud83d"``, what JavaScript
-writes for an emoji cut in half) is not a reason to lose a line: it becomes U+FFFD.
+:data:`MAX_CONTENT_DEPTH`; and when a number memd reads (a token count) is out of 0 …
+:data:`~memd.config.MAX_NUMBER`: such a figure is never taken (2^64 made every ``status``
+unencodable), nor is the rest of a line that carries it. A lone UTF-16 surrogate escape
+(``"\\ud83d"``, what JavaScript writes for an emoji cut in half) is not a reason to lose a
+line: it becomes U+FFFD.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Annotated, Any, Final, TypeAlias, TypeVar
 
 import msgspec
 
+from memd.config import MAX_NUMBER
 from memd.transcript import outline
 from memd.transcript.messages import Role
 from memd.transcript.model import (
@@ -50,11 +54,15 @@ class BadLine(ValueError):
 # Wire structs: the JSON shape, optional everywhere (any key may be absent or null).
 
 
+# A token count: out of 0 … MAX_NUMBER, the line is bad (a figure no reply could encode).
+_Tokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_NUMBER)]
+
+
 class _WireUsage(msgspec.Struct, gc=False):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
+    input_tokens: _Tokens | None = None
+    output_tokens: _Tokens | None = None
+    cache_creation_input_tokens: _Tokens | None = None
+    cache_read_input_tokens: _Tokens | None = None
 
 
 class _WireMessage(msgspec.Struct, gc=False):
@@ -67,7 +75,7 @@ class _WireMessage(msgspec.Struct, gc=False):
 
 class _WireCompact(msgspec.Struct, gc=False):
     trigger: str | None = None
-    preTokens: int | None = None
+    preTokens: _Tokens | None = None
 
 
 class _WireLine(msgspec.Struct, gc=False):
@@ -310,11 +318,11 @@ def _assistant(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) 
 
 def _usage(wire: _WireUsage) -> Usage:
     prompt = (
-        max(0, wire.input_tokens or 0)
-        + max(0, wire.cache_creation_input_tokens or 0)
-        + max(0, wire.cache_read_input_tokens or 0)
+        (wire.input_tokens or 0)
+        + (wire.cache_creation_input_tokens or 0)
+        + (wire.cache_read_input_tokens or 0)
     )
-    return Usage(prompt_tokens=prompt, output_tokens=max(0, wire.output_tokens or 0))
+    return Usage(prompt_tokens=prompt, output_tokens=wire.output_tokens or 0)
 
 
 def _system(wire: _WireLine, uuid: str, at: int, size: int) -> SystemEntry:
@@ -372,7 +380,14 @@ def _repair(value: dict[str, Any], struct: type[msgspec.Struct]) -> dict[str, An
             kept[field.encode_name] = _repair(item, nested)
         elif _fits(item, field.type):
             kept[field.encode_name] = item
+        elif _out_of_range(item, field.type):
+            raise BadLine(f"{field.encode_name} is out of range (0 to {MAX_NUMBER:,})")
     return kept
+
+
+def _out_of_range(item: Any, annotation: Any) -> bool:
+    """A whole number where one is expected, but not one this field may hold."""
+    return isinstance(item, int) and not isinstance(item, bool) and _fits(0, annotation)
 
 
 def _struct_in(annotation: Any) -> type[msgspec.Struct] | None:
