@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,13 @@ class SessionState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:
+        """Rebuild a state :func:`save_sessions` wrote; raise ``ValueError`` when a figure is
+        not one memd could have written (a file under the state dir is read like any other:
+        2^70 tokens there would make every ``status`` unencodable)."""
         known = {f.name for f in fields(cls)}
+        for f in fields(cls):
+            if f.name in data and not _plausible(f.type, data[f.name]):
+                raise ValueError(f"{f.name} is not a {f.type} memd writes")
         state = cls(**{k: v for k, v in data.items() if k in known})
         # Many sessions share a project and a cwd: one copy of each string, not one per session.
         if isinstance(state.project, str):
@@ -67,6 +75,26 @@ class SessionState:
         if isinstance(state.cwd, str):
             state.cwd = sys.intern(state.cwd)
         return state
+
+
+# Each figure saved is a count, an offset or a time: far below this, and so is any sum of them.
+_STATE_LIMIT = 2**53
+
+
+def _plausible(kind: object, value: Any) -> bool:
+    """Whether ``value`` fits the field's annotation (``int``, ``float``, ``bool``, ``str``:
+    the ones :class:`SessionState` uses for figures) and the figures' range."""
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind not in ("int", "float"):
+        return True  # boundaries, unreadable: read where they are used
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if kind == "int":
+        return isinstance(value, int) and 0 <= value <= _STATE_LIMIT
+    return math.isfinite(value) and abs(value) <= _STATE_LIMIT
 
 
 def load_sessions(path: Path) -> dict[str, SessionState]:
@@ -79,7 +107,7 @@ def load_sessions(path: Path) -> dict[str, SessionState]:
         doc = json.loads(raw)
         if doc.get("version") != STATE_VERSION:
             raise ValueError(f"unknown state version {doc.get('version')!r}")
-        return {key: SessionState.from_dict(value) for key, value in doc["sessions"].items()}
+        return _each_state(doc["sessions"].items())
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         backup = path.with_suffix(".corrupt")
         path.replace(backup)
@@ -90,6 +118,20 @@ def load_sessions(path: Path) -> dict[str, SessionState]:
             backup,
         )
         return {}
+
+
+def _each_state(items: Iterable[tuple[str, Any]]) -> dict[str, SessionState]:
+    """The states that can be read; one that cannot is dropped (its transcript is read again),
+    not the whole file."""
+    states: dict[str, SessionState] = {}
+    for key, value in items:
+        try:
+            states[key] = SessionState.from_dict(value)
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning(
+                "saved state of %s dropped (%s); its transcript will be read again", key, exc
+            )
+    return states
 
 
 def save_sessions(path: Path, sessions: dict[str, SessionState]) -> None:

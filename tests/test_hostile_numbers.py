@@ -179,3 +179,48 @@ def test_any_integer_in_any_entry_keeps_status_sessions_and_session_answering(
             check()
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_hostile_figures_in_the_saved_state_are_dropped_and_the_transcript_read_again(
+    tmp_path: Path,
+) -> None:
+    """The state file is read like any file: a figure no reply can carry (2^70 tokens) drops
+    that session's saved state, not the daemon's answers, and the transcript is read again."""
+    data, _ = build({})
+    with fake_home(tmp_path) as home:
+        folder = home.projects / PROJECT
+        folder.mkdir(parents=True)
+        saved: dict[str, dict[str, Any]] = {}
+        for name, figure in (("good", 3), ("tokens", 2**70), ("negative", -1), ("nan", "NaN")):
+            path = folder / f"{name}.jsonl"
+            path.write_bytes(data)
+            saved[str(path)] = {
+                "session_id": name,
+                "project": PROJECT,
+                "path": str(path),
+                "offset": len(data),
+                "size": len(data),
+                "inode": path.stat().st_ino,
+                "parsed": True,
+                "lines": 7,
+                "context_tokens": figure if name != "nan" else 3,
+                "mtime": float("nan") if name == "nan" else path.stat().st_mtime,
+            }
+        home.state_dir.mkdir(parents=True)
+        state = json.dumps({"version": 1, "sessions": saved}).replace('"NaN"', "NaN")
+        (home.state_dir / "sessions.json").write_text(state)
+        proc = start_memd(home)
+        try:
+            wait_for(
+                lambda: call(home, "status")["ingest"]["sessions"] == 4,
+                timeout=20.0,
+                what="the dropped sessions to be found again",
+            )
+            rows = {r["session_id"]: r for r in call(home, "sessions")}
+            assert rows["good"]["context_tokens"] == 3  # kept as saved: not read again
+            for name in ("tokens", "negative", "nan"):
+                row = call(home, "session", {"session": name})
+                assert row["offset"] == len(data) and row["lines"] == len(TEMPLATES)
+                assert 0 <= row["context_tokens"] < 10**6
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
