@@ -38,18 +38,29 @@ settings.register_profile(
 settings.load_profile("memd")
 
 
-def _find_shared() -> Path:
+# The transcripts the tests read: tests/corpus/ (in the project, a subset chosen to cover every
+# format seen; its README.md says how), and the full shared corpus for the sweeps when it is
+# there. Nothing needs the shared one: without it each sweep runs on the subset and says, in one
+# skipped test, where to put it.
+CORPUS = Path(__file__).with_name("corpus")
+SHARED_HERE = Path(__file__).resolve().parents[2] / "shared"
+
+
+def _find_shared() -> Path | None:
     """The shared data dir: ``shared/`` beside the checkout or any folder above it (a git
-    worktree under ``wt/<name>`` sits one level deeper than the main checkout)."""
-    here = Path(__file__).resolve()
-    for folder in here.parents[1:]:
+    worktree under ``wt/<name>`` sits one level deeper than the main checkout); ``None``."""
+    for folder in Path(__file__).resolve().parents[1:]:
         if (folder / "shared" / "data" / "transcripts").is_dir():
             return folder / "shared"
-    return here.parents[2] / "shared"
+    return None
 
 
 SHARED = _find_shared()
-TRANSCRIPTS = SHARED / "data" / "transcripts"
+FULL_CORPUS = SHARED / "data" / "transcripts" if SHARED is not None else None
+NO_FULL_CORPUS = (
+    f"the full transcript corpus is absent: put the shared data dir at {SHARED_HERE} "
+    "(with data/transcripts/) to sweep it"
+)
 
 
 @pytest.fixture
@@ -74,13 +85,31 @@ async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
 
 
 def all_transcripts() -> list[Path]:
-    """Every real transcript in the shared corpus, main and sub-agent files."""
-    return sorted(TRANSCRIPTS.rglob("*.jsonl"))
+    """Every transcript a sweep reads: the full shared corpus when it is there, else
+    tests/corpus/; main and sub-agent files."""
+    return sorted((FULL_CORPUS or CORPUS).rglob("*.jsonl"))
 
 
 def main_transcripts() -> list[Path]:
     """Main-conversation transcripts only (not ``subagents/`` files)."""
     return [p for p in all_transcripts() if "subagents" not in p.parts]
+
+
+def corpus_id(path: Path) -> str:
+    """A transcript's test id: its path in the corpus it came from."""
+    for root in (FULL_CORPUS, CORPUS):
+        if root is not None and path.is_relative_to(root):
+            return str(path.relative_to(root))
+    return path.name
+
+
+def sweep(paths: list[Path]) -> list[Any]:
+    """``paths`` as test parameters; without the full corpus, one more that is skipped with
+    the line that says where to put it."""
+    params: list[Any] = [pytest.param(p, id=corpus_id(p)) for p in paths]
+    if FULL_CORPUS is None:
+        params.append(pytest.param(None, id="full-corpus", marks=pytest.mark.skip(NO_FULL_CORPUS)))
+    return params
 
 
 # Every async test runs under its own anyio deadline, below pytest-timeout's, so a test that

@@ -13,12 +13,12 @@ from pathlib import Path
 from memd.atomic import LEGACY_TEMP, STALE_TEMP
 from memd.memory.index import parse_index
 from memd.session.template import DEFAULT_TEMPLATE, Intact, check_skeleton
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 from tests.daemon_harness import Home
 from tests.session_support import TranscriptBuilder
 
 SLUG = "-home-user-killloop"
-SOURCE = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
+SOURCE = CORPUS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
 SESSIONS = ("k1", "k2")
 BIG = "big"
 BIG_CWD = "/work/ignored-big"  # opted out (privacy.ignore_projects): read, never summarized

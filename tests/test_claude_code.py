@@ -22,9 +22,9 @@ from memd.memory.claude_code import (
 from memd.memory.frontmatter import Frontmatter, parse_document, render_document
 from memd.memory.scan import HeaderCache
 from memd.memory.session_context import INDEX_MARK, scan_transcript
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 
-SAMPLES = TRANSCRIPTS / "claude-code-2.1.197"
+SAMPLES = CORPUS / "claude-code-2.1.197"
 
 
 def write(path: Path, data: object) -> Path:

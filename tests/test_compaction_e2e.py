@@ -15,13 +15,13 @@ import pytest
 from memd.testing.api_rules import request_problems
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import RemoteError
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 
 pytestmark = pytest.mark.slow
 
 SLUG = "-home-user-proj"
-BIG = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_0_full.jsonl"
+BIG = CORPUS / "napoli-matcha" / "05_a737f62fb9_0_full.jsonl"
 
 
 def install_session(home: Home, source: Path, sid: str) -> Path:

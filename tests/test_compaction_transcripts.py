@@ -26,7 +26,7 @@ from tests.compaction_support import (
     flat_blocks,
     rule_start,
 )
-from tests.conftest import all_transcripts
+from tests.conftest import all_transcripts, sweep
 
 TEMPLATE = "# Current State\n_what is going on_\n"
 NOTES = TEMPLATE + "Working on the transcript viewer.\n"
@@ -59,7 +59,7 @@ def test_the_corpus_is_there() -> None:
     assert sum(len(messages_of(p)) for p in TRANSCRIPTS) > 1_000
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:24])
+@pytest.mark.parametrize("path", sweep(TRANSCRIPTS))
 def test_level1_at_every_cut_point(path: Path) -> None:
     msgs = messages_of(path)
     if not msgs:
@@ -96,7 +96,7 @@ def _check_cut(msgs: list[Msg], cfg: CompactionConfig, covered_end: int, uuid: s
     assert flat_blocks(outcome.messages)[1:] == flat_blocks(msgs[expected:])
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:24])
+@pytest.mark.parametrize("path", sweep(TRANSCRIPTS))
 def test_microcompact_and_summary_request_stay_valid(path: Path) -> None:
     msgs = messages_of(path)
     if not msgs:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.transcript_oracle import read_lines
 
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow
 
 SLUG = "-home-user-proj"
 SOURCES = [
-    TRANSCRIPTS / "spotter" / "short.jsonl",
-    TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl",
+    CORPUS / "spotter" / "short.jsonl",
+    CORPUS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl",
 ]
 
 

@@ -11,13 +11,13 @@ import pytest
 
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import RemoteError
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 
 pytestmark = pytest.mark.slow
 
 SLUG = "-home-user-faults"
-SOURCE = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
+SOURCE = CORPUS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
 WORKLOG = "_One terse line per step: what was tried and what came of it._\n"
 PATH_RE = "The notes file is (?P<path>/\\S+?summary\\.md)"
 FAST_BACKOFF = ("--set", "budget.backoff_initial_s=0.2", "--set", "budget.backoff_max_s=1")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from memd_client.errors import RemoteError
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.transcript_oracle import read_lines
 from tests.uid_support import IS_ROOT, NOBODY
@@ -31,7 +31,7 @@ from tests.uid_support import IS_ROOT, NOBODY
 pytestmark = pytest.mark.slow
 
 PROJECT = "-home-user-hostile"
-GOOD = TRANSCRIPTS / "spotter" / "short.jsonl"
+GOOD = CORPUS / "spotter" / "short.jsonl"
 BAD_BYTES = b"\xff\xfe\xc3("
 
 

@@ -139,12 +139,12 @@ async def test_inline_methods_finish_without_waiting(tmp_path: Path) -> None:
     """The server answers INLINE_METHODS on the connection's own reader, with no timeout of
     their own: a handler among them that waits (a thread, a lock, a file) stalls that
     connection with no deadline. Each must finish at its first step."""
-    from tests.conftest import TRANSCRIPTS
+    from tests.conftest import CORPUS
 
     sid = "1n11e000-0000-4000-8000-000000000000"
     project = tmp_path / ".claude" / "projects" / "-home-u-p"
     project.mkdir(parents=True)
-    source = TRANSCRIPTS / "spotter" / "short.jsonl"
+    source = CORPUS / "spotter" / "short.jsonl"
     path = project / f"{sid}.jsonl"
     path.write_bytes(source.read_bytes().replace(source.stem.encode(), sid.encode()))
     env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}

@@ -145,14 +145,14 @@ def test_the_event_loop_never_imports_a_feature_module(tmp_path: Path) -> None:
     it serving meanwhile (the notes scheduler's, right after READY, kept the first ``hello``
     waiting ~140 ms). Through start-up, ingest, the feature load, the model client and the
     inline and feature methods, the loop's thread imports none of them."""
-    from tests.conftest import TRANSCRIPTS
+    from tests.conftest import CORPUS
     from tests.daemon_harness import call, fake_home, read_log, stop_memd, wait_for
 
     report = tmp_path / "loop-imports.txt"
     with fake_home(tmp_path) as home:
         project = home.projects / "-home-u-proj"
         project.mkdir(parents=True)
-        source = sorted(TRANSCRIPTS.glob("claude-code-viewer/*.jsonl"))[0]
+        source = sorted(CORPUS.glob("claude-code-viewer/*.jsonl"))[0]
         (project / source.name).write_bytes(source.read_bytes())
         log = (home.root / "memd.log").open("ab")
         proc = subprocess.Popen(

@@ -18,12 +18,12 @@ import pytest
 
 from memd.memory.paths import project_slug
 from memd.testing.loopback import LoopbackAPI
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
 
 pytestmark = pytest.mark.slow
 
-SOURCE = TRANSCRIPTS / "spotter" / "short.jsonl"
+SOURCE = CORPUS / "spotter" / "short.jsonl"
 SLUG = "-tmp-demo"
 CLOSED_PORT_URL = "http://127.0.0.1:9"  # discard port: nothing listens, connect is refused
 

@@ -57,12 +57,16 @@ def write_memories(home: Home, cwd: Path, age_days: float) -> Path:
 
 def registered_hook(home: Home) -> str:
     """The hook command ``memdctl install-hooks`` writes to Claude Code's settings, run from
-    an interpreter and a package whose paths hold a space, quotes and a dollar sign."""
+    an interpreter and a package whose paths hold a space, quotes and a dollar sign.
+
+    A link to the interpreter in another folder is outside any venv it came from (Python finds
+    ``pyvenv.cfg`` beside the path it was started by), so ``memdctl`` gets this process's import
+    path: the test holds however the interpreter and the packages were installed."""
     awkward = home.root / 'memd\'s "$HOME" install'
     awkward.mkdir()
     (awkward / "python3").symlink_to(sys.executable)
     (awkward / "memd_client").symlink_to(Path(memd_client.__file__).parent)
-    env = {**home.env, "PYTHONPATH": f"{awkward}:{home.env.get('PYTHONPATH', '')}"}
+    env = {**home.env, "PYTHONPATH": os.pathsep.join([str(awkward), *filter(None, sys.path)])}
     done = subprocess.run(
         [str(awkward / "python3"), "-m", "memd_client.cli", "install-hooks"],
         env=env,

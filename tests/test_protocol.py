@@ -275,10 +275,10 @@ def test_a_compact_request_with_a_real_conversation_decodes() -> None:
     """The densest messages in the corpus, as a compact request carries them."""
     import json
 
-    from tests.conftest import TRANSCRIPTS
+    from tests.conftest import all_transcripts
 
     messages = []
-    for path in sorted(TRANSCRIPTS.rglob("*.jsonl")):
+    for path in all_transcripts():
         for line in path.read_bytes().splitlines():
             try:
                 entry = json.loads(line)

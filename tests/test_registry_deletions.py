@@ -18,11 +18,11 @@ from memd.config import TranscriptsConfig
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import run_watcher
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.anyio
 
-SOURCE = TRANSCRIPTS / "spotter" / "short.jsonl"
+SOURCE = CORPUS / "spotter" / "short.jsonl"
 
 
 def registry_with(root: Path, *names: str) -> tuple[SessionRegistry, list[Path]]:

@@ -11,11 +11,11 @@ import pytest
 
 from memd.config import TranscriptsConfig
 from memd.daemon.sessions import SessionRegistry
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.anyio
 
-SOURCE = TRANSCRIPTS / "spotter" / "short.jsonl"
+SOURCE = CORPUS / "spotter" / "short.jsonl"
 
 
 async def test_an_unreadable_path_is_retried_only_when_it_changes(tmp_path: Path) -> None:

@@ -20,12 +20,12 @@ from memd.daemon.service import Daemon
 from memd.errors import NotFound
 from memd.ipc.handlers import method_table
 from memd.ipc.server import Handler, InvalidParams
-from tests.conftest import PROFILE_SUPPRESSED, TRANSCRIPTS
+from tests.conftest import PROFILE_SUPPRESSED, CORPUS
 from tests.test_daemon_e2e import expected_figures
 
 pytestmark = pytest.mark.anyio
 
-SOURCE = TRANSCRIPTS / "spotter" / "short.jsonl"
+SOURCE = CORPUS / "spotter" / "short.jsonl"
 SID = "0ddba11e-0000-4000-8000-000000000001"
 
 

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from memd.compaction.tokencache import MAGIC, RECORD, TokenCache, message_key
 from memd.tokens import estimate_content, estimator_id
 from memd.transcript.conversation import Conversation
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 
-SAMPLE = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl"
+SAMPLE = CORPUS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl"
 
 
 def conversation(path: Path) -> Conversation:

@@ -26,10 +26,10 @@ from memd.transcript.conversation import Conversation
 from memd.transcript.model import AssistantEntry, UserEntry
 from memd.transcript.parse import parse_line
 from memd.transcript.tail import LineSplitter
-from tests.conftest import TRANSCRIPTS, all_transcripts
+from tests.conftest import CORPUS, main_transcripts, sweep
 
-MAIN = [p for p in all_transcripts() if "subagents" not in p.parts]
-SHORT = TRANSCRIPTS / "spotter" / "short.jsonl"
+MAIN = main_transcripts()
+SHORT = CORPUS / "spotter" / "short.jsonl"
 
 
 def _in_memory(data: bytes) -> Conversation:
@@ -70,7 +70,7 @@ def test_every_line_comes_with_the_offset_it_has_in_the_input(
 # -- a file-backed conversation is the conversation -----------------------------------------------
 
 
-@pytest.mark.parametrize("path", MAIN, ids=lambda p: str(p.relative_to(TRANSCRIPTS)))
+@pytest.mark.parametrize("path", sweep(MAIN))
 def test_read_back_from_the_file_the_messages_are_those_of_the_bytes(path: Path) -> None:
     data = path.read_bytes()
     conv = Conversation(lines=FileLines(path, path.stat().st_ino), cache=ContentCache(64 * 1024))

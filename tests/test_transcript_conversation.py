@@ -386,9 +386,9 @@ def test_bad_lines_are_counted() -> None:
 
 def test_view_is_a_snapshot_that_later_lines_do_not_change() -> None:
     """Readers on other threads get a view; the live conversation may keep growing."""
-    from tests.conftest import TRANSCRIPTS
+    from tests.conftest import CORPUS
 
-    lines = (TRANSCRIPTS / "spotter" / "short.jsonl").read_bytes().splitlines()
+    lines = (CORPUS / "spotter" / "short.jsonl").read_bytes().splitlines()
     conv = Conversation()
     conv.add_lines(lines[: len(lines) // 2])
     view = conv.view()

@@ -21,7 +21,7 @@ from memd.transcript.model import (
     UserEntry,
 )
 from memd.transcript.parse import BadLine, line_content, parse_line
-from tests.conftest import TRANSCRIPTS, all_transcripts
+from tests.conftest import all_transcripts, sweep
 
 KINDS: dict[str, type[Entry]] = {
     "user": UserEntry,
@@ -36,7 +36,7 @@ def _line(value: dict[str, Any]) -> bytes:
     return json.dumps(value).encode()
 
 
-@pytest.mark.parametrize("path", all_transcripts(), ids=lambda p: str(p.relative_to(TRANSCRIPTS)))
+@pytest.mark.parametrize("path", sweep(all_transcripts()))
 def test_every_corpus_line_parses_to_what_the_json_says(path: Path) -> None:
     kinds: Counter[str] = Counter()
     for raw in path.read_bytes().splitlines():

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS
 from tests.daemon_harness import call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.test_daemon_e2e import SLUG, expected_figures
 
 pytestmark = pytest.mark.slow
 
-HOT = TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl"
-COLD = TRANSCRIPTS / "spotter" / "short.jsonl"
+HOT = CORPUS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl"
+COLD = CORPUS / "spotter" / "short.jsonl"
 RESERVE, BUFFER = 20_000, 13_000  # the config defaults the threshold is computed from
 
 
