@@ -20,7 +20,7 @@ from memd.daemon.service import Daemon
 from memd.errors import NotFound
 from memd.ipc.handlers import method_table
 from memd.ipc.server import Handler, InvalidParams
-from tests.conftest import PROFILE_SUPPRESSED, CORPUS
+from tests.conftest import CORPUS, PROFILE_SUPPRESSED
 from tests.test_daemon_e2e import expected_figures
 
 pytestmark = pytest.mark.anyio
