@@ -20,8 +20,10 @@ import re
 import select
 import signal
 import struct
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 IN_CREATE = 0x00000100
 IN_MOVED_TO = 0x00000080
@@ -60,6 +62,25 @@ class Inotify:
             at += EVENT.size + size
             out.append((os.path.join(self.folders.get(wd, "?"), name), mask))
         return out
+
+
+def arm_killer(
+    pid: int, folders: list[Path], pattern: str, seconds: float
+) -> subprocess.Popen[str]:
+    """Start the killer for ``pid`` on ``folders`` and wait until it is armed; its next line
+    of output is ``killed <path>`` or ``timeout``."""
+    repo = Path(__file__).resolve().parents[1]
+    killer = subprocess.Popen(
+        [sys.executable, "-m", "tests.inotify_killer", str(pid), pattern, str(seconds)]
+        + [str(f) for f in folders],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": f"{repo}:{repo / 'client'}"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert killer.stdout is not None
+    assert killer.stdout.readline().strip() == "armed"
+    return killer
 
 
 def run(pid: int, pattern: re.Pattern[str], seconds: float, tops: list[str]) -> str:

@@ -34,7 +34,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from memd.memory.paths import memory_dir
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import MemdClientError
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.inotify_killer import arm_killer
 from tests.kill_loop_world import (
     BIG,
     BIG_CWD,
@@ -262,18 +262,7 @@ def _kill_in_write(
 
 
 def _arm(pid: int, folders: list[Path], pattern: str) -> subprocess.Popen[str]:
-    repo = Path(__file__).resolve().parents[1]
-    args = [sys.executable, "-m", "tests.inotify_killer", str(pid), pattern]
-    killer = subprocess.Popen(
-        [*args, str(WRITE_WAIT_S), *map(str, folders)],
-        cwd=repo,
-        env={**os.environ, "PYTHONPATH": f"{repo}:{repo / 'client'}"},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert killer.stdout is not None
-    assert killer.stdout.readline().strip() == "armed"
-    return killer
+    return arm_killer(pid, folders, pattern, WRITE_WAIT_S)
 
 
 def _target_name(temp_name: str) -> str:

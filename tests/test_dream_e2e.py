@@ -7,9 +7,11 @@ and a file written by someone else during the run are each proved on the real pr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +24,9 @@ import pytest
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
 from memd.memory.paths import memory_dir
 from memd.testing.loopback_process import LoopbackProcess
+from memd_client.errors import MemdClientError
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.inotify_killer import arm_killer
 
 pytestmark = pytest.mark.slow
 
@@ -401,4 +405,39 @@ def test_a_live_foreign_holder_is_busy_even_when_forced(tmp_path: Path) -> None:
         finally:
             holder.kill()
             holder.wait()
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_a_kill_the_moment_the_lock_is_taken_is_repaired_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """kill -9 the moment memd's PID lands in ``.consolidate-lock`` (inotify sees the rename):
+    the run was recorded before the lock was taken, so the next start undoes it and rolls the
+    lock back, and neither the time gate nor the lock holds the next dream back."""
+    with fake_home(tmp_path) as home, LoopbackProcess() as api:
+        cwd, mdir = setup_project(home, tmp_path, sessions=5)
+        before = tree(mdir)
+        api.add_script(merge_script())
+        proc = start(home, api)
+        killer = arm_killer(proc.pid, [mdir], re.escape(LOCK_NAME), 30.0)
+        try:
+            with contextlib.suppress(MemdClientError):
+                call(home, "dream", {"cwd": str(cwd), "force": True})
+            assert killer.stdout is not None
+            assert killer.stdout.readline().startswith("killed "), read_log(home)
+            proc.wait(timeout=10)
+            assert (mdir / LOCK_NAME).read_text() == str(proc.pid)  # it died holding the lock
+            assert api.requests() == []
+
+            proc = start(home, api)
+            assert (mdir / LOCK_NAME).stat().st_mtime_ns == PRIOR_NS
+            assert (mdir / LOCK_NAME).read_bytes() == b""
+            assert tree(mdir) == before
+            assert dream_row(home, cwd)["last_runs"][0]["state"] == "interrupted"
+            done = memdctl(home, "dream", str(cwd), "--wait", "--json")  # not forced
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert json.loads(done.stdout)["state"] == "completed", done.stdout
+        finally:
+            killer.kill()
+            killer.communicate()  # and its pipe closed
             assert stop_memd(proc) == 0, read_log(home)

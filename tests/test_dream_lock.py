@@ -53,7 +53,7 @@ def test_decide_matches_the_protocol(
         stale_s=HOUR,
         own_pid=4242,
         running_here=running,
-        alive=lambda _: alive,
+        alive=lambda _pid, _mtime: alive,
     )
     fresh = mtime is not None and (now - mtime) / 1e9 < HOUR
     if not fresh or pid is None:
@@ -128,6 +128,61 @@ def test_a_live_foreign_pid_is_busy_and_survives_rollback(tmp_path: Path) -> Non
         holder.kill()
         holder.wait()
     assert isinstance(lock.acquire(memory, stale_s=HOUR), Acquired)  # dead now: taken over
+
+
+def test_a_recycled_pid_does_not_hold_the_lock(tmp_path: Path) -> None:
+    """The lock's PID is alive, but that process started after the lock was written: the
+    holder is dead and its PID went to another process. Taken over at once, not after the
+    stale age."""
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    path = memory / lock.LOCK_NAME
+    holder = _sleeper()
+    try:
+        path.write_text(str(holder.pid))
+        then = time.time() - 600  # written ten minutes ago, before this process existed
+        os.utime(path, (then, then))
+        got = lock.acquire(memory, stale_s=HOUR)
+        assert isinstance(got, Acquired), got
+        assert path.read_text() == str(os.getpid())
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_process_start_times_come_from_proc() -> None:
+    before = time.time_ns()
+    holder = _sleeper()
+    try:
+        started = lock.process_start_ns(holder.pid)
+        assert started is not None
+        assert before - lock.START_SLACK_NS <= started <= time.time_ns() + lock.START_SLACK_NS
+        assert lock.holder_alive(holder.pid, time.time_ns())
+        assert not lock.holder_alive(holder.pid, before - 60 * 10**9)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not lock.holder_alive(holder.pid, time.time_ns())
+    assert lock.process_start_ns(999_999_999) is None
+
+
+def test_an_intent_that_cannot_be_recorded_leaves_the_lock_alone(tmp_path: Path) -> None:
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    path = memory / lock.LOCK_NAME
+    path.write_bytes(b"")
+    prior = 1_700_000_000_123_456_789
+    os.utime(path, ns=(prior, prior))
+    seen: list[int] = []
+
+    def refuse(prior_ns: int) -> None:
+        seen.append(prior_ns)
+        raise OSError(28, "No space left on device")
+
+    got = lock.acquire(memory, stale_s=HOUR, before_write=refuse)
+    assert isinstance(got, Busy) and "cannot record the run" in got.reason
+    assert seen == [prior]
+    assert path.read_bytes() == b"" and os.stat(path).st_mtime_ns == prior
 
 
 def test_stale_and_dead_and_unreadable_locks_are_taken_over(tmp_path: Path) -> None:

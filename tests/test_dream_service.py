@@ -128,3 +128,36 @@ async def test_shutdown_mid_run_undoes_it_and_a_second_check_meets_the_lock(
     finish.set()
     assert_untouched(memory)
     assert found.history[0].state == "interrupted"
+
+
+async def test_the_time_gate_never_counts_the_run_going_on(
+    tmp_path: Path, api: LoopbackAPI, llm: LLM
+) -> None:
+    """While a dream runs, the lock's mtime is its start; the time gate counts the last run
+    that finished (the prior mtime), and the lock gate says why no second run starts."""
+    memory = prepare(tmp_path)
+    for n in range(5):
+        (memory.parent / f"s{n}.jsonl").write_text("{}\n")
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(body: dict[str, Any]) -> replies.Reply | None:
+        started.set()
+        finish.wait(30)
+        return replies.text("done")
+
+    api.set_handler(handler)
+    cfg = dataclasses.replace(Config(), dream=DreamConfig(scan_throttle_minutes=0))
+    service = make_service(tmp_path, llm, cfg)
+    async with anyio.create_task_group() as tg:
+        await tg.start(service.run)
+        try:
+            with anyio.fail_after(30):
+                await service.check(cwd=None, project="proj", force=True)
+                assert await anyio.to_thread.run_sync(started.wait, 20)
+                assert os.stat(memory / LOCK_NAME).st_mtime_ns != PRIOR_NS  # taken: now
+                plain = await service.check(cwd=None, project="proj", force=False)
+            assert plain["verdict"]["gate"] == "lock", plain
+            assert "this daemon is consolidating" in plain["verdict"]["reason"]
+        finally:
+            finish.set()
+            tg.cancel_scope.cancel()

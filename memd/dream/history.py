@@ -63,11 +63,12 @@ async def dream_restore(
     project = project_key(memory_dir)
     source = await anyio.to_thread.run_sync(lambda: _pick(service, project, run_id, snapshot=True))
     async with service.exclusion.hold(found.key, "restore"):
-        stale = service.config.dream.lock_stale_minutes * 60.0
-        got = await anyio.to_thread.run_sync(lambda: lock.acquire(memory_dir, stale_s=stale))
+        got = await anyio.to_thread.run_sync(
+            lambda: service.acquire_recorded(found, "restore", None)
+        )
         if isinstance(got, lock.Busy):
             raise ValueError(f"the consolidation lock is held: {got.reason}")
-        record = service.new_record(found, "restore", got.prior_mtime_ns, None)
+        record = got
         record.restored_from = source.run_id
 
         def work() -> None:

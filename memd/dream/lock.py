@@ -4,10 +4,11 @@ The file ``<memory dir>/.consolidate-lock`` has two jobs: its mtime is "last con
 at", and its body is the decimal PID of the process consolidating now. Claude Code and memd
 follow the same protocol, so the two never consolidate one directory at once:
 
-* acquire: a lock younger than the stale age whose PID is alive is held (:class:`Busy`);
-  otherwise (no file, dead PID, unreadable body, stale) write our PID, read it back, and
+* acquire: a lock younger than the stale age whose holder is alive is held (:class:`Busy`);
+  otherwise (no file, dead holder, unreadable body, stale) write our PID, read it back, and
   succeed only if the body is still ours (:class:`Acquired` with the prior mtime, 0 for no
-  file);
+  file). The caller records its intent (``before_write``) before the PID is written, so a
+  kill at any instant leaves a run record the next start undoes, lock included;
 * success: the mtime becomes the completion time (:func:`mark_consolidated`);
 * failure or abort: :func:`roll_back` — prior 0 deletes the file, else the body is emptied
   and the prior mtime restored exactly (nanoseconds, to the filesystem's resolution).
@@ -16,6 +17,11 @@ Write-then-verify alone cannot exclude two writers that interleave exactly, so m
 also hold an ``flock`` on a side file (``.consolidate-lock.flock``) across check, write and
 verify. This daemon's own PID in the body counts as held only while this daemon really runs a
 dream there (``running_here``): a PID left by a finished or killed run of ours is not a holder.
+
+The holder is the process that wrote the body, and it was alive when the lock's mtime was set
+(acquire, completion): a process with that PID that started later is another one, given the
+PID after the holder died, and does not hold the lock (:func:`holder_alive`; Linux's
+``/proc`` gives start times, elsewhere the PID alone decides).
 
 The decision is the pure :func:`decide`; the rest is I/O that trusts no byte on disk: files
 are opened with ``O_NOFOLLOW | O_NONBLOCK``, only regular files are read, at most
@@ -43,6 +49,10 @@ MAX_BODY_BYTES = 64
 FLOCK_WAIT_S = 2.0
 _PID = re.compile(rb"^[+]?(\d{1,10})")
 _OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# A process start time read from /proc is the boot time (whole seconds) plus clock ticks: it
+# may be up to a second off either way, so a start within this much after the lock's mtime
+# still counts as the writer's.
+START_SLACK_NS = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -99,9 +109,10 @@ def decide(
     stale_s: float,
     own_pid: int,
     running_here: bool,
-    alive: Callable[[int], bool],
+    alive: Callable[[int, int], bool],
 ) -> Free | Busy:
-    """May the lock be taken? ``alive`` is asked only about a fresh lock's foreign PID."""
+    """May the lock be taken? ``alive(pid, mtime_ns)`` is asked only about a fresh lock's
+    foreign PID (:func:`holder_alive`)."""
     if state.problem is not None:
         return Busy(None, None, state.problem)
     if state.mtime_ns is None:
@@ -115,9 +126,9 @@ def decide(
         if running_here:
             return Busy(own_pid, age, f"this daemon is consolidating there (pid {own_pid})")
         return Free("our own PID from a run that is over")
-    if alive(state.pid):
+    if alive(state.pid, state.mtime_ns):
         return Busy(state.pid, age, f"held by live pid {state.pid} for {age:.0f} s")
-    return Free(f"pid {state.pid} is not running")
+    return Free(f"pid {state.pid} is not running (or is another process now)")
 
 
 def pid_alive(pid: int) -> bool:
@@ -133,6 +144,29 @@ def pid_alive(pid: int) -> bool:
     except (OverflowError, OSError):
         return False
     return True
+
+
+def holder_alive(pid: int, mtime_ns: int) -> bool:
+    """Whether the process that wrote ``pid`` into a lock last set at ``mtime_ns`` still
+    runs: ``pid`` is alive and started no later than that (with :data:`START_SLACK_NS`)."""
+    if not pid_alive(pid):
+        return False
+    started = process_start_ns(pid)
+    return started is None or started <= mtime_ns + START_SLACK_NS
+
+
+def process_start_ns(pid: int) -> int | None:
+    """When ``pid`` started (wall clock, ns) from ``/proc``; ``None`` if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read(4096)
+        with open("/proc/stat", "rb") as f:
+            boot = next(line for line in f if line.startswith(b"btime "))
+        ticks = int(stat_line[stat_line.rindex(b")") + 1 :].split()[19])
+        per_s = os.sysconf("SC_CLK_TCK")
+        return int(boot.split()[1]) * 1_000_000_000 + ticks * 1_000_000_000 // per_s
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,9 +245,12 @@ def acquire(
     stale_s: float,
     own_pid: int | None = None,
     running_here: bool = False,
-    alive: Callable[[int], bool] = pid_alive,
+    alive: Callable[[int, int], bool] = holder_alive,
+    before_write: Callable[[int], None] | None = None,
 ) -> Acquired | Busy:
-    """Try to take the lock (blocking; run it in a worker thread)."""
+    """Try to take the lock (blocking; run it in a worker thread). ``before_write(prior)``
+    runs once the lock may be taken, before our PID is written (the caller records its
+    intent there); an ``OSError`` from it leaves the lock as it was (:class:`Busy`)."""
     pid = os.getpid() if own_pid is None else own_pid
     memory_dir.mkdir(parents=True, exist_ok=True)
     path = lock_path(memory_dir)
@@ -231,6 +268,11 @@ def acquire(
         )
         if isinstance(verdict, Busy):
             return verdict
+        if before_write is not None:
+            try:
+                before_write(state.mtime_ns or 0)
+            except OSError as exc:
+                return Busy(None, None, f"cannot record the run: {exc}")
         try:
             _write_body(path, str(pid).encode())
         except OSError as exc:

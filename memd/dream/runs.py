@@ -100,6 +100,10 @@ class RunStore:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(folder / RECORD, json.dumps(record.as_dict(), indent=1).encode())
 
+    def discard(self, record: RunRecord) -> None:
+        """Remove a run that never started (its lock was someone else's)."""
+        shutil.rmtree(self.run_dir(record.project, record.run_id), ignore_errors=True)
+
     def save_changes(self, record: RunRecord, changes: list[Change]) -> None:
         folder = self.run_dir(record.project, record.run_id)
         data = [c.as_dict() for c in changes]

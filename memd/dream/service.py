@@ -6,7 +6,8 @@ abort, log, restore, status (R-D1 … R-D4, R-B3).
   check on request (``force`` skips time, throttle and sessions, never the lock).
 * A check that passes every gate starts a run in the service's task group: it holds the
   memory dir against memd's own extraction (:class:`~memd.dream.exclusion.DirExclusion`),
-  takes the consolidation lock (:mod:`memd.dream.lock`), records the run on disk, runs
+  records the run on disk (its intent: a kill from then on is undone at the next start, the
+  lock rolled back), takes the consolidation lock (:mod:`memd.dream.lock`), runs
   :func:`memd.dream.consolidate.consolidate`, then marks the lock (success) or rolls it back.
 * :meth:`DreamService.abort`, :meth:`DreamService.log` and :meth:`DreamService.restore` serve
   ``memdctl dream``; :meth:`DreamService.statistics` is the ``dream`` section of ``status``:
@@ -26,6 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +187,9 @@ class DreamService:
             path = lock.lock_path(found.memory_dir)
             mtime = await anyio.to_thread.run_sync(lock.stat_mtime, path)
             found.lock_mtime = mtime
+            if found.running is not None:  # the time gate never counts a run that is not over
+                prior = found.running.record.prior_mtime_ns
+                mtime = prior / 1e9 if prior else None
             if mtime is None and not await anyio.to_thread.run_sync(found.memory_dir.is_dir):
                 disabled = "the project has no memory dir yet"
         seen = Observed(now, disabled, mtime, found.last_scan_at, None, force)
@@ -235,19 +240,13 @@ class DreamService:
         task_status: anyio.abc.TaskStatus[Skip | RunRecord] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         async with self.exclusion.hold(found.key, "dream"):
-            got = await anyio.to_thread.run_sync(self._acquire, found)
+            got = await anyio.to_thread.run_sync(partial(self.acquire_recorded, found, "dream", go))
             if isinstance(got, lock.Busy):
                 found.busy = got
                 task_status.started(Skip("lock", f"lock: {got.reason}"))
                 return
             found.busy = None
-            record = self.new_record(found, "dream", got.prior_mtime_ns, go)
-            try:
-                await anyio.to_thread.run_sync(self.store.save, record)
-            except OSError as exc:
-                await anyio.to_thread.run_sync(self._finish_lock, record, False)
-                task_status.started(Skip("lock", f"lock: cannot record the run: {exc}"))
-                return
+            record = got
             running = Running(record)
             found.running = running
             task_status.started(record)
@@ -272,9 +271,32 @@ class DreamService:
             with contextlib.suppress(OSError):
                 await anyio.to_thread.run_sync(self.store.save, record)
 
-    def _acquire(self, found: DreamDir) -> lock.Acquired | lock.Busy:
-        stale = self.config.dream.lock_stale_minutes * 60.0
-        return lock.acquire(found.memory_dir, stale_s=stale, running_here=found.running is not None)
+    @property
+    def lock_stale_s(self) -> float:
+        """A lock older than this is taken over whoever holds it (R-D2)."""
+        return self.config.dream.lock_stale_minutes * 60.0
+
+    def acquire_recorded(self, found: DreamDir, kind: str, go: Go | None) -> RunRecord | lock.Busy:
+        """Take the lock for a run recorded first (blocking): the record is saved, state
+        ``running``, with the lock's prior mtime before our PID is written, and removed
+        again when the lock turns out to be someone else's."""
+        intent: list[RunRecord] = []
+
+        def record_intent(prior_ns: int) -> None:
+            intent.append(self.new_record(found, kind, prior_ns, go))
+            self.store.save(intent[0])
+
+        got = lock.acquire(
+            found.memory_dir,
+            stale_s=self.lock_stale_s,
+            running_here=found.running is not None,
+            before_write=record_intent,
+        )
+        if isinstance(got, lock.Busy):
+            if intent:
+                self.store.discard(intent[0])
+            return got
+        return intent[0]
 
     def new_record(self, found: DreamDir, kind: str, prior: int, go: Go | None) -> RunRecord:
         now = self._clock.now()
