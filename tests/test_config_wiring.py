@@ -15,15 +15,19 @@ from typing import Any
 import anyio
 import pytest
 
-from memd.config import Config, DreamConfig, MemoryConfig
+from memd.config import Config, DreamConfig, MemoryConfig, load_config
+from memd.daemon.service import Daemon
 from memd.dream import lock
 from memd.dream.history import dream_restore
 from memd.dream.lock import LOCK_NAME
 from memd.dream.service import DreamService
+from memd.ipc.handlers import method_table
+from memd.ipc.server import Handler
 from memd.llm.client import LLM, Disabled
 from memd.memory.recall import recall
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
+from tests.conftest import CORPUS
 from tests.dream_support import make_service
 from tests.test_dream_service import NOTE, prepare
 from tests.test_memory_service import World
@@ -303,3 +307,98 @@ async def test_recall_max_is_how_many_memories_a_recall_returns(tmp_path: Path, 
     _memories(world, ["m1.md", "m2.md", "m3.md"])
     found = await world.service.recall("postgres", str(world.cwd), "s1")
     assert len(found["memories"]) == most, found
+
+
+# -- compaction: the auto-compaction threshold and micro-compaction, through the IPC methods --
+
+SID = "ecbb2992-88e0-44e2-9bcc-0f916dd8be4f"  # the session of the transcript below
+
+
+async def _daemon_methods(tmp_path: Path, *sets: str) -> dict[str, Handler]:
+    """The in-process daemon's method table over one corpus transcript, with ``--set``s."""
+    source = CORPUS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
+    project = tmp_path / ".claude" / "projects" / "-home-u-p"
+    project.mkdir(parents=True)
+    (project / f"{SID}.jsonl").write_bytes(source.read_bytes())
+    env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}
+    overrides = dict(s.split("=", 1) for s in sets)
+    daemon = Daemon.load(load_config(env=env, overrides=overrides), env=env)
+    await daemon.build_features()
+    table = method_table(daemon)
+    await table["session"]({"session": SID})  # read from disk: no watcher runs here
+    return table
+
+
+@pytest.mark.parametrize(
+    ("sets", "threshold"),
+    [
+        # the reply's room is the smaller of max_output_tokens and max_output_reserve
+        (("compaction.default_max_output_tokens=4000", "compaction.buffer_tokens=3000"), 93_000),
+        (("compaction.default_max_output_tokens=9000", "compaction.buffer_tokens=2000"), 92_000),
+    ],
+)
+async def test_the_compaction_threshold_comes_from_the_window_reserve_and_buffer(
+    tmp_path: Path, sets: tuple[str, ...], threshold: int
+) -> None:
+    table = await _daemon_methods(
+        tmp_path,
+        "compaction.default_context_window=100000",
+        "compaction.max_output_reserve=6000",
+        *sets,
+    )
+    below = await table["should_compact"]({"session": SID, "tokens": threshold - 1})
+    at = await table["should_compact"]({"session": SID, "tokens": threshold})
+    assert (below["threshold"], below["compact"], at["compact"]) == (threshold, False, True)
+
+
+async def test_microcompact_keeps_the_configured_number_of_recent_results(
+    tmp_path: Path,
+) -> None:
+    table = await _daemon_methods(tmp_path, "compaction.microcompact_keep_recent=2")
+    default = await table["microcompact"]({"session": SID})
+    cleared = {
+        keep: (await table["microcompact"]({"session": SID, "keep_recent": keep}))[
+            "cleared_tool_use_ids"
+        ]
+        for keep in (1, 2, 3)
+    }
+    assert len(set(map(tuple, cleared.values()))) == 3  # each keep clears a different set
+    assert default["cleared_tool_use_ids"] == cleared[2]
+
+
+# -- dream.snapshots_kept and llm.max_output_tokens ---------------------------------------------
+
+
+@pytest.mark.parametrize("kept", [1, 2])
+async def test_snapshots_kept_is_how_many_dream_snapshots_stay(
+    tmp_path: Path, api: LoopbackAPI, llm: LLM, kept: int
+) -> None:
+    memory = prepare(tmp_path)
+    api.push(*(replies.text("Nothing to merge.") for _ in range(3)))
+    config = _with(dream=DreamConfig(snapshots_kept=kept))
+    service = make_service(tmp_path, llm, config)
+    async with anyio.create_task_group() as tg:
+        await tg.start(service.run)
+        for _ in range(3):
+            assert (await _run(service))["started"]
+        tg.cancel_scope.cancel()
+    runs = service.store.runs(memory.parent.name)  # newest first
+    assert [r.state for r in runs] == ["completed"] * 3
+    with_snapshot = [
+        (service.store.run_dir(r.project, r.run_id) / "snapshot").is_dir() for r in runs
+    ]
+    assert with_snapshot == [True] * kept + [False] * (3 - kept)
+
+
+async def test_the_dream_asks_for_llm_max_output_tokens(
+    tmp_path: Path, api: LoopbackAPI, llm: LLM
+) -> None:
+    prepare(tmp_path)
+    api.push(replies.text("Nothing to merge."))
+    config = _with(llm=dataclasses.replace(Config().llm, max_output_tokens=1234))
+    service = make_service(tmp_path, llm, config)
+    async with anyio.create_task_group() as tg:
+        await tg.start(service.run)
+        assert (await _run(service))["started"]
+        tg.cancel_scope.cancel()
+    assert [r.body["max_tokens"] for r in api.requests] == [1234]
