@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from memd.atomic import write_text_atomic
+from memd.atomic import persist
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,8 @@ def _each_state(items: Iterable[tuple[str, Any]]) -> dict[str, SessionState]:
     return states
 
 
-def save_sessions(path: Path, sessions: dict[str, SessionState]) -> None:
+def save_sessions(path: Path, sessions: dict[str, SessionState]) -> bool:
+    """Write the state file; False when the disk refused it and memd keeps it until it can
+    (:func:`memd.atomic.persist`)."""
     doc = {"version": STATE_VERSION, "sessions": {k: asdict(v) for k, v in sessions.items()}}
-    write_text_atomic(path, json.dumps(doc, separators=(",", ":")))
+    return persist(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"))

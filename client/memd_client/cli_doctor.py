@@ -24,6 +24,7 @@ from memd_client.errors import MemdClientError
 from memd_client.hook_record import read_failed_open, record_path
 from memd_client.hooks_install import MATCHERS, MemdHook, parse_memd_hook, read_settings
 from memd_client.paths import default_runtime_dir
+from memd_client.render_status import write_fix
 from memd_client.textfmt import Style
 
 Verdict = Literal["ok", "warn", "fail"]
@@ -307,6 +308,25 @@ def _dir_problem(path: Path) -> tuple[str, str] | None:
     return None
 
 
+def check_writes(f: Facts) -> Check:
+    """Files the daemon cannot write now (a full or read-only disk, no descriptor left)."""
+    if f.status is None:
+        return Check("writes", "warn", "not checked: the daemon is not running")
+    w = f.status.get("writes") or {}
+    rows = [r for r in w.get("paths") or [] if isinstance(r, dict)]
+    if not w.get("failing") or not rows:
+        return Check("writes", "ok", "every file memd wrote lately was written")
+    first = rows[0]
+    detail = "; ".join(
+        f"{r.get('path')}: {r.get('error')} ({r.get('message')}) since {r.get('since')}"
+        for r in rows[:3]
+    )
+    if w["failing"] > 3:
+        detail += f"; and {w['failing'] - 3} more"
+    detail += " (memd serves from memory and writes them when it can)"
+    return Check("writes", "fail", detail, write_fix(first.get("error")))
+
+
 def check_transcripts(f: Facts) -> Check:
     d = (f.status or {}).get("daemon", {})
     root = Path(d["projects_root"]) if d.get("projects_root") else _projects_root(f)
@@ -399,6 +419,7 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_hook_failures,
     check_service,
     check_dirs,
+    check_writes,
     check_transcripts,
     check_claude_features,
     check_refused,

@@ -34,6 +34,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else ""),
         *watcher_lines(ing.get("watcher"), st),
         *ipc_lines(s.get("ipc"), st),
+        *write_lines(s.get("writes"), st),
         *error_lines(s, st),
         *refused_lines(s.get("refused"), st),
         *reload_lines(d, st),
@@ -129,6 +130,47 @@ def ipc_lines(ipc: dict[str, Any] | None, st: Style) -> list[str]:
     ]
     parts = [paint(f"{n} {what}") for n, what, paint in closed if isinstance(n, int) and n]
     return [line + ("; " + ", ".join(parts) if parts else "")]
+
+
+WRITE_FIXES = {
+    "ENOSPC": "free space on the disk that holds it (`df -h` shows which)",
+    "EDQUOT": "free space within your disk quota (`quota -s`)",
+    "EROFS": "the filesystem is read-only: remount it read-write",
+    "EIO": "the disk reports I/O errors: check it (`dmesg`)",
+    "EMFILE": "memd has no file descriptor left: raise its limit (`ulimit -n`, or "
+    "LimitNOFILE= in the systemd unit) and look for what holds them (`ls /proc/PID/fd`)",
+    "ENFILE": "the system has no file descriptor left: close programs or raise fs.file-max",
+}
+
+
+def write_fix(error: object) -> str:
+    """What a person does about a failed write, by its error name (ENOSPC, …)."""
+    return WRITE_FIXES.get(str(error), "check that memd may write there (owner, mode)")
+
+
+def write_lines(w: dict[str, Any] | None, st: Style) -> list[str]:
+    """Nothing while every write works; else each failing path, its error and since when."""
+    if not isinstance(w, dict) or not w.get("failing"):
+        return []
+    count = w["failing"]
+    lines = [
+        "writes    "
+        + st.bad(f"{count} file{'s' if count != 1 else ''} cannot be written")
+        + "; memd serves from memory and tries again"
+    ]
+    for row in w.get("paths") or []:
+        if not isinstance(row, dict):
+            continue
+        since = row.get("since")
+        retry = (
+            f"next try {ago(row['next_retry'])}" if row.get("next_retry") else "its job tries again"
+        )
+        lines.append(
+            f"          {row.get('path')}: {row.get('error')} ({row.get('message')}) since "
+            f"{since} ({ago(since)}), {row.get('attempts')} attempts; {retry}"
+        )
+        lines.append(f"          fix: {write_fix(row.get('error'))}")
+    return lines
 
 
 def error_lines(s: dict[str, Any], st: Style) -> list[str]:

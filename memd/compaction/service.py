@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from memd.atomic import write_text_atomic
+from memd.atomic import persist
 from memd.compaction.message import Msg, to_api
 from memd.compaction.microcompact import microcompact
 from memd.compaction.session_memory import FallThrough, compact_with_notes
@@ -334,7 +334,7 @@ class CompactionService:
         snapshot = {
             k: v.consecutive_failures for k, v in self._breakers.items() if v.consecutive_failures
         }
-        await anyio.to_thread.run_sync(write_text_atomic, self._breakers_path, json.dumps(snapshot))
+        await anyio.to_thread.run_sync(persist, self._breakers_path, json.dumps(snapshot).encode())
 
 
 def _load_breakers(path: Path) -> dict[str, BreakerState]:

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memd.atomic import write_atomic
+from memd.atomic import persist
 from memd.regular_file import read_regular
 from memd.tokens import estimate_content, estimator_id, using_tokenizer
 
@@ -141,7 +141,7 @@ class TokenCache:
             records = list(self._entries.items())[-SAVED_ENTRIES:]
             self._changed = 0
         body = b"".join(RECORD.pack(key, min(value, 0xFFFF_FFFF)) for key, value in records)
-        write_atomic(path, _header() + body, mode=0o600)
+        persist(path, _header() + body, mode=0o600)
 
 
 def _header() -> bytes:

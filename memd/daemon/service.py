@@ -9,6 +9,11 @@ for it. The daemon serves until a signal asks it to stop.
 
 Shutdown is phased and bounded: stop accepting connections and watching, let queued work
 finish within the grace period, cancel what is left, save state (shielded), exit.
+
+A write the disk refuses (full, read-only, out of descriptors) never ends the daemon: memd's
+own state is kept in memory and written again with back-off by the write-retry task
+(:mod:`memd.writes`) until the disk takes it; ``status`` names the path, the error and since
+when.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from memd import __version__
+from memd.atomic import retry_kept
 from memd.clock import Clock, SystemClock, iso_utc
 from memd.config import LoadedConfig
 from memd.daemon.health import Health
@@ -44,6 +50,7 @@ from memd.state import SessionState, load_sessions, save_sessions
 from memd.tokens import using_tokenizer
 from memd.transcript.conversation import Conversation
 from memd.transcript.view import ConversationView
+from memd.writes import run_write_retries
 
 if TYPE_CHECKING:
     # The features load after READY (see Daemon.build_features): importing them costs more
@@ -364,6 +371,7 @@ async def run_daemon(
     cfg = daemon.loaded.config
     async with anyio.create_task_group() as tg:
         await tg.start(_run_signals, daemon)
+        await tg.start(run_write_retries, retry_kept)
         await tg.start(
             partial(
                 run_watcher,
@@ -398,6 +406,8 @@ async def run_daemon(
         task_status.started()
         await daemon.stopping.wait()
         await _shutdown(daemon, tg, work)
+    # After every flusher's last write: what the disk refused until now gets one more try.
+    await anyio.to_thread.run_sync(retry_kept, True)
 
 
 async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> None:
@@ -424,7 +434,7 @@ async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> N
             from memd.llm.client import close_llm
 
             await close_llm(daemon.llm)
-    log.info("state saved to %s; bye", daemon.state_file)
+    log.info("state saved to %s; bye", daemon.state_file)  # or kept for the last retry
     tg.cancel_scope.cancel()
 
 

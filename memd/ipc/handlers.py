@@ -25,6 +25,7 @@ from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
 from memd.memory.paths import project_slug
 from memd.state import SessionState
+from memd.writes import WRITES
 from memd_client.names import escape_name, unescape_name
 from memd_client.protocol import hello_result
 
@@ -343,6 +344,7 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
             stall_after_s=daemon.loaded.config.daemon.stall_after_minutes * 60.0,
         ),
         "refused": refused_report(),
+        "writes": WRITES.statistics(),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
         "ipc": ipc_status(daemon),

@@ -39,7 +39,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from memd.atomic import write_atomic
+from memd.atomic import persist
 from memd.clock import Clock
 from memd.config import BudgetConfig
 from memd.llm.client import TokenCounts
@@ -403,7 +403,7 @@ class Ledger:
     def save(self) -> None:
         """Compact and write the file atomically (blocking; see :meth:`flush`)."""
         self.compact()
-        write_atomic(self.path, self._encoded())
+        persist(self.path, self._encoded())
         self._dirty = False
 
     async def flush(self) -> None:
@@ -414,7 +414,7 @@ class Ledger:
         data = self._encoded()
         self._dirty = False
         try:
-            await anyio.to_thread.run_sync(write_atomic, self.path, data)
+            await anyio.to_thread.run_sync(persist, self.path, data)
         except BaseException:
             self._dirty = True
             raise

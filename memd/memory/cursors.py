@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from memd.atomic import write_atomic
+from memd.atomic import persist
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class CursorStore:
         self._records[record.session_id] = record
         async with self._lock:
             data = encode_cursors(self._records)
-            await anyio.to_thread.run_sync(write_atomic, self.path, data)
+            await anyio.to_thread.run_sync(persist, self.path, data)
         return record
 
 

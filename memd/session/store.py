@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from memd.atomic import write_text_atomic
+from memd.atomic import persist
 from memd.errors import StateError
 
 log = logging.getLogger(__name__)
@@ -186,10 +186,11 @@ class ExtractionStore:
         self._records[record.session_id] = record
 
     def put_sync(self, record: ExtractionRecord) -> None:
-        """Replace the record and its file (blocking)."""
+        """Replace the record and its file (blocking; a write the disk refuses is kept and
+        retried, :func:`memd.atomic.persist`)."""
         path = self.path_for(record.session_id)
-        write_text_atomic(path, json.dumps(record.to_json(), separators=(",", ":")))
         self._records[record.session_id] = record
+        persist(path, json.dumps(record.to_json(), separators=(",", ":")).encode("utf-8"))
 
     async def put(self, record: ExtractionRecord) -> None:
         """Replace the record; the file is written in a worker thread."""
