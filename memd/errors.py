@@ -21,7 +21,9 @@ values, not exceptions. Exceptions are for things that stop the unit of work at 
     │   └── BadRequest             any other 4xx: our request was wrong
     ├── CompactionFailed       a full compaction produced no summary (still too long, empty reply)
     ├── BudgetExhausted        the cost guard refuses background work until resume_at
-    └── AgentError             a sub-agent run ended without doing its job (turn limit, timeout)
+    ├── AgentError             a sub-agent run ended without doing its job (turn limit, timeout)
+    └── WriteFailed            a job's file could not be written (disk full, read-only, no
+                               descriptor): the job fails and is tried again later
 """
 
 from __future__ import annotations
@@ -124,3 +126,13 @@ class BudgetExhausted(MemdError):
 
 class AgentError(MemdError):
     pass
+
+
+class WriteFailed(MemdError):
+    """A write done for a job failed in a way waiting can fix (``memd.writes.DISK_FAULTS``):
+    the job ends failed, rather than going on as if its file were written."""
+
+    def __init__(self, path: str, error: OSError) -> None:
+        super().__init__(f"cannot write {path}: {error.strerror or error}")
+        self.path = path
+        self.error = error

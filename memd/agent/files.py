@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from memd.confined import Area, Refused
+from memd.errors import WriteFailed
 
 _SNIFF_BYTES = 8192
 
@@ -277,6 +278,8 @@ def write_bytes(area: Area, relative: str, data: bytes, budget: WriteBudget) -> 
         area.write(relative, data)
     except (OSError, ValueError) as exc:
         budget.give_back(len(data))
+        if isinstance(exc, WriteFailed):
+            raise  # the disk refuses: the run ends failed (memd.agent.runner)
         if isinstance(exc, (Refused, ValueError)):
             return open_problem(area, relative, exc)
         return Problem(f"could not write {where}: {exc.strerror or exc}")

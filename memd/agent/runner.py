@@ -18,7 +18,9 @@ so the API's limit of four can never be exceeded (:func:`with_cache_breakpoints`
 
 Model errors end the run with :class:`Failed` holding the :class:`memd.errors.LLMError`
 (:meth:`AgentRun.raise_for_outcome` raises it), so the record of what already happened — files
-touched before the failure — is not lost. Every call's usage goes to the ledger.
+touched before the failure — is not lost; so does a tool's write the disk refuses
+(:class:`memd.errors.WriteFailed`: full, read-only, no descriptor left), which no later turn
+could do better. Every call's usage goes to the ledger.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ import anyio
 
 from memd.agent.tools import Tool
 from memd.clock import Clock
-from memd.errors import AgentError, LLMError
+from memd.errors import AgentError, LLMError, WriteFailed
 from memd.llm.client import LLM, LLMReply, Usage
 from memd.llm.ledger import JobKind, Ledger
+from memd.writes import DISK_FAULTS
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class TimedOut:
 
 @dataclass(frozen=True)
 class Failed:
-    error: LLMError
+    error: LLMError | WriteFailed
 
 
 Outcome = Completed | TurnLimit | TimedOut | Failed
@@ -322,7 +325,10 @@ async def _loop(
         history.append({"role": "assistant", "content": reply.content})
         uses = reply.tool_uses
         if uses:
-            results = [await _call_tool(spec.tools, use, turn, recorder) for use in uses]
+            try:
+                results = [await _call_tool(spec.tools, use, turn, recorder) for use in uses]
+            except WriteFailed as exc:  # the disk refused: no later turn can do better
+                return Failed(exc)
             history.append({"role": "user", "content": results})
         if on_progress is not None:
             on_progress(recorder.progress())
@@ -346,6 +352,11 @@ async def _call_tool(
     try:
         output = await tool.run(args)
     except Exception as exc:  # the isolation boundary: a crashing tool is told to the model
+        if isinstance(exc, OSError) and exc.errno in DISK_FAULTS:
+            exc = WriteFailed(exc.filename or tool.name, exc)  # a journal, a snapshot, …
+        if isinstance(exc, WriteFailed):
+            recorder.call(ToolCall(turn, tool.name, allowed=True, is_error=True))
+            raise exc
         log.warning("tool %s failed: %s", tool.name, exc, exc_info=True)
         recorder.call(ToolCall(turn, tool.name, allowed=True, is_error=True))
         return _result(use, f"{tool.name} failed: {type(exc).__name__}: {exc}", is_error=True)

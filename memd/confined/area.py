@@ -25,6 +25,7 @@ from memd.confined.resolve import (
     kind_of,
     split_relative,
 )
+from memd.writes import reporting
 
 
 class Entry(NamedTuple):
@@ -393,7 +394,8 @@ class Area:
                     raise Refused(where, why)
                 if mode is None:
                     mode = existing.st_mode & 0o7777
-            self._replace(parent, name, data, 0o600 if mode is None else mode)
+            with reporting(self.path(relative)):  # a disk fault raises WriteFailed
+                self._replace(parent, name, data, 0o600 if mode is None else mode)
         finally:
             os.close(parent)
 

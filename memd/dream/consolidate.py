@@ -42,6 +42,7 @@ from memd.dream import journal, prompts, snapshot, wipe
 from memd.dream.journal import Change, Journal
 from memd.dream.runs import SNAPSHOT
 from memd.dream.tools import Written, dream_tools
+from memd.errors import WriteFailed
 from memd.llm.client import LLM, Usage
 from memd.llm.ledger import Ledger
 from memd.memory.extract import scrub_files
@@ -203,6 +204,8 @@ def _run_problem(run: AgentRun) -> str | None:
             return f"the agent did not finish in {run.turns} turns"
         case TimedOut():
             return f"the agent timed out after {run.ended_at - run.started_at:.0f} s"
+        case Failed(error=WriteFailed() as error):
+            return str(error)
         case Failed(error=error):
             return f"the model call failed: {error}"
         case unreachable:

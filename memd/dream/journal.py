@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memd.dream import snapshot
+from memd.writes import reporting
 
 JOURNAL = "journal.jsonl"
 MAX_DIFF_CHARS = 200_000
@@ -72,12 +73,13 @@ class Journal:
 
     def _append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=True).encode() + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with reporting(self.path):
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def read(run_dir: Path) -> dict[str, Entry]:

@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from memd.writes import reporting
+
 LOCK_NAME = ".consolidate-lock"
 FLOCK_NAME = ".consolidate-lock.flock"
 MAX_BODY_BYTES = 64
@@ -317,13 +319,14 @@ def _write_body(path: Path, body: bytes) -> None:
     """Replace the lock file with ``body`` by a rename: a reader (Claude Code's check) sees
     the old body or the new one, never the empty file a truncating write shows for a moment.
     The rename replaces the name itself, so it never writes through a link."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{LOCK_NAME}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(body)
-            os.fchmod(handle.fileno(), 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with reporting(path):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{LOCK_NAME}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(body)
+                os.fchmod(handle.fileno(), 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):  # gone, or the disk turned read-only
+                os.unlink(tmp)
+            raise

@@ -27,6 +27,7 @@ from pathlib import Path
 from memd.atomic import write_atomic
 from memd.confined import Area, shown
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
+from memd.writes import reporting
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,9 @@ def take(memory_dir: Path, into: Path, *, max_bytes: int = SNAPSHOT_MAX_BYTES) -
                 continue
             budget -= len(data)
             target = store / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            with reporting(target):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
             hashes[relative] = sha256(data)
     tree = Tree(hashes, tuple(skipped), tuple(folders))
     manifest = {"files": hashes, "skipped": list(skipped), "dirs": list(tree.dirs)}
