@@ -63,7 +63,8 @@ class _Entry:
     since: float  # the first failure of this run of failures
     last: float  # the latest failure
     attempts: int
-    retry_at: float | None  # kept bytes are written again then; None: the job retries
+    retry_at: float | None  # kept bytes are written again then; None: ``by`` retries
+    by: str  # who writes it again when memd keeps no bytes of it
     data: bytes | None = None
     mode: int | None = None
 
@@ -108,16 +109,18 @@ class WriteHealth:
 
     # -- what writers report -----------------------------------------------------------------
 
-    def failed(self, path: str, exc: OSError, *, keep: Kept | None = None) -> None:
+    def failed(
+        self, path: str, exc: OSError, *, keep: Kept | None = None, by: str = "its job"
+    ) -> None:
         """A write of ``path`` failed with ``exc``; with ``keep``, hold its bytes and write
-        them again later (see the module doc)."""
+        them again later (see the module doc); else ``by`` says who tries again."""
         now = time.time()
         with self._lock:
             self._failures += 1
             entry = self._entries.get(path)
             first = entry is None
             if entry is None:
-                entry = self._entries[path] = _Entry(path, exc.errno, "", now, now, 0, None)
+                entry = self._entries[path] = _Entry(path, exc.errno, "", now, now, 0, None, by)
                 self._trim()
             entry.errno, entry.message = exc.errno, exc.strerror or str(exc)
             entry.last, entry.attempts = now, entry.attempts + 1
@@ -134,7 +137,7 @@ class WriteHealth:
                 error_name(entry.errno),
                 "memd keeps it in memory and writes it when it can"
                 if entry.data is not None
-                else "the job that wrote it fails and is tried again",
+                else f"{entry.by} tries again",
             )
             if wake is not None and entry.data is not None:
                 wake()
@@ -250,7 +253,7 @@ def _row(e: _Entry) -> dict[str, Any]:
         "last_attempt": iso_utc(e.last),
         "attempts": e.attempts,
         "next_retry": iso_utc(e.retry_at) if e.retry_at is not None else None,
-        "retried_by": "memd" if e.data is not None else "its job",
+        "retried_by": "memd" if e.data is not None else e.by,
         "kept_bytes": len(e.data) if e.data is not None else 0,
     }
 

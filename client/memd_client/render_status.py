@@ -163,7 +163,9 @@ def write_lines(w: dict[str, Any] | None, st: Style) -> list[str]:
             continue
         since = row.get("since")
         retry = (
-            f"next try {ago(row['next_retry'])}" if row.get("next_retry") else "its job tries again"
+            f"next try {ago(row['next_retry'])}"
+            if row.get("next_retry")
+            else f"{row.get('retried_by') or 'its job'} tries again"
         )
         lines.append(
             f"          {row.get('path')}: {row.get('error')} ({row.get('message')}) since "

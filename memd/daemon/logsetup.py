@@ -79,7 +79,7 @@ class ReportingHandler(logging.StreamHandler[TextIO]):
             return
         self._failures += 1
         self._failing = True
-        WRITES.failed(self.target, exc)
+        WRITES.failed(self.target, exc, by="the next log line")
 
 
 def log_name(env: Mapping[str, str], stream: TextIO) -> str:

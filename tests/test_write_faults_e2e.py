@@ -1,0 +1,227 @@
+"""The real daemon on a disk that fills up, turns read-only or runs out of descriptors
+(issue 23, "a failed write is a state"): it keeps serving from memory, ``status``,
+``memdctl status`` and ``memdctl doctor`` name the path, the error and since when, and once
+the disk is back the state lands on disk by itself, without a restart.
+
+The disk is a real tmpfs (as root) or a shim below memd's write functions otherwise
+(:mod:`tests.disk_support`); descriptors run out through the daemon's own RLIMIT_NOFILE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.state import load_sessions
+from memd_client.client import Client
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.disk_support import faulty_disk
+from tests.session_support import TranscriptBuilder, work_session
+
+pytestmark = pytest.mark.slow
+
+SLUG = "-work-project"
+FIRST = "aaaaaaaa-0000-4000-8000-000000000001"
+SECOND = "bbbbbbbb-0000-4000-8000-000000000002"
+FAST_FLUSH = ("--set", "daemon.state_flush_s=0.2")
+
+
+def transcript(home: Home, session_id: str, turns: int = 2) -> Path:
+    builder = TranscriptBuilder(session_id)
+    work_session(builder, turns=turns, context=20_000)
+    path = home.projects / SLUG / f"{session_id}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(builder.jsonl())
+    return path
+
+
+def grow(path: Path) -> None:
+    """Append a turn to the transcript (new uuids: the builder counts on from 100)."""
+    builder = TranscriptBuilder(path.stem, count=100)
+    work_session(builder, turns=1, context=21_000)
+    with path.open("ab") as f:
+        f.write(builder.jsonl())
+
+
+def on_disk(home: Home, path: Path) -> int | None:
+    """The offset sessions.json holds for ``path`` now (None: not there)."""
+    state = load_sessions(home.state_dir / "sessions.json").get(str(path))
+    return state.offset if state is not None else None
+
+
+def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", *args],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def failing(status: dict[str, Any], name: str) -> dict[str, Any] | None:
+    rows = status.get("writes", {}).get("paths", [])
+    return next((r for r in rows if r["path"].endswith("/" + name)), None)
+
+
+@pytest.mark.parametrize("kind", ["ENOSPC", "EROFS"])
+def test_a_state_write_the_disk_refuses_leaves_memd_serving_until_it_recovers(
+    tmp_path: Path, kind: str
+) -> None:
+    with fake_home(tmp_path) as home, faulty_disk(home.state_dir) as disk:
+        home.env.update(disk.env)
+        proc = start_memd(home, *FAST_FLUSH)
+        first = transcript(home, FIRST)
+        wait_for(lambda: on_disk(home, first) == first.stat().st_size, timeout=20, what="A")
+
+        disk.fault(kind)
+        grow(first)  # A grows and B starts while the disk refuses
+        second = transcript(home, SECOND, turns=3)
+
+        def refused() -> dict[str, Any] | None:
+            return failing(call(home, "status"), "sessions.json")
+
+        row = wait_for(refused, timeout=20, what=f"status to name sessions.json ({kind})")
+        assert row["error"] == kind
+        assert row["since"] and row["next_retry"] and row["retried_by"] == "memd"
+        assert row["attempts"] >= 1 and row["kept_bytes"] > 0
+
+        # Serving from memory: hello, status, the new session in full.
+        assert call(home, "hello")["version"]
+        assert call(home, "session", {"session": SECOND})["session_id"] == SECOND
+        assert proc.poll() is None
+
+        text = memdctl(home, "status")
+        assert text.returncode == 0, text.stderr
+        assert "sessions.json" in text.stdout and kind in text.stdout, text.stdout
+        as_json = json.loads(memdctl(home, "status", "--json").stdout)
+        assert failing(as_json, "sessions.json") is not None
+        doctor = memdctl(home, "doctor", "--json")
+        assert doctor.returncode != 0
+        writes = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "writes")
+        assert writes["verdict"] == "fail"
+        assert "sessions.json" in writes["detail"] and kind in writes["detail"]
+        assert writes["fix"]
+        assert on_disk(home, second) is None  # the disk really took nothing
+
+        disk.heal()
+        wait_for(
+            lambda: not call(home, "status")["writes"]["failing"],
+            timeout=60,
+            what="the write to recover by itself",
+        )
+        assert call(home, "status")["daemon"]["pid"] == proc.pid  # no restart
+        assert on_disk(home, second) == second.stat().st_size  # memory landed on disk
+        assert on_disk(home, first) == first.stat().st_size
+        assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_memd_stopping_while_the_disk_is_full_exits_cleanly_and_says_what_is_lost(
+    tmp_path: Path,
+) -> None:
+    with fake_home(tmp_path) as home, faulty_disk(home.state_dir) as disk:
+        home.env.update(disk.env)
+        proc = start_memd(home, *FAST_FLUSH)
+        disk.fault("ENOSPC")
+        transcript(home, SECOND)
+        wait_for(
+            lambda: failing(call(home, "status"), "sessions.json"),
+            timeout=20,
+            what="the failed write",
+        )
+        assert stop_memd(proc) == 0
+        log = read_log(home)
+        assert "Traceback" not in log, log
+        assert "could not write" in log and "sessions.json" in log, log
+
+
+def test_a_full_log_disk_is_named_in_status_and_clears_by_itself(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    with fake_home(tmp_path) as home, faulty_disk(logs) as disk:
+        if not disk.real:
+            pytest.skip("needs a real filesystem under the open log file (run as root)")
+        proc = start_memd(home, log=logs / "memd.log")
+        disk.fault("ENOSPC")
+
+        def refused() -> dict[str, Any] | None:
+            call(home, "reload")  # logs a line; the log's last page fills, then it fails
+            return failing(call(home, "status"), "memd.log")
+
+        row = wait_for(refused, timeout=20, what="the log's failed write")
+        assert row["error"] == "ENOSPC" and row["retried_by"] == "the next log line"
+        disk.heal()
+        call(home, "reload")  # the next line gets through
+        wait_for(
+            lambda: failing(call(home, "status"), "memd.log") is None,
+            timeout=20,
+            what="the log to be written again",
+        )
+        assert proc.poll() is None
+        stop_memd(proc)
+
+
+def _lowest_free_fd(pid: int) -> int:
+    used = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
+    return next(n for n in range(len(used) + 1) if n not in used)
+
+
+def test_running_out_of_descriptors_keeps_memd_serving_and_accepting(tmp_path: Path) -> None:
+    """``ulimit -n 64``: memd starts and serves. Then no descriptor is left at all (its soft
+    limit lowered to the lowest free one): the state write fails with EMFILE and is shown,
+    a client that connects meanwhile waits, and both go through once descriptors are back."""
+    limit = 64
+    with fake_home(tmp_path) as home:
+        proc = start_memd(
+            home,
+            "--set",
+            "daemon.state_flush_s=3",
+            prefix=("prlimit", f"--nofile={limit}:{limit}", "--"),
+        )
+        held = Client(home.socket, timeout=30.0)  # connected before the descriptors run out
+        assert held.call("status")["daemon"]["pid"] == proc.pid
+        path = transcript(home, FIRST)
+        wait_for(lambda: on_disk(home, path) == path.stat().st_size, timeout=20, what="A")
+
+        grow(path)
+        grown = path.stat().st_size
+
+        def read_by_memd() -> bool:
+            rows = held.call("sessions")
+            return any(r["session_id"] == FIRST and r["offset"] == grown for r in rows)
+
+        wait_for(read_by_memd, timeout=20, what="the growth to be read")
+        # Before the flush (3 s after the change): no descriptor is left.
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (_lowest_free_fd(proc.pid), limit))
+        try:
+            row = wait_for(
+                lambda: failing(held.call("status"), "sessions.json"),
+                timeout=30,
+                what="status to name the EMFILE",
+            )
+            assert row["error"] == "EMFILE"
+            answered: list[Any] = []
+            late = threading.Thread(target=lambda: answered.append(call(home, "hello")))
+            late.start()  # accepted only once a descriptor is free
+            time.sleep(1.0)
+            assert not answered and proc.poll() is None
+        finally:
+            resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (limit, limit))
+        late.join(timeout=30)
+        assert answered and answered[0]["version"]
+        wait_for(
+            lambda: not held.call("status")["writes"]["failing"],
+            timeout=60,
+            what="the state write to recover",
+        )
+        assert on_disk(home, path) == grown
+        held.close()
+        assert stop_memd(proc) == 0
