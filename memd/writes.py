@@ -212,9 +212,9 @@ class WriteHealth:
 
     # -- what status shows -------------------------------------------------------------------
 
-    def statistics(self, limit: int = REPORT_ROWS) -> dict[str, Any]:
+    def statistics(self, limit: int = REPORT_ROWS, now: float | None = None) -> dict[str, Any]:
         """``status``'s ``writes``: the failing paths, newest first, and the totals."""
-        now = time.time()
+        now = time.time() if now is None else now
         with self._lock:
             self._forget_old(now)
             entries = sorted(self._entries.values(), key=lambda e: e.since, reverse=True)

@@ -122,14 +122,23 @@ class ShimDisk:
 
 
 @contextmanager
-def faulty_disk(where: Path, *, shim: bool = False) -> Iterator[Disk]:
-    """A disk under ``where`` (created) that fails on demand; a tmpfs when it can be."""
+def faulty_disk(where: Path, *, in_process: bool = False) -> Iterator[Disk]:
+    """A disk under ``where`` (created) that fails on demand; a tmpfs when it can be. For a
+    daemon, its ``env`` goes into the daemon's environment; ``in_process``: for this process
+    (the shim, when there is one, is installed here until the end)."""
     where.mkdir(parents=True, exist_ok=True)
-    use_shim = shim or not can_mount() or bool(os.environ.get("MEMDTEST_SHIM"))
-    disk: TmpfsDisk | ShimDisk = ShimDisk(where) if use_shim else TmpfsDisk(where)
+    real_open = os.open
+    disk: TmpfsDisk | ShimDisk
+    if can_mount() and not os.environ.get("MEMDTEST_SHIM"):
+        disk = TmpfsDisk(where)
+    else:
+        disk = ShimDisk(where)
+        if in_process:
+            install_shim(str(where), str(disk.control))
     try:
         yield disk
     finally:
+        os.open = real_open
         disk.close()
 
 

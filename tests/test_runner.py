@@ -26,12 +26,13 @@ from memd.agent.runner import (
 )
 from memd.agent.tools import Tool, ToolResult, make_tools
 from memd.clock import FakeClock
-from memd.errors import Overloaded
+from memd.errors import Overloaded, WriteFailed
 from memd.llm.client import LLM
 from memd.llm.ledger import LEDGER_FILE, Ledger
 from memd.testing import loopback_replies as replies
 from memd.testing.api_rules import count_cache_breakpoints
 from memd.testing.loopback import LoopbackAPI
+from tests.disk_support import faulty_disk
 
 START = 1_700_000_000.0
 SYSTEM = "You keep the notes file of a coding session up to date. " * 40
@@ -285,6 +286,40 @@ async def test_model_error_ends_the_run_as_failed_with_the_memd_error(
     assert len(ledger.records()) == 1  # the failed call billed nothing
     with pytest.raises(Overloaded):
         run.raise_for_outcome()
+
+
+@pytest.mark.parametrize("kind", ["ENOSPC", "EROFS"])
+@pytest.mark.anyio
+async def test_a_write_the_disk_refuses_ends_the_run_as_failed_not_as_done(
+    api: LoopbackAPI, llm: LLM, tmp_path: Path, kind: str
+) -> None:
+    """The job fails (and is tried again by its scheduling) rather than being told a file
+    it never wrote is up to date; no further turn is spent on a disk no turn can fix."""
+    with faulty_disk(tmp_path / "notes", in_process=True) as disk:
+        notes = (tmp_path / "notes").resolve() / "summary.md"
+        notes.write_text("# Current State\nnothing yet\n")
+        api.push(
+            replies.tool_uses([edit(notes, "nothing yet", "parser fixed")]),
+            replies.text("The notes are up to date."),
+        )
+        clock = FakeClock(START)
+        disk.fault(kind)
+        with anyio.fail_after(30):
+            run = await run_agent(
+                llm,
+                spec_for(edit_only(notes)),
+                conversation(),
+                ledger=Ledger(tmp_path / "l", clock),
+                clock=clock,
+            )
+        assert isinstance(run.outcome, Failed)
+        assert isinstance(run.outcome.error, WriteFailed)
+        assert str(notes) in str(run.outcome.error)
+        assert len(api.requests) == 1
+        assert notes.read_text() == "# Current State\nnothing yet\n"
+        with pytest.raises(WriteFailed):
+            run.raise_for_outcome()
+        disk.heal()
 
 
 @pytest.mark.anyio
