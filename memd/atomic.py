@@ -43,7 +43,8 @@ _STRIPES = tuple(threading.Lock() for _ in range(16))
 
 def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Replace ``path`` with ``data``; keep the existing file's mode unless ``mode`` is given.
-    A failure is recorded in :data:`memd.writes.WRITES` and raised."""
+    A failure is recorded in :data:`memd.writes.WRITES` and raised (a disk fault as
+    :class:`memd.errors.WriteFailed`, which is an ``OSError`` too)."""
     with reporting(path):
         _replace(path, data, mode)
 

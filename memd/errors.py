@@ -128,11 +128,16 @@ class AgentError(MemdError):
     pass
 
 
-class WriteFailed(MemdError):
+class WriteFailed(MemdError, OSError):
     """A write done for a job failed in a way waiting can fix (``memd.writes.DISK_FAULTS``):
-    the job ends failed, rather than going on as if its file were written."""
+    the job ends failed and is tried again by its scheduling, rather than going on as if its
+    file were written. An ``OSError`` too (same ``errno``): code that handles a failed write
+    goes on handling it."""
 
     def __init__(self, path: str, error: OSError) -> None:
-        super().__init__(f"cannot write {path}: {error.strerror or error}")
+        super().__init__(error.errno, error.strerror or str(error), path)
         self.path = path
         self.error = error
+
+    def __str__(self) -> str:
+        return f"cannot write {self.path}: {self.strerror}"

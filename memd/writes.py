@@ -40,6 +40,7 @@ import anyio
 import anyio.abc
 
 from memd.clock import iso_utc
+from memd.errors import WriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -263,12 +264,15 @@ WRITES = WriteHealth()
 
 @contextlib.contextmanager
 def reporting(path: str | os.PathLike[str], writes: WriteHealth = WRITES) -> Iterator[None]:
-    """Report the write done inside to ``writes``: an ``OSError`` is recorded and raised."""
+    """Report the write done inside to ``writes``: an ``OSError`` is recorded and raised, as
+    :class:`memd.errors.WriteFailed` when it is a disk fault (the job fails and is retried)."""
     name = os.fspath(path)
     try:
         yield
     except OSError as exc:
         writes.failed(name, exc)
+        if exc.errno in DISK_FAULTS and not isinstance(exc, WriteFailed):
+            raise WriteFailed(name, exc) from exc
         raise
     writes.succeeded(name)
 

@@ -13,6 +13,7 @@ from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import RemoteError
 from tests.conftest import CORPUS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.disk_support import faulty_disk
 
 pytestmark = pytest.mark.slow
 
@@ -109,6 +110,50 @@ def test_transient_api_errors_back_off_then_the_notes_get_written(
             assert kind["consecutive_failures"] == 0  # the success reset the streak
             assert str(faults[-1]["error"]["status"]) in (kind["last_error"] or "")
             assert call(home, "hello")  # serving throughout
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_a_notes_write_the_disk_refuses_fails_the_job_until_the_disk_is_back(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: the session's notes folder is on a full disk. The notes job fails (recorded,
+    named in ``status`` with its path and error), memd serves on, and the job's own
+    scheduling writes the notes once the disk has room again."""
+    with (
+        LoopbackProcess() as api,
+        fake_home(tmp_path, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=api.url) as home,
+        faulty_disk(home.projects / SLUG / "n1") as disk,
+    ):
+        home.env.update(disk.env)
+        api.add_script(rules())
+        proc = start_memd(home, *FAST_BACKOFF)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=20, what="llm")
+            disk.fault("ENOSPC")
+            notes = seed_session(home, "n1")
+
+            def refused() -> dict[str, Any] | None:
+                rows = call(home, "status").get("writes", {}).get("paths", [])
+                return next((r for r in rows if r["path"] == str(notes)), None)
+
+            row = wait_for(refused, timeout=60, what="status to name the notes file")
+            assert row["error"] == "ENOSPC" and row["retried_by"] == "its job"
+            wait_for(
+                lambda: notes_kind(home).get("total_failures"),
+                timeout=30,
+                what="the notes job to fail",
+            )
+            assert _notes_status(home, "n1")["extractions"] == 0
+            assert call(home, "hello") and proc.poll() is None
+            disk.heal()
+            wait_for(
+                lambda: _notes_status(home, "n1")["extractions"] >= 1,
+                timeout=60,
+                what="the notes job to succeed on its own",
+            )
+            assert "- progress noted" in notes.read_text()
+            assert refused() is None
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 

@@ -56,7 +56,7 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
-from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound
+from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound, WriteFailed
 from memd.ipc.connection import Connection, ReadBudget, body_budget
 from memd.ipc.limits import ServeLimits, limit_warnings
 from memd.ipc.peercred import Allow, Deny, check_peer, peer_uid
@@ -112,7 +112,7 @@ def error_code_for(exc: Exception) -> str:
             return p.NOT_FOUND
         case LLMDisabled():
             return p.DISABLED
-        case LLMError() | BudgetExhausted():
+        case LLMError() | BudgetExhausted() | WriteFailed():
             return p.UNAVAILABLE
         case _:
             return p.INTERNAL
