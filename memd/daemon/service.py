@@ -357,9 +357,11 @@ class Daemon:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def save_state(self) -> None:
-        save_sessions(self.state_file, self.registry.snapshot_for_save())
+    def save_state(self) -> bool:
+        """Write the session state; False when the disk refused it (kept and retried)."""
+        saved = save_sessions(self.state_file, self.registry.snapshot_for_save())
         self.registry.dirty = False
+        return saved
 
 
 async def run_daemon(
@@ -429,12 +431,15 @@ async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> N
         log.warning("grace period over; cancelling unfinished work")
     work.cancel()
     with anyio.CancelScope(shield=True):
-        await anyio.to_thread.run_sync(daemon.save_state)
+        saved = await anyio.to_thread.run_sync(daemon.save_state)
         if daemon.llm is not None:
             from memd.llm.client import close_llm
 
             await close_llm(daemon.llm)
-    log.info("state saved to %s; bye", daemon.state_file)  # or kept for the last retry
+    if saved:
+        log.info("state saved to %s; bye", daemon.state_file)
+    else:
+        log.warning("the disk refuses %s; one more try before memd exits", daemon.state_file)
     tg.cancel_scope.cancel()
 
 
