@@ -23,7 +23,7 @@ from memd_client import service
 from memd_client.cli import build_parser
 from memd_client.cli_base import Ctx
 from memd_client.cli_daemon import extraction_failure, project_params
-from memd_client.cli_doctor import Facts, check_hooks
+from memd_client.cli_doctor import Facts, check_hooks, check_writes
 from memd_client.cli_top import screen_lines
 from memd_client.hooks_install import hook_command, install_hooks, uninstall_hooks
 from memd_client.render import render_session, render_sessions
@@ -372,3 +372,29 @@ def test_doctor_names_a_hook_file_that_is_gone(tmp_path: Path) -> None:
     hook_file.parent.mkdir(parents=True)
     hook_file.write_text("")
     assert check_hooks(facts).verdict == "ok"
+
+
+def test_status_and_doctor_name_each_failed_write_its_error_and_the_fix() -> None:
+    row = {
+        "path": "/s/sessions.json",
+        "error": "EROFS",
+        "message": "Read-only file system",
+        "since": "2026-01-01T00:00:00+00:00",
+        "attempts": 3,
+        "next_retry": "2026-01-01T00:00:04+00:00",
+        "retried_by": "memd",
+    }
+    job = {**row, "path": "/p/summary.md", "error": "EMFILE", "next_retry": None}
+    job["retried_by"] = "its job"
+    status: dict[str, Any] = {"writes": {"failing": 2, "paths": [row, job, "junk"]}}
+    text = render_status(status)
+    assert "2 files cannot be written" in text
+    assert "/s/sessions.json: EROFS (Read-only file system) since 2026-01-01" in text
+    assert "remount it read-write" in text and "its job tries again" in text
+    assert "raise its limit" in text  # EMFILE's fix
+    assert "writes" not in render_status({"writes": {"failing": 0, "paths": []}})
+    facts = Facts({}, Path("/h"), status=status)
+    check = check_writes(facts)
+    assert check.verdict == "fail" and "/s/sessions.json: EROFS" in check.detail
+    assert check.fix is not None and "read-write" in check.fix
+    assert check_writes(Facts({}, Path("/h"), status={"writes": {"failing": 0}})).verdict == "ok"
