@@ -41,6 +41,7 @@ import anyio.abc
 
 from memd.clock import iso_utc
 from memd.errors import WriteFailed
+from memd_client.names import escape_name
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,9 @@ def error_name(code: int | None) -> str:
 
 
 def shown(path: str) -> str:
-    """A path as text any reply can carry: bytes that are not UTF-8 as ``\\xNN``."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    """A path as text any reply can carry, escaped as every name memd shows
+    (:mod:`memd_client.names`: a byte that is not UTF-8 as ``\\xNN``)."""
+    return escape_name(path)
 
 
 def retry_delay(code: int | None, attempts: int) -> float:

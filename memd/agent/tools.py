@@ -46,6 +46,7 @@ from memd.agent.process import ShellLimits
 from memd.agent.shell import DEFAULT_LIMITS
 from memd.agent.vcs import vcs_part
 from memd.confined import Area, Refused, kind_of
+from memd.errors import WriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class FunctionTool:
             return await self.handler(self.context, args)
         except _BadArgument as exc:
             return error(f"{self.name}: {exc}")
+        except WriteFailed:
+            raise  # the disk refuses: no later turn can fix it, the run ends failed
         except Exception as exc:  # the last resort: a fault in memd, told to the model, logged
             log.warning("tool %s failed unexpectedly", self.name, exc_info=True)
             return error(f"{self.name} failed inside memd ({type(exc).__name__}); try again")
