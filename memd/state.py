@@ -58,6 +58,8 @@ class SessionState:
     # Why the path cannot be read ({"reason", "since" (epoch s), "transient"}), None if it can.
     unreadable: dict[str, Any] | None = None
     pending_tool_calls: int = 0  # calls of a response held back until their results arrive
+    agent: str = "claude_code"  # the source the session comes from (memd.sources)
+    ignored: str = ""  # why memd does not follow it (a sub-agent's, a memory job's), or ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:

@@ -12,7 +12,7 @@ import pytest
 
 from memd.config import TranscriptsConfig
 from memd.daemon.queues import CoalescingQueue
-from memd.daemon.watch import run_watcher, transcripts_below
+from memd.daemon.watch import WatchedRoot, run_watcher, transcripts_below
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,10 @@ async def test_transcripts_in_a_brand_new_project_folder_are_marked(tmp_path: Pa
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         await tg.start(
-            functools.partial(run_watcher, stop=stop), tmp_path, TranscriptsConfig(), queue
+            functools.partial(run_watcher, stop=stop),
+            [WatchedRoot(tmp_path)],
+            TranscriptsConfig(),
+            queue,
         )
         want: set[Path] = set()
         for i in range(20):
@@ -71,7 +74,10 @@ async def test_cancelling_the_watcher_ends_it_at_once(tmp_path: Path) -> None:
         with anyio.fail_after(3):
             async with anyio.create_task_group() as tg:
                 await tg.start(
-                    functools.partial(run_watcher, stop=anyio.Event()), tmp_path, config, queue
+                    functools.partial(run_watcher, stop=anyio.Event()),
+                    [WatchedRoot(tmp_path)],
+                    config,
+                    queue,
                 )
                 (tmp_path / "-p").mkdir(exist_ok=True)
                 await anyio.sleep(0.2)  # the thread is inside its wait

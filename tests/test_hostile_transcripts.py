@@ -297,7 +297,7 @@ import sys, anyio
 from pathlib import Path
 from memd.config import TranscriptsConfig
 from memd.daemon.queues import CoalescingQueue
-from memd.daemon.watch import WatcherStatus, run_watcher
+from memd.daemon.watch import WatchedRoot, WatcherStatus, run_watcher
 
 async def main() -> None:
     root = Path(sys.argv[1])
@@ -306,7 +306,8 @@ async def main() -> None:
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_watcher(
-                root, config, queue, stop=stop, status=status, task_status=task_status))
+                [WatchedRoot(root, status=status)], config, queue, stop=stop,
+                task_status=task_status))
             while status.mode != "polling":
                 await anyio.sleep(0.05)
             (root / "p" / "s.jsonl").write_bytes(b"{}\\n")

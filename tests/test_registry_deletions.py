@@ -17,7 +17,8 @@ import pytest
 from memd.config import TranscriptsConfig
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.sessions import SessionRegistry
-from memd.daemon.watch import run_watcher
+from memd.daemon.watch import WatchedRoot, run_watcher
+from memd.sources.claude_code import ClaudeCode
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +33,7 @@ def registry_with(root: Path, *names: str) -> tuple[SessionRegistry, list[Path]]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(SOURCE.read_bytes())
         paths.append(path)
-    return SessionRegistry(root, TranscriptsConfig(), {}, started_at=0.0), paths
+    return SessionRegistry([ClaudeCode(root)], TranscriptsConfig(), {}, started_at=0.0), paths
 
 
 async def test_a_deleted_transcript_is_forgotten_when_the_watcher_reports_it(
@@ -46,7 +47,10 @@ async def test_a_deleted_transcript_is_forgotten_when_the_watcher_reports_it(
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         await tg.start(
-            functools.partial(run_watcher, stop=stop), tmp_path, TranscriptsConfig(), queue
+            functools.partial(run_watcher, stop=stop),
+            [WatchedRoot(tmp_path)],
+            TranscriptsConfig(),
+            queue,
         )
         gone.unlink()
         with anyio.fail_after(20):

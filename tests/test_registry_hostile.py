@@ -11,6 +11,7 @@ import pytest
 
 from memd.config import TranscriptsConfig
 from memd.daemon.sessions import SessionRegistry
+from memd.sources.claude_code import ClaudeCode
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.anyio
@@ -22,7 +23,7 @@ async def test_an_unreadable_path_is_retried_only_when_it_changes(tmp_path: Path
     path = tmp_path / "-work-project" / "s.jsonl"
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
-    registry = SessionRegistry(tmp_path, TranscriptsConfig(), {}, started_at=0.0)
+    registry = SessionRegistry([ClaudeCode(tmp_path)], TranscriptsConfig(), {}, started_at=0.0)
     with anyio.fail_after(30):
         first = await registry.ingest(path)
         assert first is not None and first.unreadable is not None
@@ -45,7 +46,7 @@ async def test_a_forgotten_session_leaves_nothing_behind(tmp_path: Path) -> None
         paths.append(path)
     os.mkfifo(tmp_path / "-work-project" / "c.jsonl")
     paths.append(tmp_path / "-work-project" / "c.jsonl")
-    registry = SessionRegistry(tmp_path, TranscriptsConfig(), {}, started_at=0.0)
+    registry = SessionRegistry([ClaudeCode(tmp_path)], TranscriptsConfig(), {}, started_at=0.0)
     with anyio.fail_after(30):
         for path in paths:
             await registry.ingest(path)
@@ -53,7 +54,7 @@ async def test_a_forgotten_session_leaves_nothing_behind(tmp_path: Path) -> None
             path.unlink()
             assert await registry.ingest(path) is None
     assert registry.statistics().sessions == 0
-    per_path = (registry._locks, registry._last_used, registry._conversations, registry._unreadable)
+    per_path = (registry._locks, registry._last_used, registry._readers, registry._unreadable)
     assert [len(m) for m in per_path] == [0, 0, 0, 0]
 
 
@@ -69,7 +70,7 @@ async def test_an_ingest_turn_is_bounded_and_the_next_turns_finish_the_file(
         for i in range(4_000)
     ]
     path.write_bytes(b"".join(lines))
-    registry = SessionRegistry(tmp_path, TranscriptsConfig(), {}, started_at=0.0)
+    registry = SessionRegistry([ClaudeCode(tmp_path)], TranscriptsConfig(), {}, started_at=0.0)
     turns = 0
     with anyio.fail_after(60):
         while await registry.ingest_turn(path, seconds=0.0):  # one bounded read per turn

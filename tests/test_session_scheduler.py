@@ -542,11 +542,12 @@ async def test_a_spent_budget_holds_runs_back_until_it_frees(
 async def test_wired_to_the_real_session_registry(env: Env, llm: LLM, api: LoopbackAPI) -> None:
     from memd.config import TranscriptsConfig
     from memd.daemon.sessions import SessionRegistry
+    from memd.sources.claude_code import ClaudeCode
 
     root = env.tmp / "projects"
     transcript = root / "-work-project" / "sess-1.jsonl"
     transcript.parent.mkdir(parents=True)
-    registry = SessionRegistry(root, TranscriptsConfig(), {}, started_at=0.0)
+    registry = SessionRegistry([ClaudeCode(root)], TranscriptsConfig(), {}, started_at=0.0)
     scheduler = env.scheduler(llm, source=registry)  # the registry is a SessionSource
     registry.add_listener(scheduler.notify_growth)
     builder = TranscriptBuilder()

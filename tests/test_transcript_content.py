@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from memd.config import TranscriptsConfig
 from memd.daemon.sessions import SessionRegistry
 from memd.errors import MemdError, NotFound
+from memd.sources.claude_code import ClaudeCode
 from memd.transcript.content import (
     ContentCache,
     FileLines,
@@ -124,7 +125,7 @@ async def _registry_with(tmp_path: Path, data: bytes) -> tuple[SessionRegistry, 
     path = tmp_path / "-work-project" / "s.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    registry = SessionRegistry(tmp_path, TranscriptsConfig(), {}, started_at=0.0)
+    registry = SessionRegistry([ClaudeCode(tmp_path)], TranscriptsConfig(), {}, started_at=0.0)
     state = await registry.ingest(path)
     assert state is not None and state.message_count > 0
     return registry, path

@@ -41,11 +41,12 @@ from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
-from memd.daemon.watch import WatcherStatus, run_watcher
+from memd.daemon.watch import WatchedRoot, run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, MemdError, NotFound, StartupError
 from memd.ipc.limits import ServeLimits
 from memd.ipc.server import Server, run_server
+from memd.sources.registry import sources_for
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.tokens import using_tokenizer
 from memd.transcript.conversation import Conversation
@@ -127,14 +128,16 @@ class Daemon:
         self.clock = clock
         self.started_at = time.time()
         self.state_file = loaded.paths.state_dir / SESSIONS_FILE
+        sources = sources_for(loaded.paths)
         self.registry = SessionRegistry(
-            loaded.paths.projects_root,
+            sources,
             loaded.config.transcripts,
             sessions,
             started_at=self.started_at,
         )
         self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
-        self.watcher_status = WatcherStatus()
+        self.watched = [WatchedRoot(s.root, s.create_root) for s in sources]
+        self.watcher_status = self.watched[0].status  # Claude Code's projects root
         self.warm_queue: CoalescingQueue[Path] = CoalescingQueue()
         self.notifier = Notifier(env)
         self.health = Health()
@@ -377,11 +380,10 @@ async def run_daemon(
         await tg.start(
             partial(
                 run_watcher,
-                paths.projects_root,
+                daemon.watched,
                 cfg.transcripts,
                 daemon.ingest_queue,
                 stop=daemon.stop_watching,
-                status=daemon.watcher_status,
             )
         )
         work = anyio.CancelScope()

@@ -1,4 +1,7 @@
-"""The session registry: every main transcript under the projects root, and what it holds.
+"""The session registry: every main session of every agent's source, and what it holds.
+
+Agents are known only through their sources (:mod:`memd.sources.base`): which files are
+sessions, and a reader per file that builds its conversation.
 
 Startup is cheap (R-T6): transcripts are stat-ed, and only the ones modified within the active
 window are parsed. A session's conversation is kept in memory while it is in use and rebuilt
@@ -23,7 +26,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -34,10 +37,10 @@ from memd import regular_file
 from memd.config import TranscriptsConfig
 from memd.daemon.session_index import SessionIndex
 from memd.errors import NotFound
+from memd.sources.base import Reader, SessionKey, Source, source_for
 from memd.state import SessionState
-from memd.transcript.content import FileLines, TranscriptChanged
+from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
-from memd.transcript.parse import BadLine, parse_line
 from memd.transcript.tail import (
     LineSplitter,
     TailPosition,
@@ -55,27 +58,6 @@ TRANSIENT_RETRY_S = 30.0
 # sessions' appends wait for at most about this long per busy file ahead of them.
 INGEST_TURN_S = 0.1
 Signature = tuple[int, ...] | None
-
-
-@dataclass(frozen=True)
-class SessionKey:
-    project: str
-    session_id: str
-
-
-def session_key_for(projects_root: Path, path: Path) -> SessionKey | None:
-    """``<root>/<project>/<session>.jsonl`` names a main transcript; anything else does not.
-
-    Sub-agent transcripts (``<session>/subagents/…``) and the old ``agent-*.jsonl`` layout are
-    not main conversations (R-T1).
-    """
-    try:
-        rel = path.relative_to(projects_root)
-    except ValueError:
-        return None
-    if len(rel.parts) != 2 or rel.suffix != ".jsonl" or rel.name.startswith("agent-"):
-        return None
-    return SessionKey(sys.intern(rel.parts[0]), rel.stem)  # one copy per project
 
 
 def is_active(mtime: float, started_at: float, window_hours: float) -> bool:
@@ -96,19 +78,19 @@ class RegistryStats:
 class SessionRegistry:
     def __init__(
         self,
-        projects_root: Path,
+        sources: Sequence[Source],
         config: TranscriptsConfig,
         saved: dict[str, SessionState],
         *,
         started_at: float | None = None,
     ) -> None:
-        self.projects_root = projects_root
+        self.sources = tuple(sources)
         self.config = config
         self.started_at = time.time() if started_at is None else started_at
         self._index = SessionIndex()
         for state in saved.values():
             self._index.put(state)
-        self._conversations: dict[str, Conversation] = {}
+        self._readers: dict[str, Reader] = {}
         self._last_used: dict[str, float] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._unreadable: dict[str, Signature] = {}  # path -> lstat signature when it failed
@@ -143,7 +125,7 @@ class SessionRegistry:
         return RegistryStats(
             sessions=len(self._index),
             parsed=totals.parsed,
-            in_memory=len(self._conversations),
+            in_memory=len(self._readers),
             bytes_parsed=totals.bytes_parsed,
             bytes_rehydrated=self._bytes_rehydrated,
             lines=totals.lines,
@@ -170,58 +152,27 @@ class SessionRegistry:
         return [path for path, st in found if self._needs_read(path, st)]
 
     def _walk(self) -> list[tuple[Path, os.stat_result]]:
-        found: list[tuple[Path, os.stat_result]] = []
-        try:
-            projects = list(os.scandir(self.projects_root))
-        except FileNotFoundError:
-            return found
-        for project in projects:
-            if not project.is_dir(follow_symlinks=False):
-                continue
-            try:
-                entries = list(os.scandir(project.path))
-            except OSError:
-                continue
-            for entry in entries:
-                try:
-                    if entry.name.endswith(".jsonl"):  # whatever it is: R-T7 reports the odd ones
-                        found.append((Path(entry.path), entry.stat(follow_symlinks=False)))
-                except OSError:
-                    continue
-        return found
+        return [found for source in self.sources for found in source.walk()]
 
     def locate(self, session_id: str) -> Path | None:
-        """The main transcript named ``session_id`` in any project folder, known or not yet
-        (blocking: a stat per project folder). None for a name that is no plain file name."""
-        name = f"{session_id}.jsonl"
-        if (
-            "/" in session_id
-            or "\0" in session_id
-            or session_id in ("", ".", "..")
-            or (len(name.encode("utf-8", "surrogatepass")) > 255)
-        ):
-            return None
-        try:
-            projects = list(os.scandir(self.projects_root))
-        except OSError:
-            return None
-        for project in projects:
-            try:
-                if project.is_dir(follow_symlinks=False) and os.path.lexists(
-                    path := os.path.join(project.path, name)
-                ):
-                    return Path(path)
-            except (OSError, ValueError):
-                continue
+        """The session named ``session_id`` in any source, known or not yet (blocking)."""
+        for source in self.sources:
+            path = source.locate(session_id)
+            if path is not None:
+                return path
         return None
 
+    def _key(self, path: Path) -> tuple[Source, SessionKey] | None:
+        return source_for(self.sources, path)
+
     def _needs_read(self, path: Path, st: os.stat_result) -> bool:
-        key = session_key_for(self.projects_root, path)
-        if key is None:
+        found = self._key(path)
+        if found is None:
             return False
+        key = found[1]
         state = self._index.by_path(str(path))
         if state is None:
-            state = SessionState(key.session_id, key.project, str(path), mtime=st.st_mtime)
+            state = _new_state(key, path, st.st_mtime)
             self._index.put(state)
             self.dirty = True
         if not stat.S_ISREG(st.st_mode) or state.unreadable is not None:
@@ -243,7 +194,7 @@ class SessionRegistry:
         """Drop the session and everything kept per path for it."""
         if self._index.remove(path) is not None:
             self.dirty = True
-        self._conversations.pop(path, None)
+        self._readers.pop(path, None)
         self._last_used.pop(path, None)
         self._unreadable.pop(path, None)
         lock = self._locks.get(path)
@@ -258,7 +209,7 @@ class SessionRegistry:
 
     def resident(self, path: str) -> bool:
         """Is the session's conversation in memory now?"""
-        return path in self._conversations
+        return path in self._readers
 
     def lock_for(self, path: str) -> anyio.Lock:
         lock = self._locks.get(path)
@@ -279,15 +230,16 @@ class SessionRegistry:
         return more
 
     async def _ingest(self, path: Path, turn: float | None) -> tuple[SessionState | None, bool]:
-        key = session_key_for(self.projects_root, path)
-        if key is None:
+        found = self._key(path)
+        if found is None:
             return None, False
+        source, key = found
         async with self.lock_for(str(path)):
-            before = self._index.by_path(str(path)) or SessionState(
-                key.session_id, key.project, str(path)
-            )
+            before = self._index.by_path(str(path)) or _new_state(key, path)
             signature = self._unreadable.get(str(path), False)
-            after, more = await anyio.to_thread.run_sync(self._ingest_sync, before, signature, turn)
+            after, more = await anyio.to_thread.run_sync(
+                self._ingest_sync, source, key, before, signature, turn
+            )
         if after is None:  # the file is gone (the watcher reports deletions too)
             self._forget(str(path))
             return None, False
@@ -298,7 +250,7 @@ class SessionRegistry:
         self._index.put(after)
         self._last_used[str(path)] = time.monotonic()
         self.dirty = True
-        if grew:
+        if grew and not after.ignored:
             for listener in self._listeners:
                 listener(after)
         return after, more
@@ -309,10 +261,10 @@ class SessionRegistry:
         The caller must not mutate it, and should use it before the next ingest of the session.
         """
         fresh = await self.ingest(Path(state.path))
-        conv = self._conversations.get((fresh or state).path)
-        if conv is None:
+        reader = self._readers.get((fresh or state).path)
+        if reader is None:
             raise NotFound(f"the transcript of session {state.session_id} is gone")
-        return conv
+        return reader.conversation
 
     async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T:
         """Catch the session up with its file, then run ``fn`` on its conversation in a worker
@@ -332,10 +284,11 @@ class SessionRegistry:
         fresh = await self.ingest(Path(state.path))
         path = (fresh or state).path
         async with self.lock_for(path):
-            conv = self._conversations.get(path)
-            if conv is None:
+            reader = self._readers.get(path)
+            if reader is None:
                 raise NotFound(f"the transcript of session {state.session_id} is gone")
             self._last_used[path] = time.monotonic()
+            conv = reader.conversation
             try:
                 return await anyio.to_thread.run_sync(fn, conv)
             finally:
@@ -344,7 +297,7 @@ class SessionRegistry:
     async def _restart(self, path: str) -> None:
         """Forget what was built from ``path``: the next ingest reads it from the start."""
         async with self.lock_for(path):
-            self._conversations.pop(path, None)
+            self._readers.pop(path, None)
             state = self._index.by_path(path)
             if state is not None:
                 self._index.put(_from_start(state))
@@ -354,10 +307,15 @@ class SessionRegistry:
             self._unreadable.pop(state.path, None)
         else:
             self._unreadable[state.path] = regular_file.signature(state.path)
-            self._conversations.pop(state.path, None)
+            self._readers.pop(state.path, None)
 
     def _ingest_sync(
-        self, before: SessionState, failed: Signature | bool, turn: float | None
+        self,
+        source: Source,
+        key: SessionKey,
+        before: SessionState,
+        failed: Signature | bool,
+        turn: float | None,
     ) -> tuple[SessionState | None, bool]:
         """Read the file in a worker thread, for ``turn`` seconds at most (None: to its end);
         ``failed`` is the signature it had when it last could not be read (``False``: it
@@ -365,7 +323,7 @@ class SessionRegistry:
         if failed is not False and not _worth_retry(before, failed):
             return before, False
         try:
-            return self._read_sync(before, turn)
+            return self._read_sync(source, key, before, turn)
         except FileNotFoundError:
             return None, False
         except UnreadableTranscript as exc:
@@ -378,23 +336,23 @@ class SessionRegistry:
             return state, False
 
     def _read_sync(
-        self, before: SessionState, turn: float | None
+        self, source: Source, key: SessionKey, before: SessionState, turn: float | None
     ) -> tuple[SessionState | None, bool]:
         try:
-            return self._read_sync_once(before, turn)
+            return self._read_sync_once(source, key, before, turn)
         except TranscriptChanged as exc:  # changed between reading it and reading it back
             log.info("%s; reading it again from the start", exc)
-            self._conversations.pop(before.path, None)
-            return self._read_sync_once(_from_start(before), turn)
+            self._readers.pop(before.path, None)
+            return self._read_sync_once(source, key, _from_start(before), turn)
 
     def _read_sync_once(
-        self, before: SessionState, turn: float | None
+        self, source: Source, key: SessionKey, before: SessionState, turn: float | None
     ) -> tuple[SessionState | None, bool]:
         path = Path(before.path)
         deadline = None if turn is None else time.monotonic() + turn
-        conv = self._conversations.get(before.path)
-        if conv is None and before.offset > 0:
-            conv = self._rehydrate(before)
+        reader = self._readers.get(before.path)
+        if reader is None and before.offset > 0:
+            reader = self._rehydrate(source, before)
         state = dataclasses.replace(before, boundaries=list(before.boundaries), unreadable=None)
         position = TailPosition(before.offset, before.inode, before.size, before.scanned)
         while True:
@@ -404,15 +362,15 @@ class SessionRegistry:
                 return None, False
             if read.reset:
                 log.info("%s was truncated or replaced; reading it again from the start", path)
-                conv = None
+                reader = None
                 state = _from_start(state)
                 position = TailPosition(0, 0, 0)
-            if conv is None:
-                conv = Conversation(lines=FileLines(path, read.position.inode))
+            if reader is None:
+                reader = source.reader(before.path, read.position.inode)
             state.bytes_parsed += read.position.offset - position.offset
             state.lines += len(read.lines)
             state.bad_lines += (
-                _feed(conv, zip(read.offsets, read.lines, strict=True), path) + read.skipped
+                reader.feed(zip(read.offsets, read.lines, strict=True)) + read.skipped
             )
             position = read.position
             if not read.more or (deadline is not None and time.monotonic() >= deadline):
@@ -421,12 +379,11 @@ class SessionRegistry:
         state.scanned = position.scanned
         state.mtime = _mtime(path)
         state.parsed = True
-        self._conversations[before.path] = conv
-        _publish_figures(conv, state)
-        conv.release()
+        self._readers[before.path] = reader
+        _publish(source, key, reader, state)
         return state, read.more
 
-    def _rehydrate(self, state: SessionState) -> Conversation:
+    def _rehydrate(self, source: Source, state: SessionState) -> Reader:
         """Re-read a file up to the saved offset (not counted as newly parsed bytes).
 
         The offset always sits at a line boundary, so the bytes before it are whole lines.
@@ -440,16 +397,16 @@ class SessionRegistry:
         except OSError as exc:
             raise UnreadableTranscript.of(state.path, exc) from exc
         with f:
-            conv = Conversation(lines=FileLines(state.path, os.fstat(f.fileno()).st_ino))
+            reader = source.reader(state.path, os.fstat(f.fileno()).st_ino)
             while remaining > 0:
                 chunk = f.read(min(REHYDRATE_STEP, remaining))
                 if not chunk:
                     break
                 remaining -= len(chunk)
                 self._bytes_rehydrated += len(chunk)
-                _feed(conv, splitter.feed_at(chunk), Path(state.path))
-        self._conversations[state.path] = conv
-        return conv
+                reader.feed(splitter.feed_at(chunk))
+        self._readers[state.path] = reader
+        return reader
 
     def evict_idle(
         self, idle_seconds: float, *, keep: Callable[[int], bool] = lambda tokens: False
@@ -463,7 +420,7 @@ class SessionRegistry:
             if now - t >= idle_seconds and not keep(self._context_tokens(p))
         ]
         for path in idle:
-            self._conversations.pop(path, None)
+            self._readers.pop(path, None)
             self._last_used.pop(path, None)
         return len(idle)
 
@@ -486,21 +443,12 @@ def _from_start(state: SessionState) -> SessionState:
         state.path,
         resets=state.resets + 1,
         bytes_parsed=state.bytes_parsed,
+        agent=state.agent,
     )
 
 
-def _feed(conv: Conversation, lines: Iterable[tuple[int, bytes]], path: Path) -> int:
-    bad = 0
-    for at, line in lines:
-        try:
-            entry = parse_line(line, at)
-        except BadLine as exc:
-            bad += 1
-            log.debug("skipping a bad line in %s: %s", path, exc)
-            continue
-        if entry is not None:
-            conv.add(entry)
-    return bad
+def _new_state(key: SessionKey, path: Path, mtime: float = 0.0) -> SessionState:
+    return SessionState(key.session_id, key.project, str(path), mtime=mtime, agent=key.agent)
 
 
 def _mtime(path: Path) -> float:
@@ -508,6 +456,17 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
+
+
+def _publish(source: Source, key: SessionKey, reader: Reader, state: SessionState) -> None:
+    """The reader's figures into ``state``; its conversation keeps no derived values."""
+    conv = reader.conversation
+    _publish_figures(conv, state)
+    conv.release()
+    cwd = reader.cwd
+    state.cwd = sys.intern(cwd) if cwd else state.cwd
+    state.project = sys.intern(source.project_of(key, state.cwd or None))
+    state.ignored = reader.ignored or ""
 
 
 def _publish_figures(conv: Conversation, state: SessionState) -> None:
@@ -523,5 +482,4 @@ def _publish_figures(conv: Conversation, state: SessionState) -> None:
     state.turn_ends = conv.turn_ends
     state.last_timestamp = conv.last_timestamp or ""
     state.last_uuid = conv.last_uuid or ""
-    state.cwd = sys.intern(conv.cwd) if conv.cwd else state.cwd
     state.slug = conv.slug or state.slug

@@ -1,5 +1,7 @@
-"""Watching the projects root for transcripts that appear or grow (inotify; watchfiles
-elsewhere than Linux).
+"""Watching the sources' roots for session files that appear or grow (inotify; watchfiles
+elsewhere than Linux). One watcher per root (:class:`WatchedRoot`); which agent a root
+belongs to is no concern of theirs: a root that is not made when missing (another agent's
+folder, which memd never creates) is waited for, and watched once it exists.
 
 The watcher holds no decisions: it turns file events into keys on the ingest queue.
 
@@ -21,6 +23,7 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -73,7 +76,8 @@ def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
 class WatcherStatus:
     """How transcripts are being watched, for ``status``."""
 
-    mode: str = "starting"  # "inotify"; "inotify+scan" with unwatched folders; "polling"
+    mode: str = "starting"  # "inotify"; "inotify+scan" with unwatched folders; "polling";
+    # "absent": a root memd does not make, waited for
     reason: str | None = None  # why it is not plain inotify
     unwatched: int = 0  # folders inotify could not watch, scanned instead
     fix: str | None = None  # what the user can do about it
@@ -91,27 +95,74 @@ class WatcherStatus:
         }
 
 
+@dataclass(frozen=True)
+class WatchedRoot:
+    """A folder to watch, whether memd makes it when it is missing, and its status."""
+
+    path: Path
+    create: bool = True
+    status: WatcherStatus = field(default_factory=WatcherStatus)
+
+
 async def run_watcher(
-    projects_root: Path,
+    roots: Sequence[WatchedRoot],
     config: TranscriptsConfig,
     queue: CoalescingQueue[Path],
     *,
     stop: anyio.Event,
-    status: WatcherStatus | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Mark every changed transcript on ``queue`` until ``stop`` is set or cancelled."""
-    await anyio.Path(projects_root).mkdir(parents=True, exist_ok=True)
-    status = status or WatcherStatus()
+    """Mark every changed session file under ``roots`` on ``queue`` until ``stop`` is set or
+    cancelled. Started once the roots that exist are watched."""
     async with anyio.create_task_group() as tg:
-        if sys.platform == "linux":
-            await tg.start(Watcher(projects_root, config, queue, status).run)
-        else:
-            tg.start_soon(follow_with_watchfiles, projects_root, config, queue, status)
+        for root in roots:
+            if root.create:
+                await anyio.Path(root.path).mkdir(parents=True, exist_ok=True)
+            elif not await anyio.Path(root.path).is_dir():
+                tg.start_soon(_when_present, root, config, queue)
+                continue
+            await tg.start(_follow_root, root, config, queue, False)
         task_status.started()
         await stop.wait()
         tg.cancel_scope.cancel()
-    log.debug("watcher for %s stopped", projects_root)
+    log.debug("watcher for %s stopped", ", ".join(str(r.path) for r in roots))
+
+
+async def _when_present(
+    root: WatchedRoot, config: TranscriptsConfig, queue: CoalescingQueue[Path]
+) -> None:
+    """Wait for a root memd does not make; what it holds when it appears is news."""
+    root.status.mode = "absent"
+    root.status.reason = f"{root.path} does not exist (yet)"
+    await _folder_appears(root.path)
+    root.status.reason = None
+    log.info("%s appeared; watching it", root.path)
+    await _follow_root(root, config, queue, True)
+
+
+async def _folder_appears(path: Path) -> None:
+    """Until ``path`` is a folder (looked at every :data:`LIMIT_CHECK_S`)."""
+    while True:
+        if await anyio.Path(path).is_dir():
+            return
+        await anyio.sleep(LIMIT_CHECK_S)
+
+
+async def _follow_root(
+    root: WatchedRoot,
+    config: TranscriptsConfig,
+    queue: CoalescingQueue[Path],
+    news: bool,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    if sys.platform == "linux":
+        await Watcher(root.path, config, queue, root.status, create=root.create).run(
+            news=news, task_status=task_status
+        )
+    else:
+        task_status.started()
+        await follow_with_watchfiles(root.path, config, queue, root.status)
 
 
 class Watcher:
@@ -124,8 +175,11 @@ class Watcher:
         config: TranscriptsConfig,
         queue: CoalescingQueue[Path],
         status: WatcherStatus,
+        *,
+        create: bool = True,
     ) -> None:
         self.root = root
+        self.create = create
         self.config = config
         self.queue = queue
         self.status = status
@@ -133,10 +187,13 @@ class Watcher:
         self._warned = False
         self._checked = 0.0  # when the missing watches were last tried
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, news: bool = False, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Follow the tree; open it again when its root's watch ended or inotify came back.
-        Started once the root is watched: a project folder made from then on is seen."""
-        tree = await self._open(first=True)
+        Started once the root is watched: a project folder made from then on is seen.
+        ``news``: the files already there are news (else the startup scan reads them)."""
+        tree = await self._open(first=not news)
         task_status.started()
         while True:
             try:
@@ -144,7 +201,10 @@ class Watcher:
             finally:
                 if tree is not None:
                     tree.close()
-            await anyio.Path(self.root).mkdir(parents=True, exist_ok=True)
+            if self.create:
+                await anyio.Path(self.root).mkdir(parents=True, exist_ok=True)
+            else:
+                await _folder_appears(self.root)
             tree = await self._open(first=False)
 
     async def _open(self, *, first: bool) -> Tree | None:
@@ -312,4 +372,5 @@ async def follow_with_watchfiles(
             status.reason = f"watcher failed: {exc}"
             polling = True
             await anyio.sleep(RESTART_DELAY_S)
-            await anyio.Path(root).mkdir(parents=True, exist_ok=True)
+            if not await anyio.Path(root).is_dir():
+                await anyio.Path(root).mkdir(parents=True, exist_ok=True)

@@ -208,6 +208,7 @@ def compact_threshold(daemon: Daemon) -> int:
 def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -> dict[str, Any]:
     return {
         "session_id": escape_name(s.session_id),
+        "agent": s.agent,
         "project": escape_name(s.project),
         "path": escape_name(s.path),
         "cwd": s.cwd,
@@ -230,6 +231,7 @@ def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -
         "lines": s.lines,
         "bad_lines": s.bad_lines,
         "unreadable": _unreadable(s),
+        "ignored": s.ignored or None,
         "pending_tool_calls": s.pending_tool_calls,
     }
 
@@ -253,6 +255,7 @@ def brief_row(s: SessionState, threshold: int) -> dict[str, Any]:
     ``sessions`` and ``session`` give every figure."""
     return {
         "session_id": escape_name(s.session_id),
+        "agent": s.agent,
         "project": escape_name(s.project),
         "parsed": s.parsed,
         "message_count": s.message_count,

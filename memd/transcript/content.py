@@ -25,8 +25,8 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from typing import Final, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, Protocol, TypeAlias
 
 from memd import regular_file
 from memd.errors import TranscriptError
@@ -53,8 +53,29 @@ class TranscriptChanged(TranscriptError):
     in place, truncated, gone): the conversation must be rebuilt from the file."""
 
 
+ContentDecoder: TypeAlias = Callable[[bytes, Entry], Content]
+"""An entry's content from its line (the agent's format: :func:`claude_content` for Claude
+Code's); raises :class:`TranscriptChanged` when the line is no longer the entry's."""
+
+
+def claude_content(line: bytes, entry: Entry) -> Content:
+    """The content of a Claude Code line, checked to be the entry's (same uuid and size)."""
+    try:
+        uuid, content = line_content(line)
+    except BadLine as exc:
+        raise TranscriptChanged(f"the line of {entry.uuid} no longer parses: {exc}") from None
+    if uuid != entry.uuid or len(line) != entry.size:
+        raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")
+    return content
+
+
 class LineStore(Protocol):
-    """Where a conversation's lines can be read back from."""
+    """Where a conversation's lines can be read back from, and how they are decoded."""
+
+    @property
+    def decode(self) -> ContentDecoder:
+        """The content of an entry from its line."""
+        ...
 
     @property
     def key(self) -> int:
@@ -69,10 +90,11 @@ class LineStore(Protocol):
 class MemoryLines:
     """Lines held in memory, at the offsets they would have in a file."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode: ContentDecoder = claude_content) -> None:
         self._lines: dict[int, bytes] = {}
         self.end = 0  # where the next line goes
         self.key = next(_serials)
+        self.decode = decode
 
     def place(self, line: bytes) -> int:
         """The offset of ``line``, appended after the last one."""
@@ -94,10 +116,16 @@ class FileLines:
     """A transcript file, read by offset; ``inode`` is the file the entries came from (0:
     not known yet, set by the reader after its first read)."""
 
-    def __init__(self, path: str | os.PathLike[str], inode: int = 0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        inode: int = 0,
+        decode: ContentDecoder = claude_content,
+    ) -> None:
         self.path = os.fspath(path)
         self.inode = inode
         self.key = next(_serials)
+        self.decode = decode
 
     def read(self, entries: Sequence[Entry]) -> dict[int, bytes]:
         try:
@@ -208,18 +236,9 @@ def read_contents(
     if not missing:
         return out
     lines = store.read(missing)
+    decode = store.decode
     for entry in missing:
-        content = _decoded(lines[entry.at], entry)
+        content = decode(lines[entry.at], entry)
         cache.put(store.key, entry, content)
         out[entry.uuid] = content
     return out
-
-
-def _decoded(line: bytes, entry: Entry) -> Content:
-    try:
-        uuid, content = line_content(line)
-    except BadLine as exc:
-        raise TranscriptChanged(f"the line of {entry.uuid} no longer parses: {exc}") from None
-    if uuid != entry.uuid or len(line) != entry.size:
-        raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")
-    return content

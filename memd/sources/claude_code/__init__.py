@@ -1,0 +1,119 @@
+"""Claude Code's sessions: ``<projects root>/<project>/<session>.jsonl`` (FORMAT.md).
+
+The project is the folder a transcript sits in (the slug of the dir Claude Code started in);
+lines are parsed by :mod:`memd.transcript.parse`, the format the common model was made from.
+Sub-agent transcripts (``<session>/subagents/…``) and the old ``agent-*.jsonl`` layout are
+not main conversations (R-T1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from memd.sources.base import SessionKey, plain_name, under
+from memd.transcript.content import FileLines
+from memd.transcript.conversation import Conversation
+from memd.transcript.parse import BadLine, parse_line
+
+log = logging.getLogger(__name__)
+
+AGENT = "claude_code"
+
+
+class ClaudeCode:
+    """The Claude Code source; ``root`` is the projects root."""
+
+    agent = AGENT
+    create_root = True
+    serves_compaction = True
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def session_key(self, path: Path) -> SessionKey | None:
+        """``<root>/<project>/<session>.jsonl`` names a main transcript; nothing else does."""
+        rel = under(self.root, path)
+        if rel is None or len(rel.parts) != 2:
+            return None
+        if rel.suffix != ".jsonl" or rel.name.startswith("agent-"):
+            return None
+        return SessionKey(AGENT, sys.intern(rel.parts[0]), rel.stem)  # one copy per project
+
+    def walk(self) -> list[tuple[Path, os.stat_result]]:
+        found: list[tuple[Path, os.stat_result]] = []
+        try:
+            projects = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return found
+        for project in projects:
+            if not project.is_dir(follow_symlinks=False):
+                continue
+            try:
+                entries = list(os.scandir(project.path))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.name.endswith(".jsonl"):  # whatever it is: R-T7 reports the odd ones
+                        found.append((Path(entry.path), entry.stat(follow_symlinks=False)))
+                except OSError:
+                    continue
+        return found
+
+    def locate(self, session_id: str) -> Path | None:
+        """The main transcript named ``session_id`` in any project folder (a stat per
+        project folder). None for a name that is no plain file name."""
+        name = f"{session_id}.jsonl"
+        if not plain_name(name):
+            return None
+        try:
+            projects = list(os.scandir(self.root))
+        except OSError:
+            return None
+        for project in projects:
+            try:
+                if project.is_dir(follow_symlinks=False) and os.path.lexists(
+                    path := os.path.join(project.path, name)
+                ):
+                    return Path(path)
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def reader(self, path: str, inode: int) -> ClaudeReader:
+        return ClaudeReader(path, inode)
+
+    def project_of(self, key: SessionKey, cwd: str | None) -> str:
+        return key.project
+
+
+class ClaudeReader:
+    """Claude Code's lines, one entry each, into one conversation."""
+
+    ignored = None
+
+    def __init__(self, path: str, inode: int) -> None:
+        self.path = path
+        self.conversation = Conversation(lines=FileLines(path, inode))
+
+    @property
+    def cwd(self) -> str | None:
+        return self.conversation.cwd
+
+    def feed(self, lines: Iterable[tuple[int, bytes]]) -> int:
+        conv = self.conversation
+        bad = 0
+        for at, line in lines:
+            try:
+                entry = parse_line(line, at)
+            except BadLine as exc:
+                bad += 1
+                log.debug("skipping a bad line in %s: %s", self.path, exc)
+                continue
+            if entry is not None:
+                conv.add(entry)
+        return bad
