@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from memd.memory.paths import memory_dir
 from memd.state import load_sessions
 from memd_client.client import Client
+from memd_client.errors import RemoteError
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.disk_support import faulty_disk
 from tests.session_support import TranscriptBuilder, work_session
@@ -167,6 +169,29 @@ def test_a_full_log_disk_is_named_in_status_and_clears_by_itself(tmp_path: Path)
         )
         assert proc.poll() is None
         stop_memd(proc)
+
+
+def test_a_memory_the_disk_refuses_is_answered_unavailable_and_named(tmp_path: Path) -> None:
+    """``remember`` (the MCP tool's method) into a read-only memory dir: a reply that names
+    the file and the error, the path in ``status`` until a later write of it works."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    params = {"cwd": str(repo), "type": "project", "name": "n", "description": "d"}
+    with fake_home(tmp_path) as home, faulty_disk(memory_dir(home.projects, repo)) as disk:
+        home.env.update(disk.env)
+        proc = start_memd(home)
+        disk.fault("EROFS")
+        with pytest.raises(RemoteError) as refused:
+            call(home, "remember", {**params, "content": "the parser is in parse.py"})
+        assert refused.value.code == "unavailable"
+        assert "Read-only file system" in str(refused.value)
+        rows = call(home, "status")["writes"]["paths"]
+        assert any(r["error"] == "EROFS" and r["retried_by"] == "its job" for r in rows), rows
+        disk.heal()
+        written = call(home, "remember", {**params, "content": "the parser is in parse.py"})
+        assert Path(written["path"]).read_text().count("parse.py") == 1
+        assert not call(home, "status")["writes"]["failing"]
+        assert stop_memd(proc) == 0
 
 
 def _lowest_free_fd(pid: int) -> int:

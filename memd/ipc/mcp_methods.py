@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from memd.confined import Refused, shown
-from memd.errors import NotFound
+from memd.errors import NotFound, WriteFailed
 from memd.ipc.params import opt_str, req_str
 from memd.ipc.server import Handler, InvalidParams
 from memd.memory.location import Location
@@ -54,7 +54,8 @@ async def remember(daemon: Daemon, params: dict[str, Any]) -> Any:
     (see :mod:`memd.memory.remember`) while no extraction or dream holds the dir (waiting up
     to 15 s). Result: ``file``, ``path``, ``created``, ``redacted`` (kind → count),
     ``memory_dir``. Errors: invalid_params (a bad field, the size limit, a full index,
-    memory off for the project, the dir busy)."""
+    memory off for the project, the dir busy); unavailable (the disk refuses the write: full,
+    read-only, no descriptor left)."""
     where = await _located(daemon, params)
     draft = MemoryDraft(
         req_str(params, "type", "one of user, feedback, project, reference"),
@@ -96,6 +97,8 @@ async def _write_held(
                     "one, so nothing was written. Remove it, or make it a plain file of your "
                     "own, then save again"
                 ) from None
+            except WriteFailed:
+                raise  # the disk refuses it for now: answered ``unavailable``, not a bad param
             except OSError as exc:
                 raise InvalidParams(f"the memory could not be written: {exc}") from None
     raise Busy(
