@@ -629,12 +629,9 @@ async def _run_token_saver(daemon: Daemon) -> None:
 
     cache, path = daemon.compaction.tokens, daemon.loaded.paths.state_dir / TOKENS_FILE
 
-    async def save() -> None:
+    async def save() -> None:  # a write the disk refuses is kept and retried (memd.writes)
         if cache.changed:
-            try:
-                await anyio.to_thread.run_sync(cache.save, path)
-            except OSError as exc:
-                log.warning("cannot save the token estimates to %s: %s", path, exc)
+            await anyio.to_thread.run_sync(cache.save, path)
 
     try:
         while True:
