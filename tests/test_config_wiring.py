@@ -24,6 +24,7 @@ from memd.dream.service import DreamService
 from memd.ipc.handlers import method_table
 from memd.ipc.server import Handler
 from memd.llm.client import LLM, Disabled
+from memd.memory.paths import memory_dir
 from memd.memory.recall import recall
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
@@ -402,3 +403,36 @@ async def test_the_dream_asks_for_llm_max_output_tokens(
         assert (await _run(service))["started"]
         tg.cancel_scope.cancel()
     assert [r.body["max_tokens"] for r in api.requests] == [1234]
+
+
+# -- hook.injection_max_bytes: what the hook injects, through the daemon's ``hook`` method ------
+
+
+async def _session_start_context(home: Path, budget: int) -> str:
+    env = {"HOME": str(home), "MEMD_RUNTIME_DIR": str(home / "run")}
+    overrides = {"hook.injection_max_bytes": str(budget)}
+    daemon = Daemon.load(load_config(env=env, overrides=overrides), env=env)
+    await daemon.build_features()
+    event = {"hook_event_name": "SessionStart", "session_id": "s1", "cwd": str(home / "proj")}
+    reply = await method_table(daemon)["hook"]({"event": "SessionStart", "input": event})
+    text: str = reply["additionalContext"]
+    return text
+
+
+async def test_hook_injection_max_bytes_bounds_the_context_the_hook_injects(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "proj").mkdir()
+    claude = tmp_path / ".claude"
+    claude.mkdir()
+    (claude / "settings.json").write_text('{"autoMemoryEnabled": false}')  # memd injects it
+    memory = memory_dir(claude / "projects", tmp_path / "proj")
+    memory.mkdir(parents=True)
+    index = "".join(f"- [Note {n}](note_{n}.md) — something worth keeping {n}\n" for n in range(40))
+    (memory / "MEMORY.md").write_text(index)
+    whole = await _session_start_context(tmp_path, 100_000)
+    assert index.rstrip("\n") in whole
+    size = len(whole.encode())
+    assert await _session_start_context(tmp_path, size) == whole  # exactly fits
+    cut = await _session_start_context(tmp_path, size - 1)
+    assert len(cut.encode()) <= size - 1 and "- [Note 0]" in cut and index.rstrip("\n") not in cut
