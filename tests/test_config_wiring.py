@@ -367,6 +367,18 @@ async def test_microcompact_keeps_the_configured_number_of_recent_results(
     assert default["cleared_tool_use_ids"] == cleared[2]
 
 
+@pytest.mark.parametrize(("failures", "stopped"), [(1, False), (2, True)])
+async def test_max_consecutive_failures_opens_the_sessions_circuit(
+    tmp_path: Path, failures: int, stopped: bool
+) -> None:
+    state = tmp_path / ".local" / "state" / "memd"
+    state.mkdir(parents=True)
+    (state / "compaction-breakers.json").write_text(f'{{"{SID}": {failures}}}')  # as recorded
+    table = await _daemon_methods(tmp_path, "compaction.max_consecutive_failures=2")
+    answer = await table["should_compact"]({"session": SID, "tokens": 10**6})
+    assert (answer["compact"], answer["circuit_open"]) == (not stopped, stopped), answer
+
+
 # -- dream.snapshots_kept and llm.max_output_tokens ---------------------------------------------
 
 
