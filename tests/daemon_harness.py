@@ -131,3 +131,14 @@ def wait_for(check: Callable[[], T | bool | None], *, timeout: float, what: str)
 def call(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
     with home.client() as c:
         return c.call(method, params or {})
+
+
+def memdctl(home: Home, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the real ``memdctl`` against the daemon in ``home``."""
+    return subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", *args],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
