@@ -74,6 +74,11 @@ def start_memd(
         stderr=stderr,
     )
     stderr.close()
+    return wait_answering(home, proc)
+
+
+def wait_answering(home: Home, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """Wait until ``proc`` answers ``hello`` (its socket file appears before it listens)."""
 
     def ready() -> bool:
         if proc.poll() is not None:

@@ -227,6 +227,12 @@ def test_extract_without_a_key_says_disabled(tmp_path: Path) -> None:
         try:
             seed_session(home, "d1")
             wait_for(lambda: _listed(home, "d1"), timeout=60, what="the session listed")
+            # Until the model client is set up the answer is "starting" (true, but not this).
+            wait_for(
+                lambda: "no API key" in str(call(home, "status")["llm"]["reason"]),
+                timeout=30,
+                what="the model client to be set up",
+            )
             with pytest.raises(RemoteError) as err:
                 call(home, "extract", {"session": "d1"})
             assert err.value.code == "disabled"

@@ -24,7 +24,16 @@ import pytest
 
 from memd_client.errors import RemoteError
 from tests.conftest import CORPUS
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_answering,
+    wait_for,
+)
 from tests.transcript_oracle import read_lines
 from tests.uid_support import IS_ROOT, NOBODY
 
@@ -262,7 +271,7 @@ def test_a_transcript_the_daemon_may_not_read_is_unreadable_until_fixed(tmp_path
         good.write_bytes(GOOD.read_bytes())
         proc = start_memd_without_dac(home)
         try:
-            wait_for(lambda: home.socket.exists(), timeout=20, what="the socket")
+            wait_answering(home, proc)  # the socket file appears before it listens
             reason = wait_for(lambda: unreadable_reason(home, "secret"), timeout=20, what="EACCES")
             assert reason == "permission denied"
             wait_for(lambda: followed(home, "good", good), timeout=20, what="the good session")
