@@ -6,7 +6,8 @@ Precedence, lowest to highest:
 2. the YAML file (``--config``, else ``$MEMD_CONFIG``, else ``~/.config/memd/config.yaml``;
    a missing default file is fine, a missing named file is an error);
 3. environment overrides for paths (``MEMD_PROJECTS_ROOT``, ``MEMD_STATE_DIR``,
-   ``MEMD_RUNTIME_DIR``; ``CLAUDE_CONFIG_DIR`` moves the Claude tree as Claude Code does);
+   ``MEMD_RUNTIME_DIR``, ``MEMD_CODEX_HOME``, ``MEMD_GEMINI_DIR``; ``CLAUDE_CONFIG_DIR``
+   moves the Claude tree as Claude Code does, ``CODEX_HOME`` Codex's);
 4. command-line overrides (``--set section.key=value``).
 
 Validation collects every problem before failing, so one :class:`ConfigError` names each bad
@@ -43,6 +44,8 @@ class PathsConfig:
     claude_dir: str = ""  # default: $CLAUDE_CONFIG_DIR or ~/.claude
     projects_root: str = ""  # default: <claude_dir>/projects
     state_dir: str = ""  # default: $XDG_STATE_HOME/memd or ~/.local/state/memd
+    codex_home: str = ""  # default: $CODEX_HOME or ~/.codex (its sessions/ are followed)
+    gemini_dir: str = ""  # default: ~/.gemini (its tmp/<project>/chats/ are followed)
     # The socket's directory is not a file key: clients must find it without reading this
     # file, so it comes from $MEMD_RUNTIME_DIR or $XDG_RUNTIME_DIR only.
 
@@ -55,6 +58,14 @@ class TranscriptsConfig:
     max_line_bytes: int = 16 * 1024 * 1024  # a longer line is counted as bad and skipped
     poll_interval_ms: int = 1_000  # when inotify is unavailable (out of watches): poll this often
     evict_idle_minutes: float = 5.0  # drop idle conversations (not those near compaction)
+
+
+@dataclass(frozen=True)
+class SourcesConfig:
+    """Which agents' sessions memd follows besides Claude Code's (paths: ``paths.*``)."""
+
+    codex: bool = True
+    gemini: bool = True
 
 
 @dataclass(frozen=True)
@@ -196,6 +207,7 @@ class DaemonConfig:
 class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     transcripts: TranscriptsConfig = field(default_factory=TranscriptsConfig)
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
     session_notes: SessionNotesConfig = field(default_factory=SessionNotesConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -218,6 +230,8 @@ class ResolvedPaths:
     state_dir: Path
     runtime_dir: Path
     config_file: Path | None
+    codex_home: Path = Path("~/.codex")
+    gemini_dir: Path = Path("~/.gemini")
 
     @property
     def socket_path(self) -> Path:
@@ -464,7 +478,11 @@ def resolve_paths(
     from memd_client.paths import default_runtime_dir
 
     runtime = default_runtime_dir(env)
-    return ResolvedPaths(claude, projects, state, runtime, config_file)
+    codex = expand(
+        env.get("MEMD_CODEX_HOME") or paths.codex_home or env.get("CODEX_HOME") or "~/.codex"
+    )
+    gemini = expand(env.get("MEMD_GEMINI_DIR") or paths.gemini_dir or "~/.gemini")
+    return ResolvedPaths(claude, projects, state, runtime, config_file, codex, gemini)
 
 
 def config_as_dict(config: Config) -> dict[str, Any]:

@@ -56,6 +56,9 @@ def _find_shared() -> Path | None:
 
 
 SHARED = _find_shared()
+# Other agents' sessions (Codex CLI, Gemini CLI): tests/corpus/agents/, copied unmodified from
+# the shared data's agents/ (its README.md describes both formats); never in the sweeps above.
+AGENTS = CORPUS / "agents"
 FULL_CORPUS = SHARED / "data" / "transcripts" if SHARED is not None else None
 NO_FULL_CORPUS = (
     f"the full transcript corpus is absent: put the shared data dir at {SHARED_HERE} "
@@ -87,7 +90,8 @@ async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
 def all_transcripts() -> list[Path]:
     """Every transcript a sweep reads: the full shared corpus when it is there, else
     tests/corpus/; main and sub-agent files."""
-    return sorted((FULL_CORPUS or CORPUS).rglob("*.jsonl"))
+    root = FULL_CORPUS or CORPUS
+    return sorted(p for p in root.rglob("*.jsonl") if p.relative_to(root).parts[0] != "agents")
 
 
 def main_transcripts() -> list[Path]:

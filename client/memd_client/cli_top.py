@@ -164,8 +164,11 @@ def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:
     notes = {n.get("session_id"): n for n in (status.get("notes") or {}).get("sessions") or []}
     short = unique_prefixes([str(s["session_id"]) for s in sessions])
     id_w = max(len(v) for v in short.values())
-    bar_w = max(10, min(40, width - id_w - 44))
-    out = [f"{'SESSION':<{id_w}}  {'CONTEXT (tok)':>13}  {'BAR (| notes)':<{bar_w + 2}}  NOTES"]
+    bar_w = max(10, min(40, width - id_w - 57))
+    out = [
+        f"{'SESSION':<{id_w}}  {'AGENT':<11}  {'CONTEXT (tok)':>13}  "
+        f"{'BAR (| notes)':<{bar_w + 2}}  NOTES"
+    ]
     known = (status.get("ingest") or {}).get("parsed")
     total = max(len(sessions), known if isinstance(known, int) else 0)
     shown = room - 1 if total <= room - 1 else room - 2
@@ -176,7 +179,8 @@ def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:
         figure = f"{tokens_bare(ctx_tok)}/{tokens_bare(limit)}"
         state = notes_state(n) if n else "-"
         out.append(
-            f"{short[s['session_id']]:<{id_w}}  {figure:>13}  "
+            f"{short[s['session_id']]:<{id_w}}  {s.get('agent', 'claude_code')!s:<11}  "
+            f"{figure:>13}  "
             f"{bar(ctx_tok, limit, bar_w, [trigger])}  {state}"
         )
     hidden = total - min(shown, len(sessions))

@@ -24,7 +24,9 @@ from memd_client.textfmt import (
 
 def render_sessions(rows: list[dict[str, Any]]) -> str:
     if not rows:
-        return "no sessions yet (memd watches Claude Code transcripts as they are written)"
+        return (
+            "no sessions yet (memd follows Claude Code's, Codex's and Gemini's as they are written)"
+        )
     short = unique_prefixes([str(r["session_id"]) for r in rows])
     body = []
     for r in rows:
@@ -39,13 +41,15 @@ def render_sessions(rows: list[dict[str, Any]]) -> str:
         body.append(
             [
                 short[str(r["session_id"])],
+                str(r.get("agent", "claude_code")),
                 ctx,
                 str(r.get("message_count", 0)),
                 ago(r.get("last_activity")),
                 str(r.get("project", "")) + (f"  ({problems})" if problems else ""),
             ]
         )
-    out = table(["SESSION", "CONTEXT (tok)", "MSGS", "ACTIVE", "PROJECT"], body, right=(1, 2))
+    head = ["SESSION", "AGENT", "CONTEXT (tok)", "MSGS", "ACTIVE", "PROJECT"]
+    out = table(head, body, right=(2, 3))
     if any(r.get("context_stale") for r in rows):
         out += "\n* estimated: compacted since the last model response"
     return out
@@ -55,6 +59,8 @@ def _row_problems(r: dict[str, Any]) -> str:
     parts = []
     if r.get("bad_lines"):
         parts.append(f"{r['bad_lines']} bad lines")
+    if r.get("ignored"):
+        parts.append(f"not followed: {r['ignored']}")
     unreadable = r.get("unreadable")
     if unreadable:
         parts.append(f"unreadable: {unreadable}" if isinstance(unreadable, str) else "unreadable")
@@ -62,6 +68,8 @@ def _row_problems(r: dict[str, Any]) -> str:
 
 
 SESSION_FIELDS = (
+    ("agent", "agent", str),
+    ("ignored", "not followed", str),
     ("project", "project", str),
     ("cwd", "cwd", str),
     ("path", "transcript", str),

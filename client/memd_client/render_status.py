@@ -33,6 +33,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         f"{ing.get('bad_lines', 0)} bad lines skipped"
         + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else ""),
         *watcher_lines(ing.get("watcher"), st),
+        *source_lines(ing.get("sources"), st),
         *ipc_lines(s.get("ipc"), st),
         *write_lines(s.get("writes"), st),
         *error_lines(s, st),
@@ -98,6 +99,24 @@ def watcher_lines(w: dict[str, Any] | None, st: Style) -> list[str]:
     if lines and w.get("fix"):
         lines.append(f"          fix: {w['fix']}")
     return lines + skipped_lines(w)
+
+
+def source_lines(sources: Any, st: Style) -> list[str]:
+    """The agents other than Claude Code: where memd follows them, and whether it leaves
+    the extraction of their memories to the agent itself."""
+    if not isinstance(sources, list):
+        return []
+    lines = []
+    for row in sources[1:]:  # the first is Claude Code's projects root, shown above
+        if not isinstance(row, dict):
+            continue
+        mode = str(row.get("watcher"))
+        where = f"{row.get('agent')}: {row.get('root')}"
+        text = st.warn(f"{mode}: {row.get('reason')}") if row.get("reason") else mode
+        own = row.get("own_memory")
+        extract = f"; no extraction, {own}" if own else ""
+        lines.append(f"source    {where} ({text}){extract}")
+    return lines
 
 
 def skipped_lines(w: dict[str, Any]) -> list[str]:

@@ -128,7 +128,7 @@ class Daemon:
         self.clock = clock
         self.started_at = time.time()
         self.state_file = loaded.paths.state_dir / SESSIONS_FILE
-        sources = sources_for(loaded.paths)
+        sources = sources_for(loaded)
         self.registry = SessionRegistry(
             sources,
             loaded.config.transcripts,
@@ -138,6 +138,9 @@ class Daemon:
         self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
         self.watched = [WatchedRoot(s.root, s.create_root) for s in sources]
         self.watcher_status = self.watched[0].status  # Claude Code's projects root
+        # Why memd extracts nothing from an agent's sessions (its own memories are on), by
+        # agent; refreshed each minute in the background: ``status`` reads it, no file.
+        self.own_memory: dict[str, str | None] = {}
         self.warm_queue: CoalescingQueue[Path] = CoalescingQueue()
         self.notifier = Notifier(env)
         self.health = Health()
@@ -223,6 +226,7 @@ class Daemon:
             hold_dir=self.exclusion.hold,
             after_turn=self._after_turn,
             claude_dir=loaded.paths.claude_dir,
+            source_of=self.registry.source_of,
         )
         self.compaction.memory_index_for = self._memory_index_text
         self.dream = DreamService(
@@ -291,8 +295,16 @@ class Daemon:
         if self.optouts.reason(state.cwd) is None:
             self.notes.notify_growth(state)
             self.memory.notify_growth(state)
-        if self.compaction.wants_warming(state.context_tokens):
+        serves = self.registry.serves_compaction(state)
+        if serves and self.compaction.wants_warming(state.context_tokens):
             self.warm_queue.mark_nowait(Path(state.path))
+
+    async def refresh_own_memory(self) -> None:
+        """Read again whether each agent keeps memories of its own (its config files)."""
+        sources = [s for s in self.registry.sources if not s.claude_settings]
+        self.own_memory = await anyio.to_thread.run_sync(
+            lambda: {s.agent: s.own_memory("") for s in sources}
+        )
 
     async def wait_features(self) -> None:
         """Wait for the features only while they load: ``Event.wait`` on a set event still
@@ -593,7 +605,9 @@ async def _warm_at_start(daemon: Daemon) -> None:
     hot = [
         s
         for s in daemon.registry.newest()
-        if s.parsed and daemon.compaction.wants_warming(s.context_tokens)
+        if s.parsed
+        and daemon.compaction.wants_warming(s.context_tokens)
+        and daemon.registry.serves_compaction(s)
     ]
     if not hot:
         return
@@ -648,6 +662,7 @@ async def _run_maintenance(daemon: Daemon) -> None:
     sweep stats every known transcript: not work for every minute of an idle daemon."""
     minutes = 0
     while True:
+        await daemon.refresh_own_memory()
         await anyio.sleep(60.0)
         minutes += 1
         idle = daemon.loaded.config.transcripts.evict_idle_minutes * 60.0

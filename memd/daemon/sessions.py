@@ -162,6 +162,18 @@ class SessionRegistry:
                 return path
         return None
 
+    def source_of(self, state: SessionState) -> Source | None:
+        """The source ``state`` comes from (None: one no longer followed)."""
+        for source in self.sources:
+            if source.agent == state.agent:
+                return source
+        return None
+
+    def serves_compaction(self, state: SessionState) -> bool:
+        """Whether memd's compaction serves the session's agent."""
+        source = self.source_of(state)
+        return source is not None and source.serves_compaction
+
     def _key(self, path: Path) -> tuple[Source, SessionKey] | None:
         return source_for(self.sources, path)
 

@@ -330,6 +330,7 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
             "running": queue.running,
             **unreadable_report(daemon),
             "watcher": daemon.watcher_status.as_dict(),
+            "sources": sources_report(daemon),
             "token_estimates": len(daemon.compaction.tokens),  # kept across restarts
         },
         "notes": notes,
@@ -353,6 +354,21 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
         "ipc": ipc_status(daemon),
         "sessions": [brief_row(s, threshold) for s in rows],
     }
+
+
+def sources_report(daemon: Daemon) -> list[dict[str, Any]]:
+    """Each agent memd follows: its root, how it is watched, and whether memd leaves the
+    extraction of its sessions to the agent's own memory."""
+    return [
+        {
+            "agent": source.agent,
+            "root": escape_name(str(watched.path)),
+            "watcher": watched.status.mode,
+            "reason": watched.status.reason,
+            "own_memory": daemon.own_memory.get(source.agent),
+        }
+        for source, watched in zip(daemon.registry.sources, daemon.watched, strict=True)
+    ]
 
 
 REFUSED_ROWS = 50  # the newest refused entries ``status`` lists; ``count`` says how many more

@@ -31,7 +31,7 @@ import os
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -66,6 +66,9 @@ from memd.privacy import scrub_text
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
 
+if TYPE_CHECKING:
+    from memd.sources.base import Source
+
 MAX_SURFACED_SESSIONS = 1_024
 TOOL_WINDOW = 6  # assistant messages whose tool calls count as "in active use"
 
@@ -88,8 +91,10 @@ class MemoryService:
         hold_dir: DirHold | None = None,
         after_turn: Callable[[Location, SessionState], None] | None = None,
         claude_dir: Path | None = None,
+        source_of: Callable[[SessionState], Source | None] = lambda state: None,
     ) -> None:
         self.projects_root = projects_root
+        self._source_of = source_of
         self.state_dir = state_dir
         self.config = config
         self._clock = clock
@@ -196,7 +201,11 @@ class MemoryService:
 
     async def claude_code_status(self, state: SessionState) -> dict[str, Any]:
         """For ``memdctl session``: what the session's Claude Code does itself, and so what
-        memd does and does not do beside it."""
+        memd does and does not do beside it (for another agent: its own memory only)."""
+        source = self._source_of(state)
+        if source is not None and not source.claude_settings:
+            off = await self._extraction_off(state)
+            return {"agent": state.agent, "memd_extraction": f"off: {off}" if off else "on"}
         record = await self.session_context(state.session_id, state.path)
         facts = await self.claude_code(record, state.cwd or "")
         off = await self._extraction_off(state)
@@ -226,6 +235,9 @@ class MemoryService:
         """Why memd extracts nothing for this session (Claude Code's agent does it), or None."""
         if self.config.memory.extract_beside_claude_code:
             return None
+        source = self._source_of(state)
+        if source is not None and not source.claude_settings:
+            return await anyio.to_thread.run_sync(source.own_memory, state.cwd or "")
         record = await self.session_context(state.session_id, state.path)
         facts = await self.claude_code(record, state.cwd or "")
         if facts.auto_memory:

@@ -62,6 +62,7 @@ class Source(Protocol):
     root: Path  # the folder watched (down to three folders below it)
     create_root: bool  # make the root when it is missing (else wait for it to appear)
     serves_compaction: bool  # whether memd's compaction serves this agent's sessions
+    claude_settings: bool  # whether Claude Code's settings say what the agent does itself
 
     def session_key(self, path: Path) -> SessionKey | None:
         """The session ``path`` (under :attr:`root`) is, or None for any other file."""
@@ -81,6 +82,11 @@ class Source(Protocol):
 
     def project_of(self, key: SessionKey, cwd: str | None) -> str:
         """The project a session is listed under, once its working dir is known."""
+        ...
+
+    def own_memory(self, cwd: str) -> str | None:
+        """Why memd extracts no memories from this agent's sessions in ``cwd`` (the agent
+        keeps its own), or None (blocking: may read the agent's config)."""
         ...
 
 

@@ -1,12 +1,18 @@
-"""Every source memd follows, from the resolved paths: the one list of agents' rooms."""
+"""Every source memd follows, from the config: the one list of agents' rooms."""
 
 from __future__ import annotations
 
-from memd.config import ResolvedPaths
+from memd.config import LoadedConfig
 from memd.sources.base import Source
 from memd.sources.claude_code import ClaudeCode
+from memd.sources.codex import Codex
 
 
-def sources_for(paths: ResolvedPaths) -> list[Source]:
-    """Claude Code's projects root first (its root is made when missing)."""
-    return [ClaudeCode(paths.projects_root)]
+def sources_for(loaded: LoadedConfig) -> list[Source]:
+    """Claude Code's projects root first (its root is made when missing), then each other
+    agent that ``sources.*`` leaves on."""
+    paths, on = loaded.paths, loaded.config.sources
+    found: list[Source] = [ClaudeCode(paths.projects_root)]
+    if on.codex:
+        found.append(Codex(paths.codex_home))
+    return found

@@ -23,7 +23,8 @@ import msgspec
 
 SYNTHETIC_MODEL: Final = "<synthetic>"
 COMPACT_BOUNDARY: Final = "compact_boundary"
-TURN_END_SUBTYPES: Final = frozenset({"turn_duration", "stop_hook_summary"})
+TURN_END: Final = "turn_end"  # what readers of other agents' formats write for a turn end
+TURN_END_SUBTYPES: Final = frozenset({"turn_duration", "stop_hook_summary", TURN_END})
 
 Block: TypeAlias = dict[str, Any]
 Content: TypeAlias = tuple[Block, ...]

@@ -30,6 +30,7 @@ class ClaudeCode:
     agent = AGENT
     create_root = True
     serves_compaction = True
+    claude_settings = True  # memory/claude_code.py decides, per session, from its settings
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -89,6 +90,9 @@ class ClaudeCode:
 
     def project_of(self, key: SessionKey, cwd: str | None) -> str:
         return key.project
+
+    def own_memory(self, cwd: str) -> str | None:
+        return None  # decided per session from its settings and hooks (claude_settings)
 
 
 class ClaudeReader:

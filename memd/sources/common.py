@@ -1,0 +1,114 @@
+"""What the readers of agents other than Claude Code share: one line decoded as hostile
+bytes, and content blocks in the common (Messages API) shape with their outline.
+
+A reader of another agent's format turns each of its items into content blocks of the shape
+Claude Code writes (``text``, ``tool_use`` with an object input, ``tool_result`` with text
+content), flat by construction (a tool's arguments and results stay text): the outline is
+taken from those blocks when the line is read, and the same function builds them again when
+a job reads the line back, so both agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Final, TypeAlias, TypeVar
+
+import msgspec
+
+from memd.config import MAX_NUMBER
+from memd.transcript.content import TranscriptChanged
+from memd.transcript.messages import accepted
+from memd.transcript.model import Block, BlockRef, Content, Entry, Outline
+from memd.transcript.parse import BadLine, replace_lone_surrogates
+
+Tokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_NUMBER)]
+"""A token count as read: out of 0 … MAX_NUMBER the line is bad (never a figure)."""
+
+_T = TypeVar("_T")
+_encode: Final = msgspec.json.Encoder().encode
+
+
+def decode_line(decoder: msgspec.json.Decoder[_T], line: bytes) -> _T | None:
+    """``line`` decoded, or None for a blank line; :class:`BadLine` for anything else that
+    is not the decoder's shape (invalid UTF-8 anywhere, invalid JSON, a field of another
+    type, a number out of range, nesting past the decoder). Lone surrogate escapes become
+    U+FFFD, as in Claude Code's lines."""
+    if not line.isascii():
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        while True:
+            try:
+                return decoder.decode(line)
+            except msgspec.ValidationError as exc:
+                raise BadLine(f"not a line of this format: {exc}") from None
+            except msgspec.DecodeError as exc:
+                if not line.strip():
+                    return None
+                repaired = replace_lone_surrogates(line)
+                if repaired is None:
+                    raise BadLine(f"not valid JSON: {exc}") from None
+                line = repaired
+    except RecursionError:
+        raise BadLine("nested deeper than the decoder can follow") from None
+
+
+def raw_text(raw: msgspec.Raw) -> str:
+    """A JSON value kept raw, as text (a string as itself): tool arguments and results
+    stay flat whatever they nest."""
+    data = bytes(memoryview(raw))
+    if data[:1] == b'"':
+        try:
+            value = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return ""
+        return value if isinstance(value, str) else ""
+    return data.decode("utf-8", "replace")
+
+
+def text_block(text: str) -> Block:
+    return {"type": "text", "text": text}
+
+
+def tool_use(ident: str, name: str, arguments: str) -> Block:
+    return {"type": "tool_use", "id": ident, "name": name, "input": {"arguments": arguments}}
+
+
+def tool_result(ident: str, text: str) -> Block:
+    return {"type": "tool_result", "tool_use_id": ident, "content": text}
+
+
+def outline_of(blocks: Sequence[Block], role: str) -> Outline:
+    """The outline of blocks built by a reader (see the module docstring)."""
+    refs: list[BlockRef] = []
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "tool_use":
+            ident = block["id"]
+            ok = accepted(role, kind, None, ident, block["name"], True)
+        elif kind == "tool_result":
+            ident = block["tool_use_id"]
+            ok = accepted(role, kind, None, ident, None, False)
+        else:
+            ident = None
+            ok = accepted(role, kind, block.get("text"), None, None, False)
+        refs.append((index, kind, ident, ok))
+    return tuple(refs)
+
+
+def checked(blocks: Sequence[Block], line: bytes, entry: Entry) -> Content:
+    """``blocks`` read back for ``entry``, when they are still the ones it was built from."""
+    outline = getattr(entry, "blocks", ())
+    if len(line) != entry.size or len(blocks) != len(outline):
+        raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")
+    for block, ref in zip(blocks, outline, strict=True):
+        if block["type"] != ref[1]:
+            raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")
+    return tuple(blocks)
+
+
+def as_json(value: Any) -> str:
+    """A value as compact JSON text (never fails on what a decoder produced)."""
+    return _encode(value).decode("utf-8", "replace")

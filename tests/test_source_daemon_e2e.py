@@ -1,0 +1,124 @@
+"""The real daemon following other agents' sessions as they are written: a Codex rollout
+appended to (resume, compactions) and rewritten in place; listed by ``memdctl sessions`` and
+``session`` with its agent, project and the agent's own context figure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.memory.paths import project_slug
+from tests.agents_oracle import read_codex
+from tests.conftest import AGENTS
+from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
+
+pytestmark = pytest.mark.slow
+
+ROLLOUT = "rollout-2026-11-26T06-42-43-01a21697-9962-7c23-a4c4-7f3c3e5b70ce.jsonl"
+CODEX_ID = "01a21697-9962-7c23-a4c4-7f3c3e5b70ce"
+
+
+def codex_lines(cwd: Path) -> list[bytes]:
+    """The sample rollout with its cwd made ``cwd`` (the sample's is /home/USER/proj)."""
+    text = (AGENTS / "codex-0.169.0" / ROLLOUT).read_text()
+    return [line.encode() for line in text.replace("/home/USER/proj", str(cwd)).splitlines()]
+
+
+def memdctl(home: Home, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", *args],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def row(home: Home, session_id: str) -> dict[str, Any] | None:
+    rows = call(home, "sessions", {})
+    return next((r for r in rows if r["session_id"] == session_id), None)
+
+
+def test_a_codex_rollout_is_followed_as_it_is_written(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    with fake_home(tmp_path) as home:
+        day = tmp_path / ".codex" / "sessions" / "2026" / "11" / "26"
+        day.mkdir(parents=True)
+        path = day / ROLLOUT
+        lines = codex_lines(project)
+        first = 14  # through the first tool output and its token count
+        path.write_bytes(b"\n".join(lines[:first]) + b"\n")
+        proc = start_memd(home)
+        try:
+            want = read_codex(lines[:first])
+            seen = wait_for(
+                lambda: (r := row(home, CODEX_ID)) and r["context_from_usage"] and r,
+                timeout=30,
+                what="the Codex session with its figure",
+            )
+            assert seen["agent"] == "codex"
+            assert seen["project"] == project_slug(str(project))
+            assert seen["cwd"] == str(project)
+            assert seen["context_from_usage"] == want.from_usage == 90010
+            with path.open("ab") as f:  # resumed twice, compacted twice
+                f.write(b"\n".join(lines[first:]) + b"\n")
+            want = read_codex(lines)
+            done = wait_for(
+                lambda: (r := row(home, CODEX_ID)) and r["turn_ends"] == 3 and r,
+                timeout=30,
+                what="the rest of the rollout",
+            )
+            assert done["boundaries_seen"] == want.compactions == 2
+            assert done["context_from_usage"] == want.from_usage
+            listed = memdctl(home, "sessions")
+            assert "codex" in listed and CODEX_ID[:8] in listed
+            detail = memdctl(home, "session", CODEX_ID)
+            assert "codex" in detail and str(project) in detail
+            status = call(home, "status", {})
+            sources = {s["agent"]: s for s in status["ingest"]["sources"]}
+            assert sources["codex"]["watcher"] in ("inotify", "native")
+            # Rewritten in place: the same file, other (shorter) bytes: read again from the start.
+            path.write_bytes(b"\n".join(lines[:first]) + b"\n")
+            again = wait_for(
+                lambda: (r := row(home, CODEX_ID)) and r["turn_ends"] == 0 and r,
+                timeout=30,
+                what="the rewritten rollout read again",
+            )
+            assert again["context_from_usage"] == 90010 and again["boundaries_seen"] == 0
+        finally:
+            stop_memd(proc)
+
+
+def test_a_codex_sub_agent_and_a_memory_job_are_listed_but_not_followed(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        day = tmp_path / ".codex" / "sessions" / "2026" / "11" / "26"
+        day.mkdir(parents=True)
+        child = next((AGENTS / "codex-0.169.0" / "subagent").glob("*b5c2*.jsonl"))
+        (day / child.name).write_bytes(child.read_bytes())
+        lines = codex_lines(tmp_path)
+        meta = json.loads(lines[0])
+        meta["payload"]["source"] = {"subagent": "memory_consolidation"}
+        job = "rollout-2026-11-26T07-00-00-01a21697-0000-7000-8000-000000000001.jsonl"
+        (day / job).write_bytes(b"\n".join([json.dumps(meta).encode(), *lines[1:]]) + b"\n")
+        proc = start_memd(home)
+        try:
+            rows = wait_for(
+                lambda: (
+                    len(r := call(home, "sessions", {})) == 2 and all(x["parsed"] for x in r) and r
+                ),
+                timeout=30,
+                what="both files read",
+            )
+            reasons = sorted(r["ignored"] for r in rows)
+            assert reasons == ["Codex's own memory consolidation", "a Codex sub-agent's thread"]
+            assert all(r["message_count"] == 0 for r in rows)
+        finally:
+            stop_memd(proc)

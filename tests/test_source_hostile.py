@@ -1,0 +1,158 @@
+"""Hostile Codex rollouts and Gemini chats through the real session registry: bytes that are
+not UTF-8, numbers up to 2^70, huge lines, deep nesting, values of every wrong type, state
+replacements storms and rewinds past the start, files rewritten in place. Nothing raises,
+every figure stays within MAX_NUMBER, every reply is encodable, and the lines that can be
+read are (the isolation boundary is one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memd.config import MAX_NUMBER, TranscriptsConfig
+from memd.daemon.sessions import SessionRegistry
+from memd.sources.base import Source
+from memd.sources.codex import Codex
+from memd.transcript.conversation import Conversation
+from tests.conftest import AGENTS
+
+CODEX = (
+    AGENTS
+    / "codex-0.169.0"
+    / "rollout-2026-11-26T06-42-43-01a21697-9962-7c23-a4c4-7f3c3e5b70ce.jsonl"
+)
+NAME = "rollout-2026-11-26T06-42-43-01a21697-9962-7c23-a4c4-7f3c3e5b70ce.jsonl"
+MAX_LINE = 256 * 1024  # above every line the CLI wrote (session_meta: ~15 KiB)
+GOOD_LINES = [line for line in CODEX.read_bytes().split(b"\n") if line]
+
+HOSTILE_VALUES: list[Any] = [
+    2**70,
+    -1,
+    1.5e308,
+    None,
+    "",
+    "\ud800",
+    [],
+    {},
+    [[[[]]]],
+    True,
+    "x" * 50,
+]
+
+
+def _spoil(line: bytes, data: st.DataObject) -> bytes:
+    """``line`` with one value in it replaced by a hostile one, or its bytes damaged."""
+    how = data.draw(st.sampled_from(["value", "bytes", "huge", "deep", "cut"]))
+    if how == "bytes":
+        at = data.draw(st.integers(0, len(line)))
+        return line[:at] + b"\xff\xfe" + line[at:]
+    if how == "huge":
+        return line[:-1] + b',"pad":"' + b"x" * (MAX_LINE * 2) + b'"}'
+    if how == "deep":
+        return b'{"type":"response_item","payload":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    if how == "cut":
+        return line[: data.draw(st.integers(0, len(line)))]
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return line + b"\xff"  # spoiled before
+    node = value
+    for _ in range(3):
+        if not isinstance(node, dict) or not node:
+            break
+        key = data.draw(st.sampled_from(sorted(node)))
+        if data.draw(st.booleans()) or not isinstance(node[key], dict | list):
+            node[key] = data.draw(st.sampled_from(HOSTILE_VALUES))
+            break
+        node = node[key] if isinstance(node[key], dict) else node
+    return json.dumps(value).encode()
+
+
+async def _settle(registry: SessionRegistry, path: Path) -> None:
+    with anyio.fail_after(60):
+        while await registry.ingest_turn(path, seconds=0.0):
+            pass
+
+
+async def _check(registry: SessionRegistry, path: Path) -> None:
+    state = registry.get_by_path(path)
+    assert state is not None
+    figures = [state.context_tokens, state.context_from_usage, state.context_estimated_tail]
+    assert all(0 <= f <= MAX_NUMBER for f in figures)
+    assert state.unreadable is None
+    if not state.ignored:
+        messages = await registry.read(state, Conversation.api_messages)
+        msgpack.packb(messages)  # every reply is encodable
+    msgpack.packb(registry.statistics().__dict__)
+
+
+def _registry(source: Source) -> SessionRegistry:
+    config = TranscriptsConfig(max_line_bytes=MAX_LINE)
+    return SessionRegistry([source], config, {}, started_at=0.0)
+
+
+@given(data=st.data())
+def test_hostile_codex_rollouts_never_stop_the_registry(data: st.DataObject) -> None:
+    anyio.run(_hostile_codex, data)
+
+
+async def _hostile_codex(data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Codex(Path(tmp))
+        day = source.root / "2026" / "11" / "26"
+        day.mkdir(parents=True)
+        path = day / NAME
+        registry = _registry(source)
+        lines = list(GOOD_LINES)
+        for _ in range(data.draw(st.integers(1, 6))):
+            at = data.draw(st.integers(0, len(lines) - 1))
+            lines[at] = _spoil(lines[at], data)
+        cut = data.draw(st.integers(0, len(lines)))
+        path.write_bytes(b"\n".join(lines[:cut]) + b"\n")
+        await _settle(registry, path)
+        await _check(registry, path)
+        with path.open("ab") as f:  # the rest appended, the partial line finished
+            f.write(b"\n".join(lines[cut:]) + b"\n")
+        await _settle(registry, path)
+        await _check(registry, path)
+        state = registry.get_by_path(path)
+        assert state is not None and state.lines > 0
+        if lines[0] == GOOD_LINES[0]:  # the session_meta line is intact: the session is followed
+            assert not state.ignored and state.message_count > 0
+        if data.draw(st.booleans()):  # rewritten in place: same inode, other bytes
+            fd = os.open(path, os.O_WRONLY)
+            os.pwrite(fd, b"\n".join(GOOD_LINES[:5])[: path.stat().st_size] + b"\n", 0)
+            os.close(fd)
+            await _settle(registry, path)
+            await _check(registry, path)
+
+
+@pytest.mark.anyio
+async def test_a_spoiled_token_count_is_a_bad_line_not_a_figure(tmp_path: Path) -> None:
+    source = Codex(tmp_path)
+    day = source.root / "2026" / "11" / "26"
+    day.mkdir(parents=True)
+    path = day / NAME
+    lines = [json.loads(line) for line in GOOD_LINES]
+    for line in lines:
+        if line["type"] == "event_msg" and line["payload"]["type"] == "token_count":
+            line["payload"]["info"]["last_token_usage"]["input_tokens"] = 2**70
+    path.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    registry = _registry(source)
+    await _settle(registry, path)
+    state = registry.get_by_path(path)
+    assert state is not None
+    counts = sum(
+        1 for x in lines if x["type"] == "event_msg" and x["payload"]["type"] == "token_count"
+    )
+    assert state.bad_lines == counts
+    assert state.context_from_usage == 0 and state.message_count > 0
