@@ -155,6 +155,12 @@ def _dream_lines(dream: Any) -> list[str]:
     return [f"dream  {state}; {len(projects) if isinstance(projects, list) else 0} projects"]
 
 
+def _agent(name: object) -> str:
+    """An agent's name in six columns (``claude_code`` is ``claude``)."""
+    text = str(name or "claude_code")
+    return "claude" if text == "claude_code" else text[:6]
+
+
 def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:
     sessions = [s for s in status.get("sessions") or [] if s.get("parsed")]
     if room < 2:
@@ -164,9 +170,9 @@ def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:
     notes = {n.get("session_id"): n for n in (status.get("notes") or {}).get("sessions") or []}
     short = unique_prefixes([str(s["session_id"]) for s in sessions])
     id_w = max(len(v) for v in short.values())
-    bar_w = max(10, min(40, width - id_w - 57))
+    bar_w = max(10, min(40, width - id_w - 52))
     out = [
-        f"{'SESSION':<{id_w}}  {'AGENT':<11}  {'CONTEXT (tok)':>13}  "
+        f"{'SESSION':<{id_w}}  {'AGENT':<6}  {'CONTEXT (tok)':>13}  "
         f"{'BAR (| notes)':<{bar_w + 2}}  NOTES"
     ]
     known = (status.get("ingest") or {}).get("parsed")
@@ -179,7 +185,7 @@ def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:
         figure = f"{tokens_bare(ctx_tok)}/{tokens_bare(limit)}"
         state = notes_state(n) if n else "-"
         out.append(
-            f"{short[s['session_id']]:<{id_w}}  {s.get('agent', 'claude_code')!s:<11}  "
+            f"{short[s['session_id']]:<{id_w}}  {_agent(s.get('agent')):<6}  "
             f"{figure:>13}  "
             f"{bar(ctx_tok, limit, bar_w, [trigger])}  {state}"
         )
