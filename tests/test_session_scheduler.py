@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +58,16 @@ class Env:
     store: ExtractionStore
 
     def scheduler(
-        self, llm: LLM | Disabled | None, *, source: SessionSource | None = None, **config: Any
+        self,
+        llm: LLM | Disabled | None,
+        *,
+        source: SessionSource | None = None,
+        get_llm: Callable[[], LLM | Disabled | None] | None = None,
+        **config: Any,
     ) -> NotesScheduler:
         return NotesScheduler(
             settings_for(self.tmp, **config),
-            llm,
+            get_llm or (lambda: llm),
             store=self.store,
             source=self.sessions if source is None else source,
             guard=self.guard,
@@ -129,7 +134,8 @@ async def test_without_a_model_nothing_runs_and_status_says_why(env: Env) -> Non
 async def test_growth_seen_while_the_model_client_loads_is_checked_when_it_is_ready(
     env: Env, llm: LLM, api: LoopbackAPI
 ) -> None:
-    scheduler = env.scheduler(None)  # the SDK is still loading
+    model: list[LLM | Disabled | None] = [None]  # the SDK is still loading
+    scheduler = env.scheduler(None, get_llm=lambda: model[0])
     builder = TranscriptBuilder()
     work_session(builder, turns=3, context=50_000)
     async with anyio.create_task_group() as tg:
@@ -139,7 +145,8 @@ async def test_growth_seen_while_the_model_client_loads_is_checked_when_it_is_re
         assert reason is not None and reason.startswith("starting")
         await anyio.wait_all_tasks_blocked()
         assert env.store.get(builder.session_id) is None and api.requests == []
-        scheduler.set_llm(llm)  # ready: no further growth is needed
+        model[0] = llm
+        scheduler.llm_changed()  # ready: no further growth is needed
         with anyio.fail_after(20):
             while env.store.get(builder.session_id) is None:
                 await anyio.wait_all_tasks_blocked()
@@ -147,6 +154,32 @@ async def test_growth_seen_while_the_model_client_loads_is_checked_when_it_is_re
         tg.cancel_scope.cancel()
     record = env.store.get(builder.session_id)
     assert record is not None and record.extractions == 1
+
+
+@pytest.mark.anyio
+async def test_a_model_that_comes_after_a_reload_runs_notes(
+    env: Env, llm: LLM, api: LoopbackAPI
+) -> None:
+    """Started without a key, then a key and a reload: status said the model was on and no
+    notes run ever started (the run task had gone to sleep for good)."""
+    model: list[LLM | Disabled | None] = [Disabled("no API key")]
+    scheduler = env.scheduler(None, get_llm=lambda: model[0])
+    builder = TranscriptBuilder()
+    work_session(builder, turns=3, context=50_000)
+    async with running(scheduler):
+        scheduler.notify_growth(env.sessions.publish(builder))
+        await scheduler.wait_idle()
+        assert api.requests == [] and scheduler.statistics().reason.startswith("disabled")
+        model[0] = llm
+        scheduler.llm_changed()
+        await anyio.wait_all_tasks_blocked()
+        assert scheduler.statistics().enabled
+        grow(builder, to=60_000, tool_calls=3)
+        scheduler.notify_growth(env.sessions.publish(builder))
+        with anyio.fail_after(20):
+            await scheduler.wait_idle()
+    record = env.store.get(builder.session_id)
+    assert record is not None and record.extractions == 1 and len(api.requests) > 0
 
 
 @pytest.mark.anyio
@@ -495,7 +528,7 @@ async def test_sessions_idle_since_before_the_start_are_not_extracted_automatica
 ) -> None:
     scheduler = NotesScheduler(
         settings_for(env.tmp),
-        llm,
+        lambda: llm,
         store=env.store,
         source=env.sessions,
         guard=env.guard,

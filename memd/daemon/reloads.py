@@ -29,6 +29,14 @@ class ReloadOutcome:
     def failed(cls, message: str) -> ReloadOutcome:
         return cls(time.time(), "failed", message, ())
 
+    @property
+    def text(self) -> str:
+        """The outcome in words, as ``memdctl reload`` prints it."""
+        if self.outcome == "failed":
+            return self.message or "reload failed"
+        waiting = ", ".join(self.restart_needed)
+        return "reloaded" + (f"; after a restart: {waiting}" if waiting else "")
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["restart_needed"] = list(self.restart_needed)

@@ -124,7 +124,8 @@ class Daemon:
         self.env = env  # the process environment; the env file's values are not in it
         self.env_file = env_file or EnvFile(env_file_path(env))
         self.last_reload: ReloadOutcome | None = None
-        self.llm_changed = anyio.Event()  # the model settings changed: reopen the client
+        self._llm_lock = anyio.Lock()  # one (re)opening of the model client at a time
+        self._llm_opened_from: tuple[object, dict[str, str]] | None = None  # (llm config, env)
         self.clock = clock
         self.started_at = time.time()
         self.state_file = loaded.paths.state_dir / SESSIONS_FILE
@@ -201,7 +202,7 @@ class Daemon:
         )
         self.notes = NotesScheduler(
             notes_settings(loaded),
-            None,
+            lambda: self.llm,
             store=notes_store,
             source=self.registry,
             guard=self.guard,
@@ -327,11 +328,48 @@ class Daemon:
             "log": log_destination(self.env),
         }
 
+    # -- the model client ----------------------------------------------------------------------
+
+    async def open_model(self) -> None:
+        """Open the model client from the config and the env file as they are now (the SDK
+        is imported and the client built in a worker thread), hand it to the features and
+        close the one it replaces; nothing when it was opened from the same settings. A
+        reload and the first opening after READY both come here, one at a time."""
+        from memd.llm.client import Disabled, close_llm, open_llm
+
+        async with self._llm_lock:
+            settings = (self.loaded.config.llm, self.llm_env)
+            if self.llm is not None and self._llm_opened_from == settings:
+                return
+            llm = await anyio.to_thread.run_sync(open_llm, *settings)
+            previous, self.llm, self._llm_opened_from = self.llm, llm, settings
+            self.notes.llm_changed()
+            self.memory.llm_changed()
+            if isinstance(llm, Disabled):
+                log.warning("model features are off: %s", llm.reason)
+            else:
+                log.info("model client ready (%s)", settings[0].provider)
+            if previous is not None:
+                with anyio.CancelScope(shield=True):
+                    await close_llm(previous)
+
     # -- reload (SIGHUP and `memdctl reload` share this path) -----------------------------------
 
-    def reload(self) -> str:
-        """Re-read the config file and the env file; return the outcome in words. A failed
-        reload keeps the running config; either way :attr:`last_reload` says what happened."""
+    async def reload(self) -> str:
+        """Re-read the config file and the env file and rebuild what depends on them (the
+        model client among them: it is open again when this returns); the outcome in words.
+        A failed reload keeps the running config; either way :attr:`last_reload` says what
+        happened once it is over."""
+        outcome = self._reload_files()
+        if outcome.outcome == "reloaded":
+            if self.features_ready.is_set():  # else the features are built from the new files
+                await self.open_model()
+            self.reloads += 1
+            log.info("configuration reloaded")
+        self.last_reload = outcome
+        return outcome.text
+
+    def _reload_files(self) -> ReloadOutcome:
         from memd.config import load_config
 
         env_file = _read_env_file(self.env)
@@ -344,19 +382,14 @@ class Daemon:
             )
         except ConfigError as exc:
             log.error("config reload failed, keeping the running config: %s", exc)
-            self.last_reload = ReloadOutcome.failed(f"reload failed: {exc}")
-            return f"reload failed: {exc}"
+            return ReloadOutcome.failed(f"reload failed: {exc}")
         waiting = restart_needed(self.loaded, fresh)
         if waiting:
             log.warning("%s changed; that takes effect after a restart", ", ".join(waiting))
         self._apply(LoadedConfig(fresh.config, self.loaded.paths), env_file)
-        self.reloads += 1
-        self.last_reload = ReloadOutcome.reloaded(waiting)
-        log.info("configuration reloaded")
-        return "reloaded" + (f"; after a restart: {', '.join(waiting)}" if waiting else "")
+        return ReloadOutcome.reloaded(waiting)
 
     def _apply(self, fresh: LoadedConfig, env_file: EnvFile) -> None:
-        model_before = (self.loaded.config.llm, self.llm_env)
         self.loaded = fresh
         self.env_file = env_file
         self.registry.config = fresh.config.transcripts
@@ -367,8 +400,6 @@ class Daemon:
             self.notes.reconfigure(notes_settings(fresh))
             self.memory.reconfigure(fresh.config)
             self.dream.reconfigure(fresh.config)
-        if (fresh.config.llm, self.llm_env) != model_before:
-            self.llm_changed.set()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -464,7 +495,7 @@ async def _run_signals(
         task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
-                daemon.reload()
+                await daemon.reload()
                 continue
             log.info("received %s", signal.Signals(signum).name)
             daemon.stopping.set()
@@ -493,7 +524,7 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
             tg.start_soon(_run_state_flusher, daemon)
             tg.start_soon(_run_startup_scan, daemon)
             tg.start_soon(_run_maintenance, daemon)
-            tg.start_soon(_run_llm, daemon)
+            tg.start_soon(daemon.open_model)  # the SDK import: after the daemon serves
             tg.start_soon(run_notes_scheduler, daemon.notes)
             await tg.start(daemon.memory.run)
             await tg.start(daemon.dream.run)
@@ -505,27 +536,6 @@ async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
             )
             if daemon.notifier.watchdog_interval:
                 tg.start_soon(_run_watchdog, daemon)
-
-
-async def _run_llm(daemon: Daemon) -> None:
-    """Import the SDK and build the client off the event loop, after the daemon serves; build
-    it again when a reload changes the model settings or the env file."""
-    from memd.llm.client import Disabled, close_llm, open_llm
-
-    while True:
-        daemon.llm_changed = anyio.Event()
-        llm = await anyio.to_thread.run_sync(open_llm, daemon.loaded.config.llm, daemon.llm_env)
-        previous, daemon.llm = daemon.llm, llm
-        daemon.notes.set_llm(llm)
-        daemon.memory.llm_changed()
-        if isinstance(llm, Disabled):
-            log.warning("model features are off: %s", llm.reason)
-        else:
-            log.info("model client ready (%s)", daemon.loaded.config.llm.provider)
-        if previous is not None:
-            with anyio.CancelScope(shield=True):
-                await close_llm(previous)
-        await daemon.llm_changed.wait()
 
 
 async def _run_startup_scan(daemon: Daemon) -> None:

@@ -128,7 +128,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
     async def reload(params: dict[str, Any]) -> Any:
         """Reload the config file and the env file (the same path as SIGHUP). Result: outcome
         text, and the settings that changed but wait for a restart."""
-        result = daemon.reload()
+        result = await daemon.reload()
         last = daemon.last_reload
         return {
             "result": result,

@@ -102,7 +102,6 @@ class JobRunner:
 
     def __init__(
         self,
-        llm: LLM,
         *,
         store: ExtractionStore,
         source: SessionSource,
@@ -111,7 +110,6 @@ class JobRunner:
         clock: Clock,
         limiter: anyio.CapacityLimiter,
     ) -> None:
-        self._llm = llm
         self._store = store
         self._source = source
         self._guard = guard
@@ -133,12 +131,19 @@ class JobRunner:
 
         return await self._source.read(state, of)
 
-    async def attempt(self, slot: Slot, state: SessionState, settings: NotesSettings) -> bool:
+    async def attempt(
+        self,
+        slot: Slot,
+        state: SessionState,
+        settings: NotesSettings,
+        get_llm: Callable[[], LLM | None],
+    ) -> bool:
         """One guarded run; True when it failed and should be tried again once the guard
         allows it (after a back-off or a park).
 
         The pending mark goes on disk before waiting, so work held back by the budget or a
-        backoff is not lost to a restart either.
+        backoff is not lost to a restart either, nor to a reload that turned the model off
+        meanwhile (``get_llm`` answers None: no run; it is redone when a model is back).
         """
         record = self._record(state.session_id, state.project)
         await self._store.put(started(record, at=self._clock.now()))
@@ -153,16 +158,18 @@ class JobRunner:
             return False
         slot.waiting_reason = "concurrency limit"
         async with self._limiter:
+            if (llm := get_llm()) is None:
+                return False
             slot.phase, slot.waiting_reason = "running", None
             slot.started_at, slot.done = self._clock.monotonic(), anyio.Event()
             try:
-                return await self._run_job(state, settings)
+                return await self._run_job(state, settings, llm)
             finally:
                 slot.phase, slot.started_at = "queued", None
                 slot.done.set()
                 slot.ended_one()
 
-    async def _run_job(self, state: SessionState, settings: NotesSettings) -> bool:
+    async def _run_job(self, state: SessionState, settings: NotesSettings, llm: LLM) -> bool:
         state = self._source.get(state.session_id) or state  # it may have grown meanwhile
         record = self._record(state.session_id, state.project)
         began = self._clock.monotonic()
@@ -170,7 +177,7 @@ class JobRunner:
             setup = await anyio.to_thread.run_sync(load_setup, settings)
             job = await self._job(state, record)
             result = await extract_notes(
-                self._llm,
+                llm,
                 setup,
                 job,
                 ledger=self._ledger,

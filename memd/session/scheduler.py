@@ -20,14 +20,19 @@ Automatic triggers apply to sessions written to since the scheduler started; old
 are extracted only on request (:meth:`NotesScheduler.extract`, R-S9), so a restart over a
 large history does not bill for sessions nobody is working in.
 
-Without a model (no API key) the scheduler records why and does nothing else.
+The model client is read through ``get_llm`` whenever it is needed, as every feature reads
+it: a reload that opens another client (a key added to the env file) or closes it is seen at
+once, without rebuilding the scheduler; the daemon calls :meth:`NotesScheduler.llm_changed`
+after each change. Without a model (no API key) the scheduler says why and does nothing else;
+once one is there, the runs a crash interrupted are redone and the growth seen while it
+loaded is checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -58,7 +63,7 @@ class NotesScheduler:
     def __init__(
         self,
         settings: NotesSettings,
-        llm: LLM | Disabled | None,
+        get_llm: Callable[[], LLM | Disabled | None],
         *,
         store: ExtractionStore,
         source: SessionSource,
@@ -75,12 +80,18 @@ class NotesScheduler:
         self._clock = clock
         self._started_at = clock.now() if started_at is None else started_at
         self._limiter = anyio.CapacityLimiter(max(1, settings.config.max_concurrent))
-        self._disabled: Disabled | None = None
-        self._runner: JobRunner | None = None
-        self._llm_known = anyio.Event()
+        self._get_llm = get_llm
+        self._runner = JobRunner(
+            store=store,
+            source=source,
+            guard=guard,
+            ledger=ledger,
+            clock=clock,
+            limiter=self._limiter,
+        )
         self._grew_early: set[str] = set()  # sessions that grew while the model client loaded
-        if llm is not None:
-            self.set_llm(llm)
+        self._resumed = False  # the interrupted runs were queued again (once a model is there)
+        self._llm_news = True  # the run task has yet to look at the model client
         self._slots: dict[str, Slot] = {}  # queued or running workers
         self._to_start: list[Slot] = []  # slots whose worker the run task has yet to start
         self._wake = anyio.Event()
@@ -89,28 +100,26 @@ class NotesScheduler:
 
     # -- configuration -----------------------------------------------------------------------
 
-    def set_llm(self, llm: LLM | Disabled) -> None:
-        """The model client, once the daemon has opened it (the SDK loads in the background)."""
-        if isinstance(llm, Disabled):
-            self._disabled = llm
-        else:
-            self._runner = JobRunner(
-                llm,
-                store=self._store,
-                source=self._source,
-                guard=self._guard,
-                ledger=self._ledger,
-                clock=self._clock,
-                limiter=self._limiter,
-            )
-        self._llm_known.set()
+    def llm_changed(self) -> None:
+        """The daemon opened (or reopened, or closed) the model client: the run task looks at
+        it again (redoes interrupted runs, checks the growth seen while it loaded)."""
+        self._llm_news = True
+        self._wake.set()
+
+    def _llm(self) -> LLM | None:
+        """The model client when notes may run now, else None."""
+        llm = self._get_llm()
+        if llm is None or isinstance(llm, Disabled) or not self.settings.config.enabled:
+            return None
+        return llm
 
     @property
     def disabled_reason(self) -> str | None:
-        if not self._llm_known.is_set():
+        llm = self._get_llm()
+        if llm is None:
             return "starting: the model client is loading"
-        if self._disabled is not None:
-            return f"disabled: {self._disabled.reason}"
+        if isinstance(llm, Disabled):
+            return f"disabled: {llm.reason}"
         if not self.settings.config.enabled:
             return "disabled: session_notes.enabled is false"
         return None
@@ -131,7 +140,7 @@ class NotesScheduler:
         """
         if state.mtime < self._started_at:
             return
-        if not self._llm_known.is_set():
+        if self._get_llm() is None:
             self._grew_early.add(state.session_id)
             return
         if self.disabled_reason is not None:
@@ -285,7 +294,7 @@ class NotesScheduler:
             strategy=self.settings.config.strategy,
             running=sum(s.phase == "running" for s in self._slots.values()),
             queued=sum(s.phase != "running" for s in self._slots.values()),
-            failures=self._runner.failures if self._runner else 0,
+            failures=self._runner.failures,
             sessions=sessions,
         )
 
@@ -293,21 +302,33 @@ class NotesScheduler:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Start workers as sessions are queued, until cancelled (cancelling them too)."""
-        await self._llm_known.wait()
-        if self._runner is None:
-            log.info("session notes: %s", self.disabled_reason)
-            task_status.started()
-            await anyio.sleep_forever()
         async with anyio.create_task_group() as tg:
-            await self._resume_pending()
-            self._recheck_early_growth()
+            await self._look_at_llm()
             task_status.started()
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
+                if self._llm_news:
+                    await self._look_at_llm()
                 starting, self._to_start = self._to_start, []
                 for slot in starting:
                     tg.start_soon(self._work, slot, name=f"notes {slot.session_id}")
+
+    async def _look_at_llm(self) -> None:
+        """Once a model is there: redo the interrupted runs (once) and check the growth seen
+        while the client loaded."""
+        self._llm_news = False
+        if self._get_llm() is None:
+            return  # still loading: growth is remembered meanwhile
+        if (reason := self.disabled_reason) is not None:
+            log.info("session notes: %s", reason)
+            self._grew_early.clear()
+            self._resumed = False  # a model back later redoes what is pending then
+            return
+        if not self._resumed:
+            self._resumed = True
+            await self._resume_pending()
+        self._recheck_early_growth()
 
     def _recheck_early_growth(self) -> None:
         """Check the sessions that grew before the model client was ready, as they are now."""
@@ -333,10 +354,9 @@ class NotesScheduler:
             while again:
                 manual, slot.manual, slot.follow_up = slot.manual, False, False
                 state = self._source.get(slot.session_id)
-                if state is None or not await self._due(state, manual):
+                if state is None or self._llm() is None or not await self._due(state, manual):
                     break
-                assert self._runner is not None
-                retry = await self._runner.attempt(slot, state, self.settings)
+                retry = await self._runner.attempt(slot, state, self.settings, self._llm)
                 again = retry or slot.follow_up or slot.manual
         except Exception:  # the isolation boundary: one session's trouble stops only its worker
             log.exception("session notes of %s: the worker failed", slot.session_id)
@@ -351,7 +371,6 @@ class NotesScheduler:
         if manual:
             return True
         record = self._store.get(state.session_id)
-        assert self._runner is not None
         figures = await self._runner.figures(state, record.covered_id if record else None)
         baseline = rebase(record.tokens_at_extraction if record else None, figures.context_tokens)
         snapshot = TriggerInput(
