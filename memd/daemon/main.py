@@ -1,7 +1,11 @@
 """``memd``: run the daemon in the foreground (systemd or launchd supervise it).
 
-Exit codes: 0 clean stop, 2 bad configuration or usage, 3 another instance is running or a
-directory is unusable, 1 an unexpected failure (logged with a traceback).
+Exit codes: 0 clean stop (SIGTERM or SIGINT at any instant, start-up included), 2 bad
+configuration or usage, 3 another instance is running or a directory is unusable, 1 an
+unexpected failure (logged with a traceback).
+
+The signal handlers go in before anything else (:mod:`memd.daemon.signals`), so this module
+imports little at its top: what the daemon needs is imported after them.
 """
 
 from __future__ import annotations
@@ -10,14 +14,13 @@ import argparse
 import json
 import os
 import sys
-
-import anyio
+from typing import TYPE_CHECKING
 
 from memd import __version__
-from memd.config import LoadedConfig, load_config
-from memd.daemon.logsetup import configure_logging
-from memd.envfile import env_file_path, read_env_file
-from memd.errors import ConfigError, StartupError
+from memd.daemon.signals import Signals, Stopped
+
+if TYPE_CHECKING:
+    from memd.config import LoadedConfig
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
 
@@ -79,6 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signals = Signals()
+    signals.install()
+    try:
+        return _main(argv, signals)
+    except Stopped as stop:  # before the log is set up, maybe: one line of our own
+        print(f"memd: stopped on {stop} while starting", file=sys.stderr, flush=True)
+        return EXIT_OK
+
+
+def _main(argv: list[str] | None, signals: Signals) -> int:
+    from memd.config import load_config
+    from memd.daemon.logsetup import configure_logging
+    from memd.errors import ConfigError, StartupError
+
     args = build_parser().parse_args(argv)
     if args.command == "check-config":
         return check_config(args.config, as_json=args.json)
@@ -96,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        run(loaded)
+        run(loaded, signals)
     except StartupError as exc:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_STARTUP
@@ -106,12 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def run(loaded: LoadedConfig) -> None:
+def run(loaded: LoadedConfig, signals: Signals | None = None) -> None:
     """Check the runtime dir, take the lock, clean up after a crash, serve until stopped.
 
     Every refusal is a :class:`StartupError` whose text is one line naming the path, the
     problem and the fix; nothing is created in the runtime dir before it is checked.
     """
+    import anyio
+
     from memd.daemon.pidlock import hold_instance_lock
     from memd.daemon.service import Daemon, run_daemon
     from memd.daemon.tempsweep import sweep_stale_temps
@@ -122,7 +141,8 @@ def run(loaded: LoadedConfig) -> None:
     with hold_instance_lock(paths.lock_path, paths.socket_path):
         check_socket_path(paths.socket_path)  # a live socket is probed by the server itself
         sweep_stale_temps(paths.state_dir, paths.projects_root)
-        daemon = Daemon.load(loaded, env=dict(os.environ))
+        daemon = Daemon.load(loaded, env=dict(os.environ), signals=signals)
+        daemon.signals.enter_loop()
         try:
             anyio.run(run_daemon, daemon)
         except BaseExceptionGroup as group:
@@ -134,6 +154,8 @@ def run(loaded: LoadedConfig) -> None:
 
 def _sole_startup_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     """The StartupError a task group wrapped, if that is all the group holds."""
+    from memd.errors import StartupError
+
     match, rest = group.split(StartupError)
     if match is None or rest is not None:
         return None
@@ -146,6 +168,10 @@ def _sole_startup_error(group: BaseExceptionGroup[BaseException]) -> BaseExcepti
 def check_config(config_file: str | None, *, as_json: bool = False) -> int:
     """``memd check-config``: load the config (file + environment) and read the env file the
     way the daemon would, without starting it. Exit 0 valid, 2 not."""
+    from memd.config import load_config
+    from memd.envfile import env_file_path, read_env_file
+    from memd.errors import ConfigError
+
     problems: list[str] = []
     try:
         loaded = load_config(config_file=config_file)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from functools import cached_property, partial
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from memd import __version__
 from memd.atomic import retry_kept
@@ -41,6 +40,8 @@ from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
+from memd.daemon.shutdown import run_signals, shutdown
+from memd.daemon.signals import Signals
 from memd.daemon.watch import WatchedRoot, run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, MemdError, NotFound, StartupError
@@ -97,9 +98,12 @@ class Daemon:
     dream: DreamService
     ledger: Ledger
     guard: CostGuard
+    model_work: anyio.CancelScope  # what calls the model (run_daemon): cancelled first at a stop
 
     @classmethod
-    def load(cls, loaded: LoadedConfig, *, env: dict[str, str]) -> Daemon:
+    def load(
+        cls, loaded: LoadedConfig, *, env: dict[str, str], signals: Signals | None = None
+    ) -> Daemon:
         """Read persisted state and build the daemon (blocking: call before the loop runs)."""
         _prepare_dirs(loaded.paths.state_dir)
         clock = SystemClock()
@@ -109,6 +113,7 @@ class Daemon:
             clock=clock,
             sessions=load_sessions(loaded.paths.state_dir / SESSIONS_FILE),
             env_file=_read_env_file(env),
+            signals=signals,
         )
 
     def __init__(
@@ -119,8 +124,10 @@ class Daemon:
         clock: Clock,
         sessions: dict[str, SessionState],
         env_file: EnvFile | None = None,
+        signals: Signals | None = None,
     ) -> None:
         self.loaded = loaded
+        self.signals = signals or Signals()  # installed by main(); inert in a test's process
         self.env = env  # the process environment; the env file's values are not in it
         self.env_file = env_file or EnvFile(env_file_path(env))
         self.last_reload: ReloadOutcome | None = None
@@ -149,6 +156,7 @@ class Daemon:
         self.registry.add_listener(self._on_growth)
         self.stopping = anyio.Event()
         self.stop_watching = anyio.Event()
+        self.background_done = anyio.Event()  # the background work has ended (shutdown waits)
         self.reloads = 0
         self.server: Server | None = None
         # Opened in the background after start-up: importing the SDK costs ~1.5 s.
@@ -339,7 +347,8 @@ class Daemon:
 
         async with self._llm_lock:
             settings = (self.loaded.config.llm, self.llm_env)
-            if self.llm is not None and self._llm_opened_from == settings:
+            unchanged = self.llm is not None and self._llm_opened_from == settings
+            if unchanged or self.stopping.is_set():
                 return
             llm = await anyio.to_thread.run_sync(open_llm, *settings)
             previous, self.llm, self._llm_opened_from = self.llm, llm, settings
@@ -417,8 +426,9 @@ async def run_daemon(
 
     paths = daemon.loaded.paths
     cfg = daemon.loaded.config
+    daemon.model_work = anyio.CancelScope()
     async with anyio.create_task_group() as tg:
-        await tg.start(_run_signals, daemon)
+        await tg.start(run_signals, daemon)
         await tg.start(run_write_retries, retry_kept)
         await tg.start(
             partial(
@@ -452,90 +462,63 @@ async def run_daemon(
         tg.start_soon(_run_background, daemon, work)
         task_status.started()
         await daemon.stopping.wait()
-        await _shutdown(daemon, tg, work)
+        await shutdown(daemon, tg, work)
     # After every flusher's last write: what the disk refused until now gets one more try.
     await anyio.to_thread.run_sync(retry_kept, True)
 
 
-async def _shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> None:
-    """Stop intake, drain under the grace period, cancel the rest, save state, return."""
-    grace = daemon.loaded.config.daemon.shutdown_grace_s
-    daemon.notifier.stopping()
-    log.info("shutting down (grace %.0fs)", grace)
-    daemon.stop_watching.set()
-    if daemon.server is not None:
-        daemon.server.stop_accepting()
-    with anyio.move_on_after(grace) as drained:
-        if daemon.server is not None:
-            await daemon.server.wait_idle()
-        if daemon.features_ready.is_set():  # else no worker drains the queue: re-read at start
-            await daemon.ingest_queue.wait_idle()
-            await daemon.notes.wait_idle()
-            await daemon.memory.wait_idle()
-    if drained.cancelled_caught:
-        log.warning("grace period over; cancelling unfinished work")
-    work.cancel()
-    with anyio.CancelScope(shield=True):
-        saved = await anyio.to_thread.run_sync(daemon.save_state)
-        if daemon.llm is not None:
-            from memd.llm.client import close_llm
-
-            await close_llm(daemon.llm)
-    if saved:
-        log.info("state saved to %s; bye", daemon.state_file)
-    else:
-        log.warning("the disk refuses %s; one more try before memd exits", daemon.state_file)
-    tg.cancel_scope.cancel()
-
-
-async def _run_signals(
-    daemon: Daemon, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        task_status.started()
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                await daemon.reload()
-                continue
-            log.info("received %s", signal.Signals(signum).name)
-            daemon.stopping.set()
-            return
-
-
 async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
-    with scope:
-        _load_tokenizer_soon(daemon)
-        try:
-            await daemon.build_features()
-        except OSError as exc:  # as fatal as it was when this state was read before READY
-            where = exc.filename or daemon.loaded.paths.state_dir
-            raise StartupError(f"cannot read the state in {where}: {exc.strerror}") from exc
-        # Loaded by build_features' worker thread: an import on the loop, right after READY,
-        # kept the first requests waiting for it (~140 ms).
-        from memd.llm.ledger import run_ledger_flusher
-        from memd.session.scheduler import run_notes_scheduler
+    try:
+        with scope:
+            await _background(daemon)
+    finally:
+        daemon.background_done.set()
 
-        await _warm_at_start(daemon)
+
+async def _background(daemon: Daemon) -> None:
+    """Load the features, then run every background task until cancelled."""
+    _load_tokenizer_soon(daemon)
+    try:
+        await daemon.build_features()
+    except OSError as exc:  # as fatal as it was when this state was read before READY
+        where = exc.filename or daemon.loaded.paths.state_dir
+        raise StartupError(f"cannot read the state in {where}: {exc.strerror}") from exc
+    # Loaded by build_features' worker thread: an import on the loop, right after READY,
+    # kept the first requests waiting for it (~140 ms).
+    from memd.llm.ledger import run_ledger_flusher
+
+    await _warm_at_start(daemon)
+    async with anyio.create_task_group() as tg:
+        for _ in range(INGEST_WORKERS):
+            tg.start_soon(_run_ingest, daemon)
+        tg.start_soon(_run_compaction_warmer, daemon)
+        tg.start_soon(_run_token_saver, daemon)
+        tg.start_soon(_run_state_flusher, daemon)
+        tg.start_soon(_run_startup_scan, daemon)
+        tg.start_soon(_run_maintenance, daemon)
+        tg.start_soon(daemon.open_model)  # the SDK import: after the daemon serves
+        tg.start_soon(_run_model_jobs, daemon)
+        await tg.start(
+            run_ledger_flusher,
+            daemon.ledger,
+            daemon.clock,
+            LEDGER_FLUSH_S,  # it flushes once more when cancelled at shutdown
+        )
+        if daemon.notifier.watchdog_interval:
+            tg.start_soon(_run_watchdog, daemon)
+
+
+async def _run_model_jobs(daemon: Daemon) -> None:
+    """The background work that calls the model (session notes, memory extraction, dream),
+    under :attr:`Daemon.model_work`: a stop cancels it first, at once (each job's own rules
+    then apply: a notes run stays pending, an extraction or a dream is undone)."""
+    from memd.session.scheduler import run_notes_scheduler  # imported by build_features
+
+    with daemon.model_work:
         async with anyio.create_task_group() as tg:
-            for _ in range(INGEST_WORKERS):
-                tg.start_soon(_run_ingest, daemon)
-            tg.start_soon(_run_compaction_warmer, daemon)
-            tg.start_soon(_run_token_saver, daemon)
-            tg.start_soon(_run_state_flusher, daemon)
-            tg.start_soon(_run_startup_scan, daemon)
-            tg.start_soon(_run_maintenance, daemon)
-            tg.start_soon(daemon.open_model)  # the SDK import: after the daemon serves
             tg.start_soon(run_notes_scheduler, daemon.notes)
             await tg.start(daemon.memory.run)
             await tg.start(daemon.dream.run)
-            await tg.start(
-                run_ledger_flusher,
-                daemon.ledger,
-                daemon.clock,
-                LEDGER_FLUSH_S,  # it flushes once more when cancelled at shutdown
-            )
-            if daemon.notifier.watchdog_interval:
-                tg.start_soon(_run_watchdog, daemon)
 
 
 async def _run_startup_scan(daemon: Daemon) -> None:

@@ -7,7 +7,10 @@ blocks, and every SDK failure leaves :meth:`AnthropicLLM.create_message` as a
 :class:`memd.errors.LLMError` subclass (see :mod:`memd.llm.errors_map`).
 
 The SDK never retries (``max_retries=0``): retrying and backing off is the cost guard's job.
-Every call runs under a timeout, both the SDK's own and an overall deadline around it.
+Every call runs under a timeout, both the SDK's own and an overall deadline around it, and can
+be cut short: :func:`stop_llm` (the daemon's shutdown) ends every call in flight at once and
+refuses new ones, each with :class:`memd.errors.Unavailable`, so nothing waits on a slow API
+for the grace period.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import importlib.util
 import logging
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, assert_never, cast
 
@@ -132,6 +136,8 @@ class AnthropicLLM:
         # Since when no connection could be made (None: the last call connected), and why.
         self.unreachable_since: float | None = None
         self.unreachable_error: str | None = None
+        self._calls: set[anyio.CancelScope] = set()  # the calls in flight, for stop()
+        self._stopped: str | None = None  # why calls are refused (stop() was called)
 
     def __repr__(self) -> str:
         return f"AnthropicLLM(base_url={str(self._client.base_url)!r})"
@@ -155,7 +161,7 @@ class AnthropicLLM:
             params["tools"] = tools
         started = time.monotonic()
         try:
-            with anyio.fail_after(limit):
+            with self._stoppable(), anyio.fail_after(limit):
                 message = await self._client.messages.create(**params, timeout=limit)
         except TimeoutError:
             raise Unavailable(f"the model call did not finish within {limit:g} s") from None
@@ -180,7 +186,7 @@ class AnthropicLLM:
         """A cheap, unbilled call (``/v1/messages/count_tokens``) that proves the key and
         the API (or the configured base URL) work. Raises an :class:`LLMError`."""
         try:
-            with anyio.fail_after(timeout):
+            with self._stoppable(), anyio.fail_after(timeout):
                 counted = await self._client.messages.count_tokens(
                     model=model, messages=[{"role": "user", "content": text}], timeout=timeout
                 )
@@ -193,6 +199,27 @@ class AnthropicLLM:
             raise mapped from exc
         self.unreachable_since = self.unreachable_error = None
         return int(counted.input_tokens)
+
+    @contextmanager
+    def _stoppable(self) -> Iterator[None]:
+        """Run one call so that :meth:`stop` can end it: then it raises ``Unavailable``."""
+        if self._stopped is not None:
+            raise Unavailable(self._stopped)
+        with anyio.CancelScope() as scope:
+            self._calls.add(scope)
+            try:
+                yield
+            finally:
+                self._calls.discard(scope)
+        if scope.cancelled_caught:
+            raise Unavailable(self._stopped or "the model call was cancelled")
+
+    def stop(self, reason: str) -> None:
+        """End every call in flight now and refuse new ones, each with ``Unavailable(reason)``
+        (the daemon is stopping: nothing should wait on the API for its grace period)."""
+        self._stopped = reason
+        for scope in list(self._calls):
+            scope.cancel()
 
     def _failed(self, exc: Exception) -> LLMError | None:
         """The memd error for a failed call; a connection failure names the URL and starts
@@ -220,6 +247,13 @@ class AnthropicLLM:
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
         await self._client.close()
+
+
+def stop_llm(llm: LLM | Disabled | None, reason: str) -> None:
+    """End the calls in flight on ``llm`` and refuse new ones (see :meth:`AnthropicLLM.stop`;
+    nothing for fakes, :class:`Disabled` or None)."""
+    if isinstance(llm, AnthropicLLM):
+        llm.stop(reason)
 
 
 async def close_llm(llm: LLM | Disabled) -> None:
