@@ -198,7 +198,7 @@ class McpConfig:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    shutdown_grace_s: float = 10.0
+    shutdown_grace_s: float = 5.0  # requests and queued reading finish; capped at 5 (stop ≤ 10 s)
     state_flush_s: float = 2.0
     stall_after_minutes: float = 30.0  # R-B8
 

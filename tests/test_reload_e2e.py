@@ -148,3 +148,22 @@ def test_status_after_a_reload_is_status_after_a_restart(tmp_path: Path, directi
         k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
     }
     assert differing == {}, "after the reload vs after a restart"
+
+
+def test_a_reload_says_which_changes_wait_for_a_restart(tmp_path: Path) -> None:
+    """The watcher is started with its timing: a reload that changes it said `reloaded` as if
+    it applied; it waits for a restart, and says so beside the paths and IPC limits."""
+    config = tmp_path / ".config" / "memd" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("transcripts:\n  poll_interval_ms: 1000\n")
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)
+        try:
+            config.write_text("transcripts:\n  poll_interval_ms: 250\n")
+            done = memdctl(home, "reload")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "after a restart: transcripts.poll_interval_ms" in done.stdout
+            last = call(home, "status")["daemon"]["last_reload"]
+            assert last["restart_needed"] == ["transcripts.poll_interval_ms"]
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

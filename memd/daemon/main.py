@@ -46,6 +46,10 @@ env file:
   reads it itself (under systemd, launchd or a shell alike) for the model client's settings,
   e.g. ANTHROPIC_API_KEY; the real environment wins. `memdctl reload` re-reads it.
 
+signals:
+  SIGHUP               reload the config and the env file (as `memdctl reload`)
+  SIGTERM, SIGINT      stop within 10 s: model calls cancelled, state saved, exit 0
+
 exit codes: 0 stopped cleanly, 1 unexpected failure, 2 bad configuration, 3 cannot start
 (another instance is running, or a directory is unusable)
 """

@@ -1,8 +1,9 @@
 """What a reload did (SIGHUP and ``memdctl reload`` share it), kept for ``memdctl status``.
 
-Most settings apply at once; the paths (socket, state, transcripts root) and the IPC server's
-limits are fixed when the daemon starts, so a reload that changes them says they wait for a
-restart instead of claiming they took effect.
+Most settings apply at once, the model client is opened again from the env file; the paths
+(socket, state, transcripts root), the IPC server's limits and the watcher's timing are fixed
+when the daemon starts, so a reload that changes them says they wait for a restart instead of
+claiming they took effect.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from memd.config import LoadedConfig
+
+# What the watcher is started with (memd/daemon/watch.py): a reload does not restart it.
+WATCHER_SETTINGS = ("watch_step_ms", "watch_debounce_ms", "poll_interval_ms")
 
 
 @dataclass(frozen=True)
@@ -55,5 +59,11 @@ def restart_needed(running: LoadedConfig, fresh: LoadedConfig) -> list[str]:
         f"ipc.{f.name}"
         for f in fields(ipc_now)
         if getattr(ipc_now, f.name) != getattr(ipc_new, f.name)
+    ]
+    now, new = running.config.transcripts, fresh.config.transcripts
+    waiting += [
+        f"transcripts.{name}"
+        for name in WATCHER_SETTINGS
+        if getattr(now, name) != getattr(new, name)
     ]
     return waiting

@@ -403,6 +403,10 @@ class Daemon:
         self.env_file = env_file
         self.registry.config = fresh.config.transcripts
         self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
+        if self.server is not None:  # the limits of compact, recall, …: from the model's timeout
+            from memd.ipc.handlers import method_timeouts
+
+            self.server.method_timeouts = method_timeouts(self)
         if self.features_ready.is_set():  # otherwise they are built from ``self.loaded``
             self.guard.reconfigure(fresh.config.budget)
             self.compaction.config = fresh.config
