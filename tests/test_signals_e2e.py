@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 # Seconds after memd's handlers are in place: start-up (config, lock, state, the loop, the
 # server, READY) and what follows it (the features loading, the SDK import, the first scan).
-DELAYS = (0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8, 1.1, 1.5)
+DELAYS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.5)
 SIGHUP_BIT = 1 << (signal.SIGHUP - 1)
 
 
