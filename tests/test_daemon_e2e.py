@@ -346,3 +346,35 @@ def test_status_lists_the_newest_sessions_briefly_and_notes_only_when_asked(
             assert all(n["phase"] == "idle" for n in asked["notes"]["sessions"])
         finally:
             assert stop_memd(proc) == 0
+
+
+def test_active_window_hours_is_which_sessions_are_read_at_start(tmp_path: Path) -> None:
+    """R-T6 through the daemon: with ``transcripts.active_window_hours=3`` a transcript
+    written 2.9 h ago is read at start and one written 3.1 h ago is only registered."""
+    with fake_home(tmp_path) as home:
+        project = home.projects / SLUG
+        project.mkdir(parents=True)
+        data = SOURCES[0].read_bytes()
+        ages = {
+            "a9e00029-0000-4000-8000-000000000000": 2.9,
+            "a9e00031-0000-4000-8000-000000000000": 3.1,
+        }
+        for sid, hours in ages.items():
+            path = project / f"{sid}.jsonl"
+            path.write_bytes(data.replace(SOURCES[0].stem.encode(), sid.encode()))
+            then = time.time() - hours * 3600
+            os.utime(path, (then, then))
+        proc = start_memd(home, "--set", "transcripts.active_window_hours=3")
+        try:
+
+            def idle() -> bool:
+                ingest = call(home, "status", {"limit": 1})["ingest"]
+                return ingest["sessions"] == 2 and ingest["queued"] == ingest["running"] == 0
+
+            wait_for(
+                lambda: idle() and time.sleep(0.3) is None and idle(), timeout=20, what="the scan"
+            )
+            rows = {r["session_id"]: r["parsed"] for r in call(home, "sessions")}
+            assert rows == dict(zip(ages, [True, False], strict=True)), rows
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
