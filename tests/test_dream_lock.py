@@ -166,6 +166,25 @@ def test_process_start_times_come_from_proc() -> None:
     assert lock.process_start_ns(999_999_999) is None
 
 
+def test_a_zombie_holder_does_not_hold_the_lock(tmp_path: Path) -> None:
+    """A holder that exited but was not reaped yet keeps its PID: it is dead all the same."""
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        (memory / lock.LOCK_NAME).write_text(str(holder.pid))
+        deadline = time.monotonic() + 30
+        while (seen := lock._proc_stat(holder.pid)) is not None and seen[0] != b"Z":
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        assert seen is not None  # a zombie now
+        assert lock.pid_alive(holder.pid)  # the PID is still there (not reaped)
+        got = lock.acquire(memory, stale_s=HOUR)
+        assert isinstance(got, Acquired), got
+    finally:
+        holder.wait()
+
+
 def test_an_intent_that_cannot_be_recorded_leaves_the_lock_alone(tmp_path: Path) -> None:
     memory = tmp_path / "memory"
     memory.mkdir()

@@ -150,25 +150,36 @@ def pid_alive(pid: int) -> bool:
 
 def holder_alive(pid: int, mtime_ns: int) -> bool:
     """Whether the process that wrote ``pid`` into a lock last set at ``mtime_ns`` still
-    runs: ``pid`` is alive and started no later than that (with :data:`START_SLACK_NS`)."""
+    runs: ``pid`` is alive (a zombie is not), and started no later than that (with
+    :data:`START_SLACK_NS`)."""
     if not pid_alive(pid):
         return False
-    started = process_start_ns(pid)
-    return started is None or started <= mtime_ns + START_SLACK_NS
+    seen = _proc_stat(pid)
+    if seen is None:
+        return True  # no /proc: the PID alone decides
+    state, started = seen
+    return state not in (b"Z", b"X") and started <= mtime_ns + START_SLACK_NS
 
 
 def process_start_ns(pid: int) -> int | None:
     """When ``pid`` started (wall clock, ns) from ``/proc``; ``None`` if unknown."""
+    seen = _proc_stat(pid)
+    return None if seen is None else seen[1]
+
+
+def _proc_stat(pid: int) -> tuple[bytes, int] | None:
+    """``pid``'s state letter and start time (wall clock, ns) from ``/proc``."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat_line = f.read(4096)
         with open("/proc/stat", "rb") as f:
             boot = next(line for line in f if line.startswith(b"btime "))
-        ticks = int(stat_line[stat_line.rindex(b")") + 1 :].split()[19])
+        fields = stat_line[stat_line.rindex(b")") + 1 :].split()  # the name may hold ") "
         per_s = os.sysconf("SC_CLK_TCK")
-        return int(boot.split()[1]) * 1_000_000_000 + ticks * 1_000_000_000 // per_s
+        started = int(boot.split()[1]) * 1_000_000_000 + int(fields[19]) * 1_000_000_000 // per_s
     except (OSError, ValueError, IndexError, StopIteration):
         return None
+    return fields[0], started
 
 
 # ---------------------------------------------------------------------------------------------
