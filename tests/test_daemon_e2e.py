@@ -369,11 +369,16 @@ def test_active_window_hours_is_which_sessions_are_read_at_start(tmp_path: Path)
 
             def idle() -> bool:
                 ingest = call(home, "status", {"limit": 1})["ingest"]
-                return ingest["sessions"] == 2 and ingest["queued"] == ingest["running"] == 0
+                quiet: bool = ingest["sessions"] == 2 and ingest["queued"] == ingest["running"] == 0
+                return quiet
 
-            wait_for(
-                lambda: idle() and time.sleep(0.3) is None and idle(), timeout=20, what="the scan"
-            )
+            def settled() -> bool:  # idle twice, 0.3 s apart: the startup scan is over
+                if not idle():
+                    return False
+                time.sleep(0.3)
+                return idle()
+
+            wait_for(settled, timeout=20, what="the startup scan")
             rows = {r["session_id"]: r["parsed"] for r in call(home, "sessions")}
             assert rows == dict(zip(ages, [True, False], strict=True)), rows
         finally:
