@@ -12,12 +12,10 @@ from memd.sources.codex.reader import CodexReader
 from memd.transcript.model import Block
 from memd.transcript.tail import TailPosition, read_appended
 from tests.agents_oracle import read_codex
-from tests.conftest import AGENTS, SHARED
+from tests.conftest import AGENTS
 
+# Every rollout the shared data holds (tests/corpus/agents/ is a copy of all of them).
 SAMPLES = sorted((AGENTS / "codex-0.169.0").rglob("*.jsonl"))
-SHARED_SAMPLES = (
-    sorted((SHARED / "data" / "agents" / "codex-0.169.0").rglob("*.jsonl")) if SHARED else []
-)
 
 
 def _flat(messages: list[dict[str, object]]) -> list[tuple[str, str, str]]:
@@ -47,7 +45,7 @@ def _reader(path: Path) -> tuple[CodexReader, list[tuple[int, bytes]]]:
     return CodexReader(str(path), read.position.inode), lines
 
 
-@pytest.mark.parametrize("path", SAMPLES + SHARED_SAMPLES, ids=lambda p: p.name[-24:])
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name[-24:])
 def test_every_prefix_of_every_rollout_reads_as_the_oracle_does(path: Path) -> None:
     reader, lines = _reader(path)
     for n, (at, line) in enumerate(lines, 1):
