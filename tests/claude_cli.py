@@ -1,8 +1,8 @@
 """The real Claude Code CLI for end-to-end tests (issue 10): installed once with npm, pinned.
 
 :func:`installed_claude` installs ``@anthropic-ai/claude-code@2.1.197`` into a cache dir
-(``$MEMD_CLAUDE_CODE_CACHE`` or ``~/.cache/memd-tests``; the native binary arrives as an npm
-optional dependency) and returns the ``claude`` command, or ``None`` when npm is absent.
+(:func:`tests.agent_cli.npm_installed`; the native binary arrives as an npm optional
+dependency) and returns the ``claude`` command, or ``None`` when npm is absent.
 :func:`claude_env` and :func:`prepare_home` make a throwaway user for it: onboarding accepted
 in ``~/.claude.json``, the model at a loopback Messages-API server (``ANTHROPIC_BASE_URL``),
 no telemetry or update checks. The ``claude_cli`` fixture in ``conftest.py`` wraps this, so any
@@ -16,45 +16,28 @@ test can run ``claude -p …`` or ``claude mcp list``::
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.agent_cli import cache_root, npm_installed
+
 CLAUDE_CODE_VERSION = "2.1.197"
 PACKAGE = f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"
-INSTALL_TIMEOUT_S = 600.0
 API_KEY = "sk-ant-loopback-0000000000000000000000"
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    root = env.get("MEMD_CLAUDE_CODE_CACHE") or str(Path.home() / ".cache" / "memd-tests")
-    return Path(root) / f"claude-code-{CLAUDE_CODE_VERSION}"
+    return cache_root(env) / f"claude-code-{CLAUDE_CODE_VERSION}"
 
 
 def installed_claude(env: Mapping[str, str] | None = None) -> Path | None:
     """The pinned ``claude`` command, installed into the cache dir when missing; ``None``
     when npm is not available. Raises ``RuntimeError`` when npm fails."""
-    prefix = cache_dir(env)
-    command = prefix / "node_modules" / ".bin" / "claude"
-    if command.exists():
-        return command
-    npm = shutil.which("npm")
-    if npm is None:
-        return None
-    prefix.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), PACKAGE],
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT_S,
+    return npm_installed(
+        "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION, "claude-code", "claude", env
     )
-    if done.returncode != 0 or not command.exists():
-        raise RuntimeError(f"npm install {PACKAGE} failed ({done.returncode}): {done.stderr}")
-    return command
 
 
 def prepare_home(home: Path) -> None:

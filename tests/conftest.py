@@ -21,6 +21,13 @@ from memd.config import LLMConfig
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.testing.loopback import LoopbackAPI
 from tests.claude_cli import PACKAGE, ClaudeCLI, installed_claude
+from tests.other_cli import (
+    CODEX_PACKAGE,
+    GEMINI_PACKAGE,
+    AgentCLI,
+    installed_codex,
+    installed_gemini,
+)
 
 # One Hypothesis profile for every @given, loaded before any test module is imported so each
 # @settings(...) in the suite inherits it: no deadline and no "too slow" or "too large" health
@@ -217,3 +224,23 @@ def claude_cli() -> ClaudeCLI:
     if command is None:
         pytest.skip(f"npm is not installed: cannot install {PACKAGE} for the real-client tests")
     return ClaudeCLI(command)
+
+
+@pytest.fixture(scope="session")
+def codex_cli() -> AgentCLI:
+    """The real Codex CLI (pinned; npm into the test cache on first use); skips when npm is
+    absent. See ``tests/other_cli.py``."""
+    command = installed_codex()
+    if command is None:
+        pytest.skip(f"npm is not installed: cannot install {CODEX_PACKAGE} for the real-CLI tests")
+    return AgentCLI("codex", command)
+
+
+@pytest.fixture(scope="session")
+def gemini_cli() -> AgentCLI:
+    """The real Gemini CLI (pinned; npm into the test cache on first use); skips when npm is
+    absent. See ``tests/other_cli.py``."""
+    command = installed_gemini()
+    if command is None:
+        pytest.skip(f"npm is not installed: cannot install {GEMINI_PACKAGE} for the real-CLI tests")
+    return AgentCLI("gemini", command)

@@ -12,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.claude_cli import CLAUDE_CODE_VERSION, cache_dir
+
 # `claude mcp list` health-checks every server; on a loaded 2-core machine it takes ~25 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
-CLAUDE_CODE_VERSION = "2.1.197"
-
 
 def cached_claude() -> Path | None:
-    root = os.environ.get("MEMD_CLAUDE_CODE_CACHE") or str(Path.home() / ".cache" / "memd-tests")
-    command = Path(root) / f"claude-code-{CLAUDE_CODE_VERSION}" / "node_modules" / ".bin" / "claude"
+    command = cache_dir() / "node_modules" / ".bin" / "claude"
     return command if command.exists() else None
 
 

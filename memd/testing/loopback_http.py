@@ -47,6 +47,17 @@ class Streamed:
         yield "message_stop", {"type": "message_stop"}
 
 
+@dataclass(frozen=True)
+class Events:
+    """Server-sent events of another wire (OpenAI's Responses API, Gemini's ``alt=sse``): each
+    ``(name, data)`` is sent as ``event: name`` (left out when ``None``) and ``data: json``."""
+
+    items: tuple[tuple[str | None, dict[str, Any]], ...]
+
+    def events(self) -> Iterator[tuple[str | None, dict[str, Any]]]:
+        return iter(self.items)
+
+
 def _block_events(index: int, block: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     kind = block.get("type")
     first: dict[str, Any]
@@ -131,7 +142,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         headers = {name.lower(): value for name, value in self.headers.items()}
         reply, payload = self.server.backend.serve(method, self.path.split("?", 1)[0], headers, raw)
         match reply:
-            case Message() if isinstance(payload, Streamed):
+            case Message() if isinstance(payload, Streamed | Events):
                 self._send_events(payload)
             case Message():
                 self._send_json(200, payload)
@@ -162,9 +173,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True  # the client gave up (timeout) or we are closing
 
-    def _send_events(self, stream: Streamed) -> None:
+    def _send_events(self, stream: Streamed | Events) -> None:
         data = b"".join(
-            f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
+            (f"event: {name}\n" if name else "").encode()
+            + f"data: {json.dumps(event)}\n\n".encode()
             for name, event in stream.events()
         )
         try:

@@ -1,0 +1,182 @@
+"""Loopback model servers for the other agents' real CLIs: OpenAI's Responses API (Codex CLI)
+and Gemini's ``generateContent`` (Gemini CLI), on 127.0.0.1, for tests.
+
+Both answer every model request with one short text and record every request, so a test can
+see what the CLI put before the model (a hook's context, for one)::
+
+    with LoopbackAgentAPI("responses", text="OK from stub") as api:
+        # Codex: [model_providers.stub] base_url = api.url + "/v1", wire_api = "responses"
+        ...
+        assert "memd" in api.texts()
+
+- ``"responses"`` (Codex): ``POST …/responses`` is answered with the server-sent events Codex
+  reads (``response.created``, one assistant ``message`` item, ``response.completed`` with
+  usage); any other path gets a 404 in the API's error shape.
+- ``"gemini"`` (Gemini CLI, ``GOOGLE_GEMINI_BASE_URL=api.url``):
+  ``POST /v1beta/models/<model>:streamGenerateContent`` is answered with ``data:`` events,
+  ``:generateContent`` with one JSON response, ``:countTokens`` with a count; both carry
+  ``usageMetadata``.
+
+Nothing else is simulated (no tools, no limits, no faults): that is :mod:`.loopback`'s job
+for the Messages API, which memd itself speaks.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+from memd.testing.loopback_http import Events, HTTPFrontend, json_reply
+from memd.testing.loopback_replies import ApiError, Message, Reply
+
+Wire = Literal["responses", "gemini"]
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]  # lower-case names
+    body: Any  # the decoded JSON, or None when the body was not JSON
+
+
+class LoopbackAgentAPI:
+    """The server (thread-safe); ``text`` answers every model request."""
+
+    def __init__(self, wire: Wire, *, text: str = "OK from stub", host: str = "127.0.0.1") -> None:
+        self.wire: Wire = wire
+        self.text = text
+        self._address = (host, 0)
+        self._lock = threading.Lock()
+        self._records: list[AgentRequest] = []
+        self._count = 0
+        self._server: HTTPFrontend | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no trailing slash)."""
+        if self._server is None:
+            raise RuntimeError("the loopback server is not started")
+        return self._server.url
+
+    @property
+    def requests(self) -> list[AgentRequest]:
+        with self._lock:
+            return list(self._records)
+
+    def texts(self, since: int = 0) -> str:
+        """Every model request's body from ``since`` on, as one JSON text (what the model saw)."""
+        model = [r.body for r in self.requests[since:] if _is_model_call(self.wire, r.path)]
+        return json.dumps(model, ensure_ascii=False)
+
+    def start(self) -> LoopbackAgentAPI:
+        self._server = HTTPFrontend(self._address, self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server.cut_connections()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> LoopbackAgentAPI:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- the backend (memd.testing.loopback_http.Backend) -------------------------------------
+
+    def serve(
+        self, method: str, path: str, headers: Mapping[str, str], raw: bytes
+    ) -> tuple[Reply, Any]:
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        with self._lock:
+            self._records.append(AgentRequest(method, path, headers, body))
+            self._count += 1
+            number = self._count
+        if method != "POST" or not _is_model_call(self.wire, path):
+            return ApiError(404, "not_found", f"no such endpoint: {method} {path}"), None
+        if self.wire == "responses":
+            return Message(()), Events(responses_events(f"resp_loop{number}", self.text))
+        if path.endswith(":countTokens"):
+            return json_reply({"totalTokens": len(json.dumps(body)) // 4})
+        answer = gemini_response(self.text)
+        if path.endswith(":streamGenerateContent"):
+            return Message(()), Events(((None, answer),))
+        return json_reply(answer)
+
+
+def _is_model_call(wire: Wire, path: str) -> bool:
+    if wire == "responses":
+        return path.rstrip("/").endswith("/responses")
+    return path.startswith("/v1beta/models/") and path.rsplit(":", 1)[-1] in (
+        "generateContent",
+        "streamGenerateContent",
+        "countTokens",
+    )
+
+
+def responses_events(response_id: str, text: str) -> tuple[tuple[str | None, dict[str, Any]], ...]:
+    """The Responses API's stream for one assistant message saying ``text``."""
+    item = {
+        "type": "message",
+        "role": "assistant",
+        "id": f"msg_{response_id}",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    tokens = max(1, len(text) // 4)
+    usage = {
+        "input_tokens": 100,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 100 + tokens,
+    }
+    return (
+        ("response.created", {"type": "response.created", "response": {"id": response_id}}),
+        ("response.output_item.done", {"type": "response.output_item.done", "item": item}),
+        (
+            "response.completed",
+            {"type": "response.completed", "response": {"id": response_id, "usage": usage}},
+        ),
+    )
+
+
+def gemini_response(text: str) -> dict[str, Any]:
+    """One ``GenerateContentResponse`` saying ``text``."""
+    tokens = max(1, len(text) // 4)
+    return {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": [{"text": text}]},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": {
+            "promptTokenCount": 100,
+            "candidatesTokenCount": tokens,
+            "totalTokenCount": 100 + tokens,
+        },
+        "modelVersion": "loopback",
+    }
