@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from pathlib import Path
 from memd_client import hook, hooks_install, service
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.errors import MemdClientError
-from memd_client.hooks_install import install_hooks, uninstall_hooks
+from memd_client.hooks_codex import codex_home
+from memd_client.hooks_install import AGENT_HOOKS, install_hooks, uninstall_hooks
 
 FOLLOW_POLL_S = 0.5
 LOG_TAIL_LINES = 200
@@ -45,20 +47,28 @@ def register(reg: Registrar) -> None:
         (
             "install-hooks",
             cmd_install_hooks,
-            "add memd's hooks to Claude Code's settings.json (idempotent, keeps a backup)",
+            "add memd's hooks to an agent's hooks config (idempotent, keeps a backup)",
         ),
         (
             "uninstall-hooks",
             cmd_uninstall_hooks,
-            "remove only memd's hooks from Claude Code's settings.json (keeps a backup)",
+            "remove only memd's hooks from an agent's hooks config",
         ),
     ):
         p = reg.add(name, run, text)
         p.add_argument(
+            "--agent",
+            choices=tuple(AGENT_HOOKS),
+            default="claude",
+            help="claude (default): Claude Code's settings.json; codex: $CODEX_HOME/hooks.json "
+            "and their trust in config.toml; gemini: ~/.gemini/settings.json",
+        )
+        p.add_argument(
             "--settings",
             metavar="FILE",
-            help="settings file (default: $CLAUDE_CONFIG_DIR/settings.json or "
-            "~/.claude/settings.json)",
+            help="settings file of Claude Code or Gemini (default: $CLAUDE_CONFIG_DIR/"
+            "settings.json or ~/.claude/settings.json; $GEMINI_CLI_HOME/.gemini/settings.json "
+            "or ~/.gemini/settings.json)",
         )
     p = reg.add("logs", cmd_logs, "show memd's log (journald under systemd, else its log file)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
@@ -67,17 +77,27 @@ def register(reg: Registrar) -> None:
 def settings_path(ctx: Ctx) -> Path:
     if ctx.args.settings:
         return Path(ctx.args.settings)
-    claude = ctx.env.get("CLAUDE_CONFIG_DIR") or str(Path.home() / ".claude")
-    return Path(claude) / "settings.json"
+    return agent_settings(getattr(ctx.args, "agent", "claude"), ctx.env, Path.home())
 
 
-def hook_command() -> str | None:
+def agent_settings(agent: str, env: dict[str, str], home: Path) -> Path:
+    """The user-scope file holding ``agent``'s hooks (Codex: its hooks.json)."""
+    if agent == "gemini":
+        return Path(env.get("GEMINI_CLI_HOME") or home) / ".gemini" / "settings.json"
+    if agent == "codex":
+        return codex_home(env, home) / "hooks.json"
+    return Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude") / "settings.json"
+
+
+def hook_command(agent: str = "claude") -> str | None:
     """This interpreter running the installed ``memd_client/hook.py`` (the fast form, see
     :mod:`memd_client.hooks_install`); the ``memd-hook`` console script when this process
     cannot name its interpreter; ``None`` when there is neither."""
     if sys.executable and os.path.isabs(sys.executable):
-        return hooks_install.hook_command(sys.executable, os.path.abspath(hook.__file__))
-    return shutil.which("memd-hook")
+        file = os.path.abspath(hook.__file__)
+        return hooks_install.hook_command(sys.executable, file, agent)
+    script = shutil.which("memd-hook")
+    return shlex.join([script, agent]) if script and agent != "claude" else script
 
 
 def _plan(ctx: Ctx) -> service.ServicePlan:
@@ -126,28 +146,53 @@ def _command_failed(plan: service.ServicePlan, exc: subprocess.CalledProcessErro
 
 
 def cmd_install_hooks(ctx: Ctx) -> int:
+    agent = ctx.args.agent
     settings = settings_path(ctx)
-    command = hook_command()
+    command = hook_command(agent)
     if command is None:
         raise CliFailure(
             "cannot find a Python interpreter or the memd-hook command to register; "
             "reinstall memd-client",
             EXIT_USAGE,
         )
+    if agent == "codex":
+        done = _codex_hooks(ctx, ["install", f"--command={command}"])
+        return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
     try:
-        done = install_hooks(settings, command)
+        done = install_hooks(settings, command, AGENT_HOOKS[agent])
     except (OSError, ValueError) as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from None
-    return ctx.emit({"settings": str(settings), "done": done}, _lines)
+    return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
 
 
 def cmd_uninstall_hooks(ctx: Ctx) -> int:
+    agent = ctx.args.agent
     settings = settings_path(ctx)
+    if agent == "codex":
+        done = _codex_hooks(ctx, ["uninstall"])
+        return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
     try:
         done = uninstall_hooks(settings)
     except (OSError, ValueError) as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from None
-    return ctx.emit({"settings": str(settings), "done": done}, _lines)
+    return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
+
+
+def _codex_hooks(ctx: Ctx, args: list[str]) -> list[str]:
+    """Codex's hooks need their trust recorded in its config.toml, which takes a TOML editor
+    that keeps comments: the memd package's (:mod:`memd.install.codex_hooks`), run with this
+    interpreter, as ``install-mcp`` does."""
+    argv = [sys.executable, "-m", "memd.install.codex_hooks", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=ctx.env)
+    if "No module named memd" in done.stderr:
+        raise CliFailure(
+            f"the Codex hooks need the memd package in {sys.executable}; install memd there",
+            EXIT_USAGE,
+        )
+    if done.returncode != 0:
+        said = done.stderr.strip() or f"exit code {done.returncode}"
+        raise CliFailure(said, EXIT_USAGE)
+    return done.stdout.strip().splitlines()
 
 
 def _lines(result: dict[str, object]) -> str:

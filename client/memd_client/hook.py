@@ -1,6 +1,9 @@
-"""``memd-hook``: the Claude Code hook command.
+"""``memd-hook``: the hook command of Claude Code, Codex CLI and Gemini CLI.
 
-Claude Code runs it with the hook's JSON on stdin (FORMAT.md §10). It hands those bytes, and
+The agent runs it with the hook's JSON on stdin (Claude Code: FORMAT.md §10); Codex and Gemini
+run the same command with their name as its last argument (``… hook.py codex``), which goes
+to the daemon as the request's ``agent`` (the daemon reads each agent's input and answers in
+its shape; see :mod:`memd.memory.hook_context`). It hands those bytes, and
 the part of Claude Code's environment that decides what Claude Code does itself
 (``CLAUDE_CODE_DISABLE_AUTO_MEMORY``, ``CLAUDE_CODE_SIMPLE``, ``CLAUDE_PROJECT_DIR``), to the
 daemon's ``hook`` method, and prints what the daemon says to print (hooks JSON), which is
@@ -52,7 +55,8 @@ SESSION_END_TIMEOUT_S = 1.0  # Claude Code gives SessionEnd hooks 1.5 s in all
 FAILED_OPEN_FILE = "hook-failed-open"
 FAILED_OPEN_TITLE = "memd-hook failed open"
 BURST_S = 3600.0
-EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "PreCompact")
+EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "PreCompact", "BeforeAgent")
+AGENTS = ("claude", "codex", "gemini")  # the last argument, when it names one
 
 
 class FailedOpen(Exception):
@@ -96,11 +100,21 @@ def socket_path(env: Env) -> str:
     )
 
 
-def request(stdin: bytes, env: Env) -> bytes:
-    """One length-prefixed msgpack request frame for the daemon's ``hook`` method."""
-    forwarded = {k: env[k] for k in FORWARDED_ENV if k in env}
-    body = pack({"id": 1, "method": "hook", "params": {"raw": stdin, "env": forwarded}})
+def request(stdin: bytes, env: Env, agent: str = "") -> bytes:
+    """One length-prefixed msgpack request frame for the daemon's ``hook`` method (``agent``:
+    which agent runs the hook; left out for Claude Code, which older daemons assume)."""
+    params: dict[str, object] = {"raw": stdin}
+    if agent and agent != "claude":
+        params["agent"] = agent
+    else:  # only Claude Code's environment says what Claude Code does itself
+        params["env"] = {k: env[k] for k in FORWARDED_ENV if k in env}
+    body = pack({"id": 1, "method": "hook", "params": params})
     return len(body).to_bytes(4, "big") + body
+
+
+def agent_of(argv: list[str]) -> str:
+    """The agent the command line names (its last argument), or ``""``."""
+    return argv[-1] if len(argv) > 1 and argv[-1] in AGENTS else ""
 
 
 def pack(obj: object) -> bytes:
@@ -240,13 +254,13 @@ def _stdout(reply: object) -> str | None:
     return out if isinstance(out, str) and out else None
 
 
-def run(stdin: bytes, env: Env) -> str | None:
+def run(stdin: bytes, env: Env, agent: str = "") -> str | None:
     """The hook's stdout for ``stdin`` (None: print nothing). Raises on any trouble, an
     error reply included (:class:`FailedOpen`)."""
     if not stdin.strip():
         return None
     timeout = hook_timeout(env, stdin)
-    body = exchange(socket_path(env), request(stdin, env), timeout)
+    body = exchange(socket_path(env), request(stdin, env, agent), timeout)
     if body is None:
         raise FailedOpen("memd closed the connection without a whole reply")
     reply, _ = unpack(body)
@@ -260,7 +274,7 @@ def main() -> int:
     stdin = b""
     try:
         stdin = sys.stdin.buffer.read(MAX_STDIN_BYTES)
-        out = run(stdin, os.environ)
+        out = run(stdin, os.environ, agent_of(sys.argv))
     except BaseException as exc:  # noqa: BLE001 - fail open: the agent must never see a hook error
         note_failed_open(os.environ, stdin, exc)
         return 0

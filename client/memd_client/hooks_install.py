@@ -1,4 +1,11 @@
-"""``memdctl install-hooks`` / ``uninstall-hooks``: memd's entries in Claude Code's settings.
+"""``memdctl install-hooks`` / ``uninstall-hooks``: memd's entries in an agent's hooks file.
+
+Claude Code (``settings.json``), Gemini CLI (``settings.json``) and Codex CLI (``hooks.json``;
+its trust in ``config.toml``: :mod:`memd.install.codex_hooks`) keep hooks in the same JSON
+shape, ``{"hooks": {event: [{"matcher"?, "hooks": [{"type": "command", "command",
+"timeout"}]}]}}``; what differs is said by an :class:`AgentHooks` (the events, their
+matchers, the timeout in the agent's unit). Codex and Gemini run the same command with their
+name as its last argument (:func:`hook_command`).
 
 The command registered (:func:`hook_command`) runs the installed ``memd_client/hook.py`` with
 an absolute interpreter path, isolated (``-I``: no ``PYTHONPATH``, no user site, no script
@@ -11,8 +18,8 @@ Installing is idempotent (an entry whose command is already there is not added a
 replaces memd's entries in any older form (the ``memd-hook`` console script, ``python -m
 memd_client.hook``, ``python …/memd_client/hook.py``) rather than adding beside them, and
 keeps every hook the user already has; uninstalling removes only memd's entries, whichever
-form. Both write a backup of the previous file and replace the file atomically, keeping its
-mode.
+form. Both replace the file atomically, keeping its mode, and keep the backup of the file as
+it was before memd first changed it (:mod:`memd_client.config_backup`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memd_client.atomic import write_atomic, write_text_atomic
+from memd_client.atomic import write_text_atomic
+from memd_client.config_backup import give_back, keep_first_backup
 
 MATCHERS = {
     "SessionStart": "startup|resume|clear|compact",
@@ -34,6 +42,25 @@ MATCHERS = {
     "SessionEnd": None,  # the session's last memory extraction (the hook only notifies memd)
 }
 HOOK_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class AgentHooks:
+    """What one agent's hooks file gets from memd: ``events`` (event → matcher, or None for
+    none) and the ``timeout`` each entry carries, in the agent's unit."""
+
+    agent: str
+    events: dict[str, str | None]
+    timeout: int
+
+
+CLAUDE_HOOKS = AgentHooks("claude", MATCHERS, HOOK_TIMEOUT_S)
+# Codex sends Claude Code's input and takes its output under the same event names (seconds).
+# No Stop: memd reads no Codex transcript yet, so a turn end has nothing to extract from.
+CODEX_HOOKS = AgentHooks("codex", {"SessionStart": None, "UserPromptSubmit": None}, 10)
+# Gemini's prompt event is BeforeAgent; its timeouts are milliseconds.
+GEMINI_HOOKS = AgentHooks("gemini", {"SessionStart": None, "BeforeAgent": None}, 10_000)
+AGENT_HOOKS = {spec.agent: spec for spec in (CLAUDE_HOOKS, CODEX_HOOKS, GEMINI_HOOKS)}
 # Run as ``python -I -c HOOK_CODE <…/memd_client/hook.py>``: the package's parent dir first on
 # sys.path, then the module imported (from its cached bytecode). A constant, so the path is an
 # ordinary shell-quoted argument and never has to be escaped inside Python source.
@@ -45,11 +72,13 @@ HOOK_MODULE = "memd_client.hook"
 HOOK_FILE_TAIL = ("memd_client", "hook.py")
 
 
-def hook_command(python: str, hook_file: str) -> str:
-    """The hook command for Claude Code's settings: ``python`` (absolute) runs ``hook_file``
-    (the installed ``memd_client/hook.py``). Quoted for a POSIX shell (Claude Code runs hook
-    commands with ``bash -c``), whatever the paths hold."""
-    return shlex.join([python, "-I", "-c", HOOK_CODE, hook_file])
+def hook_command(python: str, hook_file: str, agent: str = "claude") -> str:
+    """The hook command for ``agent``'s hooks file: ``python`` (absolute) runs ``hook_file``
+    (the installed ``memd_client/hook.py``), given the agent's name unless it is Claude
+    Code. Quoted for a POSIX shell (the agents run hook commands with ``sh -c`` or ``bash
+    -c``), whatever the paths hold."""
+    tail = [agent] if agent != "claude" else []
+    return shlex.join([python, "-I", "-c", HOOK_CODE, hook_file, *tail])
 
 
 @dataclass(frozen=True)
@@ -60,6 +89,7 @@ class MemdHook:
     program: str
     module_file: str | None
     form: str  # "interpreter" (what install-hooks writes), "script", "module", "console script"
+    agent: str = "claude"  # the agent the command names (its last argument)
 
 
 def parse_memd_hook(command: object) -> MemdHook | None:
@@ -69,16 +99,17 @@ def parse_memd_hook(command: object) -> MemdHook | None:
     if not words:
         return None
     program, args = words[0], words[1:]
+    agent = args[-1] if args and args[-1] in AGENT_HOOKS else "claude"
     if os.path.basename(program) == "memd-hook":
-        return MemdHook(program, None, "console script")
+        return MemdHook(program, None, "console script", agent)
     if _after(args, "-c")[:1] and f"from {HOOK_MODULE} import main" in _after(args, "-c")[0]:
         file = _after(args, "-c")[1:2]
-        return MemdHook(program, file[0] if file else None, "interpreter")
+        return MemdHook(program, file[0] if file else None, "interpreter", agent)
     if _after(args, "-m")[:1] == [HOOK_MODULE]:
-        return MemdHook(program, None, "module")
+        return MemdHook(program, None, "module", agent)
     script = next((a for a in args if not a.startswith("-")), None)
     if script is not None and not _after(args, "-c") and Path(script).parts[-2:] == HOOK_FILE_TAIL:
-        return MemdHook(program, script, "script")
+        return MemdHook(program, script, "script", agent)
     return None
 
 
@@ -101,32 +132,36 @@ def is_memd_hook(command: object) -> bool:
     return parse_memd_hook(command) is not None
 
 
-def merge_hooks(settings: dict[str, Any], command: str) -> tuple[dict[str, Any], list[str]]:
+def merge_hooks(
+    settings: dict[str, Any], command: str, spec: AgentHooks = CLAUDE_HOOKS
+) -> tuple[dict[str, Any], list[str]]:
     """Return the settings with memd's hooks added (any older memd entry replaced by
     ``command``), and the events that changed."""
-    merged, added, replaced = _merge(settings, command)
-    changed = [e for e in MATCHERS if e in added or e in replaced]
-    return merged, changed + [e for e in replaced if e not in MATCHERS]
+    merged, added, replaced = _merge(settings, command, spec)
+    changed = [e for e in spec.events if e in added or e in replaced]
+    return merged, changed + [e for e in replaced if e not in spec.events]
 
 
-def _merge(settings: dict[str, Any], command: str) -> tuple[dict[str, Any], list[str], list[str]]:
+def _merge(
+    settings: dict[str, Any], command: str, spec: AgentHooks
+) -> tuple[dict[str, Any], list[str], list[str]]:
     """The merged settings, the events memd's entry was added to, and the events where an
     older memd entry was removed."""
     hooks = settings.get("hooks", {})
     if not isinstance(hooks, dict):
-        raise ValueError("settings.json has a 'hooks' value that is not an object; fix it by hand")
-    for event in MATCHERS:
+        raise ValueError("the file has a 'hooks' value that is not an object; fix it by hand")
+    for event in spec.events:
         if not isinstance(hooks.get(event, []), list):
-            raise ValueError(f"settings.json hooks.{event} is not a list; fix it by hand")
+            raise ValueError(f"the file's hooks.{event} is not a list; fix it by hand")
     merged, replaced = remove_hooks(settings, keep=command)
     hooks = merged.setdefault("hooks", {})
     added = []
-    for event, matcher in MATCHERS.items():
+    for event, matcher in spec.events.items():
         groups = hooks.setdefault(event, [])
         if any(command in _commands(g) for g in groups):
             continue
         group: dict[str, Any] = {
-            "hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}]
+            "hooks": [{"type": "command", "command": command, "timeout": spec.timeout}]
         }
         groups.append({"matcher": matcher, **group} if matcher else group)
         added.append(event)
@@ -193,12 +228,12 @@ def read_settings(settings_path: Path) -> dict[str, Any]:
     return loaded
 
 
-def install_hooks(settings_path: Path, command: str) -> list[str]:
+def install_hooks(settings_path: Path, command: str, spec: AgentHooks = CLAUDE_HOOKS) -> list[str]:
     """Merge into ``settings_path``; return what was done, in words."""
-    merged, added, replaced = _merge(read_settings(settings_path), command)
+    merged, added, replaced = _merge(read_settings(settings_path), command, spec)
     if not added and not replaced:
         return [f"memd hooks already present in {settings_path}"]
-    done = _keep_first_backup(settings_path)
+    done = keep_first_backup(settings_path)
     _write_like(settings_path, merged)
     if replaced:
         done.append(f"removed memd's older hook command for {', '.join(replaced)}")
@@ -219,46 +254,24 @@ def uninstall_hooks(settings_path: Path) -> list[str]:
         return [f"no memd hooks in {settings_path}; nothing to remove"]
     if merged.get("hooks") == {}:
         del merged["hooks"]
-    backup = backup_path(settings_path)
-    saved = _saved_settings(backup)
-    if saved is not None and saved[1] == merged:
-        write_atomic(settings_path, saved[0])
-        backup.unlink(missing_ok=True)
-        done = [f"restored {settings_path} exactly as it was before memd's hooks"]
-    else:
-        _write_like(settings_path, merged)
-        done = [f"kept the backup of the original settings at {backup}"] if saved else []
+    new = _dump_like(settings_path, merged).encode("utf-8")  # the layout the file has
+    done = give_back(settings_path, new, _same_json, empty=not merged)
     done.append(f"removed memd hooks for {', '.join(changed)} from {settings_path}")
     return done
 
 
-def backup_path(settings_path: Path) -> Path:
-    return settings_path.with_name(settings_path.name + ".memd-backup")
-
-
-def _keep_first_backup(settings_path: Path) -> list[str]:
-    """Save the file as it is before memd first changes it; an existing backup (the user's
-    original, from an earlier install) is never overwritten."""
-    backup = backup_path(settings_path)
-    if not settings_path.exists() or backup.exists():
-        return []
-    mode = settings_path.stat().st_mode & 0o7777
-    write_atomic(backup, settings_path.read_bytes(), mode=mode)
-    return [f"backed up the previous settings to {backup}"]
-
-
-def _saved_settings(backup: Path) -> tuple[bytes, dict[str, Any]] | None:
-    """The backup's bytes and what they say, or ``None`` when there is no readable one."""
-    try:
-        data = backup.read_bytes()
-        loaded = json.loads(data) if data.strip() else {}
-    except (OSError, ValueError, RecursionError):
-        return None
-    return (data, loaded) if isinstance(loaded, dict) else None
+def _same_json(saved: bytes, new: bytes) -> bool:
+    """Whether two settings texts say the same (an empty text says ``{}``)."""
+    return bool((json.loads(saved) if saved.strip() else {}) == json.loads(new))
 
 
 def _write_like(settings_path: Path, settings: dict[str, Any]) -> None:
     """Write ``settings`` in the layout the file has (indent, line end), atomically."""
+    write_text_atomic(settings_path, _dump_like(settings_path, settings))
+
+
+def _dump_like(settings_path: Path, settings: dict[str, Any]) -> str:
+    """``settings`` as JSON in the layout the file has (indent, line end)."""
     try:
         text = settings_path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -271,4 +284,4 @@ def _write_like(settings_path: Path, settings: dict[str, Any]) -> None:
     elif text.strip() and "\n" not in text.strip():
         indent = None
     ending = "\n" if text.endswith("\n") or not text else ""
-    write_text_atomic(settings_path, json.dumps(settings, indent=indent) + ending)
+    return json.dumps(settings, indent=indent) + ending

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
-from memd.memory.hook_context import hook_context, hook_stdout, parse_hook_stdin
+from memd.memory.hook_context import CLAUDE, hook_context, hook_stdout, parse_hook_stdin
 from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
@@ -57,9 +57,10 @@ def memory_methods(daemon: Daemon) -> dict[str, Handler]:
 
     async def hook(params: dict[str, Any]) -> Any:
         """Params: ``raw`` (the hook's stdin bytes, as ``memd-hook`` sends them) or ``event``
-        (a Claude Code hook event) and ``input`` (its stdin JSON); ``env``: the Claude Code
-        environment the hook forwards. Result: ``{"additionalContext": text or None,
-        "stdout": what the hook prints or None}`` under the injection budget."""
+        (a hook event) and ``input`` (its stdin JSON); ``agent``: ``claude`` (the default),
+        ``codex`` or ``gemini``; ``env``: the Claude Code environment the hook forwards (read
+        for Claude Code only). Result: ``{"additionalContext": text or None, "stdout": what
+        the hook prints or None}`` under the injection budget."""
         raw = params.get("raw")
         if isinstance(raw, bytes):
             parsed = parse_hook_stdin(raw)
@@ -72,7 +73,8 @@ def memory_methods(daemon: Daemon) -> dict[str, Handler]:
             if not isinstance(given, dict):
                 raise InvalidParams("'input' must be the hook's JSON object")
             hook_input = given
-        env = params.get("env")
+        agent = opt_str(params, "agent") or CLAUDE
+        env = params.get("env") if agent == CLAUDE else None
         result = await hook_context(
             event,
             hook_input,
@@ -82,7 +84,8 @@ def memory_methods(daemon: Daemon) -> dict[str, Handler]:
             env={k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
             if isinstance(env, dict)
             else None,
+            agent=agent,
         )
-        return {**result, "stdout": hook_stdout(event, result["additionalContext"])}
+        return {**result, "stdout": hook_stdout(event, result["additionalContext"], agent)}
 
     return {"memory_index": memory_index, "memories": memories, "recall": recall, "hook": hook}

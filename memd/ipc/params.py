@@ -65,7 +65,7 @@ METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
         "recent_tools": "list[str]",
         "already_surfaced": "list[str]",
     },
-    "hook": {"raw": "bytes", "event": "str", "input": "map", "env": "map"},
+    "hook": {"raw": "bytes", "event": "str", "input": "map", "env": "map", "agent": "str"},
     "remember": {
         **_CWD,
         "type": "str",

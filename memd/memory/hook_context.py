@@ -1,9 +1,16 @@
-"""What the Claude Code hook injects into the agent's context (R-I4, R-B5).
+"""What memd's hook injects into the agent's context (R-I4, R-B5), for Claude Code, Codex CLI
+and Gemini CLI.
 
-The daemon's ``hook`` method passes the event name, the hook's stdin JSON and the part of
-Claude Code's environment the hook forwards here. Nothing already in the conversation is
-injected again (the session's :class:`~memd.memory.session_context.SessionContext`, caught
-up with the transcript, says what is there):
+The daemon's ``hook`` method passes the agent, the event name, the hook's stdin JSON and the
+part of Claude Code's environment the hook forwards here. Each agent's event is first read as
+memd's own (:data:`AGENT_EVENTS`): Codex sends Claude Code's input (``session_id``, ``cwd``,
+``source``, ``prompt``) under the same names; Gemini's ``BeforeAgent`` is the prompt, whose
+``prompt`` starts with the SessionStart context Gemini prepended in a ``<hook_context>``
+element (left out of the recall query). All three take the answer in the same shape,
+``hookSpecificOutput.additionalContext`` under their own event name. Nothing already in the
+conversation is injected again (the session's
+:class:`~memd.memory.session_context.SessionContext`, caught up with the transcript, says what
+is there):
 
 * ``SessionStart`` — the project's memory index, only when Claude Code's own auto memory is
   off for the session (it loads ``MEMORY.md`` itself otherwise) and the conversation does not
@@ -16,6 +23,12 @@ up with the transcript, says what is there):
   every memory already surfaced in the session (by memd or by Claude Code);
 * ``Stop`` and ``SessionEnd`` — a turn end for memory extraction; nothing is injected;
 * anything else — nothing.
+
+Claude Code's auto memory, its transcript's record of what hooks injected, and turn ends are
+Claude Code's alone: for Codex and Gemini the index always goes in at a session start (neither
+loads ``MEMORY.md``), what is in the session is known from this daemon's own record, and
+their ``Stop``/``AfterAgent`` are not read (memd has no transcript source for them yet, so
+there is nothing to extract from).
 
 Claude Code 2.1 sends ``additionalContext`` to the model as a ``role: "system"`` message of
 its own ("SessionStart hook additional context: …"), so the text here is plain (the
@@ -30,6 +43,7 @@ mean nothing is injected, never an error.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +67,15 @@ INDEX_HEAD = (
 NOTES_HEAD = NOTES_MARK + " from the conversation so far (they survive compaction and resume):"
 RECALL_HEAD = RECALL_MARK + ". "
 NEW_CONTEXT = ("startup", "clear", "compact")
+CLAUDE = "claude"
+# Each agent's hook events, as memd's (the events memdctl install-hooks registers for it).
+AGENT_EVENTS: dict[str, dict[str, str]] = {
+    CLAUDE: {e: e for e in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")},
+    "codex": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit"},
+    "gemini": {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit"},
+}
+INJECTING = ("SessionStart", "UserPromptSubmit")
+_GEMINI_CONTEXT = re.compile(r"\A\s*<hook_context>.*?</hook_context>\s*", re.DOTALL)
 CUT_NOTE = "[memd: cut to fit the {budget}-byte injection budget{more}]"
 
 
@@ -153,18 +176,28 @@ async def hook_context(
     notes_for: NotesFor | None = None,
     budget_bytes: int,
     env: dict[str, str] | None = None,
+    agent: str = CLAUDE,
 ) -> dict[str, str | None]:
-    """``{"additionalContext": text or None}`` for one hook call (see the module doc)."""
+    """``{"additionalContext": text or None}`` for one hook call of ``agent`` (see the module
+    doc); an agent or event memd does not know gets nothing."""
     text: str | None = None
     session_id, cwd = _field(hook_input, "session_id"), _cwd(hook_input)
-    transcript = _field(hook_input, "transcript_path")
-    match event:
+    claude = agent == CLAUDE
+    # Only Claude Code's transcript is read for what its hooks injected (the scan knows its
+    # attachments); the others' sessions are known from this daemon's record alone.
+    transcript = _field(hook_input, "transcript_path") if claude else ""
+    match AGENT_EVENTS.get(agent, {}).get(event):
         case "SessionStart" if session_id:
             record = await service.session_context(session_id, transcript, env)
-            text = await _session_start(hook_input, record, service, notes_for, budget_bytes)
+            text = await _session_start(
+                hook_input, record, service, notes_for, budget_bytes, claude=claude
+            )
         case "UserPromptSubmit" if session_id:
             record = await service.session_context(session_id, transcript, env)
-            text = await _prompt_submit(hook_input, record, service, notes_for, budget_bytes)
+            prompt = _field(hook_input, "prompt")
+            if agent == "gemini":
+                prompt = _GEMINI_CONTEXT.sub("", prompt, count=1)
+            text = await _prompt_submit(prompt, cwd, record, service, notes_for, budget_bytes)
         case "Stop" | "SessionEnd" if session_id:
             if env is not None:
                 service.contexts.get(session_id).env = _forwarded(env)
@@ -195,6 +228,8 @@ async def _session_start(
     service: MemoryService,
     notes_for: NotesFor | None,
     budget_bytes: int,
+    *,
+    claude: bool,
 ) -> str | None:
     sections: list[str] = []
     cwd, source = _cwd(hook_input), _field(hook_input, "source")
@@ -205,8 +240,9 @@ async def _session_start(
         record.notes_owed = not record.notes_delivered
     index_section = -1
     if cwd and not record.index_injected:
-        facts = await service.claude_code(record, cwd)
-        index = {} if facts.auto_memory else await service.index(cwd)
+        # Claude Code loads MEMORY.md itself when its auto memory is on; no other agent does.
+        loads_index = claude and (await service.claude_code(record, cwd)).auto_memory
+        index = {} if loads_index else await service.index(cwd)
         body = str(index.get("text") or "").strip()
         if body:
             index_section = len(sections)
@@ -232,13 +268,13 @@ async def _notes(session_id: str, service: MemoryService, notes_for: NotesFor | 
 
 
 async def _prompt_submit(
-    hook_input: Mapping[str, Any],
+    prompt: str,
+    cwd: str,
     record: SessionContext,
     service: MemoryService,
     notes_for: NotesFor | None,
     budget_bytes: int,
 ) -> str | None:
-    prompt, cwd = _field(hook_input, "prompt"), _cwd(hook_input)
     sections: list[str] = []
     if record.notes_owed:
         record.notes_owed = False
@@ -267,9 +303,10 @@ async def _prompt_submit(
     return fitted.text
 
 
-def hook_stdout(event: str, context: str | None) -> str | None:
-    """What the hook prints for ``context`` (Claude Code's hooks JSON), or None: nothing."""
-    if not context or event not in ("SessionStart", "UserPromptSubmit"):
+def hook_stdout(event: str, context: str | None, agent: str = CLAUDE) -> str | None:
+    """What the hook prints for ``context`` (the hooks JSON all three agents read, under the
+    agent's own event name), or None: nothing."""
+    if not context or AGENT_EVENTS.get(agent, {}).get(event) not in INJECTING:
         return None
     output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}}
     return json.dumps(output, ensure_ascii=False)

@@ -1,0 +1,163 @@
+"""memd's hooks for Codex CLI: ``$CODEX_HOME/hooks.json`` and their trust in ``config.toml``.
+
+What ``memdctl install-hooks --agent codex`` runs (``python -m memd.install.codex_hooks``):
+the entries go into ``hooks.json`` as for Claude Code (:mod:`memd_client.hooks_install`), and
+each one's trust into ``config.toml`` (``[hooks.state."<key>"] trusted_hash``, see
+:mod:`memd_client.hooks_codex`), edited with tomlkit so every comment and all the layout stay.
+Codex would otherwise skip them without a word. Uninstalling removes memd's entries and the
+trust memd recorded for them (any state whose hash is one of memd's entries'), nothing else;
+both files come back byte for byte when memd was their only change
+(:mod:`memd_client.config_backup`).
+
+Exit codes: 0 done (or nothing to do), 2 a file cannot be edited safely (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import tomlkit
+import tomlkit.exceptions
+from tomlkit.items import Table
+
+from memd.install.config_files import ConfigFileError
+from memd_client.atomic import write_atomic
+from memd_client.config_backup import give_back, keep_first_backup
+from memd_client.hooks_codex import (
+    codex_home,
+    hooks_turned_off,
+    read_config,
+    trust_entries,
+)
+from memd_client.hooks_install import (
+    CODEX_HOOKS,
+    install_hooks,
+    is_memd_hook,
+    read_settings,
+    uninstall_hooks,
+)
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def install(home: Path, command: str) -> list[str]:
+    """Register ``command`` in ``home``'s hooks.json and trust it; what was done, in words."""
+    hooks_file, config = home / "hooks.json", home / "config.toml"
+    read_config(config)  # a config.toml memd cannot edit stops the install before any write
+    old = trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
+    done = install_hooks(hooks_file, command, CODEX_HOOKS)
+    new = trust_entries(hooks_file, read_settings(hooks_file), lambda c: c == command)
+    done += _edit_trust(config, new, set(old.values()) - set(new.values()), f"{hooks_file}:")
+    off = hooks_turned_off(read_config(config))
+    if off:
+        done.append(f"warning: {config} has {off}: Codex runs no hooks until you remove it")
+    return done
+
+
+def uninstall(home: Path) -> list[str]:
+    """Remove memd's entries from ``home``'s hooks.json and the trust memd gave them."""
+    hooks_file, config = home / "hooks.json", home / "config.toml"
+    read_config(config)
+    mine = trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
+    done = uninstall_hooks(hooks_file) if hooks_file.exists() else []
+    return done + _edit_trust(config, {}, set(mine.values()), f"{hooks_file}:")
+
+
+def _edit_trust(config: Path, add: Mapping[str, str], drop: set[str], prefix: str) -> list[str]:
+    """Record ``add`` (key → hash) in ``config``'s ``[hooks.state]`` and remove the states
+    under ``prefix`` whose hash is in ``drop``."""
+    try:
+        text = config.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    new = edit_state(text, add, drop, prefix)
+    if new is None:
+        return []
+    if add:
+        done = keep_first_backup(config)
+        write_atomic(config, new.encode("utf-8"), mode=None if text else 0o600)
+        return [*done, f"trusted memd's hooks in {config} ([hooks.state])"]
+    done = give_back(config, new.encode("utf-8"), _same_toml, empty=not new.strip())
+    return [*done, f"removed the trust of memd's hooks from {config}"]
+
+
+def _same_toml(saved: bytes, new: bytes) -> bool:
+    return tomllib.loads(saved.decode("utf-8")) == tomllib.loads(new.decode("utf-8"))
+
+
+def edit_state(text: str, add: Mapping[str, str], drop: set[str], prefix: str) -> str | None:
+    """``text`` with the trust states changed (see :func:`_edit_trust`); None: no change.
+    Tables the removal empties go too. Raises :class:`ConfigFileError` for a text that is not
+    TOML or whose ``hooks``/``hooks.state`` are not tables."""
+    try:
+        doc = tomlkit.parse(text)
+    except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:
+        raise ConfigFileError(f"it is not valid TOML ({exc}); fix or move it first") from None
+    hooks = _table(doc, "hooks", create=bool(add))
+    state = _table(hooks, "state", create=bool(add)) if hooks is not None else None
+    if hooks is None or state is None:
+        return None
+    changed = False
+    for key in list(state.keys()):
+        entry = state[key]
+        trusted = entry.get("trusted_hash") if isinstance(entry, Table) else None
+        if key.startswith(prefix) and trusted in drop and add.get(key) != trusted:
+            del state[key]
+            changed = True
+    for key, trusted in add.items():
+        entry = state.get(key)
+        if isinstance(entry, Table):
+            if entry.get("trusted_hash") != trusted:
+                entry["trusted_hash"] = trusted
+                changed = True
+        else:
+            table = tomlkit.table()
+            table["trusted_hash"] = trusted
+            state[key] = table
+            changed = True
+    if not state:
+        del hooks["state"]
+    if not hooks:
+        del doc["hooks"]
+    return tomlkit.dumps(doc) if changed else None
+
+
+def _table(parent: tomlkit.TOMLDocument | Table, key: str, *, create: bool) -> Table | None:
+    node = parent.get(key)
+    if node is None:
+        if not create:
+            return None
+        node = tomlkit.table(is_super_table=True)
+        parent.append(key, node)
+    if not isinstance(node, Table):
+        raise ConfigFileError(f"'{key}' is not a table; fix it by hand")
+    return node
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m memd.install.codex_hooks")
+    p.add_argument("action", choices=("install", "uninstall"))
+    p.add_argument("--command", help="the hook command to register (install)")
+    args = p.parse_args(argv)
+    home = codex_home(os.environ, Path.home())
+    try:
+        if args.action == "install":
+            if not args.command:
+                p.error("install needs --command")
+            done = install(home, args.command)
+        else:
+            done = uninstall(home)
+    except (OSError, ValueError) as exc:
+        print(f"{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print("\n".join(done))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
