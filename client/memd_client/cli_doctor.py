@@ -19,10 +19,16 @@ from typing import Any, Literal
 
 from memd_client import service
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, Ctx, Registrar
-from memd_client.cli_local import client_version, settings_path
+from memd_client.cli_doctor_agents import (
+    check_codex_hooks,
+    check_gemini_hooks,
+    memd_hooks,
+    runnable,
+)
+from memd_client.cli_local import agent_settings, client_version, settings_path
 from memd_client.errors import MemdClientError
 from memd_client.hook_record import read_failed_open, record_path
-from memd_client.hooks_install import MATCHERS, MemdHook, parse_memd_hook, read_settings
+from memd_client.hooks_install import MATCHERS, read_settings
 from memd_client.paths import default_runtime_dir
 from memd_client.render_status import write_fix
 from memd_client.textfmt import Style
@@ -176,7 +182,7 @@ def check_hooks(f: Facts) -> Check:
         return Check("hooks", "fail", str(exc), f"repair {f.settings}, then {fix}")
     hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
     assert isinstance(hooks, dict)
-    found = {event: _memd_hooks(hooks.get(event)) for event in MATCHERS}
+    found = {event: memd_hooks(hooks.get(event)) for event in MATCHERS}
     missing = [event for event, mine in found.items() if not mine]
     if missing and len(missing) == len(MATCHERS):
         over_mcp = mcp_agents(f.home, f.env)
@@ -191,7 +197,7 @@ def check_hooks(f: Facts) -> Check:
     if missing:
         return Check("hooks", "fail", f"no memd hook for {', '.join(missing)} in {f.settings}", fix)
     every = [h for mine in found.values() for h in mine]
-    broken = next((h for h in every if not _runnable(h)), None)
+    broken = next((h for h in every if not runnable(h)), None)
     if broken is not None:
         what = broken.module_file or broken.program
         return Check("hooks", "fail", f"the hook's {what} does not exist or cannot run", fix)
@@ -231,6 +237,17 @@ def mcp_agents(home: Path, env: dict[str, str]) -> list[str]:
     return found
 
 
+def check_codex(f: Facts) -> Check:
+    result: Check = check_codex_hooks(f, Check, mcp_agents(f.home, f.env))
+    return result
+
+
+def check_gemini(f: Facts) -> Check:
+    file = agent_settings("gemini", f.env, f.home)
+    result: Check = check_gemini_hooks(f, Check, mcp_agents(f.home, f.env), file)
+    return result
+
+
 def check_hook_failures(f: Facts) -> Check:
     """The hook fails open silently for the agent; its record says when it did, and why."""
     record = read_failed_open(f.socket)
@@ -242,26 +259,6 @@ def check_hook_failures(f: Facts) -> Check:
         return Check("hook runs", "ok", f"over a day ago, {record.summary()}")
     answers = " (memd answers now)" if f.down is None else ""
     return Check("hook runs", "warn", record.summary() + answers, record.fix())
-
-
-def _memd_hooks(groups: object) -> list[MemdHook]:
-    found = []
-    for group in groups if isinstance(groups, list) else []:
-        inner = group.get("hooks") if isinstance(group, dict) else None
-        for h in inner if isinstance(inner, list) else []:
-            parsed = parse_memd_hook(h.get("command")) if isinstance(h, dict) else None
-            if parsed is not None:
-                found.append(parsed)
-    return found
-
-
-def _runnable(hook: MemdHook) -> bool:
-    program = hook.program
-    if "/" not in program:
-        runs = any(os.access(Path(d) / program, os.X_OK) for d in os.get_exec_path())
-    else:
-        runs = os.access(program, os.X_OK) and Path(program).is_file()
-    return runs and (hook.module_file is None or Path(hook.module_file).is_file())
 
 
 def check_service(f: Facts) -> Check:
@@ -416,6 +413,8 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_env_file,
     check_api,
     check_hooks,
+    check_codex,
+    check_gemini,
     check_hook_failures,
     check_service,
     check_dirs,

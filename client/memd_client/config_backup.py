@@ -29,11 +29,13 @@ def backup_path(path: Path) -> Path:
     return path.with_name(path.name + BACKUP_SUFFIX)
 
 
-def keep_first_backup(path: Path) -> list[str]:
+def keep_first_backup(path: Path, *, only_memd: bool = False) -> list[str]:
     """Save the file as it is before memd first changes it; an existing backup (the user's
-    original, from an earlier install) is never overwritten. What was done, in words."""
+    original, from an earlier install) is never overwritten, and a file that holds nothing
+    but memd's entries (``only_memd``: memd created it) has no original to keep. What was
+    done, in words."""
     backup = backup_path(path)
-    if not path.exists() or backup.exists():
+    if only_memd or not path.exists() or backup.exists():
         return []
     mode = path.stat().st_mode & 0o7777
     write_atomic(backup, path.read_bytes(), mode=mode)

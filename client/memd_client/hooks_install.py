@@ -230,10 +230,11 @@ def read_settings(settings_path: Path) -> dict[str, Any]:
 
 def install_hooks(settings_path: Path, command: str, spec: AgentHooks = CLAUDE_HOOKS) -> list[str]:
     """Merge into ``settings_path``; return what was done, in words."""
-    merged, added, replaced = _merge(read_settings(settings_path), command, spec)
+    current = read_settings(settings_path)
+    merged, added, replaced = _merge(current, command, spec)
     if not added and not replaced:
         return [f"memd hooks already present in {settings_path}"]
-    done = keep_first_backup(settings_path)
+    done = keep_first_backup(settings_path, only_memd=_only_memd(current))
     _write_like(settings_path, merged)
     if replaced:
         done.append(f"removed memd's older hook command for {', '.join(replaced)}")
@@ -258,6 +259,12 @@ def uninstall_hooks(settings_path: Path) -> list[str]:
     done = give_back(settings_path, new, _same_json, empty=not merged)
     done.append(f"removed memd hooks for {', '.join(changed)} from {settings_path}")
     return done
+
+
+def _only_memd(settings: dict[str, Any]) -> bool:
+    """Whether the settings hold memd's hooks and nothing else (memd created the file)."""
+    rest, changed = remove_hooks(settings)
+    return bool(changed) and rest in ({}, {"hooks": {}})
 
 
 def _same_json(saved: bytes, new: bytes) -> bool:

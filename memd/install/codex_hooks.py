@@ -79,7 +79,8 @@ def _edit_trust(config: Path, add: Mapping[str, str], drop: set[str], prefix: st
     if new is None:
         return []
     if add:
-        done = keep_first_backup(config)
+        only_memd = edit_state(text, {}, set(add.values()) | drop, prefix) == ""
+        done = keep_first_backup(config, only_memd=only_memd)
         write_atomic(config, new.encode("utf-8"), mode=None if text else 0o600)
         return [*done, f"trusted memd's hooks in {config} ([hooks.state])"]
     done = give_back(config, new.encode("utf-8"), _same_toml, empty=not new.strip())

@@ -1,0 +1,163 @@
+"""memd's hooks in Codex's and Gemini's files (issue 24): what install writes, that uninstall
+gives the user's files back byte for byte when memd's install was their only change, and what
+``memdctl doctor`` says of each agent it finds. The real CLIs run these files in
+``tests/test_agent_hooks_cli.py``."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from memd.install.codex_hooks import install, uninstall
+from memd.install.config_files import ConfigFileError
+from memd_client import hook as hook_module
+from memd_client.cli_doctor import Facts, check_codex, check_gemini
+from memd_client.hooks_codex import trust_entries, trust_hash
+from memd_client.hooks_install import (
+    AGENT_HOOKS,
+    GEMINI_HOOKS,
+    hook_command,
+    install_hooks,
+    is_memd_hook,
+    parse_memd_hook,
+    uninstall_hooks,
+)
+
+CODEX_CONFIG = (
+    '# my Codex config\nmodel = "o3"   # the one I like\n\n[features]\nweb_search = true\n\n'
+    '[mcp_servers.docs]\ncommand = "docs-mcp"\n'
+)
+USER_HOOK = {"type": "command", "command": "/usr/local/bin/audit", "timeout": 5}
+
+
+def command(agent: str) -> str:
+    return hook_command(sys.executable, hook_module.__file__, agent)
+
+
+def test_gemini_gets_its_events_in_milliseconds_and_its_file_back(tmp_path: Path) -> None:
+    settings = tmp_path / ".gemini" / "settings.json"
+    settings.parent.mkdir()
+    original = b'{\n  "hooks": {\n    "BeforeTool": [\n      {\n        "hooks": [\n' + (
+        b'          {"type": "command", "command": "/usr/local/bin/audit"}\n        ]\n'
+        b'      }\n    ]\n  },\n  "theme": "dark"\n}\n'
+    )
+    settings.write_bytes(original)
+    settings.chmod(0o600)
+    install_hooks(settings, command("gemini"), GEMINI_HOOKS)
+    data = json.loads(settings.read_text())
+    assert sorted(data["hooks"]) == ["BeforeAgent", "BeforeTool", "SessionStart"]
+    (entry,) = data["hooks"]["BeforeAgent"][0]["hooks"]
+    assert entry["timeout"] == 10_000  # Gemini's timeouts are milliseconds
+    hook = parse_memd_hook(entry["command"])
+    assert hook is not None and hook.agent == "gemini" and hook.form == "interpreter"
+    assert stat.S_IMODE(settings.stat().st_mode) == 0o600
+    uninstall_hooks(settings)
+    assert settings.read_bytes() == original
+    assert not settings.with_name("settings.json.memd-backup").exists()
+
+
+@pytest.mark.parametrize("agent", ["claude", "gemini"])
+def test_a_file_memd_created_goes_again_even_after_a_reinstall(tmp_path: Path, agent: str) -> None:
+    settings = tmp_path / "settings.json"
+    spec = AGENT_HOOKS[agent]
+    install_hooks(settings, f"/old/bin/memd-hook {agent}", spec)
+    install_hooks(settings, command(agent), spec)  # memd's own file: no backup of it is kept
+    assert not settings.with_name("settings.json.memd-backup").exists()
+    assert uninstall_hooks(settings)[0] == f"removed {settings}, which held only memd's entries"
+    assert not settings.exists()
+
+
+def codex_home(tmp_path: Path, hooks: dict[str, object] | None = None) -> Path:
+    home = tmp_path / ".codex"
+    home.mkdir()
+    (home / "config.toml").write_text(CODEX_CONFIG)
+    if hooks is not None:
+        (home / "hooks.json").write_text(json.dumps({"hooks": hooks}, indent=2) + "\n")
+    return home
+
+
+def test_codex_hooks_are_trusted_keeping_the_config_and_given_back(tmp_path: Path) -> None:
+    home = codex_home(tmp_path, {"UserPromptSubmit": [{"hooks": [USER_HOOK]}]})
+    before = {name: (home / name).read_bytes() for name in ("config.toml", "hooks.json")}
+    install(home, command("codex"))
+    config = (home / "config.toml").read_text()
+    assert config.startswith(CODEX_CONFIG)  # comments and layout kept, the trust appended
+    state = tomllib.loads(config)["hooks"]["state"]
+    hooks = json.loads((home / "hooks.json").read_text())
+    assert [len(hooks["hooks"][e]) for e in ("SessionStart", "UserPromptSubmit")] == [1, 2]
+    key = f"{home / 'hooks.json'}:user_prompt_submit:1:0"  # after the user's own group
+    mine = hooks["hooks"]["UserPromptSubmit"][1]
+    assert state[key] == {"trusted_hash": trust_hash("UserPromptSubmit", mine, mine["hooks"][0])}
+    assert set(state) == set(trust_entries(home / "hooks.json", hooks, is_memd_hook))
+    uninstall(home)
+    assert {name: (home / name).read_bytes() for name in before} == before
+    assert not list(home.glob("*.memd-backup"))
+
+
+def test_codex_reinstall_replaces_the_trust_of_memds_older_command(tmp_path: Path) -> None:
+    home = codex_home(tmp_path)
+    install(home, "/old/python -I -c 'from memd_client.hook import main' /old/hook.py codex")
+    install(home, command("codex"))
+    state = tomllib.loads((home / "config.toml").read_text())["hooks"]["state"]
+    hooks = json.loads((home / "hooks.json").read_text())
+    assert state == {
+        k: {"trusted_hash": v}
+        for k, v in trust_entries(home / "hooks.json", hooks, is_memd_hook).items()
+    }
+    assert [[g["hooks"][0]["command"] for g in groups] for groups in hooks["hooks"].values()] == [
+        [command("codex")],
+        [command("codex")],
+    ]
+    uninstall(home)
+    assert (home / "config.toml").read_text() == CODEX_CONFIG
+    assert not (home / "hooks.json").exists()
+
+
+def test_codex_install_says_when_codex_hooks_are_off_and_refuses_a_broken_config(
+    tmp_path: Path,
+) -> None:
+    home = codex_home(tmp_path)
+    (home / "config.toml").write_text("[features]\nhooks = false\n")
+    done = install(home, command("codex"))
+    assert any("[features] hooks = false" in line for line in done)
+    (home / "config.toml").write_text("[hooks\nbroken")
+    (home / "hooks.json").unlink()
+    with pytest.raises(ValueError, match="not valid TOML"):
+        install(home, command("codex"))
+    assert not (home / "hooks.json").exists()  # nothing written before the refusal
+    (home / "config.toml").write_text('hooks = "not a table"\n')
+    with pytest.raises(ConfigFileError):
+        install(home, command("codex"))
+
+
+def test_doctor_checks_codex_and_gemini_where_it_finds_them(tmp_path: Path) -> None:
+    facts = Facts({}, tmp_path)
+    assert check_codex(facts).verdict == check_gemini(facts).verdict == "ok"  # not found
+    home = codex_home(tmp_path)
+    (tmp_path / ".gemini").mkdir()
+    missing = [check_codex(facts), check_gemini(facts)]
+    assert [c.verdict for c in missing] == ["warn", "warn"]
+    assert missing[0].fix == "run `memdctl install-hooks --agent codex`"
+    install(home, command("codex"))
+    settings = tmp_path / ".gemini" / "settings.json"
+    install_hooks(settings, command("gemini"), GEMINI_HOOKS)
+    assert [check_codex(facts).verdict, check_gemini(facts).verdict] == ["ok", "ok"]
+
+    trusted = (home / "config.toml").read_text()
+    (home / "config.toml").write_text(CODEX_CONFIG)  # the trust gone: Codex skips the hooks
+    untrusted = check_codex(facts)
+    assert untrusted.verdict == "fail" and "trust" in untrusted.detail
+    (home / "config.toml").write_text(trusted + "\n[features]\nhooks = false\n")
+    assert check_codex(facts).verdict == "fail"
+
+    data = json.loads(settings.read_text())
+    settings.write_text(json.dumps({**data, "hooksConfig": {"enabled": False}}))
+    assert check_gemini(facts).verdict == "fail"
+    settings.write_text(json.dumps({"mcpServers": {"memd": {"command": "memd-mcp"}}}))
+    over_mcp = check_gemini(facts)
+    assert over_mcp.verdict == "ok" and "MCP" in over_mcp.detail
