@@ -5,6 +5,7 @@ gives the user's files back byte for byte when memd's install was their only cha
 
 from __future__ import annotations
 
+import itertools
 import json
 import stat
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from memd.install.agents import apply
 from memd.install.codex_hooks import install, uninstall
 from memd.install.config_files import ConfigFileError
 from memd_client import hook as hook_module
@@ -161,3 +163,28 @@ def test_doctor_checks_codex_and_gemini_where_it_finds_them(tmp_path: Path) -> N
     settings.write_text(json.dumps({"mcpServers": {"memd": {"command": "memd-mcp"}}}))
     over_mcp = check_gemini(facts)
     assert over_mcp.verdict == "ok" and "MCP" in over_mcp.detail
+
+
+def test_codex_hooks_and_mcp_share_one_backup_of_config_toml(tmp_path: Path) -> None:
+    """install-hooks and install-mcp both edit Codex's config.toml: the backup stays the
+    user's original whichever runs first, and undoing both, in any order, gives it back."""
+    orders = [("hooks", "mcp"), ("mcp", "hooks")]
+    for installs, removals in itertools.product(orders, orders):
+        root = tmp_path / f"{'-'.join(installs)}_{'-'.join(removals)}"
+        root.mkdir()
+        home = codex_home(root)
+        env = {"HOME": str(root), "PATH": "/nonexistent"}
+        for step in installs:
+            if step == "hooks":
+                install(home, command("codex"))
+            else:
+                apply(["codex"], "user", "install", root, env)
+        backup = home / "config.toml.memd-backup"
+        assert backup.read_text() == CODEX_CONFIG
+        for step in removals:
+            if step == "hooks":
+                uninstall(home)
+            else:
+                apply(["codex"], "user", "uninstall", root, env)
+        assert (home / "config.toml").read_text() == CODEX_CONFIG
+        assert not backup.exists()

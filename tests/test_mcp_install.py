@@ -270,10 +270,14 @@ def test_memdctl_install_and_uninstall_mcp(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_uninstall_removes_the_containers_it_emptied(tmp_path: Path, agent: str) -> None:
-    """`uninstall-mcp` left `{"mcpServers": {}}` behind in a file memd had created."""
+    """`uninstall-mcp` left `{"mcpServers": {}}` behind in a file memd had created; the file
+    memd created goes altogether (as `uninstall-hooks` does), even after a reinstall."""
     env = env_for(tmp_path)
     apply([agent], "user", "install", tmp_path, env)
     path = tmp_path / FILES[agent][0]
-    apply([agent], "user", "uninstall", tmp_path, env)
     text = path.read_text()
-    assert "mcpServers" not in text and "mcp_servers" not in text
+    path.write_text(text.replace(sys.executable, "/old/python"))  # an older install of memd's
+    apply([agent], "user", "install", tmp_path, env)
+    apply([agent], "user", "uninstall", tmp_path, env)
+    assert not path.exists()
+    assert not list(path.parent.glob("*.memd-backup"))

@@ -19,9 +19,10 @@ from GUI agents without the user's PATH); the project-scope command is ``memd-mc
 a project file is shared with other machines.
 
 Each write is atomic, keeps the file's mode and formatting (:mod:`.config_files`), goes
-through symlinks to the real file, and is preceded by a copy of the old bytes in
-``<file>.memd-backup``. Installing twice changes nothing; uninstalling removes only memd's
-entry and, when nothing else changed since, puts back the original bytes.
+through symlinks to the real file, and keeps the first ``<file>.memd-backup``, shared with
+``install-hooks`` (:mod:`memd_client.config_backup`: the file as it was before memd first
+changed it). Installing twice changes nothing; uninstalling removes only memd's entry and,
+when nothing else changed since, puts back the original bytes (a file memd created goes).
 """
 
 from __future__ import annotations
@@ -42,12 +43,11 @@ from memd.install.config_files import (
     add_entry,
     parsed,
     remove_entry,
-    restore_from_backup,
 )
+from memd_client.config_backup import backup_path, give_back, keep_first_backup
 
 AGENTS = ("claude", "codex", "cursor", "gemini")
 SERVER_NAME = "memd"
-BACKUP_SUFFIX = ".memd-backup"
 Scope = Literal["user", "project"]
 Action = Literal["install", "uninstall"]
 
@@ -137,16 +137,21 @@ def apply_file(target: Target, action: Action) -> Outcome:
         return Outcome(target.agent, where, "failed", f"{where}: {exc}")
     if new is None:
         return Outcome(target.agent, where, "unchanged" if action == "install" else "absent")
-    backup = real.with_name(real.name + BACKUP_SUFFIX)
+    backup = backup_path(real)
     if action == "uninstall":
-        return _write_uninstalled(target, real, new, backup)
-    if old is not None:
-        write_atomic(backup, old)
+        return _write_uninstalled(target, real, new)
+    keep_first_backup(real, only_memd=old is not None and _only_memd(target, text))
     write_atomic(real, new.encode("utf-8"), mode=None if old is not None else target.new_mode)
     result = (
         "installed" if old is None or SERVER_NAME not in _servers_of(target, text) else "updated"
     )
-    return Outcome(target.agent, where, result, backup=str(backup) if old is not None else None)
+    return Outcome(target.agent, where, result, backup=str(backup) if backup.exists() else None)
+
+
+def _only_memd(target: Target, text: str) -> bool:
+    """Whether the file says nothing but memd's entry (memd created it)."""
+    rest = remove_entry(target.fmt, text, target.keys, SERVER_NAME)
+    return rest is not None and not parsed(target.fmt, rest)
 
 
 def _servers_of(target: Target, text: str) -> Mapping[str, Any]:
@@ -156,16 +161,12 @@ def _servers_of(target: Target, text: str) -> Mapping[str, Any]:
     return node if isinstance(node, dict) else {}
 
 
-def _write_uninstalled(target: Target, real: Path, new: str, backup: Path) -> Outcome:
-    try:
-        saved: str | None = backup.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        saved = None
-    final = restore_from_backup(target.fmt, new, saved)
-    restored = final is saved
-    write_atomic(real, final.encode("utf-8"))
-    if restored:
-        backup.unlink(missing_ok=True)
+def _write_uninstalled(target: Target, real: Path, new: str) -> Outcome:
+    def same(saved: bytes, left: bytes) -> bool:
+        return bool(parsed(target.fmt, saved.decode()) == parsed(target.fmt, left.decode()))
+
+    done = give_back(real, new.encode("utf-8"), same, empty=not parsed(target.fmt, new))
+    restored = any(line.startswith(("restored", "removed")) for line in done)
     detail = "restored the file as it was before the install" if restored else ""
     return Outcome(target.agent, str(target.path), "removed", detail)
 

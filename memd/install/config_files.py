@@ -13,9 +13,9 @@ Each edit returns the new text, or ``None`` when the file already says what was 
 second install changes nothing). A file that cannot be parsed, or whose server map is not a
 map, raises :class:`ConfigFileError`: an agent's config is never overwritten on a guess.
 
-Removing the entry from a file that was otherwise left alone restores it byte for byte:
-:func:`restore_from_backup` gives back the backup taken before the install when it says the
-same as the file without memd's entry.
+Removing the entry from a file that was otherwise left alone restores it byte for byte: the
+installer gives back the backup taken before the install when it says (:func:`parsed`) the
+same as the file without memd's entry (:mod:`memd_client.config_backup`).
 """
 
 from __future__ import annotations
@@ -194,15 +194,3 @@ def remove_entry(fmt: Format, text: str, keys: Sequence[str], name: str) -> str 
 def parsed(fmt: Format, text: str) -> Any:
     """The data a config text says (for comparing two texts whatever their layout)."""
     return _json_load(text) if fmt == "json" else _toml_load(text).unwrap()
-
-
-def restore_from_backup(fmt: Format, removed: str, backup: str | None) -> str:
-    """The text to write after removing memd's entry: the backup's exact text when it says
-    the same thing (the file was not otherwise changed since the install), else ``removed``."""
-    if backup is None:
-        return removed
-    try:
-        same = parsed(fmt, backup) == parsed(fmt, removed)
-    except ConfigFileError:
-        return removed
-    return backup if same else removed
