@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,15 @@ import pytest
 
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_agents import LoopbackAgentAPI
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+)
 from tests.other_cli import AgentCLI
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -31,16 +38,6 @@ DEPLOY_BODY = "Deploys go through scripts/bg-deploy.sh with a 10 minute canary."
 def memd_api() -> Iterator[LoopbackAPI]:
     with LoopbackAPI() as server:
         yield server
-
-
-def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def project_with_memory(home: Home) -> Path:
