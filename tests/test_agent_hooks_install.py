@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import stat
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -188,3 +190,28 @@ def test_codex_hooks_and_mcp_share_one_backup_of_config_toml(tmp_path: Path) -> 
                 apply(["codex"], "user", "uninstall", root, env)
         assert (home / "config.toml").read_text() == CODEX_CONFIG
         assert not backup.exists()
+
+
+def test_install_refuses_a_gemini_settings_file_with_comments_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """Gemini reads comments in settings.json; memd does not rewrite the file without them."""
+    settings = tmp_path / ".gemini" / "settings.json"
+    settings.parent.mkdir()
+    original = '{\n  // my theme\n  "theme": "dark"\n}\n'
+    settings.write_text(original)
+    env = {
+        "HOME": str(tmp_path),
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", "install-hooks", "--agent", "gemini"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "comments" in done.stderr and str(settings) in done.stderr
+    assert settings.read_text() == original

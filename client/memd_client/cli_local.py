@@ -161,8 +161,18 @@ def cmd_install_hooks(ctx: Ctx) -> int:
     try:
         done = install_hooks(settings, command, AGENT_HOOKS[agent])
     except (OSError, ValueError) as exc:
-        raise CliFailure(str(exc), EXIT_USAGE) from None
+        raise CliFailure(str(exc) + _gemini_hint(agent, exc), EXIT_USAGE) from None
     return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
+
+
+def _gemini_hint(agent: str, exc: Exception) -> str:
+    """Gemini reads comments in its settings.json; memd's JSON editor would drop them."""
+    if agent != "gemini" or "not valid JSON" not in str(exc):
+        return ""
+    return (
+        ". If it holds comments (Gemini allows them), memd cannot edit it without losing them: "
+        "remove them, or add memd's SessionStart and BeforeAgent hooks by hand"
+    )
 
 
 def cmd_uninstall_hooks(ctx: Ctx) -> int:
