@@ -67,3 +67,67 @@ def read_codex(lines: list[bytes]) -> Reading:
             if last:
                 out.from_usage = last["input_tokens"] + last["output_tokens"]
     return out
+
+
+def _gemini_texts(message: dict[str, Any]) -> list[str]:
+    content = message.get("content")
+    parts = [{"text": content}] if isinstance(content, str) else (content or [])
+    texts = []
+    for part in parts:
+        if part.get("text"):
+            texts.append(part["text"])
+        elif "functionCall" in part:
+            texts.append(f"[called {part['functionCall'].get('name')}(")
+        elif "functionResponse" in part:
+            texts.append(f"[{part['functionResponse'].get('name')} returned: ")
+    texts += [f"[called {call.get('name')}(" for call in message.get("toolCalls") or []]
+    return texts
+
+
+def read_gemini(lines: list[bytes]) -> Reading:
+    """A chat's lines as Gemini's model sees them now: ``blocks`` hold each text's start
+    (a tool call's or result's up to its arguments). A file with no message record of its
+    own is ``ignored``."""
+    out = Reading(ignored=True)
+    history: dict[str, dict[str, Any]] = {}
+    answered: set[str] = set()
+    snapshots: set[str] = set()
+    for raw in lines:
+        line = json.loads(raw)
+        if "$set" in line:
+            if "messages" in line["$set"]:
+                history = {}
+                for m in line["$set"]["messages"]:
+                    if not m["id"].endswith("_response"):
+                        history.pop(m["id"], None)
+                        history[m["id"]] = m
+                for m in line["$set"]["messages"][:3]:
+                    text = json.dumps(m.get("content"))
+                    if '"<state_snapshot>' in text and m["id"] not in snapshots:
+                        snapshots.add(m["id"])
+                        out.compactions += 1
+        elif "$rewindTo" in line:
+            ids = list(history)
+            if line["$rewindTo"] in ids:
+                history = {i: history[i] for i in ids[: ids.index(line["$rewindTo"])]}
+        elif "type" in line:
+            out.ignored = False
+            if line["id"] in history and line["id"] != list(history)[-1]:
+                history[line["id"]] = line
+            else:
+                history.pop(line["id"], None)
+                history[line["id"]] = line
+            words = any(t.strip() for t in _gemini_texts(line))
+            if line["type"] == "gemini" and not line.get("toolCalls") and words:
+                if line["id"] not in answered:
+                    answered.add(line["id"])
+                    out.turn_ends += 1
+    out.blocks = [
+        ("user" if m["type"] == "user" else "assistant", "text", t)
+        for m in history.values()
+        for t in _gemini_texts(m)
+    ]
+    last = next((m for m in reversed(history.values()) if m["type"] == "gemini"), None)
+    tokens = (last or {}).get("tokens") or {}
+    out.from_usage = tokens.get("input", 0) + tokens.get("output", 0)
+    return out

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from memd.memory.paths import project_slug
-from tests.agents_oracle import read_codex
+from tests.agents_oracle import read_codex, read_gemini
 from tests.conftest import AGENTS
 from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
 
@@ -120,5 +120,56 @@ def test_a_codex_sub_agent_and_a_memory_job_are_listed_but_not_followed(tmp_path
             reasons = sorted(r["ignored"] for r in rows)
             assert reasons == ["Codex's own memory consolidation", "a Codex sub-agent's thread"]
             assert all(r["message_count"] == 0 for r in rows)
+        finally:
+            stop_memd(proc)
+
+
+GEMINI_CHAT = AGENTS / "gemini-cli-0.61.0" / "session-2026-11-26T06-48-a795b61b.jsonl"
+
+
+def test_a_gemini_chat_is_followed_through_resume_and_rewind(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    with fake_home(tmp_path) as home:
+        folder = tmp_path / ".gemini" / "tmp" / "proj"
+        (folder / "chats").mkdir(parents=True)
+        (folder / ".project_root").write_text(str(project))
+        path = folder / "chats" / GEMINI_CHAT.name
+        lines = GEMINI_CHAT.read_bytes().splitlines()
+        rewind = next(i for i, line in enumerate(lines) if b"$rewindTo" in line)
+        path.write_bytes(b"\n".join(lines[:rewind]) + b"\n")
+        session = GEMINI_CHAT.stem
+        proc = start_memd(home)
+        try:
+            want = read_gemini(lines[:rewind])
+            seen = wait_for(
+                lambda: (r := row(home, session)) and r["turn_ends"] == want.turn_ends and r,
+                timeout=30,
+                what="the Gemini chat up to the rewind",
+            )
+            assert seen["agent"] == "gemini" and seen["ignored"] is None
+            assert seen["project"] == project_slug(str(project))
+            assert seen["context_from_usage"] == want.from_usage
+            before = seen["message_count"]
+            with path.open("ab") as f:  # /rewind to the 2nd prompt, then a new prompt
+                f.write(b"\n".join(lines[rewind:]) + b"\n")
+            want = read_gemini(lines)
+            done = wait_for(
+                lambda: (r := row(home, session)) and r["turn_ends"] == want.turn_ends and r,
+                timeout=30,
+                what="the chat after the rewind",
+            )
+            assert done["message_count"] < before + 2  # the rewound turn is gone
+            detail = call(home, "session", {"session": session})
+            assert detail["agent"] == "gemini"
+            # A resume in a new minute leaves a 2-line file: listed, not followed.
+            other = next((AGENTS / "gemini-cli-0.61.0" / "compress-resume").glob("*06-46*"))
+            (folder / "chats" / other.name).write_bytes(other.read_bytes())
+            stub = wait_for(
+                lambda: (r := row(home, other.stem)) and r["parsed"] and r,
+                timeout=30,
+                what="the resume's 2-line file",
+            )
+            assert "no message of its own" in stub["ignored"]
         finally:
             stop_memd(proc)

@@ -22,6 +22,7 @@ from memd.config import MAX_NUMBER, TranscriptsConfig
 from memd.daemon.sessions import SessionRegistry
 from memd.sources.base import Source
 from memd.sources.codex import Codex
+from memd.sources.gemini import Gemini
 from memd.transcript.conversation import Conversation
 from tests.conftest import AGENTS
 
@@ -156,3 +157,91 @@ async def test_a_spoiled_token_count_is_a_bad_line_not_a_figure(tmp_path: Path) 
     )
     assert state.bad_lines == counts
     assert state.context_from_usage == 0 and state.message_count > 0
+
+
+GEMINI = AGENTS / "gemini-cli-0.61.0" / "session-2026-11-26T06-48-a795b61b.jsonl"
+GEMINI_LINES = [line for line in GEMINI.read_bytes().split(b"\n") if line]
+GEMINI_IDS = [json.loads(x)["id"] for x in GEMINI_LINES if b'"type"' in x and b'"id"' in x[:8]]
+
+
+def _gemini_line(data: st.DataObject) -> bytes:
+    """A line of the chat, a state replacement or rewind aimed anywhere, or an upsert storm."""
+    kind = data.draw(st.sampled_from(["sample", "upsert", "set", "rewind", "spoiled", "header"]))
+    ident = data.draw(st.sampled_from([*GEMINI_IDS, "nowhere", ""]))
+    if kind == "upsert":
+        tokens = {"input": data.draw(st.sampled_from([0, 10, MAX_NUMBER, 2**70])), "output": 1}
+        kind_of = data.draw(st.sampled_from(["user", "gemini", "other"]))
+        return json.dumps({"id": ident, "type": kind_of, "content": "x", "tokens": tokens}).encode()
+    if kind == "set":
+        picks = data.draw(st.lists(st.sampled_from(GEMINI_IDS), max_size=6))
+        messages: list[Any] = [{"id": i, "type": "user", "content": [{"text": i}]} for i in picks]
+        messages.append(data.draw(st.sampled_from(HOSTILE_VALUES)))
+        return json.dumps({"$set": {"messages": messages}}).encode()
+    if kind == "rewind":
+        return json.dumps({"$rewindTo": ident}).encode()
+    if kind == "header":
+        return GEMINI_LINES[0]
+    line = data.draw(st.sampled_from(GEMINI_LINES))
+    return _spoil(line, data) if kind == "spoiled" else line
+
+
+@given(data=st.data())
+def test_hostile_gemini_chats_never_stop_the_registry(data: st.DataObject) -> None:
+    anyio.run(_hostile_gemini, data)
+
+
+async def _hostile_gemini(data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Gemini(Path(tmp))
+        chats = source.root / "proj" / "chats"
+        chats.mkdir(parents=True)
+        (source.root / "proj" / ".project_root").write_text(tmp)
+        path = chats / GEMINI.name
+        registry = _registry(source)
+        lines = [_gemini_line(data) for _ in range(data.draw(st.integers(1, 40)))]
+        if data.draw(st.booleans()):  # a storm: the same message upserted over and over
+            storm = json.dumps({"id": "s", "type": "gemini", "content": "y"}).encode()
+            lines += [storm] * 2000
+        half = len(lines) // 2
+        path.write_bytes(b"\n".join(GEMINI_LINES + lines[:half]) + b"\n")
+        await _settle(registry, path)
+        await _check(registry, path)
+        with path.open("ab") as f:
+            f.write(b"\n".join(lines[half:]) + b"\n")
+        await _settle(registry, path)
+        await _check(registry, path)
+        reader = registry._readers[str(path)]
+        conv = reader.conversation
+        assert conv.entry_count <= 2 * len(GEMINI_LINES + lines) + 200  # bounded by the lines
+        if data.draw(st.booleans()):  # rewritten in place
+            fd = os.open(path, os.O_WRONLY)
+            os.pwrite(fd, b"\n".join(GEMINI_LINES[:3])[: path.stat().st_size] + b"\n", 0)
+            os.close(fd)
+            await _settle(registry, path)
+            await _check(registry, path)
+
+
+@pytest.mark.anyio
+async def test_an_upsert_storm_keeps_one_message_and_bounded_entries(tmp_path: Path) -> None:
+    source = Gemini(tmp_path)
+    chats = source.root / "proj" / "chats"
+    chats.mkdir(parents=True)
+    (source.root / "proj" / ".project_root").write_text(str(tmp_path))
+    path = chats / GEMINI.name
+    storm = [
+        json.dumps({"id": "s", "type": "gemini", "content": f"v{i}", "tokens": {"input": i}})
+        for i in range(20_000)
+    ]
+    prompt = json.dumps({"id": "p", "type": "user", "content": [{"text": "go"}]})
+    path.write_text("\n".join([GEMINI_LINES[0].decode(), prompt, *storm]) + "\n")
+    registry = _registry(source)
+    await _settle(registry, path)
+    state = registry.get_by_path(path)
+    assert state is not None and state.context_from_usage == 19_999  # the last one won
+    conv = registry._readers[str(path)].conversation
+    assert conv.entry_count < 200  # rebuilt as replaced entries outgrew the history
+    messages = await registry.read(state, Conversation.api_messages)
+    assert messages == [
+        {"role": "user", "content": [{"type": "text", "text": "go"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "v19999"}]},
+    ]

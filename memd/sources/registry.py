@@ -6,6 +6,7 @@ from memd.config import LoadedConfig
 from memd.sources.base import Source
 from memd.sources.claude_code import ClaudeCode
 from memd.sources.codex import Codex
+from memd.sources.gemini import Gemini
 
 
 def sources_for(loaded: LoadedConfig) -> list[Source]:
@@ -15,4 +16,6 @@ def sources_for(loaded: LoadedConfig) -> list[Source]:
     found: list[Source] = [ClaudeCode(paths.projects_root)]
     if on.codex:
         found.append(Codex(paths.codex_home))
+    if on.gemini:
+        found.append(Gemini(paths.gemini_dir))
     return found

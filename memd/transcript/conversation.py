@@ -227,6 +227,14 @@ class Conversation:
                     store.keep(at, line)
                 self.add(entry)
 
+    def carry_from(self, other: Conversation) -> None:
+        """Take over what ``other`` counted (turn ends, compactions, bad lines, the newest
+        timestamp): for a reader that builds a conversation anew from the state it keeps."""
+        self.turn_ends = other.turn_ends
+        self._boundaries = list(other._boundaries)
+        self.bad_lines = other.bad_lines
+        self.last_timestamp = other.last_timestamp
+
     def count_bad_lines(self, count: int) -> None:
         """Record lines dropped before parsing (e.g. longer than the tailer's limit)."""
         self.bad_lines += count
