@@ -71,7 +71,9 @@ def read_codex(lines: list[bytes]) -> Reading:
 
 def _gemini_texts(message: dict[str, Any]) -> list[str]:
     content = message.get("content")
-    parts = [{"text": content}] if isinstance(content, str) else (content or [])
+    parts: list[dict[str, Any]] = (
+        [{"text": content}] if isinstance(content, str) else (content or [])
+    )
     texts = []
     for part in parts:
         if part.get("text"):
@@ -118,10 +120,10 @@ def read_gemini(lines: list[bytes]) -> Reading:
                 history.pop(line["id"], None)
                 history[line["id"]] = line
             words = any(t.strip() for t in _gemini_texts(line))
-            if line["type"] == "gemini" and not line.get("toolCalls") and words:
-                if line["id"] not in answered:
-                    answered.add(line["id"])
-                    out.turn_ends += 1
+            answer = line["type"] == "gemini" and not line.get("toolCalls") and words
+            if answer and line["id"] not in answered:
+                answered.add(line["id"])
+                out.turn_ends += 1
     out.blocks = [
         ("user" if m["type"] == "user" else "assistant", "text", t)
         for m in history.values()
