@@ -32,7 +32,15 @@ from memd.errors import (
     RateLimited,
     Unavailable,
 )
-from memd.llm.client import AnthropicLLM, Disabled, LLMReply, Usage, close_llm, open_llm
+from memd.llm.client import (
+    AnthropicLLM,
+    Disabled,
+    LLMReply,
+    Usage,
+    close_llm,
+    open_llm,
+    stop_llm,
+)
 from memd.llm.errors_map import classify_status, parse_prompt_too_long, parse_retry_after
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
@@ -274,6 +282,28 @@ async def test_a_call_slower_than_its_timeout_is_unavailable() -> None:
         api.release()
         assert isinstance(error, Unavailable) and "0.2" in str(error)
         assert (await call(llm)).text == "OK."
+
+
+@pytest.mark.anyio
+async def test_stop_ends_the_calls_in_flight_and_refuses_new_ones() -> None:
+    """The daemon's stop: a call the API does not answer ends at once, not at its timeout
+    (120 s by default; the stop waited its whole grace period for such calls)."""
+    async with connected(timeout_s=600.0) as (api, llm):
+        api.hold()
+        errors: list[LLMError] = []
+        async with anyio.create_task_group() as tg:
+
+            async def waiting() -> None:
+                errors.append(await failure(llm))
+
+            tg.start_soon(waiting)
+            tg.start_soon(waiting)
+            await anyio.to_thread.run_sync(api.wait_held, 2)
+            stop_llm(llm, "memd is stopping")
+        assert [str(e) for e in errors] == ["memd is stopping"] * 2
+        assert all(isinstance(e, Unavailable) for e in errors)
+        assert str(await failure(llm)) == "memd is stopping"  # refused: the API still holds
+        api.release()
 
 
 @pytest.mark.anyio
