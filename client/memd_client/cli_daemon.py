@@ -50,6 +50,13 @@ def register_session_commands(reg: Registrar) -> None:
                 help="show the level that would serve, tokens before/after and the cut; no model",
             )
             p.add_argument(
+                "--fork",
+                action="store_true",
+                help="write the compaction from the notes as a new Claude Code session beside "
+                "this one (no model call; the old session is not touched) and print how to "
+                "resume it",
+            )
+            p.add_argument(
                 "--context-window", type=TOKENS, help="the model's window (default: config)"
             )
             p.add_argument("--max-output", type=TOKENS, help="the model's max output tokens")
@@ -179,13 +186,21 @@ def extraction_failure(before: dict[str, Any], after: dict[str, Any], waited: fl
 
 def cmd_compact(ctx: Ctx) -> int:
     sid = session_id(ctx, ctx.args.session_id)
+    if ctx.args.fork and ctx.args.dry_run:
+        raise CliFailure("--fork and --dry-run do not go together", EXIT_USAGE)
     params: dict[str, Any] = {"session": sid, "dry_run": ctx.args.dry_run}
+    if ctx.args.fork:
+        params = {"session": sid, "fork": True}
     if ctx.args.context_window:
         params["context_window"] = ctx.args.context_window
     if ctx.args.max_output:
         params["max_output_tokens"] = ctx.args.max_output
     with ctx.progress(f"compacting {sid[:12]}"):
         result = ctx.call("compact", params)
+    if ctx.args.fork:
+        if not result.get("forked"):
+            raise CliFailure(f"not forked: {result.get('reason')}", EXIT_REMOTE, "not_forked")
+        return ctx.emit(result, render.render_fork)
     return ctx.emit(result, render.render_compact)
 
 

@@ -229,6 +229,16 @@ def render_compact(r: dict[str, Any]) -> str:
     return text
 
 
+def render_fork(r: dict[str, Any]) -> str:
+    """``compact --fork``: the new session and how to go on in it."""
+    return (
+        f"forked into session {r['session']} ({tokens(r['tokens_before'])} -> "
+        f"{tokens(r['tokens_after'])}, {r['kept_messages']} recent messages kept, no model "
+        f"call); the old session is unchanged\n"
+        f"resume it with: {r['resume']}"
+    )
+
+
 def _render_compact(r: dict[str, Any]) -> str:
     if r.get("dry_run") and r.get("level") is None:
         return (

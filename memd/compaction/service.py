@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from memd.atomic import persist
+from memd.compaction.forked_session import ForkPlan, plan_fork, write_new_session
 from memd.compaction.message import Msg, to_api
 from memd.compaction.microcompact import microcompact
 from memd.compaction.session_memory import FallThrough, compact_with_notes
@@ -29,6 +30,7 @@ from memd.errors import CompactionFailed, LLMDisabled, LLMError
 from memd.llm.client import LLM, Disabled, Usage
 from memd.llm.ledger import Ledger
 from memd.regular_file import read_regular, read_text_target
+from memd.state import SessionState
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
 
@@ -43,6 +45,12 @@ CONTEXT_FILE_MAX_BYTES = 1024 * 1024
 NotesProvider = Callable[[str], Awaitable[NotesInput | None]]
 ExtractionWaiter = Callable[[str], Awaitable[None]]
 IndexProvider = Callable[[str], Awaitable[str | None]]
+ConversationReader = Callable[[SessionState, Callable[[Conversation], Any]], Awaitable[Any]]
+
+
+def resume_command(session_id: str) -> str:
+    """How the user continues in a forked session."""
+    return f"claude --resume {session_id}"
 
 
 @dataclass(frozen=True)
@@ -292,6 +300,71 @@ class CompactionService:
                 "plan": plan,
                 "memory_index": index,
             },
+        }
+
+    async def fork(
+        self,
+        state: SessionState,
+        read: ConversationReader,
+        window: Window,
+        *,
+        wait: bool = True,
+    ) -> dict[str, Any]:
+        """Write a level-1 compaction of ``state`` as a new session beside it (no model
+        call; see :mod:`memd.compaction.fork`). ``read`` runs a function on the session's
+        conversation under its lock (``registry.read``); ``wait`` False does not wait for
+        an in-flight notes extraction (the hook cannot). Result: ``forked`` and the new
+        ``session``, its ``path`` and the ``resume`` command, or ``forked: False`` and why."""
+        if wait:
+            notes = await self.notes_input(state.session_id)
+        else:
+            notes = await self.notes_for(state.session_id) if self.notes_for else None
+        if notes is None:
+            return {"forked": False, "reason": "the session has no notes yet"}
+        threshold = self.threshold(window)
+
+        def plan(conv: Conversation) -> ForkPlan | FallThrough:
+            msgs = messages_of(conv, self.tokens)
+            return plan_fork(
+                conv,
+                msgs,
+                notes,
+                threshold=threshold,
+                cfg=self.config.compaction,
+                transcript_path=state.path,
+            )
+
+        planned = await read(state, plan)
+        if isinstance(planned, FallThrough):
+            return {"forked": False, "reason": planned.detail, "fall_through": planned.reason}
+        fork = planned.fork
+        folder = Path(state.path).parent
+        try:
+            path = await anyio.to_thread.run_sync(
+                write_new_session, folder, fork.session_id, fork.data
+            )
+        except OSError as exc:
+            log.warning("fork of %s not written: %s", state.session_id, exc)
+            return {"forked": False, "reason": f"writing the new session in {folder} failed: {exc}"}
+        log.info(
+            "forked %s into %s: %d -> %d tokens, %d messages kept, no API call",
+            state.session_id,
+            fork.session_id,
+            planned.tokens_before,
+            planned.tokens_after,
+            fork.kept_messages,
+        )
+        return {
+            "forked": True,
+            "session": fork.session_id,
+            "from_session": state.session_id,
+            "path": str(path),
+            "resume": resume_command(fork.session_id),
+            "tokens_before": planned.tokens_before,
+            "tokens_after": planned.tokens_after,
+            "kept_messages": fork.kept_messages,
+            "dropped_messages": planned.dropped_messages,
+            "api_calls": 0,
         }
 
     def microcompact(self, msgs: list[Msg], keep_recent: int | None) -> dict[str, Any]:

@@ -38,12 +38,18 @@ def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
     async def compact(params: dict[str, Any]) -> Any:
         """Params: ``session`` and/or ``messages`` (API format), ``context_window``,
         ``max_output_tokens``, ``trigger`` (auto|manual), ``custom_instructions``, ``cwd``,
-        ``dry_run``. Result: the new messages, level, tokens before/after, API calls and
-        tokens spent, what to restore, and the time it took here (``server_ms``: ``total``,
-        and ``input``, getting the session's messages, which rebuilds a conversation that is
-        not in memory). Errors: not_found, invalid_params, disabled (no notes usable and no
-        model), unavailable (the model failed)."""
+        ``dry_run``, ``fork``. With ``fork``: no model call, the session's notes and recent
+        messages are written as a new Claude Code session beside it (the old file is not
+        touched); result ``forked``, the new ``session``, its ``path`` and ``resume``
+        command, or ``forked: False`` and the ``reason``. Otherwise the result is the new
+        messages, level, tokens before/after, API calls and tokens spent, what to restore,
+        and the time it took here (``server_ms``: ``total``, and ``input``, getting the
+        session's messages, which rebuilds a conversation that is not in memory). Errors:
+        not_found, invalid_params, disabled (no notes usable and no model), unavailable
+        (the model failed)."""
         started = time.perf_counter()
+        if params.get("fork"):
+            return await fork(params)
         state, msgs = await _input(daemon, params)
         input_ms = _ms_since(started)
         result = await _run_compact(params, state, msgs)
@@ -81,6 +87,12 @@ def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
             transcript_path=state.path if state else None,
             slug=state.slug if state else None,
         )
+
+    async def fork(params: dict[str, Any]) -> dict[str, Any]:
+        if params.get("messages") is not None or params.get("dry_run"):
+            raise InvalidParams("'fork' takes a 'session', not 'messages' or 'dry_run'")
+        state = find_session(daemon, opt_str(params, "session"))
+        return await svc.fork(state, daemon.registry.read, svc.window(params))
 
     async def microcompact(params: dict[str, Any]) -> Any:
         """Params: ``session`` or ``messages``, optional ``keep_recent``. Clears old tool

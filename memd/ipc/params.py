@@ -48,6 +48,7 @@ METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
         "messages": "list",
         "trigger": "str",
         "dry_run": "bool",
+        "fork": "bool",
         "cwd": "str",
         "custom_instructions": "str",
         **_WINDOW,

@@ -1,0 +1,175 @@
+"""A level-1 compaction written as a new Claude Code session (``compact --fork``, issue 25).
+
+Claude Code cannot take a summary from outside (its PreCompact hook can only block), but it
+resumes any session file in the project's transcript folder. So memd writes one beside the
+old session: the lines ``claude --resume <new id>`` reads as a compacted conversation, from
+the notes and with no model call:
+
+1. a ``compact_boundary`` (``parentUuid`` null: the chain starts here, FORMAT.md §5);
+2. the compaction summary: a user line flagged ``isCompactSummary`` that carries the notes
+   message of level 1 (:func:`memd.compaction.session_memory.notes_message_text`), once;
+3. the kept messages (R-C2: the cut level 1 computed), each line as Claude Code wrote it,
+   with a new ``uuid``, its ``parentUuid`` the line before (one chain, no branches), the new
+   ``sessionId``, and ``message.content`` reduced to the blocks memd's reading of the
+   conversation kept (the API-valid form: every kept tool call is answered by the next
+   message, no orphan result, no blank text). A line whose blocks went to two places is
+   written as two lines; parallel tool calls streamed interleaved are written call lines
+   first, then their results, the order Claude Code itself writes for one call at a time.
+
+Everything here is pure: the caller reads the lines back from the transcript (under the
+session's lock) and writes the result (:mod:`memd.compaction.forked_session`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memd.transcript.messages import OutlineMessage
+
+Line = dict[str, Any]
+BOUNDARY_TEXT = "Conversation compacted"
+# Envelope fields the boundary and the summary copy from the first kept line.
+ENVELOPE_FIELDS = ("userType", "cwd", "version", "gitBranch", "slug", "entrypoint")
+# Flags a kept line loses: only the new summary is the compaction summary.
+DROPPED_FIELDS = ("logicalParentUuid", "isCompactSummary", "isVisibleInTranscriptOnly")
+
+
+class LineMismatch(ValueError):
+    """A line read back does not hold what the conversation's outline says (file changed)."""
+
+
+@dataclass(frozen=True)
+class Fork:
+    """The new session's lines, ready to write, and what they hold."""
+
+    session_id: str
+    data: bytes
+    lines: int
+    kept_messages: int
+
+
+def fork_session(
+    kept: Sequence[OutlineMessage],
+    raw_lines: Mapping[str, Line],
+    *,
+    session_id: str,
+    summary: str,
+    pre_tokens: int,
+    timestamp: str,
+    new_uuid: Callable[[], str],
+) -> Fork:
+    """The new session file for ``kept`` (the messages after level 1's cut, in order).
+
+    ``raw_lines`` maps each kept line's uuid to its decoded transcript line. Raises
+    :class:`LineMismatch` when a line does not hold a block the outline names.
+    """
+    first = raw_lines[next(iter(kept[0].lines())).uuid] if kept else {}
+    envelope = {k: first[k] for k in ENVELOPE_FIELDS if k in first}
+    boundary = _boundary(envelope, session_id, new_uuid(), pre_tokens, timestamp)
+    summary_line = _summary(envelope, session_id, new_uuid(), boundary["uuid"], summary, timestamp)
+    out: list[Line] = [boundary, summary_line]
+    renamed: dict[str, str] = {}
+    for message in kept:
+        for old, blocks in _line_runs(message, raw_lines):
+            line = _copied(raw_lines[old], blocks, session_id, new_uuid(), out[-1]["uuid"])
+            source = line.pop("sourceToolAssistantUUID", None)
+            if isinstance(source, str) and source in renamed:
+                line["sourceToolAssistantUUID"] = renamed[source]
+            renamed[old] = line["uuid"]
+            out.append(line)
+    data = b"".join(encode_line(line) + b"\n" for line in out)
+    return Fork(session_id, data, len(out), len(kept))
+
+
+def _boundary(
+    envelope: Mapping[str, Any], session_id: str, uuid: str, pre_tokens: int, timestamp: str
+) -> Line:
+    return {
+        "parentUuid": None,
+        "logicalParentUuid": None,
+        "isSidechain": False,
+        **envelope,
+        "sessionId": session_id,
+        "type": "system",
+        "subtype": "compact_boundary",
+        "content": BOUNDARY_TEXT,
+        "isMeta": False,
+        "timestamp": timestamp,
+        "uuid": uuid,
+        "level": "info",
+        "compactMetadata": {"trigger": "manual", "preTokens": max(0, pre_tokens)},
+    }
+
+
+def _summary(
+    envelope: Mapping[str, Any],
+    session_id: str,
+    uuid: str,
+    parent: str,
+    text: str,
+    timestamp: str,
+) -> Line:
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        **envelope,
+        "sessionId": session_id,
+        "type": "user",
+        "message": {"role": "user", "content": text},
+        "isVisibleInTranscriptOnly": True,
+        "isCompactSummary": True,
+        "uuid": uuid,
+        "timestamp": timestamp,
+    }
+
+
+def _line_runs(
+    message: OutlineMessage, raw_lines: Mapping[str, Line]
+) -> Iterable[tuple[str, list[dict[str, Any]]]]:
+    """(line uuid, its blocks) for each run of the message's blocks that one line holds."""
+    runs: list[tuple[str, list[dict[str, Any]]]] = []
+    for line, (index, kind, _ident, _ok) in message.parts:
+        blocks = content_blocks(raw_lines[line.uuid])
+        block = blocks[index] if index < len(blocks) else None
+        if block is None or block.get("type") != kind:
+            raise LineMismatch(f"line {line.uuid} no longer holds block {index} ({kind})")
+        if runs and runs[-1][0] == line.uuid:
+            runs[-1][1].append(block)
+        else:
+            runs.append((line.uuid, [block]))
+    return runs
+
+
+def content_blocks(line: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A line's ``message.content`` as blocks, indexed as the parser's outline counts them
+    (objects only; a string is one text block, none if empty)."""
+    message = line.get("message")
+    value = message.get("content") if isinstance(message, dict) else None
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}] if value else []
+    if not isinstance(value, list):
+        return []
+    return [block for block in value if isinstance(block, dict)]
+
+
+def _copied(
+    raw: Mapping[str, Any], blocks: list[dict[str, Any]], session_id: str, uuid: str, parent: str
+) -> Line:
+    line = {k: v for k, v in raw.items() if k not in DROPPED_FIELDS}
+    message = raw.get("message")
+    line["message"] = {**(message if isinstance(message, dict) else {}), "content": blocks}
+    line.update(parentUuid=parent, uuid=uuid, sessionId=session_id)
+    return line
+
+
+def encode_line(line: Line) -> bytes:
+    """One JSONL line as Claude Code writes them (compact, UTF-8); text holding a lone
+    surrogate (which UTF-8 cannot carry) is written with ASCII escapes instead."""
+    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(line, separators=(",", ":")).encode("ascii")

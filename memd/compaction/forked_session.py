@@ -1,0 +1,157 @@
+"""``compact --fork``: plan a forked session from a live conversation, and write its file.
+
+:func:`plan_fork` runs in a worker thread under the session's lock (``registry.read``): it
+computes level 1's cut from the notes (:func:`memd.compaction.session_memory.
+compact_with_notes`), reads the kept lines back from the transcript and builds the new file
+(:func:`memd.compaction.fork.fork_session`). :func:`write_new_session` puts it beside the old
+session: the old file is never opened for writing, and the new one is written under a temp
+name (owner-only), made durable, then linked to its name, which fails rather than replace a
+file that exists; the folder is held by a descriptor opened without following a link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from memd.compaction.fork import Fork, Line, LineMismatch, fork_session
+from memd.compaction.message import Msg
+from memd.compaction.session_memory import Compacted, FallThrough, compact_with_notes
+from memd.compaction.strategy import NotesInput
+from memd.config import CompactionConfig
+from memd.tokens import estimate_content
+from memd.transcript.content import TranscriptChanged
+from memd.transcript.conversation import Conversation
+from memd.transcript.model import Entry
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """A fork ready to write: the file and the level-1 figures behind it."""
+
+    fork: Fork
+    tokens_before: int
+    tokens_after: int
+    dropped_messages: int
+
+
+def plan_fork(
+    conv: Conversation,
+    msgs: list[Msg],
+    notes: NotesInput,
+    *,
+    threshold: int,
+    cfg: CompactionConfig,
+    transcript_path: str,
+) -> ForkPlan | FallThrough:
+    """The fork of ``conv`` (``msgs``: its messages as compaction input, same order), or why
+    level 1 cannot serve it. Blocking; run under the session's lock. Raises
+    :class:`~memd.transcript.content.TranscriptChanged` when the file changed meanwhile."""
+    level1 = compact_with_notes(
+        msgs,
+        notes=notes.notes,
+        template=notes.template,
+        last_summarized_uuid=notes.last_summarized_uuid,
+        threshold=threshold,
+        cfg=cfg,
+        estimate=estimate_content,
+        trigger="manual",
+        notes_path=notes.notes_path,
+        transcript_path=transcript_path,
+    )
+    if isinstance(level1, FallThrough):
+        return level1
+    kept = conv.outline()[level1.cut_index :]
+    entries: list[Entry] = [line for message in kept for line in message.lines()]
+    raw = read_lines(conv, entries)
+    try:
+        fork = fork_session(
+            kept,
+            raw,
+            session_id=str(uuid.uuid4()),
+            summary=_summary_text(level1),
+            pre_tokens=level1.tokens_before,
+            timestamp=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            new_uuid=lambda: str(uuid.uuid4()),
+        )
+    except LineMismatch as exc:
+        raise TranscriptChanged(str(exc)) from None
+    return ForkPlan(fork, level1.tokens_before, level1.tokens_after, level1.cut_index)
+
+
+def _summary_text(level1: Compacted) -> str:
+    """The notes message level 1 put first (its text blocks, joined)."""
+    first = level1.messages[0]
+    return "\n\n".join(
+        str(block.get("text")) for block in first.content if block.get("type") == "text"
+    )
+
+
+def read_lines(conv: Conversation, entries: Sequence[Entry]) -> dict[str, Line]:
+    """The decoded transcript lines of ``entries`` by uuid (each checked to be that line)."""
+    by_offset = conv.lines.read(entries)
+    out: dict[str, Line] = {}
+    for entry in entries:
+        try:
+            line = json.loads(by_offset[entry.at])
+        except (KeyError, ValueError, RecursionError):
+            raise TranscriptChanged(f"the line of {entry.uuid} can no longer be read") from None
+        if not isinstance(line, dict) or line.get("uuid") != entry.uuid:
+            raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")
+        out[entry.uuid] = line
+    return out
+
+
+class ForkExists(FileExistsError):
+    """The new session's name is taken (a uuid4 collision, or a file planted there)."""
+
+
+def write_new_session(directory: Path, session_id: str, data: bytes) -> Path:
+    """Write ``<directory>/<session_id>.jsonl`` with ``data``, owner-only, never over an
+    existing file (:class:`ForkExists`), durable before it appears. Blocking; raises
+    ``OSError`` (the folder is a link or not the user's: ``PermissionError``)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    folder = os.open(directory, flags)
+    try:
+        info = os.fstat(folder)
+        if info.st_uid != os.getuid() or info.st_mode & stat.S_IWOTH:
+            raise PermissionError(f"{directory} is not a private folder of this user's")
+        name = f"{session_id}.jsonl"
+        temp = f".{name}.memd-{uuid.uuid4().hex[:8]}.tmp"
+        _write_temp(folder, temp, data)
+        try:
+            os.link(temp, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+        except FileExistsError:
+            raise ForkExists(f"{directory / name} exists already; nothing was written") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=folder)
+        with contextlib.suppress(OSError):  # some filesystems refuse fsync on a folder
+            os.fsync(folder)
+    finally:
+        os.close(folder)
+    return directory / name
+
+
+def _write_temp(folder: int, temp: str, data: bytes) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o600, dir_fd=folder)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=folder)
+        raise
+    os.close(fd)

@@ -1,0 +1,159 @@
+"""``compact --fork`` (issue 25): a level-1 compaction written as a new Claude Code session.
+
+Read back by memd's own reading of transcripts (the one Claude Code's is compared with in
+tests/transcript_oracle.py), the new file is one chain from a compact boundary: the notes
+once, then exactly the messages level 1 keeps, every tool call answered; the old file is
+untouched. The real CLI resuming a fork is in tests/test_claude_code_compact.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.compaction.fork import encode_line
+from memd.compaction.forked_session import ForkExists, ForkPlan, plan_fork, write_new_session
+from memd.compaction.service import messages_of
+from memd.compaction.strategy import NotesInput
+from memd.config import CompactionConfig
+from memd.session.template import DEFAULT_TEMPLATE
+from memd.transcript.conversation import Conversation
+from tests.compaction_support import api_problems
+from tests.conftest import TRANSCRIPTS
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
+from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
+
+NOTES = DEFAULT_TEMPLATE + "\nWiring the matcher into the CLI; test_cli_flags still fails.\n"
+SMALL = CompactionConfig(keep_min_tokens=2_000, keep_min_text_messages=2, keep_max_tokens=8_000)
+CORPUS = [
+    TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl",  # parallel calls, interleaved
+    TRANSCRIPTS / "spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl",  # compacted once
+    TRANSCRIPTS / "spotter" / "tool_heavy.jsonl",
+    BIG,
+]
+
+
+def conversation_of(data: bytes) -> Conversation:
+    conv = Conversation()
+    conv.add_lines(data.splitlines())
+    return conv
+
+
+def fork_of(source: Path, fraction: float) -> tuple[Conversation, ForkPlan]:
+    conv = conversation_of(source.read_bytes())
+    msgs = messages_of(conv)
+    anchor = msgs[int(len(msgs) * fraction)].uuid
+    notes = NotesInput(NOTES, DEFAULT_TEMPLATE, anchor, "/n/summary.md")
+    plan = plan_fork(conv, msgs, notes, threshold=10**9, cfg=SMALL, transcript_path=str(source))
+    assert isinstance(plan, ForkPlan), plan
+    return conv, plan
+
+
+@pytest.mark.parametrize("source", CORPUS, ids=lambda p: p.name[:14])
+@pytest.mark.parametrize("fraction", [0.3, 0.8])
+def test_a_fork_reads_back_as_the_notes_then_exactly_the_kept_messages(
+    source: Path, fraction: float
+) -> None:
+    conv, plan = fork_of(source, fraction)
+    before = conv.api_messages()
+    lines = [json.loads(line) for line in plan.fork.data.splitlines()]
+    assert lines[0]["subtype"] == "compact_boundary" and lines[0]["parentUuid"] is None
+    assert lines[1]["isCompactSummary"] is True and lines[1]["parentUuid"] == lines[0]["uuid"]
+    assert [line["parentUuid"] for line in lines[1:]] == [line["uuid"] for line in lines[:-1]]
+    assert len({line["uuid"] for line in lines}) == len(lines)
+    assert {line["sessionId"] for line in lines} == {plan.fork.session_id}
+    assert not {line["uuid"] for line in lines} & {m.last_uuid for m in conv.messages()}
+    assert sum("isCompactSummary" in line for line in lines) == 1
+
+    forked = conversation_of(plan.fork.data).api_messages()
+    assert api_problems(forked) == []
+    assert json.dumps(forked).count("test_cli_flags still fails") == 1  # the notes, once
+    kept = before[plan.dropped_messages :]
+    assert forked[1:] == kept or forked[0]["content"][1:] == kept[0]["content"]
+    assert len(forked) < len(before)
+
+
+def test_tool_results_point_at_the_copied_call_lines() -> None:
+    _, plan = fork_of(CORPUS[0], 0.3)
+    lines = [json.loads(line) for line in plan.fork.data.splitlines()]
+    uuids = {line["uuid"] for line in lines}
+    key = "sourceToolAssistantUUID"
+    sources = [line[key] for line in lines if key in line]
+    assert sources and set(sources) <= uuids
+
+
+def test_a_line_claude_code_wrote_with_a_lone_surrogate_is_written_back_escaped() -> None:
+    line = {"type": "user", "message": {"role": "user", "content": "a\ud800b é"}}
+    data = encode_line(line)
+    assert data.isascii() and json.loads(data) == line
+    assert encode_line({"t": "é"}) == '{"t":"é"}'.encode()
+
+
+def test_the_new_file_is_owner_only_and_never_written_over_an_existing_one(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "proj"
+    folder.mkdir(mode=0o700)
+    path = write_new_session(folder, "new", b'{"a":1}\n')
+    assert path == folder / "new.jsonl" and path.read_bytes() == b'{"a":1}\n'
+    assert path.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(ForkExists):
+        write_new_session(folder, "new", b"other\n")
+    assert path.read_bytes() == b'{"a":1}\n'
+    os.symlink(tmp_path / "elsewhere", folder / "planted.jsonl")
+    with pytest.raises(ForkExists):
+        write_new_session(folder, "planted", b"x\n")
+    assert not (tmp_path / "elsewhere").exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["new.jsonl", "planted.jsonl"]
+    os.symlink(folder, tmp_path / "linked")
+    with pytest.raises(OSError):
+        write_new_session(tmp_path / "linked", "other", b"x\n")
+
+
+def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", *args],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_memdctl_compact_fork_writes_a_resumable_session_with_no_model(tmp_path: Path) -> None:
+    """No API key at all: the fork is made from the notes; the old file keeps every byte."""
+    with fake_home(tmp_path) as home:
+        target = install_session(home, BIG, "s4")
+        seed_notes(home, "s4", BIG, 0.7)
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        proc = start_memd(home)
+        try:
+            wait_ingested(home, "s4", target.stat().st_size)
+            done = memdctl(home, "compact", "s4", "--fork")
+            assert done.returncode == 0, (done.stdout, done.stderr, read_log(home))
+            (new_id,) = (p.stem for p in (home.projects / SLUG).glob("*.jsonl") if p.stem != "s4")
+            assert f"claude --resume {new_id}" in done.stdout
+            assert hashlib.sha256(target.read_bytes()).hexdigest() == digest
+            new = home.projects / SLUG / f"{new_id}.jsonl"
+            assert new.stat().st_mode & 0o777 == 0o600
+            forked = conversation_of(new.read_bytes()).api_messages()
+            assert api_problems(forked) == []
+            assert json.dumps(forked).count("test_cli_flags") == 1
+            twice = memdctl(home, "--json", "compact", "s4", "--fork")
+            again: dict[str, Any] = json.loads(twice.stdout)
+            assert again["forked"] and again["session"] != new_id and again["api_calls"] == 0
+            assert call(home, "status")["usage"]["total"]["calls"] == 0
+            # A session without notes is not forked, and says why (exit 1).
+            install_session(home, BIG, "bare")
+            wait_ingested(home, "bare", target.stat().st_size)
+            refused = memdctl(home, "compact", "bare", "--fork")
+            assert refused.returncode == 1 and "no notes" in refused.stderr, refused
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
