@@ -1,12 +1,15 @@
 """The real Claude Code CLI for end-to-end tests (issue 10): installed once with npm, pinned.
 
-:func:`installed_claude` installs ``@anthropic-ai/claude-code@2.1.197`` into a cache dir
-(:func:`tests.agent_cli.npm_installed`; the native binary arrives as an npm optional
-dependency) and returns the ``claude`` command, or ``None`` when npm is absent.
+:func:`installed_claude` installs ``@anthropic-ai/claude-code@<version>`` (2.1.197 unless
+asked; :data:`CLAUDE_CODE_VERSIONS` are those the tests pin) into a cache dir
+(:func:`tests.agent_cli.npm_installed`, one folder per version; the native binary arrives as
+an npm optional dependency) and returns the ``claude`` command, or ``None`` when npm is
+absent.
 :func:`claude_env` and :func:`prepare_home` make a throwaway user for it: onboarding accepted
 in ``~/.claude.json``, the model at a loopback Messages-API server (``ANTHROPIC_BASE_URL``),
 no telemetry or update checks. The ``claude_cli`` fixture in ``conftest.py`` wraps this, so any
-test can run ``claude -p …`` or ``claude mcp list``::
+test can run ``claude -p …`` or ``claude mcp list`` (``claude_cli_each`` runs a test once per
+pinned version)::
 
     def test_x(claude_cli: ClaudeCLI, tmp_path: Path) -> None:
         with LoopbackAPI(profile="real_client") as api:
@@ -24,27 +27,28 @@ from pathlib import Path
 from tests.agent_cli import cache_root, npm_installed
 
 CLAUDE_CODE_VERSION = "2.1.197"
+CLAUDE_CODE_VERSIONS = (CLAUDE_CODE_VERSION, "2.1.331")  # the issue 25 measurements' version
 PACKAGE = f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"
 API_KEY = "sk-ant-loopback-0000000000000000000000"
 
 
-def cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    return cache_root(env) / f"claude-code-{CLAUDE_CODE_VERSION}"
+def cache_dir(env: Mapping[str, str] | None = None, version: str = CLAUDE_CODE_VERSION) -> Path:
+    return cache_root(env) / f"claude-code-{version}"
 
 
-def installed_claude(env: Mapping[str, str] | None = None) -> Path | None:
+def installed_claude(
+    env: Mapping[str, str] | None = None, version: str = CLAUDE_CODE_VERSION
+) -> Path | None:
     """The pinned ``claude`` command, installed into the cache dir when missing; ``None``
     when npm is not available. Raises ``RuntimeError`` when npm fails."""
-    return npm_installed(
-        "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION, "claude-code", "claude", env
-    )
+    return npm_installed("@anthropic-ai/claude-code", version, "claude-code", "claude", env)
 
 
-def prepare_home(home: Path) -> None:
+def prepare_home(home: Path, version: str = CLAUDE_CODE_VERSION) -> None:
     """Onboarding accepted, so ``claude`` asks nothing."""
     state = home / ".claude.json"
     data = json.loads(state.read_text()) if state.exists() else {}
-    data.update(hasCompletedOnboarding=True, lastOnboardingVersion=CLAUDE_CODE_VERSION)
+    data.update(hasCompletedOnboarding=True, lastOnboardingVersion=version)
     state.write_text(json.dumps(data))
 
 
@@ -66,9 +70,10 @@ class ClaudeCLI:
     """The installed command; :meth:`run` runs it to completion."""
 
     command: Path
+    version: str = CLAUDE_CODE_VERSION
 
     def env(self, base: Mapping[str, str], api_url: str) -> dict[str, str]:
-        prepare_home(Path(base["HOME"]))
+        prepare_home(Path(base["HOME"]), self.version)
         return claude_env(base, api_url)
 
     def run(

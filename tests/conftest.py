@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, settings
 from memd.config import LLMConfig
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.testing.loopback import LoopbackAPI
-from tests.claude_cli import PACKAGE, ClaudeCLI, installed_claude
+from tests.claude_cli import CLAUDE_CODE_VERSIONS, PACKAGE, ClaudeCLI, installed_claude
 from tests.other_cli import (
     CODEX_PACKAGE,
     GEMINI_PACKAGE,
@@ -244,3 +244,13 @@ def gemini_cli() -> AgentCLI:
     if command is None:
         pytest.skip(f"npm is not installed: cannot install {GEMINI_PACKAGE} for the real-CLI tests")
     return AgentCLI("gemini", command)
+
+
+@pytest.fixture(scope="session", params=CLAUDE_CODE_VERSIONS)
+def claude_cli_each(request: pytest.FixtureRequest) -> ClaudeCLI:
+    """The real Claude Code CLI once per pinned version (:data:`CLAUDE_CODE_VERSIONS`)."""
+    version = str(request.param)
+    command = installed_claude(version=version)
+    if command is None:
+        pytest.skip(f"npm is not installed: cannot install Claude Code {version}")
+    return ClaudeCLI(command, version)

@@ -25,7 +25,7 @@ from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
 from memd.session.template import DEFAULT_TEMPLATE
 from memd.transcript.conversation import Conversation
-from tests.compaction_support import api_problems
+from tests.compaction_support import api_problems, says_something
 from tests.conftest import TRANSCRIPTS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
 from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
@@ -47,17 +47,31 @@ def conversation_of(data: bytes) -> Conversation:
 
 
 def fork_of(source: Path, fraction: float) -> tuple[Conversation, ForkPlan]:
+    """A fork whose notes cover ``fraction`` of the messages; at 1.0 and more, the notes
+    cover up to the middle prompt, which is then the first message kept."""
     conv = conversation_of(source.read_bytes())
     msgs = messages_of(conv)
-    anchor = msgs[int(len(msgs) * fraction)].uuid
-    notes = NotesInput(NOTES, DEFAULT_TEMPLATE, anchor, "/n/summary.md")
-    plan = plan_fork(conv, msgs, notes, threshold=10**9, cfg=SMALL, transcript_path=str(source))
+    cfg = SMALL
+    if fraction >= 1:
+        cfg = CompactionConfig(keep_min_tokens=1, keep_min_text_messages=1)
+        prompts = [
+            i
+            for i in range(len(msgs) - 1)
+            if msgs[i + 1].role == "user" and says_something(msgs[i + 1])
+        ]
+        if not prompts:
+            pytest.skip("one prompt in the whole session")
+        at = prompts[len(prompts) // 2]
+    else:
+        at = int(len(msgs) * fraction)
+    notes = NotesInput(NOTES, DEFAULT_TEMPLATE, msgs[at].uuid, "/n/summary.md")
+    plan = plan_fork(conv, msgs, notes, threshold=10**9, cfg=cfg, transcript_path=str(source))
     assert isinstance(plan, ForkPlan), plan
     return conv, plan
 
 
 @pytest.mark.parametrize("source", CORPUS, ids=lambda p: p.name[:14])
-@pytest.mark.parametrize("fraction", [0.3, 0.8])
+@pytest.mark.parametrize("fraction", [0.3, 0.8, 1.0])
 def test_a_fork_reads_back_as_the_notes_then_exactly_the_kept_messages(
     source: Path, fraction: float
 ) -> None:
@@ -76,7 +90,12 @@ def test_a_fork_reads_back_as_the_notes_then_exactly_the_kept_messages(
     assert api_problems(forked) == []
     assert json.dumps(forked).count("test_cli_flags still fails") == 1  # the notes, once
     kept = before[plan.dropped_messages :]
-    assert forked[1:] == kept or forked[0]["content"][1:] == kept[0]["content"]
+    if kept[0]["role"] == "user":  # Claude Code merges it with the summary, as memd does
+        assert forked[0]["content"][1:] == kept[0]["content"] and forked[1:] == kept[1:]
+        summary = forked[0]["content"][0]["text"]
+        assert not [b for b in kept[0]["content"] if b.get("text") and b["text"] in summary]
+    else:
+        assert forked[1:] == kept
     assert len(forked) < len(before)
 
 

@@ -424,3 +424,21 @@ def test_the_real_client_profile_streams_and_accepts_system_messages() -> None:
         assert real.requests[0].response["content"] == [{"type": "text", "text": "OK from stub"}]
         status, _, data = _post(real.url, {**body, "messages": [{"role": "system", "content": ""}]})
         assert status == 400
+
+
+def test_the_real_client_profile_takes_a_settings_change_with_no_text() -> None:
+    """Claude Code 2.1.331 sends ``{"role": "system", "content": [], "output_config": …}``
+    (an effort change) when it resumes a compacted session; an empty system message without
+    one is still refused."""
+    change = {"role": "system", "content": [], "output_config": {"effort": "medium"}}
+    body = {"model": "m", "max_tokens": 50, "stream": True}
+    with LoopbackAPI(profile="real_client", default_text="OK") as real:
+        status, _, _ = _post(
+            real.url, {**body, "messages": [{"role": "user", "content": "hi"}, change]}
+        )
+        assert status == 200
+        empty = {"role": "system", "content": []}
+        status, _, data = _post(
+            real.url, {**body, "messages": [{"role": "user", "content": "hi"}, empty]}
+        )
+        assert status == 400 and b"messages.1.content" in data

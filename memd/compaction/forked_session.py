@@ -87,11 +87,10 @@ def plan_fork(
 
 
 def _summary_text(level1: Compacted) -> str:
-    """The notes message level 1 put first (its text blocks, joined)."""
-    first = level1.messages[0]
-    return "\n\n".join(
-        str(block.get("text")) for block in first.content if block.get("type") == "text"
-    )
+    """The notes message level 1 put first: its first block (a kept user message that
+    follows it was merged into the same message, and is written as its own line)."""
+    text = level1.messages[0].content[0].get("text")
+    return text if isinstance(text, str) else ""
 
 
 def read_lines(conv: Conversation, entries: Sequence[Entry]) -> dict[str, Line]:

@@ -131,6 +131,10 @@ def _messages(messages: list[Any], strict_alternation: bool, system_messages: bo
             continue
         role = message.get("role")
         if role == "system" and system_messages:
+            # Claude Code 2.1.331 sends a settings change (``output_config``, the effort) as
+            # a system message with no content, also after its own compaction.
+            if not message.get("content") and isinstance(message.get("output_config"), dict):
+                continue
             problems += _system_message(path, message.get("content"))
             continue
         if role not in ("user", "assistant"):
