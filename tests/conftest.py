@@ -246,6 +246,20 @@ def gemini_cli() -> AgentCLI:
     return AgentCLI("gemini", command)
 
 
+@pytest.fixture
+def memd_api() -> Iterator[LoopbackAPI]:
+    """memd's own model beside the real Claude Code CLI: the strict profile."""
+    with LoopbackAPI() as server:
+        yield server
+
+
+@pytest.fixture
+def claude_api() -> Iterator[LoopbackAPI]:
+    """The real Claude Code CLI's model: the real-client profile."""
+    with LoopbackAPI(profile="real_client", default_text="OK from stub") as server:
+        yield server
+
+
 @pytest.fixture(scope="session", params=CLAUDE_CODE_VERSIONS)
 def claude_cli_each(request: pytest.FixtureRequest) -> ClaudeCLI:
     """The real Claude Code CLI once per pinned version (:data:`CLAUDE_CODE_VERSIONS`)."""

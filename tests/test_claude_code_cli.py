@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from memd.memory.paths import memory_dir
 from memd.testing import loopback_replies as replies
@@ -31,20 +28,6 @@ DEPLOY = (
     + DEPLOY_BODY
     + "\n"
 )
-
-
-@pytest.fixture
-def memd_api() -> Iterator[LoopbackAPI]:
-    """memd's own model: the strict profile."""
-    with LoopbackAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def claude_api() -> Iterator[LoopbackAPI]:
-    """Claude Code's model: the real-client profile."""
-    with LoopbackAPI(profile="real_client", default_text="OK from stub") as server:
-        yield server
 
 
 def setup(home: Home, memd_api: LoopbackAPI, settings: dict[str, Any]) -> Path:
