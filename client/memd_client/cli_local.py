@@ -17,7 +17,12 @@ from memd_client import hook, hooks_install, service
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.errors import MemdClientError
 from memd_client.hooks_codex import codex_home
-from memd_client.hooks_install import AGENT_HOOKS, install_hooks, uninstall_hooks
+from memd_client.hooks_install import (
+    AGENT_HOOKS,
+    CLAUDE_TAKEOVER_HOOKS,
+    install_hooks,
+    uninstall_hooks,
+)
 
 FOLLOW_POLL_S = 0.5
 LOG_TAIL_LINES = 200
@@ -56,6 +61,13 @@ def register(reg: Registrar) -> None:
         ),
     ):
         p = reg.add(name, run, text)
+        if name == "install-hooks":
+            p.add_argument(
+                "--compact-takeover",
+                action="store_true",
+                help="also take over /compact: memd forks the session from its notes (no "
+                "model call) and Claude Code says how to resume it (off without this flag)",
+            )
         p.add_argument(
             "--agent",
             choices=tuple(AGENT_HOOKS),
@@ -155,11 +167,16 @@ def cmd_install_hooks(ctx: Ctx) -> int:
             "reinstall memd-client",
             EXIT_USAGE,
         )
+    if ctx.args.compact_takeover and agent != "claude":
+        raise CliFailure("--compact-takeover is for Claude Code (--agent claude)", EXIT_USAGE)
     if agent == "codex":
         done = _codex_hooks(ctx, ["install", f"--command={command}"])
         return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
     try:
-        done = install_hooks(settings, command, AGENT_HOOKS[agent])
+        spec = AGENT_HOOKS[agent]
+        if ctx.args.compact_takeover:
+            spec = CLAUDE_TAKEOVER_HOOKS
+        done = install_hooks(settings, command, spec)
     except (OSError, ValueError) as exc:
         raise CliFailure(str(exc) + _gemini_hint(agent, exc), EXIT_USAGE) from None
     return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)

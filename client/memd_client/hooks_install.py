@@ -14,6 +14,10 @@ can shadow a module), importing it so its cached bytecode is used: this starts f
 the ``memd-hook`` console script (whose launcher imports ``re``) and than running the file by
 path (compiled on every run). See BENCHMARKS.md, "Hook command".
 
+``install-hooks --compact-takeover`` (Claude Code) also registers the hook on PreCompact
+(manual ``/compact`` only, with a timeout of its own: :data:`CLAUDE_TAKEOVER_HOOKS`);
+installing without the flag removes that entry again.
+
 Installing is idempotent (an entry whose command is already there is not added again),
 replaces memd's entries in any older form (the ``memd-hook`` console script, ``python -m
 memd_client.hook``, ``python …/memd_client/hook.py``) rather than adding beside them, and
@@ -28,7 +32,7 @@ import json
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +48,33 @@ MATCHERS = {
 HOOK_TIMEOUT_S = 10
 
 
+# ``--compact-takeover`` (off by default): ``/compact`` served by a fork from the notes
+# (memd.compaction.takeover). Claude Code waits for a PreCompact hook until its timeout, then
+# kills it and compacts anyway; memd answers in well under a second or lets it through.
+TAKEOVER_MATCHERS: dict[str, str | None] = {"PreCompact": "manual"}
+TAKEOVER_TIMEOUT_S = 5
+
+
 @dataclass(frozen=True)
 class AgentHooks:
     """What one agent's hooks file gets from memd: ``events`` (event → matcher, or None for
-    none) and the ``timeout`` each entry carries, in the agent's unit."""
+    none) and the ``timeout`` each entry carries, in the agent's unit (``timeouts``: an
+    event's own); memd's entries in the ``optional`` events it does not list are removed."""
 
     agent: str
     events: dict[str, str | None]
     timeout: int
+    timeouts: dict[str, int] = field(default_factory=dict)
+    optional: tuple[str, ...] = ()
 
 
-CLAUDE_HOOKS = AgentHooks("claude", MATCHERS, HOOK_TIMEOUT_S)
+CLAUDE_HOOKS = AgentHooks("claude", MATCHERS, HOOK_TIMEOUT_S, optional=tuple(TAKEOVER_MATCHERS))
+CLAUDE_TAKEOVER_HOOKS = AgentHooks(
+    "claude",
+    {**MATCHERS, **TAKEOVER_MATCHERS},
+    HOOK_TIMEOUT_S,
+    {"PreCompact": TAKEOVER_TIMEOUT_S},
+)
 # Codex sends Claude Code's input and takes its output under the same event names (seconds).
 # No Stop: memd reads no Codex transcript yet, so a turn end has nothing to extract from.
 CODEX_HOOKS = AgentHooks("codex", {"SessionStart": None, "UserPromptSubmit": None}, 10)
@@ -154,14 +174,19 @@ def _merge(
         if not isinstance(hooks.get(event, []), list):
             raise ValueError(f"the file's hooks.{event} is not a list; fix it by hand")
     merged, replaced = remove_hooks(settings, keep=command)
+    unwanted = tuple(e for e in spec.optional if e not in spec.events)
+    if unwanted:
+        merged, dropped = remove_hooks(merged, events=unwanted)
+        replaced += [e for e in dropped if e not in replaced]
     hooks = merged.setdefault("hooks", {})
     added = []
     for event, matcher in spec.events.items():
         groups = hooks.setdefault(event, [])
         if any(command in _commands(g) for g in groups):
             continue
+        timeout = spec.timeouts.get(event, spec.timeout)
         group: dict[str, Any] = {
-            "hooks": [{"type": "command", "command": command, "timeout": spec.timeout}]
+            "hooks": [{"type": "command", "command": command, "timeout": timeout}]
         }
         groups.append({"matcher": matcher, **group} if matcher else group)
         added.append(event)
@@ -176,17 +201,17 @@ def _commands(group: object) -> list[object]:
 
 
 def remove_hooks(
-    settings: dict[str, Any], keep: str | None = None
+    settings: dict[str, Any], keep: str | None = None, events: tuple[str, ...] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """Return the settings without memd's hook entries (but those whose command is ``keep``),
-    and the events that changed. A group left with no hooks is dropped, and so is an event
-    left with no groups."""
+    """Return the settings without memd's hook entries (but those whose command is ``keep``;
+    only in ``events`` when given), and the events that changed. A group left with no hooks
+    is dropped, and so is an event left with no groups."""
     merged = json.loads(json.dumps(settings))  # deep copy of plain JSON
     hooks = merged.get("hooks")
     if not isinstance(hooks, dict):
         return merged, []
     changed = []
-    for event in list(hooks):
+    for event in [e for e in hooks if events is None or e in events]:
         groups = hooks[event]
         if not isinstance(groups, list):
             continue

@@ -23,7 +23,12 @@ from pathlib import Path
 
 from memd.compaction.fork import Fork, Line, LineMismatch, fork_session
 from memd.compaction.message import Msg
-from memd.compaction.session_memory import Compacted, FallThrough, compact_with_notes
+from memd.compaction.session_memory import (
+    Compacted,
+    FallThrough,
+    compact_with_notes,
+    covered_end,
+)
 from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
 from memd.tokens import estimate_content
@@ -40,6 +45,7 @@ class ForkPlan:
     tokens_before: int
     tokens_after: int
     dropped_messages: int
+    uncovered_tokens: int  # of the messages after those the notes cover
 
 
 def plan_fork(
@@ -50,9 +56,11 @@ def plan_fork(
     threshold: int,
     cfg: CompactionConfig,
     transcript_path: str,
+    session_id: str | None = None,
 ) -> ForkPlan | FallThrough:
-    """The fork of ``conv`` (``msgs``: its messages as compaction input, same order), or why
-    level 1 cannot serve it. Blocking; run under the session's lock. Raises
+    """The fork of ``conv`` (``msgs``: its messages as compaction input, same order) as
+    session ``session_id`` (default: a new uuid4), or why level 1 cannot serve it.
+    Blocking; run under the session's lock. Raises
     :class:`~memd.transcript.content.TranscriptChanged` when the file changed meanwhile."""
     level1 = compact_with_notes(
         msgs,
@@ -75,7 +83,7 @@ def plan_fork(
         fork = fork_session(
             kept,
             raw,
-            session_id=str(uuid.uuid4()),
+            session_id=session_id or str(uuid.uuid4()),
             summary=_summary_text(level1),
             pre_tokens=level1.tokens_before,
             timestamp=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
@@ -83,7 +91,11 @@ def plan_fork(
         )
     except LineMismatch as exc:
         raise TranscriptChanged(str(exc)) from None
-    return ForkPlan(fork, level1.tokens_before, level1.tokens_after, level1.cut_index)
+    covered = covered_end(msgs, notes.last_summarized_uuid) or 0
+    uncovered_tokens = sum(m.tokens for m in msgs[covered:])
+    return ForkPlan(
+        fork, level1.tokens_before, level1.tokens_after, level1.cut_index, uncovered_tokens
+    )
 
 
 def _summary_text(level1: Compacted) -> str:

@@ -23,6 +23,7 @@ from memd.compaction.message import Msg, to_api
 from memd.compaction.microcompact import microcompact
 from memd.compaction.session_memory import FallThrough, compact_with_notes
 from memd.compaction.strategy import NotesInput, Outcome, compact, files_to_restore
+from memd.compaction.takeover import TakeoverRecord
 from memd.compaction.threshold import BreakerState, Trigger, auto_compact_threshold, should_compact
 from memd.compaction.tokencache import TokenCache
 from memd.config import Config
@@ -133,6 +134,7 @@ class CompactionService:
         self.tokens = tokens if tokens is not None else TokenCache()
         self._breakers_path = state_dir / BREAKERS_FILE
         self._breakers: dict[str, BreakerState] = _load_breakers(self._breakers_path)
+        self.takeover = TakeoverRecord(state_dir)
 
     def input_of(self, conv: Conversation) -> list[Msg]:
         """Compaction input for a session with cached estimates (blocking: run in a thread)."""
@@ -309,11 +311,15 @@ class CompactionService:
         window: Window,
         *,
         wait: bool = True,
+        fork_id: str | None = None,
+        fresh_only: bool = False,
     ) -> dict[str, Any]:
         """Write a level-1 compaction of ``state`` as a new session beside it (no model
         call; see :mod:`memd.compaction.fork`). ``read`` runs a function on the session's
         conversation under its lock (``registry.read``); ``wait`` False does not wait for
-        an in-flight notes extraction (the hook cannot). Result: ``forked`` and the new
+        an in-flight notes extraction (the hook cannot); ``fork_id`` names the new session
+        (default: a new uuid4); ``fresh_only`` refuses notes that are behind (more than
+        ``keep_max_tokens`` of messages after what they cover). Result: ``forked`` and the new
         ``session``, its ``path`` and the ``resume`` command, or ``forked: False`` and why."""
         if wait:
             notes = await self.notes_input(state.session_id)
@@ -332,11 +338,15 @@ class CompactionService:
                 threshold=threshold,
                 cfg=self.config.compaction,
                 transcript_path=state.path,
+                session_id=fork_id,
             )
 
         planned = await read(state, plan)
         if isinstance(planned, FallThrough):
             return {"forked": False, "reason": planned.detail, "fall_through": planned.reason}
+        behind = planned.uncovered_tokens - self.config.compaction.keep_max_tokens
+        if fresh_only and behind > 0:
+            return {"forked": False, "reason": f"the notes are {behind} tokens behind"}
         fork = planned.fork
         folder = Path(state.path).parent
         try:

@@ -81,12 +81,12 @@ def compact_with_notes(
         return FallThrough("no_notes", "the session has no notes yet")
     if _normalized(notes) == _normalized(template):
         return FallThrough("empty_template", "the notes are still the empty template")
-    covered_end = _covered_end(msgs, last_summarized_uuid)
-    if covered_end is None:
+    covered = covered_end(msgs, last_summarized_uuid)
+    if covered is None:
         return FallThrough(
             "id_not_found", f"last summarized message {last_summarized_uuid} is not in context"
         )
-    start = protect_tool_pairs(msgs, keep_start(msgs, covered_end, cfg))
+    start = protect_tool_pairs(msgs, keep_start(msgs, covered, cfg))
     if start == 0:
         return FallThrough("nothing_to_drop", "every message would be kept")
     text, cut = truncate_sections(notes, cfg.section_max_chars)
@@ -103,7 +103,7 @@ def compact_with_notes(
     return Compacted(tuple(result), boundary, before, after, start, len(kept), cut)
 
 
-def _covered_end(msgs: Sequence[Msg], uuid: str | None) -> int | None:
+def covered_end(msgs: Sequence[Msg], uuid: str | None) -> int | None:
     """Index just past the last message the notes cover; None if the uuid is unknown.
 
     A uuid naming an earlier line of a message that grew since (a response still streaming

@@ -6,13 +6,20 @@ A request names a session (messages are rebuilt from its transcript) or carries 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from memd.compaction.message import Msg
 from memd.compaction.service import messages_from_client
+from memd.compaction.takeover import Pass, block_reply, decide
+from memd.compaction.threshold import effective_window
 from memd.ipc.params import find_session, opt_int, opt_str
 from memd.ipc.server import Handler, InvalidParams
 from memd.state import SessionState
@@ -21,6 +28,10 @@ if TYPE_CHECKING:
     from memd.daemon.service import Daemon
 
 log = logging.getLogger(__name__)
+
+# The PreCompact hook waits (memd_client.hook.DEFAULT_TIMEOUT_S) for 3 s; the takeover gives
+# up well before, so the hook prints nothing and Claude Code compacts as usual.
+TAKEOVER_BUDGET_S = 1.5
 
 
 def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
@@ -121,3 +132,54 @@ async def _input(daemon: Daemon, params: dict[str, Any]) -> tuple[SessionState |
 
 def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
+
+
+async def precompact(daemon: Daemon, hook_input: Mapping[str, Any]) -> str | None:
+    """The PreCompact hook's stdout: a block after a fork of the session, or None (Claude
+    Code compacts as usual). See :mod:`memd.compaction.takeover`."""
+    svc, sid = daemon.compaction, hook_input.get("session_id")
+    record = svc.takeover
+    state = daemon.registry.get(sid) if isinstance(sid, str) and sid else None
+    if state is None:
+        return await _pass(daemon, "", "memd does not know the session")
+    window, cfg = svc.window({}), daemon.loaded.config.compaction
+    notes = daemon.notes.status(state.session_id)
+    decision = decide(
+        hook_input,
+        context_tokens=state.context_tokens,
+        effective_window=effective_window(
+            window.context_window, window.max_output_tokens, cfg.max_output_reserve
+        ),
+        blocked_last=record.blocked_last(state.session_id),
+        notes_phase=notes.phase if notes else None,
+    )
+    if isinstance(decision, Pass):
+        return await _pass(daemon, state.session_id, decision.reason)
+    fork_id = str(uuid.uuid4())
+    try:
+        await anyio.to_thread.run_sync(record.mark, state.session_id, fork_id)
+    except OSError as exc:
+        return await _pass(daemon, state.session_id, f"the takeover record: {exc}")
+    with anyio.move_on_after(TAKEOVER_BUDGET_S):
+        result = await svc.fork(
+            state, daemon.registry.read, window, wait=False, fork_id=fork_id, fresh_only=True
+        )
+        if not result.get("forked"):
+            return await _pass(daemon, state.session_id, str(result.get("reason")))
+        record.taken += 1
+        log.info("/compact of %s taken over by the fork %s", state.session_id, fork_id)
+        return block_reply(str(result["resume"]))
+    return await _pass(daemon, state.session_id, "the fork took longer than the hook waits")
+
+
+async def _pass(daemon: Daemon, session_id: str, reason: str) -> str | None:
+    """Let the compaction through: say why, and forget a block of this session (so the one
+    after this may be taken over again)."""
+    record = daemon.compaction.takeover
+    record.passed += 1
+    record.last_pass = reason
+    log.info("PreCompact of %s goes through: %s", session_id or "(unknown session)", reason)
+    if session_id:
+        with contextlib.suppress(OSError):  # kept in the record: the next one passes too
+            await anyio.to_thread.run_sync(record.clear, session_id)
+    return None

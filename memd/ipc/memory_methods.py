@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from memd.ipc.compaction_methods import precompact
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
 from memd.memory.hook_context import CLAUDE, hook_context, hook_stdout, parse_hook_stdin
@@ -74,6 +75,8 @@ def memory_methods(daemon: Daemon) -> dict[str, Handler]:
                 raise InvalidParams("'input' must be the hook's JSON object")
             hook_input = given
         agent = opt_str(params, "agent") or CLAUDE
+        if event == "PreCompact" and agent == CLAUDE:
+            return {"additionalContext": None, "stdout": await precompact(daemon, hook_input)}
         env = params.get("env") if agent == CLAUDE else None
         result = await hook_context(
             event,

@@ -1,0 +1,165 @@
+"""Claude Code's ``/compact`` taken over by a fork from the notes (opt-in, issue 25).
+
+With ``memdctl install-hooks --compact-takeover`` Claude Code runs memd's hook on PreCompact
+(matcher ``manual``). Measured with the real CLI (2.1.197 and 2.1.331): a hook answering
+``{"decision": "block", "reason": …}`` stops the compaction, and Claude Code shows the user
+``Compaction blocked by PreCompact hook: [<hook command>]: <reason>``; the input has
+``trigger`` and ``custom_instructions`` (the text after ``/compact``, else null), no token
+counts. So the daemon's ``hook`` method forks the session (:meth:`CompactionService.fork`,
+no model call) and blocks with one line saying how to continue: ``claude --resume <id>``.
+
+:func:`decide` says when (pure); :class:`TakeoverRecord` remembers, across restarts, the
+sessions whose last compaction memd blocked. It lets the compaction through (Claude Code
+compacts as it always does) when:
+
+* the trigger is not ``manual``: a blocked automatic compaction shows the user nothing and
+  is tried again every turn (Claude Code discards a PreCompact ``systemMessage``), so memd
+  never blocks one;
+* ``/compact`` has instructions: Claude Code compacts as asked;
+* memd blocked this session's previous compaction (never twice in a row: the second one
+  goes through, and the one after may be taken over again);
+* the context is already over the effective window, or the notes are being updated, or
+  they are missing, empty or behind (level 1 would keep more than ``keep_max_tokens``);
+* anything fails: the record cannot be written, the fork cannot be planned or written, or it
+  takes longer than the hook may wait. The intent is recorded before the fork is written, so
+  a daemon killed in between never blocks that session twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memd.atomic import write_text_atomic
+from memd.regular_file import read_regular
+
+log = logging.getLogger(__name__)
+
+RECORD_FILE = "compaction-takeover.json"
+MAX_RECORD_BYTES = 1 << 20
+MAX_SESSIONS = 1_000
+MAX_ID_CHARS = 200
+BUSY_PHASES = frozenset({"running"})
+
+
+@dataclass(frozen=True)
+class Take:
+    """Fork the session and block the compaction."""
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Let Claude Code compact; ``reason`` is for the log and ``status``."""
+
+    reason: str
+
+
+Decision = Take | Pass
+
+
+def decide(
+    hook_input: Mapping[str, Any],
+    *,
+    context_tokens: int,
+    effective_window: int,
+    blocked_last: bool,
+    notes_phase: str | None,
+) -> Decision:
+    """Whether to take over one PreCompact (see the module docstring)."""
+    if hook_input.get("trigger") != "manual":
+        return Pass("only /compact is taken over: an automatic compaction blocked is not shown")
+    instructions = hook_input.get("custom_instructions")
+    if isinstance(instructions, str) and instructions.strip():
+        return Pass("/compact with instructions: Claude Code compacts as asked")
+    if blocked_last:
+        return Pass("memd blocked this session's previous compaction")
+    if context_tokens >= effective_window:
+        return Pass(f"the context ({context_tokens} tokens) is over the window")
+    if notes_phase in BUSY_PHASES:
+        return Pass("the notes are being updated")
+    return Take()
+
+
+def block_reply(resume: str) -> str:
+    """The hook's stdout that blocks the compaction with one line for the user."""
+    reason = (
+        f"memd compacted this session from its notes into a new session (no model call); "
+        f"continue there with: {resume} (or /compact again to compact here as usual)"
+    )
+    return json.dumps({"decision": "block", "reason": reason})
+
+
+class TakeoverRecord:
+    """Sessions whose last compaction memd blocked (id → the fork), persisted atomically.
+
+    Bounded to :data:`MAX_SESSIONS` (the oldest go first). A failed write leaves the record
+    unchanged and raises ``OSError``: the caller then does not block.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self._path = state_dir / RECORD_FILE
+        self._blocked: OrderedDict[str, str] = _load(self._path)
+        self.taken = 0
+        self.passed = 0
+        self.last_pass: str | None = None
+        self.last_error: str | None = None
+
+    def blocked_last(self, session_id: str) -> bool:
+        return session_id in self._blocked
+
+    def mark(self, session_id: str, fork: str) -> None:
+        """Record a block (before the fork is written). Blocking; raises ``OSError``."""
+        changed = OrderedDict(self._blocked)
+        changed[session_id] = fork
+        changed.move_to_end(session_id)
+        while len(changed) > MAX_SESSIONS:
+            changed.popitem(last=False)
+        self._save(changed)
+
+    def clear(self, session_id: str) -> None:
+        """This session's compaction went through. Blocking; raises ``OSError``."""
+        if session_id in self._blocked:
+            changed = OrderedDict(self._blocked)
+            del changed[session_id]
+            self._save(changed)
+
+    def _save(self, blocked: OrderedDict[str, str]) -> None:
+        try:
+            write_text_atomic(self._path, json.dumps({"blocked": dict(blocked)}))
+        except OSError as exc:
+            self.last_error = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self._path}: {exc}"
+            raise
+        self._blocked = blocked
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "taken": self.taken,
+            "passed": self.passed,
+            "last_pass": self.last_pass,
+            "blocked_sessions": len(self._blocked),
+            "last_error": self.last_error,
+        }
+
+
+def _load(path: Path) -> OrderedDict[str, str]:
+    try:
+        raw = json.loads(read_regular(path, MAX_RECORD_BYTES))
+    except FileNotFoundError:
+        return OrderedDict()
+    except (OSError, ValueError, RecursionError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return OrderedDict()
+    blocked = raw.get("blocked") if isinstance(raw, dict) else None
+    if not isinstance(blocked, dict):
+        return OrderedDict()
+    return OrderedDict(
+        (k, v)
+        for k, v in list(blocked.items())[-MAX_SESSIONS:]
+        if isinstance(k, str) and isinstance(v, str) and len(k) <= MAX_ID_CHARS
+    )
