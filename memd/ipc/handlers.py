@@ -334,6 +334,7 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
             "token_estimates": len(daemon.compaction.tokens),  # kept across restarts
         },
         "notes": notes,
+        "compaction": {"takeover": daemon.compaction.takeover.statistics()},
         "memory": memory,
         "dream": daemon.dream.statistics(),
         "usage": daemon.ledger.usage(),

@@ -1,0 +1,162 @@
+"""The opt-in takeover of Claude Code's ``/compact`` (issue 25): when the PreCompact hook
+blocks with a fork, and when it lets Claude Code compact. The real CLI runs it in
+tests/test_claude_code_compact.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.compaction.takeover import MAX_SESSIONS, Pass, Take, TakeoverRecord, decide
+from memd_client.hooks_install import (
+    TAKEOVER_TIMEOUT_S,
+    install_hooks,
+    read_settings,
+    uninstall_hooks,
+)
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
+from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
+
+MANUAL = {"hook_event_name": "PreCompact", "trigger": "manual", "custom_instructions": None}
+
+
+def decided(hook_input: dict[str, Any], **facts: Any) -> Take | Pass:
+    given = {
+        "context_tokens": 50_000,
+        "effective_window": 180_000,
+        "blocked_last": False,
+        "notes_phase": "idle",
+        **facts,
+    }
+    return decide(hook_input, **given)
+
+
+def test_only_a_plain_manual_compact_with_room_and_idle_notes_is_taken_over() -> None:
+    assert decided(MANUAL) == Take()
+    assert decided({**MANUAL, "custom_instructions": ""}) == Take()
+    assert isinstance(decided({**MANUAL, "trigger": "auto"}), Pass)
+    assert isinstance(decided({**MANUAL, "trigger": None}), Pass)
+    assert isinstance(decided({**MANUAL, "custom_instructions": "keep the tests"}), Pass)
+    assert isinstance(decided(MANUAL, blocked_last=True), Pass)
+    assert isinstance(decided(MANUAL, context_tokens=180_000), Pass)
+    assert isinstance(decided(MANUAL, context_tokens=2**70), Pass)
+    assert isinstance(decided(MANUAL, notes_phase="running"), Pass)
+
+
+def test_the_record_survives_a_restart_stays_bounded_and_a_failed_write_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    record = TakeoverRecord(tmp_path)
+    record.mark("s1", "f1")
+    assert TakeoverRecord(tmp_path).blocked_last("s1")
+    record.clear("s1")
+    assert not TakeoverRecord(tmp_path).blocked_last("s1")
+    for n in range(MAX_SESSIONS + 5):
+        record.mark(f"s{n}", "f")
+    again = TakeoverRecord(tmp_path)
+    assert not again.blocked_last("s0") and again.blocked_last(f"s{MAX_SESSIONS + 4}")
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    broken = TakeoverRecord(blocked)
+    with pytest.raises(OSError):
+        broken.mark("s1", "f1")
+    assert not broken.blocked_last("s1") and broken.statistics()["last_error"]
+    (tmp_path / "compaction-takeover.json").write_bytes(b'{"blocked": [1, 2]}')
+    assert TakeoverRecord(tmp_path).statistics()["blocked_sessions"] == 0
+
+
+def test_install_hooks_adds_the_takeover_only_when_asked_and_uninstall_removes_it(
+    tmp_path: Path,
+) -> None:
+    settings = tmp_path / "settings.json"
+    install_hooks(settings, "/bin/memd-hook")
+    assert "PreCompact" not in read_settings(settings)["hooks"]
+    install_hooks(settings, "/bin/memd-hook", compact_takeover=True)
+    (group,) = read_settings(settings)["hooks"]["PreCompact"]
+    assert group["matcher"] == "manual"
+    assert group["hooks"] == [
+        {"type": "command", "command": "/bin/memd-hook", "timeout": TAKEOVER_TIMEOUT_S}
+    ]
+    install_hooks(settings, "/bin/memd-hook")  # without the flag: the takeover goes
+    assert "PreCompact" not in read_settings(settings)["hooks"]
+    install_hooks(settings, "/bin/memd-hook", compact_takeover=True)
+    uninstall_hooks(settings)
+    assert "hooks" not in read_settings(settings)
+
+
+def precompact(home: Home, sid: str, **fields: Any) -> str | None:
+    hook_input = {**MANUAL, "session_id": sid, "transcript_path": "", "cwd": "/p", **fields}
+    raw = json.dumps(hook_input).encode()
+    answer: str | None = call(home, "hook", {"raw": raw})["stdout"]
+    return answer
+
+
+def forks(home: Home) -> list[str]:
+    return sorted(p.stem for p in (home.projects / SLUG).glob("*.jsonl") if len(p.stem) == 36)
+
+
+def test_compact_is_blocked_once_with_the_resume_line_then_let_through(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        target = install_session(home, BIG, "s4")
+        seed_notes(home, "s4", BIG, 0.7)
+        old = target.read_bytes()
+        proc = start_memd(home)
+        try:
+            wait_ingested(home, "s4", len(old))
+            assert precompact(home, "s4", trigger="auto") is None
+            assert precompact(home, "s4", custom_instructions="keep the tests") is None
+            assert forks(home) == []
+            blocked = precompact(home, "s4")
+            assert blocked is not None
+            (fork,) = forks(home)
+            answer = json.loads(blocked)
+            assert answer["decision"] == "block"
+            assert f"claude --resume {fork}" in answer["reason"]
+            assert "\n" not in answer["reason"]
+            assert precompact(home, "s4") is None  # never twice in a row
+            assert forks(home) == [fork] and target.read_bytes() == old
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+        proc = start_memd(home)  # the record survives a restart
+        try:
+            wait_ingested(home, "s4", len(old))
+            assert precompact(home, "s4") is not None  # after a pass, a takeover again
+            assert precompact(home, "s4") is None
+            stats = call(home, "status")["compaction"]["takeover"]
+            assert stats["taken"] == 1 and stats["passed"] == 1
+            assert call(home, "status")["usage"]["total"]["calls"] == 0
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+@pytest.mark.parametrize(
+    "config, notes, why",
+    [
+        ("compaction:\n  default_context_window: 40000\n", 0.7, "over the window"),
+        ("compaction:\n  keep_max_tokens: 100\n", 0.2, "tokens behind"),
+        ("", None, "no notes"),
+    ],
+    ids=["over-window", "stale-notes", "no-notes"],
+)
+def test_compact_is_let_through_when_a_fork_would_not_serve(
+    tmp_path: Path, config: str, notes: float | None, why: str
+) -> None:
+    with fake_home(tmp_path) as home:
+        (home.root / "memd.yaml").write_text(config)
+        home.env["MEMD_CONFIG"] = str(home.root / "memd.yaml")
+        target = install_session(home, BIG, "s4")
+        if notes is not None:
+            seed_notes(home, "s4", BIG, notes)
+        proc = start_memd(home)
+        try:
+            wait_ingested(home, "s4", target.stat().st_size)
+            assert precompact(home, "s4") is None
+            assert why in call(home, "status")["compaction"]["takeover"]["last_pass"]
+            assert precompact(home, "nobody") is None
+            assert forks(home) == []
+            assert call(home, "status")["compaction"]["takeover"]["taken"] == 0
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
