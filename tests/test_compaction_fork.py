@@ -17,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from memd.compaction.fork import encode_line
 from memd.compaction.forked_session import ForkExists, ForkPlan, plan_fork, write_new_session
+from memd.compaction.message import Msg
 from memd.compaction.service import messages_of
 from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
 from memd.session.template import DEFAULT_TEMPLATE
 from memd.transcript.conversation import Conversation
-from tests.compaction_support import api_problems, says_something
+from tests.compaction_support import api_problems, conversations, says_something
 from tests.conftest import TRANSCRIPTS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
 from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
@@ -176,3 +179,50 @@ def test_memdctl_compact_fork_writes_a_resumable_session_with_no_model(tmp_path:
             assert refused.returncode == 1 and "no notes" in refused.stderr, refused
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def transcript_of(msgs: list[Msg]) -> bytes:
+    """The lines Claude Code would write for ``msgs``: one per block, a response's lines
+    sharing its ``message.id``, each line's parent the line before."""
+    lines: list[dict[str, Any]] = []
+    for n, msg in enumerate(msgs):
+        for k, block in enumerate(msg.content):
+            line: dict[str, Any] = {
+                "type": msg.role,
+                "uuid": f"{n}-{k}",
+                "parentUuid": lines[-1]["uuid"] if lines else None,
+                "sessionId": "s",
+                "timestamp": "2026-11-26T08:00:00.000Z",
+                "message": {"role": msg.role, "content": [block]},
+            }
+            if msg.role == "assistant":
+                line["message"] |= {"id": f"msg_{n}", "model": "claude-x", "type": "message"}
+            lines.append(line)
+    return b"".join(encode_line(line) + b"\n" for line in lines)
+
+
+@settings(max_examples=60)
+@given(conversations(max_rounds=10, max_tokens=1), st.floats(0, 1))
+def test_any_fork_reads_back_as_the_notes_then_the_kept_messages(
+    msgs: list[Msg], at: float
+) -> None:
+    data = transcript_of(msgs)
+    conv = conversation_of(data)
+    parsed = messages_of(conv)
+    assume(len(parsed) > 1)
+    anchor = parsed[min(len(parsed) - 1, int(at * len(parsed)))].uuid
+    notes = NotesInput(NOTES, DEFAULT_TEMPLATE, anchor)
+    tiny = CompactionConfig(keep_min_tokens=1, keep_min_text_messages=1)
+    plan = plan_fork(conv, parsed, notes, threshold=10**9, cfg=tiny, transcript_path="/t")
+    assume(isinstance(plan, ForkPlan))
+    assert isinstance(plan, ForkPlan)
+    lines = [json.loads(line) for line in plan.fork.data.splitlines()]
+    assert [line["parentUuid"] for line in lines[1:]] == [line["uuid"] for line in lines[:-1]]
+    forked = conversation_of(plan.fork.data).api_messages()
+    assert api_problems(forked) == []
+    kept = conv.api_messages()[plan.dropped_messages :]
+    if kept[0]["role"] == "user":
+        assert forked[0]["content"][1:] == kept[0]["content"] and forked[1:] == kept[1:]
+    else:
+        assert forked[1:] == kept
+    assert json.dumps(forked).count("test_cli_flags still fails") == 1
