@@ -29,7 +29,7 @@ from memd.config import CompactionConfig
 from memd.session.template import DEFAULT_TEMPLATE
 from memd.transcript.conversation import Conversation
 from tests.compaction_support import api_problems, conversations, says_something
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import CORPUS as TRANSCRIPTS
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
 from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
 
@@ -37,7 +37,7 @@ NOTES = DEFAULT_TEMPLATE + "\nWiring the matcher into the CLI; test_cli_flags st
 SMALL = CompactionConfig(keep_min_tokens=2_000, keep_min_text_messages=2, keep_max_tokens=8_000)
 CORPUS = [
     TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl",  # parallel calls, interleaved
-    TRANSCRIPTS / "spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl",  # compacted once
+    TRANSCRIPTS / "napoli-matcha" / "9e_1fb706580f_0_full.jsonl",  # compacted once
     TRANSCRIPTS / "spotter" / "tool_heavy.jsonl",
     BIG,
 ]
