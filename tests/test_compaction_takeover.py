@@ -160,3 +160,21 @@ def test_compact_is_let_through_when_a_fork_would_not_serve(
             assert call(home, "status")["compaction"]["takeover"]["taken"] == 0
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_compact_is_let_through_when_the_record_cannot_be_written(tmp_path: Path) -> None:
+    """Falls open: without a record, memd could block the same session twice, so it blocks
+    nothing; the write failure shows in status."""
+    with fake_home(tmp_path) as home:
+        target = install_session(home, BIG, "s4")
+        seed_notes(home, "s4", BIG, 0.7)
+        (home.state_dir / "compaction-takeover.json").mkdir(parents=True)  # cannot be replaced
+        proc = start_memd(home)
+        try:
+            wait_ingested(home, "s4", target.stat().st_size)
+            assert precompact(home, "s4") is None
+            takeover = call(home, "status")["compaction"]["takeover"]
+            assert "takeover record" in takeover["last_pass"] and takeover["last_error"]
+            assert forks(home) == []
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

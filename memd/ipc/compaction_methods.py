@@ -20,9 +20,11 @@ from memd.compaction.message import Msg
 from memd.compaction.service import messages_from_client
 from memd.compaction.takeover import Pass, block_reply, decide
 from memd.compaction.threshold import effective_window
+from memd.errors import NotFound
 from memd.ipc.params import find_session, opt_int, opt_str
 from memd.ipc.server import Handler, InvalidParams
 from memd.state import SessionState
+from memd.transcript.content import TranscriptChanged
 
 if TYPE_CHECKING:
     from memd.daemon.service import Daemon
@@ -161,9 +163,12 @@ async def precompact(daemon: Daemon, hook_input: Mapping[str, Any]) -> str | Non
     except OSError as exc:
         return await _pass(daemon, state.session_id, f"the takeover record: {exc}")
     with anyio.move_on_after(TAKEOVER_BUDGET_S):
-        result = await svc.fork(
-            state, daemon.registry.read, window, wait=False, fork_id=fork_id, fresh_only=True
-        )
+        try:
+            result = await svc.fork(
+                state, daemon.registry.read, window, wait=False, fork_id=fork_id, fresh_only=True
+            )
+        except (NotFound, TranscriptChanged) as exc:  # the transcript went or keeps changing
+            return await _pass(daemon, state.session_id, str(exc))
         if not result.get("forked"):
             return await _pass(daemon, state.session_id, str(result.get("reason")))
         record.taken += 1
