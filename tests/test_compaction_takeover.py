@@ -12,6 +12,7 @@ import pytest
 
 from memd.compaction.takeover import MAX_SESSIONS, Pass, Take, TakeoverRecord, decide
 from memd_client.hooks_install import (
+    CLAUDE_TAKEOVER_HOOKS,
     TAKEOVER_TIMEOUT_S,
     install_hooks,
     read_settings,
@@ -74,7 +75,7 @@ def test_install_hooks_adds_the_takeover_only_when_asked_and_uninstall_removes_i
     settings = tmp_path / "settings.json"
     install_hooks(settings, "/bin/memd-hook")
     assert "PreCompact" not in read_settings(settings)["hooks"]
-    install_hooks(settings, "/bin/memd-hook", compact_takeover=True)
+    install_hooks(settings, "/bin/memd-hook", CLAUDE_TAKEOVER_HOOKS)
     (group,) = read_settings(settings)["hooks"]["PreCompact"]
     assert group["matcher"] == "manual"
     assert group["hooks"] == [
@@ -82,7 +83,7 @@ def test_install_hooks_adds_the_takeover_only_when_asked_and_uninstall_removes_i
     ]
     install_hooks(settings, "/bin/memd-hook")  # without the flag: the takeover goes
     assert "PreCompact" not in read_settings(settings)["hooks"]
-    install_hooks(settings, "/bin/memd-hook", compact_takeover=True)
+    install_hooks(settings, "/bin/memd-hook", CLAUDE_TAKEOVER_HOOKS)
     uninstall_hooks(settings)
     assert "hooks" not in read_settings(settings)
 
