@@ -239,3 +239,38 @@ def test_hard_links_and_linked_folders_are_not_copied_and_a_link_is_never_writte
     assert "a.md" not in changed and os.readlink(mdir / "a.md") == str(outside / "key")
     assert (outside / "key").read_bytes() == b"CANARY key"
     assert (mdir / "hard.md").stat().st_nlink == 2 and (mdir / "team2").is_symlink()
+
+
+def test_an_undo_the_disk_refuses_is_pending_and_done_once_the_disk_heals(tmp_path: Path) -> None:
+    """A read-only memory dir made the undo call the dream's own edits "changed by someone
+    else" and close the run: the edits stayed for good. Now they wait, and go when it heals."""
+    from memd.dream.restore import recover_run
+    from memd.dream.runs import UNDO_PENDING
+    from tests.disk_support import faulty_disk
+
+    with faulty_disk(tmp_path / "disk", in_process=True) as disk:
+        mdir = tmp_path / "disk" / "memory"
+        mdir.mkdir()
+        (mdir / "a.md").write_text(NOTE)
+        store = RunStore(tmp_path / "state")
+        record = RunRecord("20261122T120000-000001-dream", "dream", "proj", str(mdir))
+        run = store.run_dir("proj", record.run_id)
+        run.mkdir(parents=True)
+        snapshot.take(mdir, run / "snapshot")
+        book = Journal(run)
+        write(book, mdir, "a.md", b"merged by the dream")
+        write(book, mdir, "c.md", b"created by the dream")
+        disk.fault("EROFS")
+        undone = journal.undo(mdir, run, run / "snapshot")
+        assert undone.failed == ("a.md", "c.md") and undone.flagged == ()
+        record.state, record.reason = "failed", "the model failed"
+        store.save(record)
+        record.state = UNDO_PENDING
+        assert recover_run(store, record).state == UNDO_PENDING
+        assert "undo pending" in record.reason and "a.md, c.md" in record.reason
+        assert (mdir / "a.md").read_bytes() == b"merged by the dream"  # kept, not lost
+        disk.heal()
+        healed = recover_run(store, record)
+        assert healed.state == "failed" and "undone once the disk let it" in healed.reason
+        assert (mdir / "a.md").read_text() == NOTE and not (mdir / "c.md").exists()
+        assert store.load("proj", record.run_id).state == "failed"  # type: ignore[union-attr]

@@ -85,6 +85,7 @@ class DreamOutcome:
     usage: Usage = field(default_factory=Usage)
     summary: str = ""
     error: BaseException | None = None  # the model's error, for the cost guard
+    undo_failed: tuple[str, ...] = ()  # files the disk would not let the undo put back
 
 
 async def consolidate(
@@ -237,16 +238,18 @@ def _give_up(job: Job, state: str, reason: str) -> DreamOutcome:
     """Write down what the run did, then undo it (blocking)."""
     changes = tuple(journal.changes(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT))
     undone = _undo(job, reason)
-    return DreamOutcome(state, reason, changes, undone.flagged)
+    return DreamOutcome(state, reason, changes, undone.flagged, undo_failed=undone.failed)
 
 
 def _undo(job: Job, reason: str) -> journal.Undone:
     undone = journal.undo(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT)
     log.info(
-        "dream in %s undone (%s): %d files put back, %d kept (changed by someone else)",
+        "dream in %s undone (%s): %d files put back, %d kept (changed by someone else), "
+        "%d the disk refused (tried again later)",
         job.memory_dir,
         reason,
         len(undone.restored),
         len(undone.flagged),
+        len(undone.failed),
     )
     return undone

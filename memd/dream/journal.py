@@ -56,7 +56,8 @@ class Change:
 @dataclass(frozen=True)
 class Undone:
     restored: tuple[str, ...]
-    flagged: tuple[str, ...]  # changed by someone else since the run: kept
+    flagged: tuple[str, ...]  # changed by someone else since the run, or a link now: kept
+    failed: tuple[str, ...] = ()  # the disk refused to put them back: to be tried again
 
 
 class Journal:
@@ -132,6 +133,7 @@ def undo(memory_dir: Path, run_dir: Path, snapshot_dir: Path) -> Undone:
     before = saved.files if saved else {}
     restored: list[str] = []
     flagged: list[str] = []
+    failed: list[str] = []
     for relative, entry in sorted(read(run_dir).items()):
         current = _hash(memory_dir, relative)
         original = before.get(relative)
@@ -145,13 +147,16 @@ def undo(memory_dir: Path, run_dir: Path, snapshot_dir: Path) -> Undone:
         if original and data is None:
             flagged.append(relative)  # the snapshot lost it: keep what is there
             continue
-        if snapshot.put_back(memory_dir, relative, data):
+        done = snapshot.put_back(memory_dir, relative, data)
+        if done == "put":
             restored.append(relative)
-        else:
+        elif done == "refused":
             flagged.append(relative)  # a link or a folder in its place: left alone
-    if saved is not None:
+        else:
+            failed.append(relative)
+    if saved is not None and not failed:
         snapshot.prune_new_dirs(memory_dir, saved)
-    return Undone(tuple(restored), tuple(flagged))
+    return Undone(tuple(restored), tuple(flagged), tuple(failed))
 
 
 def changes(memory_dir: Path, run_dir: Path, snapshot_dir: Path) -> list[Change]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from memd.dream import journal, lock, snapshot
 from memd.dream.journal import Change
-from memd.dream.runs import SNAPSHOT, RunRecord, RunStore
+from memd.dream.runs import SNAPSHOT, UNDO_PENDING, RunRecord, RunStore
 
 log = logging.getLogger(__name__)
 
@@ -59,31 +59,56 @@ def restore_snapshot(store: RunStore, source: RunRecord, target: RunRecord) -> R
 
 
 def recover_run(store: RunStore, record: RunRecord) -> RunRecord:
-    """Undo a run left ``running`` by a daemon that is gone; the updated record."""
+    """Undo a run left ``running`` by a daemon that is gone, or one whose undo the disk
+    refused (:data:`UNDO_PENDING`); the updated record (still pending while the disk refuses)."""
     memory_dir = Path(record.memory_dir)
     run_dir = store.run_dir(record.project, record.run_id)
+    pending = record.state == UNDO_PENDING
     changes = journal.changes(memory_dir, run_dir, run_dir / SNAPSHOT)
     if record.kind == "restore" and snapshot.load(run_dir / SNAPSHOT) is not None:
         put = snapshot.restore_tree(memory_dir, run_dir / SNAPSHOT)
         undone = journal.Undone(tuple(put), ())
     else:
         undone = journal.undo(memory_dir, run_dir, run_dir / SNAPSHOT)
-    lock.roll_back(memory_dir, record.prior_mtime_ns, own_pid=record.pid)
-    store.save_changes(record, changes)
-    record.state = "interrupted"
-    record.reason = "the daemon stopped during the run; undone at the next start"
-    record.ended_at = time.time()
-    record.files = [c.relative for c in changes]
+    try:
+        lock.roll_back(memory_dir, record.prior_mtime_ns, own_pid=record.pid)
+    except OSError as exc:
+        log.warning("dream %s: the lock in %s stays as it is: %s", record.run_id, memory_dir, exc)
+    if not pending:
+        store.save_changes(record, changes)
+        record.files = [c.relative for c in changes]
+        record.ended_at = time.time()
+    if undone.failed:
+        record.state = UNDO_PENDING
+        record.reason = pending_reason(record.reason, undone.failed)
+    elif pending:
+        record.state = "failed"
+        record.reason = record.reason.split("; undo pending")[0] + "; undone once the disk let it"
+    else:
+        record.state = "interrupted"
+        record.reason = "the daemon stopped during the run; undone at the next start"
     record.flagged = list(undone.flagged)
     store.save(record)
     log.warning(
-        "dream %s in %s was interrupted: %d files put back, %d kept",
+        "dream %s in %s: %s: %d files put back, %d kept, %d the disk refused",
         record.run_id,
         memory_dir,
+        record.state,
         len(undone.restored),
         len(undone.flagged),
+        len(undone.failed),
     )
     return record
+
+
+def pending_reason(reason: str, failed: tuple[str, ...]) -> str:
+    """The reason of a run whose undo waits for the disk (the files it could not put back)."""
+    base = reason.split("; undo pending")[0]
+    names = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+    return (
+        f"{base}; undo pending: the disk refused to put back {names}; tried again before the "
+        "next dream there and at every start"
+    )
 
 
 def recover_all(store: RunStore) -> list[RunRecord]:
@@ -91,7 +116,7 @@ def recover_all(store: RunStore) -> list[RunRecord]:
     found: list[RunRecord] = []
     for project in store.projects():
         for record in store.runs(project):
-            if record.state == "running":
+            if record.state in ("running", UNDO_PENDING):
                 try:
                     record = recover_run(store, record)
                 except OSError as exc:

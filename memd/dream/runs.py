@@ -33,13 +33,19 @@ MAX_CHANGES_BYTES = 256 << 20  # diffs are cut per file; this bounds a hostile f
 _RUN_ID = re.compile(r"^\d{8}T\d{6}-\d{6}-[a-z]+$")
 
 
+UNDO_PENDING = "undo pending"
+
+
 @dataclass
 class RunRecord:
     run_id: str
     kind: str  # "dream" or "restore"
     project: str
     memory_dir: str
-    state: str = "running"  # running, completed, failed, aborted, interrupted, restored
+    # running, completed, failed, aborted, interrupted, restored, and UNDO_PENDING: a run that
+    # failed or was interrupted whose undo the disk refused; undone again before the next dream
+    # in its memory dir and at every start, until it is
+    state: str = "running"
     reason: str = ""
     started_at: float = 0.0
     ended_at: float | None = None

@@ -43,8 +43,8 @@ from memd.dream import gates, lock
 from memd.dream.consolidate import DreamOutcome, DreamSettings, Job, consolidate
 from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
-from memd.dream.restore import recover_all, recover_run
-from memd.dream.runs import RunRecord, RunStore, project_key
+from memd.dream.restore import pending_reason, recover_all, recover_run
+from memd.dream.runs import UNDO_PENDING, RunRecord, RunStore, project_key
 from memd.dream.status import dir_row, printable
 from memd.dream.transcripts import count_sessions
 from memd.errors import NotFound
@@ -181,7 +181,7 @@ class DreamService:
         cfg = self.config.dream
         limits = gates.Thresholds(cfg.min_hours, cfg.scan_throttle_minutes, cfg.min_sessions)
         now = self._clock.now()
-        disabled = self._disabled(found.key, auto=auto)
+        disabled = self._disabled(found.key, auto=auto) or await self._pending_undo(found)
         mtime = None
         if disabled is None:
             path = lock.lock_path(found.memory_dir)
@@ -206,6 +206,18 @@ class DreamService:
             verdict, record = (started, None) if isinstance(started, Skip) else (verdict, started)
         found.verdict, found.verdict_at = verdict, now
         return verdict, record
+
+    async def _pending_undo(self, found: DreamDir) -> str | None:
+        """Undo again the runs whose undo the disk refused; why no dream may start while one
+        is still pending (it would snapshot a half-undone dir as its "before")."""
+        for i, record in enumerate(found.history):
+            if record.state != UNDO_PENDING:
+                continue
+            record = await anyio.to_thread.run_sync(recover_run, self.store, record)
+            found.history[i] = record
+            if record.state == UNDO_PENDING:
+                return f"the undo of run {record.run_id} waits for the disk"
+        return None
 
     def _disabled(self, key: str, *, auto: bool) -> str | None:
         if not self.config.memory.auto_memory:
@@ -375,6 +387,9 @@ class DreamService:
                 "dream", outcome.error, subject=found.key, input_key=GUARD_KEY
             )
         record.state, record.reason = outcome.state, outcome.reason
+        if outcome.undo_failed:  # the disk refused the undo: kept, and tried again (a state)
+            record.state = UNDO_PENDING
+            record.reason = pending_reason(outcome.reason, outcome.undo_failed)
         record.turns, record.tool_calls = outcome.turns, outcome.tool_calls
         record.tokens = billed_tokens(outcome.usage)
         record.files = [c.relative for c in outcome.changes]
@@ -383,7 +398,10 @@ class DreamService:
         record.ended_at = self._clock.now()
 
         def write() -> None:
-            self._finish_lock(record, ok)
+            try:
+                self._finish_lock(record, ok)
+            except OSError as exc:  # a read-only memory dir: the lock stays as the disk has it
+                log.warning("dream in %s: the lock stays as it is: %s", record.memory_dir, exc)
             self.store.save_changes(record, list(outcome.changes))
             self.store.save(record)
             self.store.prune(record.project, self.config.dream.snapshots_kept)

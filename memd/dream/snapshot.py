@@ -23,9 +23,10 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from memd.atomic import write_atomic
-from memd.confined import Area, shown
+from memd.confined import Area, Refused, shown
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
 from memd.writes import reporting
 
@@ -202,10 +203,13 @@ def safe_relative(relative: str) -> bool:
     return bool(parts) and not os.path.isabs(relative) and ".." not in parts
 
 
-def put_back(memory_dir: Path, relative: str, data: bytes | None) -> bool:
-    """Make one file hold ``data`` again (``None``: remove it); whether it did. A link, a
-    hard link, a special file or a folder in its place is left alone and logged: nothing is
-    written through or over it."""
+PutBack = Literal["put", "refused", "failed"]
+
+
+def put_back(memory_dir: Path, relative: str, data: bytes | None) -> PutBack:
+    """Make one file hold ``data`` again (``None``: remove it). ``refused``: a link, a hard
+    link, a special file or a folder in its place, left alone (nothing is written through or
+    over it); ``failed``: the disk refused (full, read-only…), worth another try later."""
     try:
         with Area.open(memory_dir, create=data is not None) as area:
             if data is None:
@@ -214,10 +218,13 @@ def put_back(memory_dir: Path, relative: str, data: bytes | None) -> bool:
                     area.unlink(relative)
             else:
                 area.write(relative, data)
-    except (OSError, ValueError) as exc:
+    except (Refused, ValueError) as exc:
         log.warning("cannot put %s back: %s", shown(str(memory_dir / relative)), exc)
-        return False
-    return True
+        return "refused"
+    except OSError as exc:
+        log.warning("cannot put %s back yet: %s", shown(str(memory_dir / relative)), exc)
+        return "failed"
+    return "put"
 
 
 def restore_tree(memory_dir: Path, into: Path) -> list[str]:
@@ -231,7 +238,10 @@ def restore_tree(memory_dir: Path, into: Path) -> list[str]:
         if now.get(relative) == saved.files.get(relative):
             continue
         data = saved_bytes(into, relative) if relative in saved.files else None
-        if put_back(memory_dir, relative, data):
+        done = put_back(memory_dir, relative, data)
+        if done == "failed":
+            raise OSError(f"could not put {shown(relative)} back (the log says why)")
+        if done == "put":
             changed.append(relative)
     prune_new_dirs(memory_dir, saved)
     return changed
