@@ -193,3 +193,95 @@ def test_the_event_loop_never_imports_a_feature_module(tmp_path: Path) -> None:
     assert "memd.daemon.service" in imported  # the probe saw the loop's thread at work
     heavy = [m for m in imported if m.startswith(NOT_BEFORE_READY)]
     assert " ".join(m for m in heavy if m not in ALLOWED_BEFORE_READY) == ""
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module under memd/ → the memd modules it imports: at the top, in functions and
+    for the type checker alike (an import under ``TYPE_CHECKING`` still ties the two)."""
+    paths = {}
+    for path in (ROOT / "memd").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def module_of(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(module_of(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.update(module_of(f"{node.module}.{a.name}") for a in node.names)
+        # A package's __init__ runs before its modules: importing it is no edge back.
+        graph[name] = {t for t in targets if t and t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            step = next((t for t in edges if t not in index or t in stack), None)
+            if step is not None and step not in index:
+                index[step] = low[step] = len(index)
+                stack.append(step)
+                work.append((step, iter(sorted(graph[step]))))
+            elif step is not None:
+                low[node] = min(low[node], index[step])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = stack[stack.index(node) :]
+                    del stack[stack.index(node) :]
+                    if len(group) > 1:
+                        cycles.append(sorted(group))
+    return sorted(cycles)
+
+
+# Cycles that were there before the check and are not the composition root's; none may grow
+# and none may be added. Each is a module and the one it is split from, tied by a type.
+KNOWN_CYCLES = [
+    ["memd.dream.service", "memd.dream.status"],
+    ["memd.ipc.connection", "memd.ipc.limits", "memd.ipc.server"],
+    ["memd.testing.loopback", "memd.testing.loopback_process"],
+]
+
+
+def test_no_ipc_module_imports_the_daemon() -> None:
+    """The composition root (memd.daemon.service) imports the IPC methods and hands itself in
+    as the protocols of memd/ipc/face.py; an IPC module that imported it back would close
+    the circle again."""
+    users = [
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "memd" / "ipc").rglob("*.py")
+        if any(m.startswith("memd.daemon.service") for m in imported_modules(path))
+    ]
+    assert users == []
+
+
+def test_memd_has_no_new_import_cycle() -> None:
+    """Imports point downwards only: no module imports one that imports it back, however far
+    round (the daemon and its nine IPC modules were one such circle)."""
+    assert [c for c in import_cycles(module_graph()) if c not in KNOWN_CYCLES] == []
+
+
+def test_the_cycle_check_sees_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []

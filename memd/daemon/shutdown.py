@@ -24,7 +24,8 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -32,7 +33,12 @@ from anyio.abc import TaskGroup, TaskStatus
 from memd.daemon.signals import HANDLED, STOP_DEADLINE_S
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.config import LoadedConfig
+    from memd.daemon.notify import Notifier
+    from memd.daemon.queues import CoalescingQueue
+    from memd.daemon.signals import Signals
+    from memd.ipc.server import Server
+    from memd.llm.client import LLM, Disabled
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +47,39 @@ SAVE_RESERVE_S = 2.0  # kept for the save when cancelled work is slow to end
 STOPPING = "memd is stopping"
 
 
-async def shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> None:
+class Stoppable(Protocol):
+    """What a stop uses of the daemon (:class:`memd.daemon.service.Daemon`, which imports
+    this module: nothing here imports it back)."""
+
+    @property
+    def loaded(self) -> LoadedConfig: ...
+    @property
+    def signals(self) -> Signals: ...
+    @property
+    def notifier(self) -> Notifier: ...
+    @property
+    def server(self) -> Server | None: ...
+    @property
+    def llm(self) -> LLM | Disabled | None: ...
+    @property
+    def model_work(self) -> anyio.CancelScope: ...
+    @property
+    def features_ready(self) -> anyio.Event: ...
+    @property
+    def ingest_queue(self) -> CoalescingQueue[Path]: ...
+    @property
+    def stop_watching(self) -> anyio.Event: ...
+    @property
+    def stopping(self) -> anyio.Event: ...
+    @property
+    def background_done(self) -> anyio.Event: ...
+    @property
+    def state_file(self) -> Path: ...
+    def save_state(self) -> bool: ...
+    async def reload(self) -> str: ...
+
+
+async def shutdown(daemon: Stoppable, tg: TaskGroup, work: anyio.CancelScope) -> None:
     """Stop ``daemon`` (see the module docstring); cancel ``tg`` at the end."""
     began = daemon.signals.stop_at or time.monotonic()  # None: stopped by other means (tests)
     grace = min(daemon.loaded.config.daemon.shutdown_grace_s, MAX_GRACE_S)
@@ -75,7 +113,7 @@ async def shutdown(daemon: Daemon, tg: TaskGroup, work: anyio.CancelScope) -> No
     tg.cancel_scope.cancel()
 
 
-async def _save(daemon: Daemon) -> str:
+async def _save(daemon: Stoppable) -> str:
     """Save the sessions' state; what happened, in words (a write the disk refuses is kept and
     tried once more before the process ends: ``run_daemon``)."""
     if await anyio.to_thread.run_sync(daemon.save_state):
@@ -84,7 +122,7 @@ async def _save(daemon: Daemon) -> str:
 
 
 async def run_signals(
-    daemon: Daemon, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    daemon: Stoppable, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """The receiver, the first task of the daemon's group: SIGHUP reloads until the first
     SIGTERM or SIGINT, which starts the stop (then the handlers of :class:`Signals` take over
@@ -100,7 +138,7 @@ async def run_signals(
         signals.leave_loop()
 
 
-async def _until_stopped(daemon: Daemon, received: AsyncIterator[int]) -> None:
+async def _until_stopped(daemon: Stoppable, received: AsyncIterator[int]) -> None:
     """Reload on SIGHUP, each in a task of its own (a slow reload never holds up a stop),
     until the first SIGTERM or SIGINT (which cancels a reload still running)."""
     async with anyio.create_task_group() as reloads:
@@ -114,7 +152,7 @@ async def _until_stopped(daemon: Daemon, received: AsyncIterator[int]) -> None:
                 return
 
 
-async def _reload(daemon: Daemon) -> None:
+async def _reload(daemon: Stoppable) -> None:
     """One SIGHUP's reload: its isolation boundary (``memdctl reload`` has its request's)."""
     try:
         await daemon.reload()

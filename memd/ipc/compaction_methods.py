@@ -27,7 +27,7 @@ from memd.state import SessionState
 from memd.transcript.content import TranscriptChanged
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import CompactionFace, TakeoverFace
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 TAKEOVER_BUDGET_S = 1.5
 
 
-def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
+def compaction_methods(daemon: CompactionFace) -> dict[str, Handler]:
     svc = daemon.compaction
 
     async def should_compact(params: dict[str, Any]) -> Any:
@@ -116,7 +116,9 @@ def compaction_methods(daemon: Daemon) -> dict[str, Handler]:
     return {"should_compact": should_compact, "compact": compact, "microcompact": microcompact}
 
 
-async def _input(daemon: Daemon, params: dict[str, Any]) -> tuple[SessionState | None, list[Msg]]:
+async def _input(
+    daemon: CompactionFace, params: dict[str, Any]
+) -> tuple[SessionState | None, list[Msg]]:
     ident = opt_str(params, "session")
     state = find_session(daemon, ident) if ident else None
     raw = params.get("messages")
@@ -136,7 +138,7 @@ def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-async def precompact(daemon: Daemon, hook_input: Mapping[str, Any]) -> str | None:
+async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str | None:
     """The PreCompact hook's stdout: a block after a fork of the session, or None (Claude
     Code compacts as usual). See :mod:`memd.compaction.takeover`."""
     svc, sid = daemon.compaction, hook_input.get("session_id")
@@ -177,7 +179,7 @@ async def precompact(daemon: Daemon, hook_input: Mapping[str, Any]) -> str | Non
     return await _pass(daemon, state.session_id, "the fork took longer than the hook waits")
 
 
-async def _pass(daemon: Daemon, session_id: str, reason: str) -> str | None:
+async def _pass(daemon: TakeoverFace, session_id: str, reason: str) -> str | None:
     """Let the compaction through: say why, and forget a block of this session (so the one
     after this may be taken over again)."""
     record = daemon.compaction.takeover

@@ -11,12 +11,12 @@ from memd.ipc.server import Handler
 from memd.llm.client import AnthropicLLM, Disabled
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import DoctorFace
 
 PROBE_TIMEOUT_S = 10.0
 
 
-def doctor_methods(daemon: Daemon) -> dict[str, Handler]:
+def doctor_methods(daemon: DoctorFace) -> dict[str, Handler]:
     async def probe_api(params: dict[str, Any]) -> Any:
         """A cheap, unbilled token count through the daemon's own model client. Result:
         ``ok``, ``detail`` (what was reached, or why not, with the fix), ``base_url``."""

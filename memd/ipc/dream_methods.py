@@ -11,12 +11,12 @@ from memd.ipc.server import Handler, InvalidParams
 from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import DreamFace
 
 OPS = ("check", "abort", "log", "restore", "status")
 
 
-def dream_methods(daemon: Daemon) -> dict[str, Handler]:
+def dream_methods(daemon: DreamFace) -> dict[str, Handler]:
     async def dream(params: dict[str, Any]) -> Any:
         """Params: ``op`` (check (default), abort, log, restore, status); ``cwd`` (absolute)
         or ``project`` (folder name or path); ``force`` (check: skip time, throttle and

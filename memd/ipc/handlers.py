@@ -31,7 +31,7 @@ from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
     from memd.confined import Findings
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import DaemonFace
     from memd.llm.client import AnthropicLLM, Disabled
 
 
@@ -70,7 +70,7 @@ STATUS_ROWS = 10  # sessions ``status`` lists unless asked: the newest, as ``mem
 INLINE_METHODS = frozenset({"hello", "status", "sessions", "should_compact", "config"})
 
 
-def method_timeouts(daemon: Daemon) -> dict[str, float]:
+def method_timeouts(daemon: DaemonFace) -> dict[str, float]:
     """Limits for the methods that may run longer than ``ipc.request_timeout_s``."""
     cfg = daemon.loaded.config
     summary = cfg.llm.timeout_s * (cfg.compaction.ptl_max_retries + 1)
@@ -84,7 +84,7 @@ def method_timeouts(daemon: Daemon) -> dict[str, float]:
     }
 
 
-def method_table(daemon: Daemon) -> dict[str, Handler]:
+def method_table(daemon: DaemonFace) -> dict[str, Handler]:
     """The explicit method table (no registries): name → handler bound to ``daemon``."""
 
     async def hello(params: dict[str, Any]) -> Any:
@@ -148,7 +148,7 @@ def method_table(daemon: Daemon) -> dict[str, Handler]:
     return checked(table)  # null and wrong-kind params answer invalid_params for every method
 
 
-def feature_methods(daemon: Daemon) -> dict[str, Handler]:
+def feature_methods(daemon: DaemonFace) -> dict[str, Handler]:
     """The feature methods' table (imports the features: call it once they are built)."""
     from memd.ipc.compaction_methods import compaction_methods
     from memd.ipc.doctor_methods import doctor_methods
@@ -167,7 +167,7 @@ def feature_methods(daemon: Daemon) -> dict[str, Handler]:
     }
 
 
-def deferred_methods(daemon: Daemon) -> dict[str, Handler]:
+def deferred_methods(daemon: DaemonFace) -> dict[str, Handler]:
     """One stand-in per feature method: it waits for the features, then calls the real one.
 
     A request arriving while the features load waits (within its timeout); none is refused.
@@ -186,7 +186,7 @@ def deferred_methods(daemon: Daemon) -> dict[str, Handler]:
     return {name: stand_in(name) for name in FEATURE_METHODS}
 
 
-def config_result(daemon: Daemon) -> dict[str, Any]:
+def config_result(daemon: DaemonFace) -> dict[str, Any]:
     paths = daemon.loaded.paths
     return {
         "config": config_as_dict(daemon.loaded.config),
@@ -199,13 +199,15 @@ def config_result(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-def compact_threshold(daemon: Daemon) -> int:
+def compact_threshold(daemon: DaemonFace) -> int:
     c = daemon.loaded.config.compaction
     effective = c.default_context_window - min(c.default_max_output_tokens, c.max_output_reserve)
     return effective - c.buffer_tokens
 
 
-def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -> dict[str, Any]:
+def session_row(
+    daemon: DaemonFace, s: SessionState, threshold: int | None = None
+) -> dict[str, Any]:
     return {
         "session_id": escape_name(s.session_id),
         "agent": s.agent,
@@ -236,7 +238,7 @@ def session_row(daemon: Daemon, s: SessionState, threshold: int | None = None) -
     }
 
 
-async def session_read_first(daemon: Daemon, ident: str | None) -> SessionState:
+async def session_read_first(daemon: DaemonFace, ident: str | None) -> SessionState:
     """:func:`find_session`; a whole id not known yet whose transcript is on disk is read
     first. A session that has just started is on disk before the watcher reports it, and
     ``memdctl session <id>`` right after Claude Code exits must not say it does not exist."""
@@ -268,7 +270,7 @@ def brief_row(s: SessionState, threshold: int) -> dict[str, Any]:
     }
 
 
-def unreadable_report(daemon: Daemon, limit: int = 20) -> dict[str, Any]:
+def unreadable_report(daemon: DaemonFace, limit: int = 20) -> dict[str, Any]:
     """``unreadable_count`` and the first ``limit`` unreadable transcripts with their reasons."""
     count, states = daemon.registry.unreadable(limit)
     return {
@@ -295,7 +297,7 @@ def _unreadable(s: SessionState) -> dict[str, Any] | None:
     }
 
 
-def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> dict[str, Any]:
+def status_result(daemon: DaemonFace, *, limit: int, notes_rows: bool = False) -> dict[str, Any]:
     """``status``: figures kept as they change, and only the rows asked for (its cost does
     not grow with the sessions known; ``memdctl status`` sends it on every refresh)."""
     reg = daemon.registry.statistics()
@@ -357,7 +359,7 @@ def status_result(daemon: Daemon, *, limit: int, notes_rows: bool = False) -> di
     }
 
 
-def sources_report(daemon: Daemon) -> list[dict[str, Any]]:
+def sources_report(daemon: DaemonFace) -> list[dict[str, Any]]:
     """Each agent memd follows: its root, how it is watched, and whether memd leaves the
     extraction of its sessions to the agent's own memory."""
     return [
@@ -393,7 +395,7 @@ def refused_report() -> dict[str, Any]:
     return {"count": len(rows), "entries": rows[:REFUSED_ROWS]}
 
 
-def ipc_status(daemon: Daemon) -> dict[str, Any] | None:
+def ipc_status(daemon: DaemonFace) -> dict[str, Any] | None:
     """The socket's connections: open of the limit, and those turned away or closed."""
     if daemon.server is None:
         return None
@@ -420,7 +422,7 @@ def _llm_classes() -> tuple[type[AnthropicLLM], type[Disabled]]:
     return AnthropicLLM, Disabled
 
 
-def llm_status(daemon: Daemon) -> dict[str, Any]:
+def llm_status(daemon: DaemonFace) -> dict[str, Any]:
     provider = daemon.loaded.config.llm.provider
     llm = daemon.llm
     if llm is None:

@@ -29,7 +29,7 @@ from memd.privacy import scrub_text
 from memd.state import SessionState
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import McpFace
 
 MAX_PROJECT_SESSIONS = 20
 HOLD_WAIT_S = 15.0  # for an extraction or a dream holding the memory dir
@@ -39,7 +39,7 @@ class Busy(InvalidParams):
     """The memory dir is held by a longer writer (a dream, an extraction)."""
 
 
-def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
+def mcp_methods(daemon: McpFace) -> dict[str, Handler]:
     return {
         "remember": partial(remember, daemon),
         "read_memory": partial(read_memory, daemon),
@@ -48,7 +48,7 @@ def mcp_methods(daemon: Daemon) -> dict[str, Handler]:
     }
 
 
-async def remember(daemon: Daemon, params: dict[str, Any]) -> Any:
+async def remember(daemon: McpFace, params: dict[str, Any]) -> Any:
     """Params: ``cwd`` (absolute, inside the project), ``type``, ``name``, ``description``,
     ``content``, optional ``agent`` (who writes). Writes one memory file and its index line
     (see :mod:`memd.memory.remember`) while no extraction or dream holds the dir (waiting up
@@ -82,7 +82,7 @@ async def remember(daemon: Daemon, params: dict[str, Any]) -> Any:
 
 
 async def _write_held(
-    daemon: Daemon, directory: Path, draft: MemoryDraft, limits: Limits
+    daemon: McpFace, directory: Path, draft: MemoryDraft, limits: Limits
 ) -> Written:
     key = str(directory)
     with anyio.move_on_after(HOLD_WAIT_S):
@@ -107,7 +107,7 @@ async def _write_held(
     )
 
 
-async def project_status(daemon: Daemon, params: dict[str, Any]) -> Any:
+async def project_status(daemon: McpFace, params: dict[str, Any]) -> Any:
     """Params: ``cwd``. Result: the project root and memory dir, opt-out, the index
     figures, the number of memories, the last extraction run for the project, its Claude
     Code sessions (newest first, at most 20) with their notes status, its dream row."""
@@ -130,7 +130,7 @@ async def project_status(daemon: Daemon, params: dict[str, Any]) -> Any:
     }
 
 
-async def project_notes(daemon: Daemon, params: dict[str, Any]) -> Any:
+async def project_notes(daemon: McpFace, params: dict[str, Any]) -> Any:
     """Params: ``cwd``, optional ``session`` (id or unique prefix). The working notes of
     the named session, else of the project's most recently active session that has notes
     (else its most recent one). Errors: not_found (no session in the project),
@@ -159,7 +159,7 @@ async def project_notes(daemon: Daemon, params: dict[str, Any]) -> Any:
     return {**data, "disabled": daemon.notes.disabled_reason}
 
 
-async def read_memory(daemon: Daemon, params: dict[str, Any]) -> Any:
+async def read_memory(daemon: McpFace, params: dict[str, Any]) -> Any:
     """Params: ``cwd``, ``name`` (a memory's file or its frontmatter name). Result: the
     memory in full (scrubbed) with type, agent, mtime, age and freshness warning.
     Errors: not_found, invalid_params (memory off for the project)."""
@@ -171,7 +171,7 @@ async def read_memory(daemon: Daemon, params: dict[str, Any]) -> Any:
     return await _valid(anyio.to_thread.run_sync(read))
 
 
-def _dream_row(daemon: Daemon, memory_dir: str) -> dict[str, Any] | None:
+def _dream_row(daemon: McpFace, memory_dir: str) -> dict[str, Any] | None:
     """The project's consolidation state, if the dream service has seen it (read-only)."""
     rows = daemon.dream.statistics()["projects"]
     return next((r for r in rows if r.get("memory_dir") == memory_dir), None)
@@ -191,7 +191,7 @@ async def _valid(call: Any) -> Any:
         raise InvalidParams(str(exc)) from None
 
 
-async def _located(daemon: Daemon, params: dict[str, Any]) -> Location:
+async def _located(daemon: McpFace, params: dict[str, Any]) -> Location:
     """The project's memory dir; InvalidParams when memory work is off for it."""
     where = await _valid(daemon.memory.locate(_cwd(params)))
     off = where.opted_out or daemon.memory.disabled_reason()
@@ -201,7 +201,7 @@ async def _located(daemon: Daemon, params: dict[str, Any]) -> Location:
     return where
 
 
-async def project_sessions(daemon: Daemon, cwd: str) -> list[SessionState]:
+async def project_sessions(daemon: McpFace, cwd: str) -> list[SessionState]:
     """Claude Code sessions whose working directory is in the same project as ``cwd``,
     most recently active first. Waits for the start-up read of the active sessions: until
     then a session's project may be unknown."""
@@ -227,7 +227,7 @@ def _same_project(states: Sequence[SessionState], cwd: str) -> list[SessionState
     return found
 
 
-def _session_row(daemon: Daemon, state: SessionState) -> dict[str, Any]:
+def _session_row(daemon: McpFace, state: SessionState) -> dict[str, Any]:
     notes = daemon.notes.status(state.session_id)
     return {
         "session_id": state.session_id,

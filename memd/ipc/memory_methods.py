@@ -12,7 +12,7 @@ from memd.memory.hook_context import CLAUDE, hook_context, hook_stdout, parse_ho
 from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import MemoryFace
 
 
 def _valid(call: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
@@ -25,7 +25,7 @@ def _valid(call: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
     return run
 
 
-def memory_methods(daemon: Daemon) -> dict[str, Handler]:
+def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
     svc = daemon.memory
 
     async def memory_index(params: dict[str, Any]) -> Any:

@@ -9,13 +9,13 @@ from memd.ipc.params import find_session, opt_str
 from memd.ipc.server import Handler, InvalidParams
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import NotesFace
 
 EXTRACT_WAIT_S = 20.0
 MAX_EXTRACT_WAIT_S = 300.0
 
 
-def notes_methods(daemon: Daemon) -> dict[str, Handler]:
+def notes_methods(daemon: NotesFace) -> dict[str, Handler]:
     async def notes(params: dict[str, Any]) -> Any:
         """Params: ``session``. Result: the notes text (None before the first extraction),
         path, template, the last summarized message id and the session's notes status."""

@@ -27,7 +27,7 @@ from memd.state import SessionState
 from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
-    from memd.daemon.service import Daemon
+    from memd.ipc.face import HasSessions
 
 Kind = Literal["str", "int", "number", "bool", "list[str]", "list", "map", "bytes"]
 
@@ -176,7 +176,7 @@ def str_list(params: dict[str, Any], key: str) -> list[str]:
     return value
 
 
-def find_session(daemon: Daemon, ident: str | None) -> SessionState:
+def find_session(daemon: HasSessions, ident: str | None) -> SessionState:
     """A session by id or unique id prefix, as replies show it (escaped: memd_client.names)."""
     if not ident:
         raise InvalidParams("'session' is required: a session id or a unique prefix of one")
