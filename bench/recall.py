@@ -213,11 +213,11 @@ def bench_cached_recall(queries: Sequence[Query], count: int) -> dict[str, tuple
     from memd.clock import SystemClock
     from memd.config import Config
     from memd.llm.client import Disabled
+    from memd.memory.rank_index import RecallCache
     from memd.memory.recall import recall
-    from memd.memory.scan import HeaderCache
 
     cfg, clock, llm = Config(), SystemClock(), Disabled("bench: lexical")
-    caches = {"cached": HeaderCache(), "cached, stat every call": HeaderCache(refresh_s=0.0)}
+    caches = {"cached": RecallCache(), "cached, stat every call": RecallCache(refresh_s=0.0)}
     with tempfile.TemporaryDirectory() as tmp:
         memory = Path(tmp) / "memory"
         shutil.copytree(DATA / "memories", memory)
@@ -225,7 +225,7 @@ def bench_cached_recall(queries: Sequence[Query], count: int) -> dict[str, tuple
         for relative, text in padding_memories(count - have):
             (memory / relative).write_text(text, encoding="utf-8")
 
-        async def timed(cache: HeaderCache | None, query: Query) -> float:
+        async def timed(cache: RecallCache | None, query: Query) -> float:
             start = time.perf_counter()
             result = await recall(
                 query.text, memory_dir=memory, llm=llm, cfg=cfg, clock=clock, cache=cache

@@ -48,8 +48,8 @@ import anyio
 from memd.clock import SystemClock
 from memd.config import Config
 from memd.memory.frontmatter import Frontmatter, render_document
+from memd.memory.rank_index import RecallCache
 from memd.memory.recall import recall
-from memd.memory.scan import HeaderCache
 from memd.memory.terms import STOPWORDS
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -167,7 +167,7 @@ def write_memories(memory_dir: Path, memories: Iterable[Memory]) -> None:
 
 def memd_ranker(memory_dir: Path, cfg: Config) -> Ranker:
     """The offline recall as the daemon runs it (header cache, default config, no model)."""
-    cache = HeaderCache()
+    cache = RecallCache()
     clock = SystemClock()
 
     def ranked(question: str) -> list[str]:

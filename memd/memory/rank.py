@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,13 +67,17 @@ def doc_from_header(header: MemoryHeader) -> RankDoc:
     )
 
 
-def _fields(doc: RankDoc) -> dict[str, Mapping[str, int]]:
-    return {
-        "name": term_counts(doc.name),
-        "description": term_counts(doc.description),
-        "path": term_counts(doc.key.removesuffix(".md")),
-        "body": term_counts(doc.body),
-    }
+FIELDS = tuple(FIELD_WEIGHTS)  # the order of a document's analysed fields
+
+
+def analyze_fields(doc: RankDoc) -> tuple[tuple[str, ...], ...]:
+    """The terms of each of the document's fields (in :data:`FIELDS` order), repeats kept."""
+    return (
+        analyze(doc.name),
+        analyze(doc.description),
+        analyze(doc.key.removesuffix(".md")),
+        analyze(doc.body),
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -81,32 +86,47 @@ def term_counts(text: str) -> Mapping[str, int]:
     return Counter(analyze(text))
 
 
+Postings = tuple["array[int]", "array[float]"]  # doc numbers, and the term's weighted tf in each
+
+
 @dataclass(frozen=True)
 class LexicalIndex:
-    """Precomputed BM25F weights; build once per set of memories, query many times."""
+    """Precomputed BM25F weights; build once per set of memories, query many times.
+
+    Postings are two flat arrays per term (8 bytes a posting), so an index over thousands of
+    memories stays small; see :mod:`memd.memory.rank_index` for the one the daemon keeps.
+    """
 
     docs: tuple[RankDoc, ...]
-    postings: Mapping[str, tuple[tuple[int, float], ...]]  # term -> (doc number, weighted tf)
+    postings: Mapping[str, Postings]
     idf: Mapping[str, float]
 
     @classmethod
     def build(cls, docs: Iterable[RankDoc]) -> LexicalIndex:
         doc_list = tuple(docs)
-        analyzed = [_fields(doc) for doc in doc_list]
-        lengths = [{f: sum(c.values()) for f, c in fields.items()} for fields in analyzed]
-        avg = {
-            f: max(1.0, sum(lens[f] for lens in lengths) / max(1, len(lengths)))
-            for f in FIELD_WEIGHTS
-        }
-        postings: defaultdict[str, list[tuple[int, float]]] = defaultdict(list)
-        for number, fields in enumerate(analyzed):
+        return cls.from_analyzed(doc_list, [analyze_fields(doc) for doc in doc_list])
+
+    @classmethod
+    def from_analyzed(
+        cls, docs: Sequence[RankDoc], analyzed: Sequence[Sequence[Sequence[str]]]
+    ) -> LexicalIndex:
+        """The index of ``docs`` whose fields were analysed already (:func:`analyze_fields`)."""
+        counts = [[Counter(terms) for terms in fields] for fields in analyzed]
+        lengths = [[len(terms) for terms in fields] for fields in analyzed]
+        avg = [
+            max(1.0, sum(lens[f] for lens in lengths) / max(1, len(lengths)))
+            for f in range(len(FIELDS))
+        ]
+        numbers: defaultdict[str, array[int]] = defaultdict(lambda: array("I"))
+        weights: defaultdict[str, array[float]] = defaultdict(lambda: array("f"))
+        for number, fields in enumerate(counts):
             for term, weight in _weighted_tf(fields, lengths[number], avg).items():
-                postings[term].append((number, weight))
-        total = len(doc_list)
-        idf = {
-            t: math.log(1 + (total - len(p) + 0.5) / (len(p) + 0.5)) for t, p in postings.items()
-        }
-        return cls(doc_list, {t: tuple(p) for t, p in postings.items()}, idf)
+                numbers[term].append(number)
+                weights[term].append(weight)
+        total = len(docs)
+        idf = {t: math.log(1 + (total - len(p) + 0.5) / (len(p) + 0.5)) for t, p in numbers.items()}
+        postings = {t: (numbers[t], weights[t]) for t in numbers}
+        return cls(tuple(docs), postings, idf)
 
 
 @lru_cache(maxsize=8)
@@ -120,19 +140,47 @@ def cached_index(docs: tuple[RankDoc, ...]) -> LexicalIndex:
 
 
 def _weighted_tf(
-    fields: Mapping[str, Mapping[str, int]],
-    lengths: Mapping[str, int],
-    avg: Mapping[str, float],
+    fields: Sequence[Mapping[str, int]], lengths: Sequence[int], avg: Sequence[float]
 ) -> dict[str, float]:
     weights: dict[str, float] = {}
-    for field_name, counts in fields.items():
+    for number, counts in enumerate(fields):
         if not counts:
             continue
-        b = FIELD_B[field_name]
-        scale = FIELD_WEIGHTS[field_name] / (1 - b + b * lengths[field_name] / avg[field_name])
+        b = FIELD_B[FIELDS[number]]
+        scale = FIELD_WEIGHTS[FIELDS[number]] / (1 - b + b * lengths[number] / avg[number])
         for term, count in counts.items():
             weights[term] = weights.get(term, 0.0) + count * scale
     return weights
+
+
+def ranking(
+    index: LexicalIndex,
+    query: str,
+    *,
+    exclude: Collection[str] = (),
+    recent_tools: Sequence[str] = (),
+) -> list[Ranked]:
+    """Every memory sharing a term with ``query``, best first, none cut (see :func:`rank`).
+
+    ``exclude`` holds keys already surfaced; ``recent_tools`` applies the tool rule above.
+    Ties go to the newer memory, then to the key, so results are deterministic.
+    """
+    scores: defaultdict[int, float] = defaultdict(float)
+    for term, weight in terms_of(query).items():
+        idf = index.idf.get(term)
+        if idf is None:
+            continue
+        numbers, tfs = index.postings[term]
+        for number, tf in zip(numbers, tfs, strict=True):
+            scores[number] += weight * idf * tf / (K1 + tf)
+    docs = index.docs
+    eligible = [
+        (n, score)
+        for n, score in scores.items()
+        if docs[n].key not in exclude and not is_tool_usage_reference(docs[n], recent_tools)
+    ]
+    eligible.sort(key=lambda item: (-item[1], -docs[item[0]].mtime_ms, docs[item[0]].key))
+    return [Ranked(docs[n].key, score) for n, score in eligible]
 
 
 def rank(
@@ -143,32 +191,18 @@ def rank(
     exclude: Collection[str] = (),
     recent_tools: Sequence[str] = (),
 ) -> list[Ranked]:
-    """The best ``limit`` memories for ``query``, best first; only those sharing a term with it.
+    """The best ``limit`` memories for ``query``, best first; only those sharing a term with
+    it, and scoring at least :data:`MIN_RELATIVE_SCORE` of the best (see :func:`ranking`)."""
+    return answer(ranking(index, query, exclude=exclude, recent_tools=recent_tools), limit)
 
-    ``exclude`` holds keys already surfaced; ``recent_tools`` applies the tool rule above.
-    Ties go to the newer memory, then to the key, so results are deterministic.
-    """
-    scores: defaultdict[int, float] = defaultdict(float)
-    for term, weight in terms_of(query).items():
-        idf = index.idf.get(term)
-        if idf is None:
-            continue
-        for number, tf in index.postings[term]:
-            scores[number] += weight * idf * tf / (K1 + tf)
-    eligible = {
-        n: score
-        for n, score in scores.items()
-        if index.docs[n].key not in exclude
-        and not is_tool_usage_reference(index.docs[n], recent_tools)
-    }
-    if not eligible:
+
+def answer(ranked: Sequence[Ranked], limit: int = DEFAULT_LIMIT) -> list[Ranked]:
+    """The head of a :func:`ranking` that goes out as a lexical answer: at most ``limit``,
+    none scoring under :data:`MIN_RELATIVE_SCORE` of the best."""
+    if not ranked:
         return []
-    floor = max(eligible.values()) * MIN_RELATIVE_SCORE
-    ordered = sorted(
-        (n for n, score in eligible.items() if score >= floor),
-        key=lambda n: (-eligible[n], -index.docs[n].mtime_ms, index.docs[n].key),
-    )
-    return [Ranked(index.docs[n].key, eligible[n]) for n in ordered[:limit]]
+    floor = ranked[0].score * MIN_RELATIVE_SCORE
+    return [r for r in ranked[:limit] if r.score >= floor]
 
 
 def rank_headers(
@@ -180,13 +214,37 @@ def rank_headers(
     recent_tools: Sequence[str] = (),
 ) -> list[MemoryHeader]:
     """Rank scanned headers directly, reusing the index while the memories are unchanged."""
+    ranked = ranked_headers(
+        headers, query, already_surfaced=already_surfaced, recent_tools=recent_tools
+    )
+    return [header for header, _ in answer_headers(ranked, limit)]
+
+
+def ranked_headers(
+    headers: Sequence[MemoryHeader],
+    query: str,
+    *,
+    already_surfaced: Collection[str] = (),
+    recent_tools: Sequence[str] = (),
+) -> list[tuple[MemoryHeader, float]]:
+    """:func:`ranking` of scanned headers (those not surfaced), with their scores."""
     index = cached_index(tuple(doc_from_header(h) for h in headers))
     surfaced = {h.relative for h in headers} - {
         h.relative for h in selection_candidates(headers, already_surfaced)
     }
     by_key = {h.relative: h for h in headers}
-    ranked = rank(index, query, limit=limit, exclude=surfaced, recent_tools=recent_tools)
-    return [by_key[r.key] for r in ranked]
+    ranked = ranking(index, query, exclude=surfaced, recent_tools=recent_tools)
+    return [(by_key[r.key], r.score) for r in ranked]
+
+
+def answer_headers(
+    ranked: Sequence[tuple[MemoryHeader, float]], limit: int = DEFAULT_LIMIT
+) -> list[tuple[MemoryHeader, float]]:
+    """:func:`answer` for a ranking of headers."""
+    if not ranked:
+        return []
+    floor = ranked[0][1] * MIN_RELATIVE_SCORE
+    return [(h, score) for h, score in ranked[:limit] if score >= floor]
 
 
 def selection_candidates(

@@ -26,7 +26,7 @@ general caveat that memories can be stale.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -45,15 +45,17 @@ from memd.llm.ledger import Ledger
 from memd.memory.freshness import RECALL_CAVEAT, age_days, age_text, freshness_warning
 from memd.memory.frontmatter import MemoryType, parse_document
 from memd.memory.rank import (
+    answer_headers,
     build_selector_prompt,
     doc_from_header,
     is_tool_usage_reference,
     parse_selection,
-    rank_headers,
+    ranked_headers,
     selection_candidates,
     selector_system,
 )
-from memd.memory.scan import HeaderCache, MemoryHeader, iso_mtime, opened_area, scan_memories
+from memd.memory.rank_index import RecallCache
+from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.privacy import scrub_text
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ RecallMethod = Literal["model", "lexical", "none"]
 
 SELECTOR_MAX_TOKENS = 256
 MAX_CONTENT_BYTES = 16_000  # of one memory's file; the rest is left for a Read
+MANIFEST_NEWEST = 10  # of the model's manifest, kept for the newest memories whatever the rank
 LEXICAL_RESERVE_S = 0.25  # kept back from the model (at most a quarter of the budget)
 _NOTHING_WORDS = ("none", "nothing", "no memor")
 
@@ -142,33 +145,19 @@ async def recall(
     project: str = "",
     session: str = "",
     timeout_s: float | None = None,
-    cache: HeaderCache | None = None,
+    cache: RecallCache | None = None,
 ) -> RecallResult:
     """Memories for ``query`` from ``memory_dir``; see the module docstring. Never raises
     for a model, guard or file problem. ``timeout_s`` overrides ``memory.recall_timeout_s``.
-    With ``cache``, the scan is cached and what was already surfaced is left out before
-    the newest ``memory.scan_max_files`` are taken.
+    With ``cache`` (what the daemon keeps), heads are read only for new or changed files and
+    the ranker's index is kept up to date; without, every head is read and indexed.
     """
     started = clock.monotonic()
     budget = cfg.memory.recall_timeout_s if timeout_s is None else timeout_s
-    scan: Callable[[], list[MemoryHeader]]
-    if cache is not None:
-        scan = partial(
-            cache.scan,
-            memory_dir,
-            exclude=frozenset(already_surfaced),
-            max_files=cfg.memory.scan_max_files,
-            head_lines=cfg.memory.frontmatter_lines,
-        )
-    else:
-        scan = partial(
-            scan_memories,
-            memory_dir,
-            max_files=cfg.memory.scan_max_files,
-            head_lines=cfg.memory.frontmatter_lines,
-        )
+    surfaced = frozenset(already_surfaced)
+    scan = partial(_scan_and_rank, memory_dir, query, cfg, surfaced, tuple(recent_tools), cache)
     try:
-        headers = await anyio.to_thread.run_sync(scan)
+        headers, ranked = await anyio.to_thread.run_sync(scan)
     except OSError as exc:
         return _empty(f"the memory dir cannot be scanned: {exc}", started, clock)
     candidates = selection_candidates(headers, already_surfaced)
@@ -188,7 +177,7 @@ async def recall(
         session,
         started + budget,
     )
-    choice = await _choose(query, headers, candidates, context)
+    choice = await _choose(query, candidates, ranked, context)
     now_ms = int(clock.now() * 1000)
     load = partial(_load_all, memory_dir, choice.headers, now_ms, cfg.privacy.redact_secrets)
     memories = await anyio.to_thread.run_sync(load)
@@ -196,6 +185,34 @@ async def recall(
     return RecallResult(
         memories, choice.method, choice.reason, RECALL_CAVEAT, len(candidates), elapsed
     )
+
+
+def _scan_and_rank(
+    memory_dir: Path,
+    query: str,
+    cfg: Config,
+    surfaced: frozenset[str],
+    recent_tools: tuple[str, ...],
+    cache: RecallCache | None,
+) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]]]:
+    """Every memory's header (newest first) and the best of those not surfaced for ``query``
+    with their scores, as many as a manifest holds (blocking)."""
+    head_lines = cfg.memory.frontmatter_lines
+    limit = max(cfg.memory.scan_max_files, cfg.memory.recall_max)
+    if cache is not None:
+        prefix = f"{memory_dir}/"
+        exclude = {s.removeprefix(prefix) for s in surfaced}
+        return cache.ranked(
+            memory_dir,
+            query,
+            limit=limit,
+            exclude=exclude,
+            recent_tools=recent_tools,
+            head_lines=head_lines,
+        )
+    headers = scan_memories(memory_dir, max_files=None, head_lines=head_lines)
+    ranked = ranked_headers(headers, query, already_surfaced=surfaced, recent_tools=recent_tools)
+    return headers, ranked[:limit]
 
 
 def _empty(reason: str, started: float, clock: Clock, candidates: int = 0) -> RecallResult:
@@ -208,26 +225,39 @@ def _empty(reason: str, started: float, clock: Clock, candidates: int = 0) -> Re
 
 async def _choose(
     query: str,
-    headers: Sequence[MemoryHeader],
     candidates: Sequence[MemoryHeader],
+    ranked: Sequence[tuple[MemoryHeader, float]],
     context: _Context,
 ) -> _Choice:
     why = model_unavailable(context.llm, context.guard, context.project)
     if why is None:
         assert context.llm is not None and not isinstance(context.llm, Disabled)
-        picked = await _ask_model(context.llm, query, candidates, context)
+        limit = context.cfg.memory.scan_max_files
+        shown = manifest_candidates([h for h, _ in ranked], candidates, limit)
+        picked = await _ask_model(context.llm, query, shown, context)
         if not isinstance(picked, str):
             model = context.cfg.llm.models.recall
             return _Choice(tuple(picked), "model", f"chosen by {model}")
         why = picked
-    ranked = rank_headers(
-        headers,
-        query,
-        limit=context.cfg.memory.recall_max,
-        already_surfaced=context.already_surfaced,
-        recent_tools=context.recent_tools,
-    )
-    return _Choice(tuple(ranked), "lexical", f"lexical ranking: {why}")
+    chosen = answer_headers(ranked, context.cfg.memory.recall_max)
+    return _Choice(tuple(h for h, _ in chosen), "lexical", f"lexical ranking: {why}")
+
+
+def manifest_candidates(
+    ranked: Sequence[MemoryHeader], candidates: Sequence[MemoryHeader], limit: int
+) -> list[MemoryHeader]:
+    """What the model is shown: the ranker's best, then the newest (``candidates`` are newest
+    first), at most ``limit`` (R-M4's cap; issue 27). The newest :data:`MANIFEST_NEWEST` always
+    have a place, so a memory that shares no word with the query can still be chosen."""
+    newest = min(MANIFEST_NEWEST, limit)
+    shown: dict[str, MemoryHeader] = {}
+    for header in ranked[: max(0, limit - newest)]:
+        shown.setdefault(header.relative, header)
+    for header in candidates:  # the newest few, then more of the newest while room is left
+        if len(shown) >= limit:
+            break
+        shown.setdefault(header.relative, header)
+    return list(shown.values())
 
 
 def model_unavailable(

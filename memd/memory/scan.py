@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -109,10 +109,11 @@ def list_topic_files(area: Area) -> list[str]:
 def scan_memories(
     memory_dir: Path,
     *,
-    max_files: int = DEFAULT_MAX_FILES,
+    max_files: int | None = DEFAULT_MAX_FILES,
     head_lines: int = DEFAULT_HEAD_LINES,
 ) -> list[MemoryHeader]:
-    """Headers of the newest ``max_files`` topic files, newest first (ties by path).
+    """Headers of the newest ``max_files`` topic files (all with ``None``), newest first (ties
+    by path).
 
     A missing memory dir scans as empty. Files that vanish, cannot be read or are refused
     (links, hard links, special files) are skipped.
@@ -162,13 +163,21 @@ def list_topic_stats(area: Area) -> list[_Listed]:
 
 
 class HeaderCache:
-    """Headers per memory dir by file identity; see the module docstring. Thread-safe."""
+    """Headers per memory dir by file identity; see the module docstring. Thread-safe.
+
+    A subclass learns of every header read and every file gone through :meth:`_changed`
+    (called under the lock), which :class:`memd.memory.rank_index.RecallCache` uses to keep
+    its index up to date.
+    """
 
     def __init__(self, max_dirs: int = 64, refresh_s: float = 1.0) -> None:
         self._dirs: OrderedDict[str, dict[str, tuple[tuple[int, int, int], MemoryHeader]]] = (
             OrderedDict()
         )
         self._listings: dict[str, tuple[tuple[int, int], float, list[_Listed]]] = {}
+        # The last whole scan of a dir: (its listing, head_lines, headers), reused as long as
+        # the listing is (the same list object: nothing was stat'ed again).
+        self._whole: dict[str, tuple[list[_Listed], int, list[MemoryHeader]]] = {}
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
         self._max_dirs = max_dirs
@@ -179,30 +188,53 @@ class HeaderCache:
         memory_dir: Path,
         *,
         exclude: Collection[str] = (),
-        max_files: int = DEFAULT_MAX_FILES,
+        max_files: int | None = DEFAULT_MAX_FILES,
         head_lines: int = DEFAULT_HEAD_LINES,
     ) -> list[MemoryHeader]:
-        """The newest ``max_files`` headers not in ``exclude`` (absolute paths), newest first."""
+        """The newest ``max_files`` headers (all with ``None``) not in ``exclude`` (absolute
+        paths), newest first."""
         listed = self._listing(memory_dir)
+        key = str(memory_dir)
+        whole = max_files is None and not exclude
+        if whole:
+            with self._lock:
+                known = self._whole.get(key)
+            if known is not None and known[0] is listed and known[1] == head_lines:
+                return known[2]
         if exclude:
             kept = [e for e in listed if e[2] not in exclude][:max_files]
         else:
             kept = listed[:max_files]
-        key = str(memory_dir)
         with self._lock:
-            cached = dict(self._dirs.get(key) or {})
+            before = self._dirs.get(key) or {}
+        cached = dict(before)
         missing = [e for e in kept if (hit := cached.get(e[1])) is None or hit[0] != e[3]]
         if missing:
             self._read_heads(memory_dir, missing, head_lines, cached)
         headers = [hit[1] for e in kept if (hit := cached.get(e[1])) is not None]
         present = {e[1] for e in listed}
         with self._lock:
-            self._dirs[key] = {r: v for r, v in cached.items() if r in present}
+            now = {r: v for r, v in cached.items() if r in present}
+            self._dirs[key] = now
+            self._changed(key, before, now)
+            if whole:
+                self._whole[key] = (listed, head_lines, headers)
             self._dirs.move_to_end(key)
             while len(self._dirs) > self._max_dirs:
                 dropped, _ = self._dirs.popitem(last=False)
                 self._listings.pop(dropped, None)
+                self._whole.pop(dropped, None)
+                self._changed(dropped, {}, {})
         return headers
+
+    def _changed(
+        self,
+        key: str,
+        before: Mapping[str, tuple[tuple[int, int, int], MemoryHeader]],
+        after: Mapping[str, tuple[tuple[int, int, int], MemoryHeader]],
+    ) -> None:
+        """The headers of dir ``key`` went from ``before`` to ``after`` (both empty: the dir
+        was evicted). Called under the lock; nothing to do here."""
 
     def _read_heads(
         self,

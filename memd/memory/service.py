@@ -57,8 +57,9 @@ from memd.memory.index import load_index
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate
 from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs
+from memd.memory.rank_index import RecallCache
 from memd.memory.recall import recall
-from memd.memory.scan import HeaderCache, iso_mtime, manifest_line, scan_memories
+from memd.memory.scan import iso_mtime, manifest_line, scan_memories
 from memd.memory.session_context import SessionContext, SessionContexts, apply, scan_transcript
 from memd.memory.store import MemoryStore
 from memd.memory.turns import TurnEnds
@@ -107,7 +108,7 @@ class MemoryService:
         self._workers = max(1, workers)
         self._claude_dir = str(claude_dir or projects_root.parent)
         self.contexts = SessionContexts()
-        self.headers = HeaderCache()
+        self.headers = RecallCache()
         self._project_versions: OrderedDict[str, str] = OrderedDict()
         self._recalls: Counter[str] = Counter()
         self._jobs = ExtractionJobs(
