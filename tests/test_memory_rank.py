@@ -209,3 +209,37 @@ def test_parse_selection_keeps_at_most_the_limit() -> None:
 def test_parse_selection_never_raises_and_only_returns_known_paths(answer: str) -> None:
     got = parse_selection(answer, KNOWN)
     assert set(got) <= set(KNOWN) and len(got) <= 5 and len(set(got)) == len(got)
+
+
+def test_short_numbers_are_terms_and_leading_zeros_do_not_matter() -> None:
+    docs = [
+        RankDoc("a.md", description="Caroline moved on 14 December"),
+        RankDoc("b.md", description="Caroline moved house on 4 December"),
+    ]
+    index = LexicalIndex.build(docs)
+    assert rank(index, "Did Caroline move on December 04?")[0].key == "b.md"
+
+
+def test_a_name_in_the_query_outweighs_a_rarer_word_in_someone_elses_memory() -> None:
+    """Issue 27: a person's name is in half the memories, so its idf is low; a memory about
+    someone else that shares an incidental word must not win."""
+    docs = [
+        RankDoc("mel_pottery.md", description="Melanie took a pottery class with her kids"),
+        RankDoc("car_1.md", description="Caroline joined a counseling workshop"),
+        RankDoc("car_2.md", description="Caroline is researching adoption agencies"),
+        RankDoc("mel_1.md", description="Melanie went camping at the beach"),
+        RankDoc("car_3.md", description="Caroline painted a sunset with her kids"),
+    ]
+    ranked = rank(LexicalIndex.build(docs), "What did Caroline do with her kids at the class?")
+    assert ranked[0].key == "car_3.md"
+
+
+def test_weak_matches_are_not_cut_from_a_lexical_answer() -> None:
+    """Issue 27: results under 35 % of the best were cut, and with them often the right one."""
+    docs = [
+        RankDoc("strong.md", name="redis eviction policy", description="redis eviction lru"),
+        RankDoc("weak.md", description="the cache warms slowly after a deploy of redis workers"),
+        RankDoc("other.md", description="unrelated notes on the frontend build"),
+    ]
+    ranked = rank(LexicalIndex.build(docs), "redis eviction")
+    assert [r.key for r in ranked] == ["strong.md", "weak.md"]

@@ -11,8 +11,12 @@ errors. Both paths follow the same rules:
 The ranker is BM25F over four fields (name, description, file path, body head) with field
 weights and per-field length normalisation, a light suffix stemmer, English stopwords, a few
 common developer abbreviations, and identifier splitting (``camelCase``, ``snake_case``,
-``path/to/file.py`` each also match their parts). It is pure and needs no model; term weights
-per document are computed once when the index is built, so a query costs a dictionary walk.
+``path/to/file.py`` each also match their parts). A name the query gives (a capitalised word
+that does not start a sentence) narrows the field: a memory without it keeps only
+:data:`ENTITY_MISS` of its score, since a person's or project's name is in so many memories
+that its idf alone counts for little. It is pure and needs no model; term weights per
+document are computed once when the index is built, so a query costs a dictionary walk.
+Figures: ``bench/recall_quality.py`` (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -28,14 +32,20 @@ from functools import lru_cache
 
 from memd.memory.frontmatter import MemoryType
 from memd.memory.scan import MemoryHeader, format_manifest
-from memd.memory.terms import analyze, mentions_warning, split_identifier, terms_of
+from memd.memory.terms import (
+    analyze,
+    entity_terms,
+    mentions_warning,
+    split_identifier,
+    terms_of,
+)
 from memd.privacy import scrub_text
 
 K1 = 1.2
 FIELD_WEIGHTS: Mapping[str, float] = {"name": 3.0, "description": 2.0, "path": 1.5, "body": 1.0}
 FIELD_B: Mapping[str, float] = {"name": 0.3, "description": 0.5, "path": 0.3, "body": 0.75}
 DEFAULT_LIMIT = 5
-MIN_RELATIVE_SCORE = 0.35  # results scoring below this share of the best are noise
+ENTITY_MISS = 0.5  # the score left to a memory without a name the query gives
 
 
 @dataclass(frozen=True)
@@ -70,13 +80,16 @@ def doc_from_header(header: MemoryHeader) -> RankDoc:
 FIELDS = tuple(FIELD_WEIGHTS)  # the order of a document's analysed fields
 
 
-def analyze_fields(doc: RankDoc) -> tuple[tuple[str, ...], ...]:
-    """The terms of each of the document's fields (in :data:`FIELDS` order), repeats kept."""
+def analyze_fields(doc: RankDoc, *, cached: bool = True) -> tuple[tuple[str, ...], ...]:
+    """The terms of each of the document's fields (in :data:`FIELDS` order), repeats kept.
+    ``cached=False`` keeps the texts out of :func:`analyze`'s cache (an index that keeps the
+    terms itself has no use for it)."""
+    run = analyze if cached else analyze.__wrapped__
     return (
-        analyze(doc.name),
-        analyze(doc.description),
-        analyze(doc.key.removesuffix(".md")),
-        analyze(doc.body),
+        run(doc.name),
+        run(doc.description),
+        run(doc.key.removesuffix(".md")),
+        run(doc.body),
     )
 
 
@@ -173,6 +186,12 @@ def ranking(
         numbers, tfs = index.postings[term]
         for number, tf in zip(numbers, tfs, strict=True):
             scores[number] += weight * idf * tf / (K1 + tf)
+    named = [index.postings[t][0] for t in entity_terms(query) if t in index.postings]
+    if named:  # a memory that lacks a name the query gives counts for less
+        having = set.intersection(*(set(numbers) for numbers in named))
+        for number in scores:
+            if number not in having:
+                scores[number] *= ENTITY_MISS
     docs = index.docs
     eligible = [
         (n, score)
@@ -192,17 +211,9 @@ def rank(
     recent_tools: Sequence[str] = (),
 ) -> list[Ranked]:
     """The best ``limit`` memories for ``query``, best first; only those sharing a term with
-    it, and scoring at least :data:`MIN_RELATIVE_SCORE` of the best (see :func:`ranking`)."""
-    return answer(ranking(index, query, exclude=exclude, recent_tools=recent_tools), limit)
-
-
-def answer(ranked: Sequence[Ranked], limit: int = DEFAULT_LIMIT) -> list[Ranked]:
-    """The head of a :func:`ranking` that goes out as a lexical answer: at most ``limit``,
-    none scoring under :data:`MIN_RELATIVE_SCORE` of the best."""
-    if not ranked:
-        return []
-    floor = ranked[0].score * MIN_RELATIVE_SCORE
-    return [r for r in ranked[:limit] if r.score >= floor]
+    it (see :func:`ranking`). Weak matches are not cut: on the recall benchmark a cut below a
+    share of the best score dropped the right memory more often than it spared noise."""
+    return ranking(index, query, exclude=exclude, recent_tools=recent_tools)[:limit]
 
 
 def rank_headers(
@@ -217,7 +228,7 @@ def rank_headers(
     ranked = ranked_headers(
         headers, query, already_surfaced=already_surfaced, recent_tools=recent_tools
     )
-    return [header for header, _ in answer_headers(ranked, limit)]
+    return [header for header, _ in ranked[:limit]]
 
 
 def ranked_headers(
@@ -237,20 +248,12 @@ def ranked_headers(
     return [(by_key[r.key], r.score) for r in ranked]
 
 
-def answer_headers(
-    ranked: Sequence[tuple[MemoryHeader, float]], limit: int = DEFAULT_LIMIT
-) -> list[tuple[MemoryHeader, float]]:
-    """:func:`answer` for a ranking of headers."""
-    if not ranked:
-        return []
-    floor = ranked[0][1] * MIN_RELATIVE_SCORE
-    return [(h, score) for h, score in ranked[:limit] if score >= floor]
-
-
 def selection_candidates(
     headers: Sequence[MemoryHeader], already_surfaced: Collection[str]
 ) -> list[MemoryHeader]:
     """Headers not yet surfaced; ``already_surfaced`` may hold relative or absolute paths."""
+    if not already_surfaced:
+        return list(headers)
     surfaced = set(already_surfaced)
     return [h for h in headers if h.relative not in surfaced and str(h.path) not in surfaced]
 

@@ -51,7 +51,9 @@ class RankIndex:
     def put(self, header: MemoryHeader) -> None:
         """Add the memory behind ``header``, or replace what was known of it."""
         doc = doc_from_header(header)
-        fields = tuple(tuple(sys.intern(t) for t in terms) for terms in analyze_fields(doc))
+        fields = tuple(
+            tuple(sys.intern(t) for t in terms) for terms in analyze_fields(doc, cached=False)
+        )
         keep_body = doc.type == "reference" and mentions_warning(doc.body, strong_only=True)
         slim = RankDoc(
             key=doc.key,

@@ -45,7 +45,6 @@ from memd.llm.ledger import Ledger
 from memd.memory.freshness import RECALL_CAVEAT, age_days, age_text, freshness_warning
 from memd.memory.frontmatter import MemoryType, parse_document
 from memd.memory.rank import (
-    answer_headers,
     build_selector_prompt,
     doc_from_header,
     is_tool_usage_reference,
@@ -239,7 +238,7 @@ async def _choose(
             model = context.cfg.llm.models.recall
             return _Choice(tuple(picked), "model", f"chosen by {model}")
         why = picked
-    chosen = answer_headers(ranked, context.cfg.memory.recall_max)
+    chosen = ranked[: context.cfg.memory.recall_max]
     return _Choice(tuple(h for h, _ in chosen), "lexical", f"lexical ranking: {why}")
 
 

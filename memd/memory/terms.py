@@ -7,7 +7,8 @@
   (``parseHTTPHeader`` -> ``parse``, ``http``, ``header``), and a
   joined compound is kept too (``parsehttpheader``), so ``getUserName`` in a memory matches
   both "get user name" and ``get_user_name`` in a query;
-* English stopwords and one-letter tokens are dropped;
+* English stopwords and one-letter words are dropped; numbers are kept whatever their
+  length, without leading zeros (``4`` and ``04`` in "December 4" and "04/12" meet);
 * a handful of common developer abbreviations also emit their long form (``db`` ->
   ``database``), in documents and queries alike, so either spelling finds the other;
 * a light suffix stemmer maps ``cache/caches/cached/caching`` to one term. It is not Porter:
@@ -157,12 +158,27 @@ def _word_terms(word: str) -> tuple[str, ...]:
 
 
 def _add(terms: list[str], token: str) -> None:
-    if len(token) < 2 or token in STOPWORDS:
+    if token.isdigit():
+        token = token.lstrip("0") or "0"  # "04" and "4" meet; "4" is a term (a date, a count)
+    elif len(token) < 2 or token in STOPWORDS:
         return
     terms.append(stem(token))
     long_form = ABBREVIATIONS.get(token)
     if long_form is not None:
         terms.extend(stem(w) for w in long_form.split())
+
+
+@lru_cache(maxsize=1024)
+def entity_terms(query: str) -> frozenset[str]:
+    """Terms of the names in ``query``: capitalised words that do not start a sentence
+    ("What did Caroline paint?" -> ``carolin``). Stopwords are not names."""
+    found: set[str] = set()
+    for match in re.finditer(r"\b[A-Z][a-z]+\b", query):
+        before = query[: match.start()].rstrip()
+        if not before or before[-1] in ".!?:\n":
+            continue
+        found.update(_word_terms(match.group()))
+    return frozenset(found)
 
 
 def terms_of(query: str) -> dict[str, float]:
