@@ -19,7 +19,11 @@ every head, at 200 and 2,000 unchanged memories (the newest 200 are candidates e
 "cached" reuses the stat pass within a second (back-to-back recalls); "stat every call" is
 what a recall per prompt (seconds apart) pays. Target: p50 ≤ 10 ms at 2,000.
 
-Run: ``python3 bench/recall.py``. Not part of the test pass/fail.
+Memory (issue 27): bytes per memory, as traced by ``tracemalloc``, of the ranker's index
+(:class:`~memd.memory.rank_index.RankIndex`) and of the whole recall cache (headers and index).
+
+Run: ``python3 bench/recall.py [COUNT ...]`` (whole-recall counts, default 200 2000). Not part
+of the test pass/fail.
 """
 
 from __future__ import annotations
@@ -244,7 +248,46 @@ def bench_cached_recall(queries: Sequence[Query], count: int) -> dict[str, tuple
         return anyio.run(run)
 
 
+def bench_index_memory(count: int) -> tuple[float, float, float]:
+    """Bytes per memory (traced allocations) at ``count`` memories: the ranker's index alone
+    (the process-wide word caches of :mod:`memd.memory.terms` warm), the same with those caches
+    cold (they are bounded: 65,536 words), and the whole recall cache (headers and index)."""
+    import tracemalloc
+
+    from memd.memory.rank_index import RankIndex, RecallCache
+
+    def index_bytes(headers: Sequence[MemoryHeader]) -> int:
+        tracemalloc.start()
+        index = RankIndex()
+        for header in headers:
+            index.put(header)
+        index.lexical()
+        used = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return used
+
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = Path(tmp) / "memory"
+        shutil.copytree(DATA / "memories", memory)
+        for relative, text in padding_memories(count - len(list(memory.glob("*.md")))):
+            (memory / relative).write_text(text, encoding="utf-8")
+        headers = scan_memories(memory, max_files=None)
+        _clear_caches()
+        cold = index_bytes(headers)
+        warm = index_bytes(headers)
+        _clear_caches()
+        tracemalloc.start()
+        cache = RecallCache()
+        cache.ranked(memory, "deploy", limit=200)
+        cache_bytes = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+    return warm / count, cold / count, cache_bytes / count
+
+
 def main() -> None:
+    import sys
+
+    counts = [int(a) for a in sys.argv[1:]] or [200, 2_000]
     queries = load_queries()
     headers = scan_memories(DATA / "memories")
     quality = evaluate(headers, queries)
@@ -259,10 +302,15 @@ def main() -> None:
     print(f"latency at {TARGET_FILES} memories, ms (p50 / p95):")
     for step, (p50, p95) in bench_latency(queries).items():
         print(f"  {step:20} {p50:8.3f} / {p95:8.3f}")
-    for count in (200, 2_000):
+    for count in counts:
         print(f"whole recall (lexical) at {count} memories, ms (p50 / p95):")
         for step, (p50, p95) in bench_cached_recall(queries, count).items():
             print(f"  {step:20} {p50:8.3f} / {p95:8.3f}")
+        warm, cold, cache = bench_index_memory(count)
+        print(
+            f"  bytes per memory: index {warm:.0f} (word caches cold: {cold:.0f}), "
+            f"recall cache (headers + index) {cache:.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -140,3 +140,34 @@ async def test_the_kept_index_follows_files_that_change_come_and_go(
         already_surfaced=already,
     )
     assert OLD not in [m.relative for m in result.memories]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("offline", [False, True], ids=["model", "lexical"])
+async def test_the_tool_rule_still_reads_a_warning_in_a_reference_body_through_the_cache(
+    api: LoopbackAPI, llm: LLM, tmp_path: Path, clock: FakeClock, offline: bool
+) -> None:
+    """The cache keeps headers without their body head, except where the tool rule needs it."""
+    directory = tmp_path / "memory"
+    directory.mkdir()
+    for name, body in (
+        ("gh_usage.md", "gh pr create --fill"),
+        ("gh_merging.md", "Never run gh pr merge --admin."),
+    ):
+        (directory / name).write_text(
+            f"---\nname: {name}\ndescription: gh cli for pull requests\n"
+            f"type: reference\n---\n\n{body}\n"
+        )
+    api.add_rule(When(model=RECALL_MODEL), replies.text('["gh_usage.md", "gh_merging.md"]'))
+    cache = RecallCache()
+    for _ in range(2):  # the first reads the heads, the second answers from the cache
+        result = await recall(
+            "gh cli pull requests",
+            memory_dir=directory,
+            llm=Disabled("test") if offline else llm,
+            cfg=MODEL_CFG,
+            clock=clock,
+            recent_tools=["gh"],
+            cache=cache,
+        )
+        assert [m.relative for m in result.memories] == ["gh_merging.md"]

@@ -48,7 +48,7 @@ DEFAULT_LIMIT = 5
 ENTITY_MISS = 0.5  # the score left to a memory without a name the query gives
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankDoc:
     """One memory as the ranker sees it. ``key`` is what results name (the relative path)."""
 
@@ -99,47 +99,84 @@ def term_counts(text: str) -> Mapping[str, int]:
     return Counter(analyze(text))
 
 
-Postings = tuple["array[int]", "array[float]"]  # doc numbers, and the term's weighted tf in each
+def encode_fields(
+    fields: Sequence[Sequence[str]], vocab: dict[str, int], terms: list[str]
+) -> array[int]:
+    """A document's analysed fields as one array: the four field lengths, then the term ids
+    of each field in turn. New terms get the next id (``vocab`` and ``terms`` grow)."""
+    encoded = array("I", (len(f) for f in fields))
+    for field in fields:
+        for term in field:
+            number = vocab.get(term)
+            if number is None:
+                number = vocab[term] = len(terms)
+                terms.append(term)
+            encoded.append(number)
+    return encoded
 
 
 @dataclass(frozen=True)
 class LexicalIndex:
     """Precomputed BM25F weights; build once per set of memories, query many times.
 
-    Postings are two flat arrays per term (8 bytes a posting), so an index over thousands of
-    memories stays small; see :mod:`memd.memory.rank_index` for the one the daemon keeps.
+    Postings are flat arrays shared by every term (8 bytes a posting; a term costs its entry
+    in ``slots`` and 12 bytes more), so an index over thousands of memories stays small; see
+    :mod:`memd.memory.rank_index` for the one the daemon keeps.
     """
 
     docs: tuple[RankDoc, ...]
-    postings: Mapping[str, Postings]
-    idf: Mapping[str, float]
+    slots: Mapping[str, int]  # term -> slot (a slot past ``starts`` has no postings)
+    starts: array[int]  # slot -> its first posting; the next slot's start ends it
+    numbers: array[int]  # doc numbers, slot by slot
+    weights: array[float]  # the term's weighted tf in that doc
+    idfs: array[float]  # slot -> idf
 
     @classmethod
     def build(cls, docs: Iterable[RankDoc]) -> LexicalIndex:
         doc_list = tuple(docs)
-        return cls.from_analyzed(doc_list, [analyze_fields(doc) for doc in doc_list])
+        vocab: dict[str, int] = {}
+        terms: list[str] = []
+        encoded = [encode_fields(analyze_fields(doc), vocab, terms) for doc in doc_list]
+        return cls.from_encoded(doc_list, encoded, vocab)
 
     @classmethod
-    def from_analyzed(
-        cls, docs: Sequence[RankDoc], analyzed: Sequence[Sequence[Sequence[str]]]
+    def from_encoded(
+        cls, docs: Sequence[RankDoc], encoded: Sequence[array[int]], vocab: Mapping[str, int]
     ) -> LexicalIndex:
-        """The index of ``docs`` whose fields were analysed already (:func:`analyze_fields`)."""
-        counts = [[Counter(terms) for terms in fields] for fields in analyzed]
-        lengths = [[len(terms) for terms in fields] for fields in analyzed]
-        avg = [
-            max(1.0, sum(lens[f] for lens in lengths) / max(1, len(lengths)))
-            for f in range(len(FIELDS))
-        ]
-        numbers: defaultdict[str, array[int]] = defaultdict(lambda: array("I"))
-        weights: defaultdict[str, array[float]] = defaultdict(lambda: array("f"))
-        for number, fields in enumerate(counts):
-            for term, weight in _weighted_tf(fields, lengths[number], avg).items():
-                numbers[term].append(number)
-                weights[term].append(weight)
+        """The index of ``docs`` whose fields were encoded already (:func:`encode_fields`)."""
+        fields = len(FIELDS)
+        sums = [sum(e[f] for e in encoded) for f in range(fields)]
+        avg = [max(1.0, total / max(1, len(encoded))) for total in sums]
+        tfs = [_weighted_tf(e, avg) for e in encoded]
+        size = len(vocab)
+        df = array("I", [0]) * size
+        for weights in tfs:
+            for slot in weights:
+                df[slot] += 1
+        starts = array("I", [0]) * (size + 1)
+        for slot in range(size):
+            starts[slot + 1] = starts[slot] + df[slot]
+        filled = array("I", starts)
+        numbers = array("I", [0]) * starts[size]
+        weights_out = array("f", [0.0]) * starts[size]
+        for number, weights in enumerate(tfs):
+            for slot, weight in weights.items():
+                at = filled[slot]
+                numbers[at], weights_out[at] = number, weight
+                filled[slot] = at + 1
         total = len(docs)
-        idf = {t: math.log(1 + (total - len(p) + 0.5) / (len(p) + 0.5)) for t, p in numbers.items()}
-        postings = {t: (numbers[t], weights[t]) for t in numbers}
-        return cls(tuple(docs), postings, idf)
+        idfs = array("f", (math.log(1 + (total - n + 0.5) / (n + 0.5)) for n in df))
+        return cls(tuple(docs), vocab, starts, numbers, weights_out, idfs)
+
+    def postings(self, term: str) -> tuple[array[int], array[float], float] | None:
+        """The docs holding ``term``, its weighted tf in each, and its idf; ``None`` if none."""
+        slot = self.slots.get(term)
+        if slot is None or slot + 1 >= len(self.starts):
+            return None
+        start, end = self.starts[slot], self.starts[slot + 1]
+        if start == end:
+            return None
+        return self.numbers[start:end], self.weights[start:end], self.idfs[slot]
 
 
 @lru_cache(maxsize=8)
@@ -152,17 +189,19 @@ def cached_index(docs: tuple[RankDoc, ...]) -> LexicalIndex:
     return LexicalIndex.build(docs)
 
 
-def _weighted_tf(
-    fields: Sequence[Mapping[str, int]], lengths: Sequence[int], avg: Sequence[float]
-) -> dict[str, float]:
-    weights: dict[str, float] = {}
-    for number, counts in enumerate(fields):
-        if not counts:
+def _weighted_tf(encoded: array[int], avg: Sequence[float]) -> dict[int, float]:
+    """Term id -> the document's BM25F weighted tf (field weights, per-field length norm)."""
+    weights: dict[int, float] = {}
+    at = len(FIELDS)
+    for field, name in enumerate(FIELDS):
+        length = encoded[field]
+        if not length:
             continue
-        b = FIELD_B[FIELDS[number]]
-        scale = FIELD_WEIGHTS[FIELDS[number]] / (1 - b + b * lengths[number] / avg[number])
-        for term, count in counts.items():
-            weights[term] = weights.get(term, 0.0) + count * scale
+        b = FIELD_B[name]
+        scale = FIELD_WEIGHTS[name] / (1 - b + b * length / avg[field])
+        for slot in encoded[at : at + length]:
+            weights[slot] = weights.get(slot, 0.0) + scale
+        at += length
     return weights
 
 
@@ -180,13 +219,13 @@ def ranking(
     """
     scores: defaultdict[int, float] = defaultdict(float)
     for term, weight in terms_of(query).items():
-        idf = index.idf.get(term)
-        if idf is None:
+        found = index.postings(term)
+        if found is None:
             continue
-        numbers, tfs = index.postings[term]
+        numbers, tfs, idf = found
         for number, tf in zip(numbers, tfs, strict=True):
             scores[number] += weight * idf * tf / (K1 + tf)
-    named = [index.postings[t][0] for t in entity_terms(query) if t in index.postings]
+    named = [found[0] for t in entity_terms(query) if (found := index.postings(t)) is not None]
     if named:  # a memory that lacks a name the query gives counts for less
         having = set.intersection(*(set(numbers) for numbers in named))
         for number in scores:

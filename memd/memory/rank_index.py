@@ -3,36 +3,55 @@
 Recall ranks every memory of a project, not only the newest 200 (the scan cap of R-M4 limits
 what a model's manifest shows, not what the ranker may consider). :class:`RankIndex` holds,
 for each topic file, what the ranker needs: its analysed terms per field and the few header
-fields results are made of. :class:`~memd.memory.scan.HeaderCache` puts a memory in when its
-head is read (a new or changed file) and drops it when the file is gone, so a change costs
-the analysis of that one file; the BM25F weights, which depend on every document's length,
-are recomputed from the kept terms on the first query after a change (no file is read again).
+fields results are made of. :class:`RecallCache` (the header cache the daemon keeps) puts a
+memory in when its head is read (a new or changed file) and drops it when the file is gone,
+so a change costs the analysis of that one file; the BM25F weights, which depend on every
+document's length, are recomputed from the kept terms on the first query after a change (no
+file is read again).
 
-Memory is a budget: a memory's body is not kept (only its terms, interned, so a term shared
-by many memories is stored once), except a warning in a ``reference`` memory's body, which
-the tool rule needs (:func:`memd.memory.rank.is_tool_usage_reference`). Postings are flat
-arrays. ``bench/recall.py`` measures the bytes per memory.
+Memory is a budget: a memory's body is not kept, only its terms as ids into the index's
+vocabulary (4 bytes a term), and the cache keeps headers without their body head; both keep
+a ``reference`` memory's body when it warns, which the tool rule reads
+(:func:`memd.memory.rank.is_tool_usage_reference`). Postings are flat arrays.
+``bench/recall.py`` measures the bytes per memory.
 
 A :class:`RankIndex` is pure and in memory, not thread-safe by itself: :class:`RecallCache`
-(the header cache the daemon keeps) locks around it.
+locks around it.
 """
 
 from __future__ import annotations
 
-import sys
+from array import array
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from memd.memory.rank import LexicalIndex, RankDoc, Ranked, analyze_fields, doc_from_header, ranking
+from memd.memory.rank import (
+    FIELDS,
+    LexicalIndex,
+    RankDoc,
+    Ranked,
+    analyze_fields,
+    doc_from_header,
+    encode_fields,
+    ranking,
+)
 from memd.memory.scan import DEFAULT_HEAD_LINES, HeaderCache, MemoryHeader
 from memd.memory.terms import mentions_warning
+
+COMPACT_ABOVE = 4096  # terms: renumbered when over twice this and twice those in use
+
+
+def tool_rule_reads_body(header: MemoryHeader) -> bool:
+    """Whether :func:`memd.memory.rank.is_tool_usage_reference` needs this memory's body: a
+    ``reference`` memory whose body warns (the only body the rule looks at)."""
+    return header.type == "reference" and mentions_warning(header.body_head, strong_only=True)
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
     doc: RankDoc  # body emptied unless the tool rule needs it
-    fields: tuple[tuple[str, ...], ...]
+    encoded: array[int]  # its fields' term ids (memd.memory.rank.encode_fields)
 
 
 class RankIndex:
@@ -40,6 +59,8 @@ class RankIndex:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._vocab: dict[str, int] = {}  # term -> id, for every term put since a compaction
+        self._terms: list[str] = []  # id -> term
         self._built: LexicalIndex | None = None
 
     def __len__(self) -> int:
@@ -51,19 +72,11 @@ class RankIndex:
     def put(self, header: MemoryHeader) -> None:
         """Add the memory behind ``header``, or replace what was known of it."""
         doc = doc_from_header(header)
-        fields = tuple(
-            tuple(sys.intern(t) for t in terms) for terms in analyze_fields(doc, cached=False)
-        )
-        keep_body = doc.type == "reference" and mentions_warning(doc.body, strong_only=True)
-        slim = RankDoc(
-            key=doc.key,
-            name=doc.name,
-            description=doc.description,
-            body=doc.body if keep_body else "",
-            type=doc.type,
-            mtime_ms=doc.mtime_ms,
-        )
-        self._entries[header.relative] = _Entry(slim, fields)
+        fields = analyze_fields(doc, cached=False)
+        if not tool_rule_reads_body(header):
+            doc = replace(doc, body="")
+        encoded = encode_fields(fields, self._vocab, self._terms)
+        self._entries[header.relative] = _Entry(doc, encoded)
         self._built = None
 
     def drop(self, relative: str) -> None:
@@ -74,9 +87,11 @@ class RankIndex:
     def lexical(self) -> LexicalIndex:
         """The BM25F index of every memory put, rebuilt from the kept terms after a change."""
         if self._built is None:
+            if len(self._terms) > 2 * COMPACT_ABOVE and len(self._terms) > 2 * self._live():
+                self._compact()
             entries = sorted(self._entries.values(), key=lambda e: e.doc.key)
-            self._built = LexicalIndex.from_analyzed(
-                [e.doc for e in entries], [e.fields for e in entries]
+            self._built = LexicalIndex.from_encoded(
+                [e.doc for e in entries], [e.encoded for e in entries], self._vocab
             )
         return self._built
 
@@ -85,6 +100,29 @@ class RankIndex:
     ) -> list[Ranked]:
         """:func:`memd.memory.rank.ranking` over every memory put."""
         return ranking(self.lexical(), query, exclude=exclude, recent_tools=recent_tools)
+
+    def vocabulary(self) -> int:
+        """How many terms the index numbers (those in use and any not yet compacted away)."""
+        return len(self._terms)
+
+    def _live(self) -> int:
+        fields = len(FIELDS)
+        return len({t for e in self._entries.values() for t in e.encoded[fields:]})
+
+    def _compact(self) -> None:
+        """Renumber the terms still in use (those of memories since changed or gone are
+        dropped), so edits over a long run do not grow the vocabulary without bound."""
+        old_terms, fields = self._terms, len(FIELDS)
+        self._vocab, self._terms = {}, []
+        for relative, entry in self._entries.items():
+            decoded: list[list[str]] = []
+            at = fields
+            for length in entry.encoded[:fields]:
+                decoded.append([old_terms[i] for i in entry.encoded[at : at + length]])
+                at += length
+            self._entries[relative] = _Entry(
+                entry.doc, encode_fields(decoded, self._vocab, self._terms)
+            )
 
 
 class RecallCache(HeaderCache):
@@ -102,16 +140,21 @@ class RecallCache(HeaderCache):
         self,
         key: str,
         before: Mapping[str, tuple[tuple[int, int, int], MemoryHeader]],
-        after: Mapping[str, tuple[tuple[int, int, int], MemoryHeader]],
+        after: dict[str, tuple[tuple[int, int, int], MemoryHeader]],
     ) -> None:
+        """Put what is new or changed in the dir's index, drop what is gone, and keep the
+        headers without their body head (the index holds its terms) unless the tool rule
+        reads it."""
         if not before and not after:
             self._indexes.pop(key, None)
             return
         index = self._indexes.setdefault(key, RankIndex())
-        for relative, (_, header) in after.items():
+        for relative, (identity, header) in after.items():
             old = before.get(relative)
             if old is None or old[1] is not header or relative not in index:
                 index.put(header)
+                if header.body_head and not tool_rule_reads_body(header):
+                    after[relative] = (identity, replace(header, body_head=""))
         for relative in before.keys() - after.keys():
             index.drop(relative)
 

@@ -211,12 +211,12 @@ class HeaderCache:
         missing = [e for e in kept if (hit := cached.get(e[1])) is None or hit[0] != e[3]]
         if missing:
             self._read_heads(memory_dir, missing, head_lines, cached)
-        headers = [hit[1] for e in kept if (hit := cached.get(e[1])) is not None]
         present = {e[1] for e in listed}
         with self._lock:
             now = {r: v for r, v in cached.items() if r in present}
-            self._dirs[key] = now
             self._changed(key, before, now)
+            self._dirs[key] = now
+            headers = [hit[1] for e in kept if (hit := now.get(e[1])) is not None]
             if whole:
                 self._whole[key] = (listed, head_lines, headers)
             self._dirs.move_to_end(key)
@@ -231,10 +231,11 @@ class HeaderCache:
         self,
         key: str,
         before: Mapping[str, tuple[tuple[int, int, int], MemoryHeader]],
-        after: Mapping[str, tuple[tuple[int, int, int], MemoryHeader]],
+        after: dict[str, tuple[tuple[int, int, int], MemoryHeader]],
     ) -> None:
         """The headers of dir ``key`` went from ``before`` to ``after`` (both empty: the dir
-        was evicted). Called under the lock; nothing to do here."""
+        was evicted). Called under the lock; a subclass may replace headers in ``after``
+        (what the cache keeps and returns). Nothing to do here."""
 
     def _read_heads(
         self,
