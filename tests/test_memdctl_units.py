@@ -196,6 +196,21 @@ def test_status_renders_new_sections_generically() -> None:
     assert "env file  mode 0644" in text
 
 
+def test_status_shows_which_recall_stages_are_on() -> None:
+    stages = {
+        "lexical": {"on": True, "indexed_dirs": 2, "indexed_memories": 2500},
+        "model": {"on": False, "model": "m", "manifest": 200, "off_reason": "no API key"},
+        "semantic": {"on": False},
+    }
+    text = render_status({"memory": {"recall_stages": stages}})
+    assert "recall    lexical over every memory (2500 indexed in 2 projects)" in text
+    assert "model off (no API key)" in text and "semantic off" in text
+    stages["model"] = {"on": True, "model": "claude-haiku-4-5", "manifest": 200}
+    text = render_status({"memory": {"recall_stages": stages}})
+    assert "model claude-haiku-4-5 over the ranker's best 200" in text
+    assert "recall" not in render_status({"memory": {}})
+
+
 def test_top_screen_fits_80x24_and_shows_a_bar_per_session() -> None:
     notes: dict[str, Any] = {**NOTES, "session_id": SESSION["session_id"]}
     status = {"daemon": {"version": "1"}, "sessions": [SESSION], "notes": {"sessions": [notes]}}

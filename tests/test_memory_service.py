@@ -401,3 +401,17 @@ async def test_recent_tools_come_from_the_sessions_last_answers(tmp_path: Path) 
     world.state()
     assert await world.service.recent_tools("s1") == ["mcp__github__get_pr", "Bash"]
     assert await world.service.recent_tools("nobody") == []
+
+
+@pytest.mark.anyio
+async def test_status_says_which_recall_stages_are_on(tmp_path: Path) -> None:
+    """Issue 27: the lexical ranker over every memory, the model only with a key."""
+    world = World(tmp_path, Disabled("no API key"))
+    world.memory.mkdir(parents=True)
+    (world.memory / "feedback_testing.md").write_text(TOPIC)
+    await world.service.recall("mock postgres in integration tests?", str(world.cwd), "s1")
+    stages = world.service.statistics()["recall_stages"]
+    assert stages["lexical"] == {"on": True, "indexed_dirs": 1, "indexed_memories": 1}
+    assert stages["model"]["on"] is False and "no API key" in stages["model"]["off_reason"]
+    assert stages["semantic"]["on"] is False
+    json.dumps(stages)

@@ -27,6 +27,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         *log_lines(d),
         *env_lines(d, st),
         *model_lines(s.get("llm", {}), st),
+        *recall_lines(s.get("memory", {}).get("recall_stages"), st),
         f"sessions  {ing.get('sessions', 0)} known, {ing.get('parsed', 0)} parsed, "
         f"{ing.get('in_memory', 0)} in memory; {ing.get('queued', 0)} queued for reading",
         f"ingest    {size(ing.get('bytes_parsed', 0))} in {ing.get('lines', 0)} lines, "
@@ -83,6 +84,24 @@ def model_lines(llm: dict[str, Any], st: Style) -> list[str]:
     if llm.get("enabled"):
         return [f"model     {st.ok('enabled')} ({llm.get('provider')}{where})"]
     return [f"model     {st.warn(str(llm.get('reason')))}"]
+
+
+def recall_lines(stages: dict[str, Any] | None, st: Style) -> list[str]:
+    """Which recall stages are on: the lexical ranker, the model selector, a semantic stage."""
+    if not isinstance(stages, dict):
+        return []
+    lexical, model = stages.get("lexical") or {}, stages.get("model") or {}
+    parts = [
+        f"lexical over every memory ({lexical.get('indexed_memories', 0)} indexed in "
+        f"{lexical.get('indexed_dirs', 0)} projects)"
+    ]
+    if model.get("on"):
+        parts.append(f"model {model.get('model')} over the ranker's best {model.get('manifest')}")
+    else:
+        parts.append(st.warn(f"model off ({model.get('off_reason')})"))
+    semantic = stages.get("semantic") or {}
+    parts.append("semantic on" if semantic.get("on") else "semantic off")
+    return [f"recall    {'; '.join(parts)}"]
 
 
 def watcher_lines(w: dict[str, Any] | None, st: Style) -> list[str]:

@@ -158,6 +158,11 @@ class RecallCache(HeaderCache):
         for relative in before.keys() - after.keys():
             index.drop(relative)
 
+    def statistics(self) -> tuple[int, int]:
+        """How many memory dirs are indexed, and how many memories in all."""
+        with self._lock:
+            return len(self._indexes), sum(len(i) for i in self._indexes.values())
+
     def ranked(
         self,
         memory_dir: Path,

@@ -435,6 +435,23 @@ class MemoryService:
 
     # -- status --------------------------------------------------------------------------------
 
+    def recall_stages(self, model_off: str | None) -> dict[str, Any]:
+        """Which recall stages are on (issue 27): the lexical ranker always, over every memory
+        of a project; the model selector with a key, shown the ranker's best (R-M4's cap); no
+        semantic stage in this build."""
+        dirs, memories = self.headers.statistics()
+        memory = self.config.memory
+        return {
+            "lexical": {"on": True, "indexed_dirs": dirs, "indexed_memories": memories},
+            "model": {
+                "on": model_off is None,
+                "model": self.config.llm.models.recall,
+                "manifest": memory.scan_max_files,
+                "off_reason": model_off,
+            },
+            "semantic": {"on": False, "off_reason": "not part of this build"},
+        }
+
     def statistics(self) -> dict[str, Any]:
         """A snapshot for ``memdctl status``."""
         jobs = self._jobs.statistics()
@@ -454,6 +471,7 @@ class MemoryService:
             "quiet_timers": self._turns.quiet_timers(),
             "runs": jobs.runs,
             "recalls": dict(self._recalls),
+            "recall_stages": self.recall_stages(reason),
             "last_error": jobs.last_error,
             "projects": jobs.projects,
             "claude_code": self.beside_claude_code(),
