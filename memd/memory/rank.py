@@ -232,13 +232,13 @@ def ranking(
             if number not in having:
                 scores[number] *= ENTITY_MISS
     docs = index.docs
-    eligible = [
-        (n, score)
-        for n, score in scores.items()
-        if docs[n].key not in exclude and not is_tool_usage_reference(docs[n], recent_tools)
-    ]
-    eligible.sort(key=lambda item: (-item[1], -docs[item[0]].mtime_ms, docs[item[0]].key))
-    return [Ranked(docs[n].key, score) for n, score in eligible]
+    order = [(-score, -docs[n].mtime_ms, docs[n].key) for n, score in scores.items()]
+    order.sort()  # best first, then the newer, then by key: deterministic
+    ranked = (Ranked(key, -negative) for negative, _, key in order if key not in exclude)
+    if not recent_tools:
+        return list(ranked)
+    by_key = {docs[n].key: docs[n] for n in scores}
+    return [r for r in ranked if not is_tool_usage_reference(by_key[r.key], recent_tools)]
 
 
 def rank(
