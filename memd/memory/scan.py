@@ -175,8 +175,8 @@ class HeaderCache:
             OrderedDict()
         )
         self._listings: dict[str, tuple[tuple[int, int], float, list[_Listed]]] = {}
-        # The last whole scan of a dir: (its listing, head_lines, headers), reused as long as
-        # the listing is (the same list object: nothing was stat'ed again).
+        # The last whole scan of a dir: (its listing, head_lines, headers), reused while a new
+        # stat pass lists the same files with the same (inode, mtime_ns, size).
         self._whole: dict[str, tuple[list[_Listed], int, list[MemoryHeader]]] = {}
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
@@ -199,8 +199,8 @@ class HeaderCache:
         if whole:
             with self._lock:
                 known = self._whole.get(key)
-            if known is not None and known[0] is listed and known[1] == head_lines:
-                return known[2]
+            if known is not None and known[1] == head_lines and known[0] == listed:
+                return known[2]  # the same files with the same identities: nothing to read
         if exclude:
             kept = [e for e in listed if e[2] not in exclude][:max_files]
         else:
