@@ -1,0 +1,138 @@
+"""One memory for every agent: a fact stated in a Codex session is extracted (the loopback
+model server standing in for the model) into the memory dir of the session's git root, the
+one Claude Code loads, and a Claude Code hook in the same repository then recalls it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd.memory.paths import memory_dir
+from memd.testing.loopback_process import LoopbackProcess
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+
+pytestmark = pytest.mark.slow
+
+MEMORY_SYSTEM = "long-term memory of an AI coding assistant"
+MEMORY_DIR_RE = "The memory directory is (?P<dir>/\\S+?)\\. "
+FACT = "Deploys go out with `make ship`, never by hand."
+LEARNT = (
+    "---\nname: deploy command\ndescription: How this repository is deployed to production\n"
+    "type: project\n---\n\nDeploys go out with `make ship`, never by hand.\n"
+)
+CODEX_ID = "01a21697-5f81-70d2-ac50-a2e65a3302d4"
+
+
+def rollout(cwd: Path, *, answered: bool) -> bytes:
+    """A Codex rollout of one turn whose prompt states :data:`FACT`; ``answered``: with the
+    model's answer and the turn's end."""
+    meta = {"id": CODEX_ID, "cwd": str(cwd), "source": "exec", "cli_version": "0.169.0"}
+    lines: list[dict[str, Any]] = [
+        {"type": "session_meta", "payload": meta},
+        {"type": "turn_context", "payload": {"cwd": str(cwd)}},
+        {
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": f"Note for later: {FACT}"}],
+            },
+        },
+    ]
+    if answered:
+        usage = {"input_tokens": 1200, "output_tokens": 20}
+        lines += [
+            {
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Understood: `make ship`."}],
+                },
+            },
+            {
+                "type": "event_msg",
+                "payload": {"type": "token_count", "info": {"last_token_usage": usage}},
+            },
+            {"type": "event_msg", "payload": {"type": "task_complete"}},
+        ]
+    return b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+
+
+def extraction_script() -> str:
+    """The extraction agent writes the fact as one memory, then ends its turn."""
+    new = {"file_path": "{dir}/deploy_command.md", "content": LEARNT}
+    rules: list[dict[str, Any]] = [
+        {
+            "when": {"system_match": MEMORY_SYSTEM, "turn": "first", "match": MEMORY_DIR_RE},
+            "reply": {"tool_use": {"name": "Write", "input": new}},
+        },
+        {
+            "when": {"system_match": MEMORY_SYSTEM, "turn": "after_tool"},
+            "reply": {"text": "Saved one memory."},
+        },
+    ]
+    return "".join(json.dumps(r) + "\n" for r in rules)
+
+
+def claude_prompt(home: Home, cwd: Path, prompt: str) -> str:
+    """The real hook client as Claude Code runs it on a prompt; what it injects."""
+    payload = {
+        "session_id": "claude-1",
+        "cwd": str(cwd),
+        "transcript_path": "/nonexistent",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": prompt,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "memd_client.hook"],
+        input=json.dumps(payload).encode(),
+        env=home.env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode("utf-8", "replace")
+
+
+def test_a_fact_from_a_codex_session_is_recalled_in_claude_code(tmp_path: Path) -> None:
+    repo = tmp_path / "work" / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    with (
+        fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home,
+        LoopbackProcess() as api,
+    ):
+        api.add_script(extraction_script())
+        home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
+        day = tmp_path / ".codex" / "sessions" / "2026" / "11" / "26"
+        day.mkdir(parents=True)
+        path = day / f"rollout-2026-11-26T06-42-28-{CODEX_ID}.jsonl"
+        mdir = memory_dir(home.projects, repo)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            path.write_bytes(rollout(repo / "src", answered=False))  # Codex ran in a subfolder
+            wait_for(lambda: call(home, "sessions", {}), timeout=30, what="the Codex session")
+            path.write_bytes(rollout(repo / "src", answered=True))
+            wait_for(
+                lambda: (mdir / "deploy_command.md").exists(),
+                timeout=60,
+                what="the memory extracted from the Codex session",
+            )
+            assert (mdir / "deploy_command.md").read_text() == LEARNT
+            asked = json.dumps(
+                [r for r in api.requests() if MEMORY_SYSTEM in json.dumps(r["body"].get("system"))]
+            )
+            assert "make ship" in asked  # the Codex conversation reached the extraction
+            injected = claude_prompt(home, repo, "how do we deploy this to production?")
+            assert "deploy_command.md" in injected or "make ship" in injected, injected
+            row = call(home, "session", {"session": CODEX_ID})
+            assert row["agent"] == "codex" and row["cwd"] == str(repo / "src")
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
