@@ -96,3 +96,19 @@ def test_codex_s_own_memories_are_read_from_its_config(tmp_path: Path) -> None:
     assert "memories" in (source.own_memory("/") or "")
     (tmp_path / "config.toml").write_text("[features\nbroken")
     assert source.own_memory("/") is None  # an unreadable config says nothing
+
+
+def test_a_source_turned_off_forgets_its_saved_sessions(tmp_path: Path) -> None:
+    from memd.config import TranscriptsConfig
+    from memd.daemon.sessions import SessionRegistry
+    from memd.sources.claude_code import ClaudeCode
+    from memd.state import SessionState
+
+    saved = {
+        "/c.jsonl": SessionState("c", "-p", "/c.jsonl", agent="codex"),
+        "/a.jsonl": SessionState("a", "-p", "/a.jsonl"),
+    }
+    registry = SessionRegistry([ClaudeCode(tmp_path)], TranscriptsConfig(), saved)
+    assert [s.session_id for s in registry.states()] == ["a"]
+    both = SessionRegistry([ClaudeCode(tmp_path), Codex(tmp_path)], TranscriptsConfig(), saved)
+    assert sorted(s.session_id for s in both.states()) == ["a", "c"]

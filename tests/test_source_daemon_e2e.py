@@ -173,3 +173,26 @@ def test_a_gemini_chat_is_followed_through_resume_and_rewind(tmp_path: Path) -> 
             assert "no message of its own" in stub["ignored"]
         finally:
             stop_memd(proc)
+
+
+def test_the_codex_home_is_configured_and_the_source_turned_off(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "codex-home"
+    day = elsewhere / "sessions" / "2026" / "11" / "26"
+    day.mkdir(parents=True)
+    (day / ROLLOUT).write_bytes(b"\n".join(codex_lines(tmp_path)) + b"\n")
+    with fake_home(tmp_path, MEMD_CODEX_HOME=str(elsewhere)) as home:
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: row(home, CODEX_ID), timeout=30, what="the session at MEMD_CODEX_HOME")
+            roots = {s["agent"]: s["root"] for s in call(home, "status", {})["ingest"]["sources"]}
+            assert roots["codex"] == str(elsewhere / "sessions")
+            assert roots["gemini"] == str(tmp_path / ".gemini" / "tmp")
+        finally:
+            stop_memd(proc)
+        proc = start_memd(home, "--set", "sources.codex=false", "--set", "sources.gemini=false")
+        try:
+            status = call(home, "status", {})
+            assert [s["agent"] for s in status["ingest"]["sources"]] == ["claude_code"]
+            assert row(home, CODEX_ID) is None  # not listed, not read
+        finally:
+            stop_memd(proc)

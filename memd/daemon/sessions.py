@@ -88,8 +88,10 @@ class SessionRegistry:
         self.config = config
         self.started_at = time.time() if started_at is None else started_at
         self._index = SessionIndex()
+        followed = {source.agent for source in self.sources}
         for state in saved.values():
-            self._index.put(state)
+            if state.agent in followed:  # a source turned off forgets its sessions
+                self._index.put(state)
         self._readers: dict[str, Reader] = {}
         self._last_used: dict[str, float] = {}
         self._locks: dict[str, anyio.Lock] = {}
