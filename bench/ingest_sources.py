@@ -5,9 +5,10 @@ read-and-decode baseline of the same bytes (msgspec's untyped decoder, every lin
     python3 bench/ingest_sources.py [--rounds 3] [--copies 40]
 
 Corpora: Claude Code's (the shared transcripts, else tests/corpus/), and the real CLIs'
-Codex and Gemini samples (tests/corpus/agents/), each file written ``--copies`` times into a
-session of its own (the samples are small: 0.5 MB together). Prints MB/s per source, memd's
-and the baseline's, and their ratio; the rounds alternate so load bursts hit all alike.
+Codex and Gemini samples (tests/corpus/agents/), each file's lines written ``--copies`` times
+over into one session (the samples are small: 0.5 MB together), as a long resumed session.
+Prints MB/s per source, memd's and the baseline's, and their ratio; the rounds alternate so
+load bursts hit all alike.
 """
 
 from __future__ import annotations
@@ -54,29 +55,28 @@ def claude_tree(root: Path, copies: int) -> tuple[Source, list[Path]]:
 
 
 def codex_tree(root: Path, copies: int) -> tuple[Source, list[Path]]:
+    """Each sample rollout as ``copies`` resumed runs in one file (its lines repeated)."""
     source = Codex(root / "codex")
     day = source.root / "2026" / "11" / "26"
     day.mkdir(parents=True)
     files = []
-    for n in range(copies):
-        for path in sorted((AGENTS / "codex-0.169.0").glob("*.jsonl")):
-            name = path.name[:-13] + f"{n:012d}.jsonl"  # a uuid of its own
-            shutil.copy(path, day / name)
-            files.append(day / name)
+    for path in sorted((AGENTS / "codex-0.169.0").glob("*.jsonl")):
+        (day / path.name).write_bytes(path.read_bytes() * copies)
+        files.append(day / path.name)
     return source, files
 
 
 def gemini_tree(root: Path, copies: int) -> tuple[Source, list[Path]]:
+    """Each sample chat as ``copies`` resumed runs in one file (headers, ``$set`` histories,
+    upserts and rewinds repeated: state replacement all along)."""
     source = Gemini(root / "gemini")
     folder = source.root / "proj"
     (folder / "chats").mkdir(parents=True)
     (folder / ".project_root").write_text(str(root))
     files = []
-    for n in range(copies):
-        for path in sorted((AGENTS / "gemini-cli-0.61.0").rglob("*.jsonl")):
-            target = folder / "chats" / f"{path.stem}-{n}.jsonl"
-            shutil.copy(path, target)
-            files.append(target)
+    for path in sorted((AGENTS / "gemini-cli-0.61.0").rglob("*.jsonl")):
+        (folder / "chats" / path.name).write_bytes(path.read_bytes() * copies)
+        files.append(folder / "chats" / path.name)
     return source, files
 
 

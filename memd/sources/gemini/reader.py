@@ -27,7 +27,7 @@ from typing import Final
 
 import msgspec
 
-from memd.sources.common import checked, decode_line, outline_of
+from memd.sources.common import checked, decode_line
 from memd.sources.gemini.wire import (
     ROLES,
     Line,
@@ -36,6 +36,7 @@ from memd.sources.gemini.wire import (
     is_turn_end,
     line_decoder,
     message_decoder,
+    outline_of,
     snapshot,
 )
 from memd.transcript.content import FileLines, TranscriptChanged
@@ -117,10 +118,9 @@ class GeminiReader:
         elif line.sessionId is not None and line.kind not in (None, "main"):
             self._subagent = True
 
-    def _entry(self, message: Message, uuid: str, at: int, size: int) -> Entry:
-        blocks = blocks_of(message)
+    def _entry(self, message: Message, uuid: str, at: int, size: int) -> UserEntry | AssistantEntry:
         role = ROLES[message.type or "user"]
-        outline = outline_of(blocks, role)
+        outline = outline_of(message)
         when = message.timestamp
         if role == "user":
             return UserEntry(uuid=uuid, at=at, size=size, timestamp=when, blocks=outline)
@@ -142,7 +142,7 @@ class GeminiReader:
         ident = message.id or uuid
         entry = self._entry(message, uuid, at, size)
         self._place(ident, entry)
-        if counted and ident not in self._answered and is_turn_end(message, blocks_of(message)):
+        if counted and ident not in self._answered and is_turn_end(message, entry.blocks):
             self._answered.add(ident)
             end = SystemEntry(uuid=f"{uuid}:end", parent_uuid=uuid, subtype=TURN_END, at=at)
             self.conversation.add(end)

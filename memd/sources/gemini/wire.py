@@ -16,7 +16,7 @@ from typing import Final
 import msgspec
 
 from memd.sources.common import Tokens, as_json, raw_text, text_block
-from memd.transcript.model import Block
+from memd.transcript.model import Block, Outline
 
 _NOTHING: Final = msgspec.Raw()
 
@@ -93,6 +93,35 @@ def blocks_of(message: Message) -> list[Block]:
     return blocks
 
 
+def outline_of(message: Message) -> Outline:
+    """The outline of :func:`blocks_of`, without building the blocks (a tool call's or
+    result's text is never blank): what reading a line needs."""
+    content = message.content
+    flags: list[bool] = []
+    if isinstance(content, str):
+        if content:
+            flags.append(not content.isspace())
+    elif content is not None:
+        for part in content:
+            if part.text is not None:
+                if part.text:
+                    flags.append(not part.text.isspace())
+            elif part.functionCall is not None or part.functionResponse is not None:
+                flags.append(True)
+    flags += [True] * len(message.toolCalls or ())
+    key = tuple(flags)
+    shared = _OUTLINES.get(key)
+    if shared is None:
+        shared = tuple((i, "text", None, ok) for i, ok in enumerate(flags))
+        if len(_OUTLINES) < _OUTLINES_MAX:
+            _OUTLINES[key] = shared
+    return shared
+
+
+_OUTLINES: dict[tuple[bool, ...], Outline] = {}
+_OUTLINES_MAX: Final = 1024
+
+
 def _part_text(part: Part) -> str:
     if part.text is not None:
         return part.text
@@ -105,13 +134,9 @@ def _part_text(part: Part) -> str:
     return ""
 
 
-def is_turn_end(message: Message, blocks: list[Block]) -> bool:
+def is_turn_end(message: Message, outline: Outline) -> bool:
     """A model message with words and no tool call: the model's answer ends the turn."""
-    return (
-        message.type == "gemini"
-        and not message.toolCalls
-        and any(b["text"].strip() for b in blocks)
-    )
+    return message.type == "gemini" and not message.toolCalls and any(r[3] for r in outline)
 
 
 def snapshot(messages: list[Message]) -> str | None:
