@@ -13,8 +13,11 @@ sessions whose last compaction memd blocked. It lets the compaction through (Cla
 compacts as it always does) when:
 
 * the trigger is not ``manual``: a blocked automatic compaction shows the user nothing and
-  is tried again every turn (Claude Code discards a PreCompact ``systemMessage``), so memd
-  never blocks one;
+  is tried again every turn. Measured with 2.1.331 (``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=1``,
+  a hook answering a block with a ``systemMessage``): neither the message nor the reason
+  appears in the interactive UI (run under tmux), in ``-p`` output, in ``stream-json``
+  events or in the transcript. So memd never blocks one (the hook is not even registered
+  for ``auto``);
 * ``/compact`` has instructions: Claude Code compacts as asked;
 * memd blocked this session's previous compaction (never twice in a row: the second one
   goes through, and the one after may be taken over again);
