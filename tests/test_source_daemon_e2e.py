@@ -135,6 +135,9 @@ def test_a_gemini_chat_is_followed_through_resume_and_rewind(tmp_path: Path) -> 
         (folder / "chats").mkdir(parents=True)
         (folder / ".project_root").write_text(str(project))
         path = folder / "chats" / GEMINI_CHAT.name
+        legacy = tmp_path / ".gemini" / "tmp" / ("ab" * 32) / "chats"
+        legacy.mkdir(parents=True)
+        (legacy / "session-old.json").write_text('{"sessionId": "old", "messages": []}')
         lines = GEMINI_CHAT.read_bytes().splitlines()
         rewind = next(i for i, line in enumerate(lines) if b"$rewindTo" in line)
         path.write_bytes(b"\n".join(lines[:rewind]) + b"\n")
@@ -171,6 +174,10 @@ def test_a_gemini_chat_is_followed_through_resume_and_rewind(tmp_path: Path) -> 
                 what="the resume's 2-line file",
             )
             assert "no message of its own" in stub["ignored"]
+            text = memdctl(home, "status")
+            assert "source    gemini: " in text
+            assert "1 legacy single-JSON chats (*.json), not read" in text
+            assert "1 project folders without .project_root" in text
         finally:
             stop_memd(proc)
 

@@ -135,6 +135,9 @@ def source_lines(sources: Any, st: Style) -> list[str]:
         own = row.get("own_memory")
         extract = f"; no extraction, {own}" if own else ""
         lines.append(f"source    {where} ({text}){extract}")
+        unread = row.get("unread")
+        if isinstance(unread, dict):
+            lines += [f"          {n} {why}" for why, n in unread.items()]
     return lines
 
 

@@ -162,7 +162,7 @@ async def _follow_root(
         )
     else:
         task_status.started()
-        await follow_with_watchfiles(root.path, config, queue, root.status)
+        await follow_with_watchfiles(root.path, config, queue, root.status, create=root.create)
 
 
 class Watcher:
@@ -339,7 +339,12 @@ class Watcher:
 
 
 async def follow_with_watchfiles(
-    root: Path, config: TranscriptsConfig, queue: CoalescingQueue[Path], status: WatcherStatus
+    root: Path,
+    config: TranscriptsConfig,
+    queue: CoalescingQueue[Path],
+    status: WatcherStatus,
+    *,
+    create: bool = True,
 ) -> None:
     """Elsewhere than Linux: watchfiles (FSEvents on macOS, whose file systems keep names
     UTF-8 and whose events do not follow links), polling after an error."""
@@ -372,5 +377,7 @@ async def follow_with_watchfiles(
             status.reason = f"watcher failed: {exc}"
             polling = True
             await anyio.sleep(RESTART_DELAY_S)
-            if not await anyio.Path(root).is_dir():
+            if create:
                 await anyio.Path(root).mkdir(parents=True, exist_ok=True)
+            else:
+                await _folder_appears(root)

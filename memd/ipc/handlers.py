@@ -369,6 +369,7 @@ def sources_report(daemon: DaemonFace) -> list[dict[str, Any]]:
             "watcher": watched.status.mode,
             "reason": watched.status.reason,
             "own_memory": daemon.own_memory.get(source.agent),
+            "unread": source.unread(),
         }
         for source, watched in zip(daemon.registry.sources, daemon.watched, strict=True)
     ]

@@ -89,6 +89,11 @@ class Source(Protocol):
         keeps its own), or None (blocking: may read the agent's config)."""
         ...
 
+    def unread(self) -> dict[str, int]:
+        """What the last :meth:`walk` found under the root and does not read, counted by
+        why (for ``status``; no I/O)."""
+        ...
+
 
 def under(root: Path, path: Path) -> Path | None:
     """``path`` relative to ``root``, or None when it is not below it (lexically)."""

@@ -94,6 +94,9 @@ class ClaudeCode:
     def own_memory(self, cwd: str) -> str | None:
         return None  # decided per session from its settings and hooks (claude_settings)
 
+    def unread(self) -> dict[str, int]:
+        return {}  # links and unreadable folders: the watcher's ``skipped``
+
 
 class ClaudeReader:
     """Claude Code's lines, one entry each, into one conversation."""

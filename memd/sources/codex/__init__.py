@@ -76,6 +76,9 @@ class Codex:
     def own_memory(self, cwd: str) -> str | None:
         return own_memory(self.home)
 
+    def unread(self) -> dict[str, int]:
+        return {}
+
 
 def _folders(root: str, depth: int) -> list[str]:
     """The real folders ``depth`` levels below ``root`` (links not followed)."""

@@ -35,6 +35,7 @@ class Gemini:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.root = home / "tmp"
+        self._unread: dict[str, int] = {}
 
     def session_key(self, path: Path) -> SessionKey | None:
         rel = under(self.root, path)
@@ -46,10 +47,11 @@ class Gemini:
 
     def walk(self) -> list[tuple[Path, os.stat_result]]:
         found: list[tuple[Path, os.stat_result]] = []
+        legacy = unplaced = 0
         try:
             projects = list(os.scandir(self.root))
         except OSError:
-            return found
+            projects = []
         for project in projects:
             try:
                 if not project.is_dir(follow_symlinks=False):
@@ -58,9 +60,20 @@ class Gemini:
                     for entry in entries:
                         if entry.name.endswith(".jsonl"):
                             found.append((Path(entry.path), entry.stat(follow_symlinks=False)))
+                        elif entry.name.endswith(".json"):
+                            legacy += 1
+                if not os.path.lexists(os.path.join(project.path, ".project_root")):
+                    unplaced += 1
             except OSError:
                 continue
+        self._unread = {
+            "legacy single-JSON chats (*.json), not read": legacy,
+            "project folders without .project_root (placed by projects.json, or not)": unplaced,
+        }
         return found
+
+    def unread(self) -> dict[str, int]:
+        return {why: n for why, n in self._unread.items() if n}
 
     def locate(self, session_id: str) -> Path | None:
         if not plain_name(session_id):
