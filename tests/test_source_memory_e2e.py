@@ -1,6 +1,7 @@
 """One memory for every agent: a fact stated in a Codex session is extracted (the loopback
 model server standing in for the model) into the memory dir of the session's git root, the
-one Claude Code loads, and a Claude Code hook in the same repository then recalls it."""
+one Claude Code loads, and a Claude Code hook in the same repository then recalls it; the
+session gets its notes as a Claude Code session does."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memd.memory.paths import memory_dir
+from memd.memory.paths import memory_dir, project_slug
 from memd.testing.loopback_process import LoopbackProcess
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 
@@ -26,6 +27,18 @@ LEARNT = (
     "type: project\n---\n\nDeploys go out with `make ship`, never by hand.\n"
 )
 CODEX_ID = "01a21697-5f81-70d2-ac50-a2e65a3302d4"
+NOTES_RE = "The notes file is (?P<path>/\\S+?summary\\.md)"
+WORKLOG = "_One terse line per step: what was tried and what came of it._\n"
+NOTES_EDIT = {
+    "tool_use": {
+        "name": "Edit",
+        "input": {
+            "file_path": "{path}",
+            "old_string": WORKLOG,
+            "new_string": WORKLOG + "- deploys: `make ship`\n",
+        },
+    }
+}
 
 
 def rollout(cwd: Path, *, answered: bool) -> bytes:
@@ -45,7 +58,7 @@ def rollout(cwd: Path, *, answered: bool) -> bytes:
         },
     ]
     if answered:
-        usage = {"input_tokens": 1200, "output_tokens": 20}
+        usage = {"input_tokens": 12_000, "output_tokens": 20}  # past the notes' first trigger
         lines += [
             {
                 "type": "response_item",
@@ -76,6 +89,8 @@ def extraction_script() -> str:
             "when": {"system_match": MEMORY_SYSTEM, "turn": "after_tool"},
             "reply": {"text": "Saved one memory."},
         },
+        {"when": {"tool": "Edit", "turn": "first", "match": NOTES_RE}, "reply": NOTES_EDIT},
+        {"when": {"turn": "after_tool"}, "reply": {"text": "Done."}},
     ]
     return "".join(json.dumps(r) + "\n" for r in rules)
 
@@ -134,5 +149,13 @@ def test_a_fact_from_a_codex_session_is_recalled_in_claude_code(tmp_path: Path) 
             assert "deploy_command.md" in injected or "make ship" in injected, injected
             row = call(home, "session", {"session": CODEX_ID})
             assert row["agent"] == "codex" and row["cwd"] == str(repo / "src")
+            # Session notes too, where memd keeps them for the session's project.
+            project = home.projects / project_slug(str(repo / "src"))
+            notes = project / CODEX_ID / "session-memory" / "summary.md"
+            wait_for(
+                lambda: notes.exists() and "make ship" in notes.read_text(),
+                timeout=60,
+                what="the Codex session's notes",
+            )
         finally:
             assert stop_memd(proc) == 0, read_log(home)
