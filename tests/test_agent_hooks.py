@@ -89,3 +89,35 @@ def test_codex_gets_the_index_although_claude_codes_auto_memory_is_on(tmp_path: 
             assert call(home, "status")["memory"]["quiet_timers"] == 0
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_codex_context_stays_under_its_hook_output_limit(tmp_path: Path) -> None:
+    """Codex writes a hook's output over ~2,500 tokens to a file under the temp dir that others
+    can list: an index dense in tokens (CJK, emoji) fit memd's 8 KB but not that limit."""
+    from memd.memory.hook_context import CODEX_MAX_TOKENS
+    from memd.tokens import estimate_text
+
+    cwd = tmp_path / "work" / "proj"
+    cwd.mkdir(parents=True)
+    with fake_home(tmp_path) as home:
+        write_memories(home, cwd, age_days=3)
+        index = next(home.root.rglob("MEMORY.md"))
+        dense = "".join(
+            f"- [記憶 {i}](feedback_tests.md) — 漢字テスト 🙂🙂 {i}\n" for i in range(150)
+        )
+        index.write_text(f"- [Tests]({INDEX_LINE})\n" + dense)
+        proc = start_memd(home)
+        try:
+            start = {
+                "session_id": "01a216fd-ce35-7623-8170-643697eba0d2",
+                "transcript_path": str(tmp_path / "rollout.jsonl"),
+                "cwd": str(cwd),
+                "hook_event_name": "SessionStart",
+                "source": "startup",
+            }
+            codex = hook_command(sys.executable, hook_module.__file__, "codex")
+            text = context_of(hook(home, start, codex), "SessionStart")
+            assert estimate_text(text) <= CODEX_MAX_TOKENS < estimate_text(dense)
+            assert "記憶 1" in text and "hook limit" in text
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

@@ -53,6 +53,7 @@ from memd.memory.claude_code import FORWARDED_ENV
 from memd.memory.service import MemoryService
 from memd.memory.session_context import INDEX_MARK, NOTES_MARK, RECALL_MARK, SessionContext
 from memd.privacy import scrub_text
+from memd.tokens import estimate_text
 
 NotesFor = Callable[[str], Awaitable[str | None]]
 
@@ -205,7 +206,30 @@ async def hook_context(
             service.on_stop(session_id, transcript, cwd, answer)
         case _:
             pass
+    if agent == "codex" and text:
+        text = within_tokens(text, CODEX_MAX_TOKENS)
     return {"additionalContext": text or None}
+
+
+# Codex CLI writes a hook's output over ~2,500 tokens (its additionalContextLimit) to a file
+# under the system's temp dir, which other users can list, and shows the model a preview: the
+# context memd injects there stays under that, with a margin for Codex's own count.
+CODEX_MAX_TOKENS = 2_000
+
+
+def within_tokens(text: str, max_tokens: int) -> str:
+    """``text`` cut after whole lines so that its estimated tokens are at most ``max_tokens``
+    (with a note saying so when anything was cut)."""
+    tokens = estimate_text(text)
+    if tokens <= max_tokens:
+        return text
+    note = f"(cut to about {max_tokens} tokens for this agent's hook limit)"
+    budget = utf8_len(text)
+    while tokens > max_tokens and budget > 0:
+        budget = budget * max_tokens * 9 // (tokens * 10)  # a little under, then check again
+        cut = head_lines(text, budget)
+        tokens = estimate_text(cut) + estimate_text(note)
+    return f"{cut}\n{note}" if cut.strip() else ""
 
 
 def _forwarded(env: Mapping[str, str]) -> dict[str, str]:
