@@ -120,6 +120,10 @@ class MemoryConfig:
     recall_model_budget_s: float = 0.6
     # Issue 10: extract for sessions whose Claude Code writes its own memories too.
     extract_beside_claude_code: bool = False
+    # Issue 26: check what memories cite against the code at recall and injection; a memory
+    # whose citations have all failed this many days is offered to dream to fix or retire.
+    verify_citations: bool = True
+    citation_retire_days: float = 28.0
 
 
 @dataclass(frozen=True)

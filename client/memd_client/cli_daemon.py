@@ -69,6 +69,11 @@ def register_memory_commands(reg: Registrar) -> None:
         nargs="?",
         help="project folder name or repository path (default: the current directory's)",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check what each memory cites against the project's code (needs its path)",
+    )
     p = reg.add("recall", cmd_recall, "the memories memd would recall for a query")
     p.add_argument("query")
     p.add_argument(
@@ -205,7 +210,10 @@ def cmd_compact(ctx: Ctx) -> int:
 
 
 def cmd_memories(ctx: Ctx) -> int:
-    return ctx.emit(ctx.call("memories", project_params(ctx.args.project)), render.render_memories)
+    params: dict[str, Any] = dict(project_params(ctx.args.project))
+    if ctx.args.check:
+        params["check"] = True
+    return ctx.emit(ctx.call("memories", params), render.render_memories)
 
 
 def cmd_recall(ctx: Ctx) -> int:

@@ -171,7 +171,25 @@ def render_memories(r: dict[str, Any]) -> str:
         ]
         for m in rows
     ]
-    return f"{r['memory_dir']}:\n" + table(["TYPE", "CHANGED", "FILE", "DESCRIPTION"], body)
+    listing = f"{r['memory_dir']}:\n" + table(["TYPE", "CHANGED", "FILE", "DESCRIPTION"], body)
+    if "checked" not in r:
+        return listing
+    return listing + "\n\n" + render_checks(rows, str(r["checked"]))
+
+
+def render_checks(rows: list[dict[str, Any]], checked: str) -> str:
+    """``memories --check``: per memory, what it cites and what no longer holds."""
+    lines = [checked]
+    for m in rows:
+        cited = m.get("citations") or []
+        if not cited:
+            continue
+        verdict = {True: "verified", False: "FAILS", None: "unchecked"}[m.get("verified")]
+        lines.append(f"{m.get('relative')}: {verdict} ({', '.join(map(str, cited))})")
+        lines += [f"  - {w}" for w in m.get("checks") or []]
+    if len(lines) == 1:
+        lines.append("no memory cites a file of this repository")
+    return "\n".join(lines)
 
 
 def render_recall(r: dict[str, Any]) -> str:
@@ -184,6 +202,7 @@ def render_recall(r: dict[str, Any]) -> str:
         lines.append(f"- {m.get('relative') or m.get('path')} [{m.get('type')}], {m.get('age')}")
         if m.get("warning"):
             lines.append(f"  {m['warning']}")
+        lines += [f"  checked against the code: {w}" for w in m.get("checks") or []]
     if r.get("caveat"):
         lines += ["", str(r["caveat"])]
     return "\n".join(lines)

@@ -101,6 +101,8 @@ GIT_OVERRIDES: tuple[tuple[str, str], ...] = (
     ("status.submoduleSummary", "false"),
     ("submodule.recurse", "false"),
     ("color.ui", "false"),
+    ("core.alternateRefsCommand", NO_PROGRAM),
+    ("sequence.editor", NO_PROGRAM),
 )
 # Entries of .git that must be real files or directories: a link here would read elsewhere.
 _NOT_LINKS = ("config", "HEAD", "objects", "refs", "packed-refs", "index", "info", "shallow")
@@ -123,11 +125,22 @@ class Repository:
 
 def git_environment(base: Mapping[str, str], repo: Repository) -> dict[str, str]:
     """``base`` plus the variables that pin git to ``repo`` and override its config."""
-    env = dict(base)
+    env = pinned_config_environment(base)
     env.update(
         GIT_DIR=repo.git_dir,
         GIT_WORK_TREE=repo.work_tree,
         GIT_CEILING_DIRECTORIES=str(Path(repo.work_tree).parent),
+    )
+    return env
+
+
+def pinned_config_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` plus what keeps every git config from running a program or reaching a
+    network: no system or global config, :data:`GIT_OVERRIDES` in the command-line scope,
+    no lazy fetch, no protocol, no prompt, no optional locks. Shared by the sandbox and by
+    memd's own git calls (:mod:`memd.git`)."""
+    env = dict(base)
+    env.update(
         GIT_CONFIG_NOSYSTEM="1",
         GIT_CONFIG_GLOBAL=os.devnull,
         GIT_ATTR_NOSYSTEM="1",

@@ -9,7 +9,7 @@ a Claude Code session's working directory is (git root, R-M1); the per-project o
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,7 +71,8 @@ async def remember(daemon: McpFace, params: dict[str, Any]) -> Any:
         cfg.memory.index_max_bytes,
         cfg.privacy.redact_secrets,
     )
-    written = await _write_held(daemon, where.memory_dir, draft, limits)
+    cite = partial(daemon.memory.citations.cite, _cwd(params), where.memory_dir)
+    written = await _write_held(daemon, where.memory_dir, draft, limits, cite)
     return {
         "file": written.relative,
         "path": str(written.path),
@@ -82,13 +83,18 @@ async def remember(daemon: McpFace, params: dict[str, Any]) -> Any:
 
 
 async def _write_held(
-    daemon: McpFace, directory: Path, draft: MemoryDraft, limits: Limits
+    daemon: McpFace,
+    directory: Path,
+    draft: MemoryDraft,
+    limits: Limits,
+    cite: Callable[[str], list[dict[str, Any]]],
 ) -> Written:
     key = str(directory)
     with anyio.move_on_after(HOLD_WAIT_S):
         async with daemon.exclusion.hold(key, "remember"):
             try:
-                return await anyio.to_thread.run_sync(write_memory, directory, draft, limits)
+                write = partial(write_memory, directory, draft, limits, cite)
+                return await anyio.to_thread.run_sync(write)
             except ValueError as exc:  # RememberRefused, or a path outside the dir
                 raise InvalidParams(str(exc)) from None
             except Refused as exc:  # a link or a hard link where the index or the file goes

@@ -35,10 +35,13 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         return await _valid(lambda: svc.index(cwd))()
 
     async def memories(params: dict[str, Any]) -> Any:
-        """Params: ``cwd`` or ``project`` (folder name or path). Result: manifest rows."""
+        """Params: ``cwd`` or ``project`` (folder name or path); ``check``: also each
+        memory's citations and what their check against ``cwd``'s code found. Result:
+        manifest rows."""
         cwd, project = opt_str(params, "cwd"), opt_str(params, "project")
         project = unescape_name(project) if project else project
-        return await _valid(lambda: svc.memories(cwd=cwd, project=project))()
+        check = params.get("check") is True
+        return await _valid(lambda: svc.memories(cwd=cwd, project=project, check=check))()
 
     async def recall(params: dict[str, Any]) -> Any:
         """Params: ``query``, ``cwd``, optional ``session``, ``recent_tools``,

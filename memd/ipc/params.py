@@ -58,7 +58,7 @@ METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
     "extract": {**_SESSION, "wait": "number"},
     "wait_extraction": _SESSION,
     "memory_index": _CWD,
-    "memories": {**_CWD, "project": "str"},
+    "memories": {**_CWD, "project": "str", "check": "bool"},
     "recall": {
         "query": "str",
         **_CWD,

@@ -26,6 +26,9 @@ def _memory_block(m: dict[str, Any]) -> list[str]:
         lines.append(f"written by: {_s(m.get('agent'))}")
     if _s(m.get("warning")):
         lines.append(_s(m.get("warning")))
+    checks = m.get("checks")
+    if isinstance(checks, list):
+        lines += [f"checked against the code now: {_s(w)}" for w in checks]
     lines += ["", _s(m.get("content")).rstrip()]
     if m.get("content_truncated"):
         lines.append(f"[cut here; read_memory {_s(m.get('relative'))!r} for the rest]")

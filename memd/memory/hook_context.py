@@ -151,12 +151,20 @@ def render_memory(memory: Mapping[str, Any]) -> str:
     ]
     if memory.get("warning"):
         lines.append(f"Note: {memory['warning']}")
+    lines += checked_lines(memory.get("checks"))
     content = str(memory.get("content") or memory.get("description") or "").strip()
     if content:
         lines.append(content)
     if memory.get("content_truncated"):
         lines.append("[… the rest is in the file]")
     return "\n".join(lines)
+
+
+def checked_lines(checks: object) -> list[str]:
+    """What the check of a memory's citations found (issue 26), one line each."""
+    if not isinstance(checks, list | tuple):
+        return []
+    return [f"Checked against the code now: {w}" for w in checks if isinstance(w, str)]
 
 
 def hook_recall_timeout(config: Config) -> float:

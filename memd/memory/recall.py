@@ -26,7 +26,7 @@ general caveat that memories can be stale.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -42,6 +42,7 @@ from memd.errors import LLMError, Unavailable
 from memd.llm.client import LLM, Disabled, LLMReply
 from memd.llm.guard import CostGuard, Go, Parked, Wait, describe
 from memd.llm.ledger import Ledger
+from memd.memory.citations import Citation, from_frontmatter
 from memd.memory.freshness import RECALL_CAVEAT, age_days, age_text, freshness_warning
 from memd.memory.frontmatter import MemoryType, parse_document
 from memd.memory.rank import (
@@ -60,6 +61,8 @@ from memd.privacy import scrub_text
 log = logging.getLogger(__name__)
 
 RecallMethod = Literal["model", "lexical", "none"]
+# The recalled memories, checked against the code and reordered, by a monotonic deadline.
+CheckMemories = Callable[[tuple["RecalledMemory", ...], float], tuple["RecalledMemory", ...]]
 
 SELECTOR_MAX_TOKENS = 256
 MAX_CONTENT_BYTES = 16_000  # of one memory's file; the rest is left for a Read
@@ -82,9 +85,17 @@ class RecalledMemory:
     age: str  # "today", "yesterday", "N days ago"
     age_days: int
     warning: str  # "" for memories a day old or newer
+    # Issue 26 (memd.memory.verify): what the frontmatter records (None: infer from the
+    # text), then what the checks found.
+    recorded_citations: tuple[Citation, ...] | None = None
+    citations: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+    verified: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        del row["recorded_citations"]
+        return row
 
 
 @dataclass(frozen=True)
@@ -145,11 +156,14 @@ async def recall(
     session: str = "",
     timeout_s: float | None = None,
     cache: RecallCache | None = None,
+    checks: CheckMemories | None = None,
 ) -> RecallResult:
     """Memories for ``query`` from ``memory_dir``; see the module docstring. Never raises
     for a model, guard or file problem. ``timeout_s`` overrides ``memory.recall_timeout_s``.
     With ``cache`` (what the daemon keeps), heads are read only for new or changed files and
     the ranker's index is kept up to date; without, every head is read and indexed.
+    ``checks`` (run in a worker thread, by the deadline) checks the chosen memories'
+    citations and may reorder them.
     """
     started = clock.monotonic()
     budget = cfg.memory.recall_timeout_s if timeout_s is None else timeout_s
@@ -180,6 +194,8 @@ async def recall(
     now_ms = int(clock.now() * 1000)
     load = partial(_load_all, memory_dir, choice.headers, now_ms, cfg.privacy.redact_secrets)
     memories = await anyio.to_thread.run_sync(load)
+    if checks is not None and memories:
+        memories = await anyio.to_thread.run_sync(checks, memories, context.deadline)
     elapsed = clock.monotonic() - started
     return RecallResult(
         memories, choice.method, choice.reason, RECALL_CAVEAT, len(candidates), elapsed
@@ -395,4 +411,5 @@ def load_memory(
         age=age_text(mtime_ms, now_ms),
         age_days=age_days(mtime_ms, now_ms),
         warning=freshness_warning(mtime_ms, now_ms),
+        recorded_citations=from_frontmatter(meta.extra),
     )

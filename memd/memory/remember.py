@@ -27,8 +27,8 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -198,9 +198,20 @@ def choose_file(kind: MemoryType, name: str, headers: Sequence[MemoryHeader]) ->
     return memory_file_name(kind, name, disambiguate=True), True
 
 
-def write_memory(memory_dir: Path, draft: MemoryDraft, limits: Limits) -> Written:
-    """Write ``draft`` into ``memory_dir`` (see the module docstring); blocking."""
+def write_memory(
+    memory_dir: Path,
+    draft: MemoryDraft,
+    limits: Limits,
+    cite: Callable[[str], list[dict[str, Any]]] | None = None,
+) -> Written:
+    """Write ``draft`` into ``memory_dir`` (see the module docstring); blocking. ``cite``
+    gives the ``citations`` frontmatter value for the body (issue 26), replacing any the
+    file had."""
     planned = plan_memory(draft, limits)
+    if cite is not None:
+        meta = planned.meta
+        extra = (*meta.extra, ("citations", cite(planned.body)))
+        planned = replace(planned, meta=replace(meta, extra=extra))
     assert planned.meta.type is not None and planned.meta.name is not None
     store = MemoryStore(memory_dir, redact=limits.redact_secrets)
     headers = scan_memories(memory_dir, max_files=1 << 30, head_lines=30)

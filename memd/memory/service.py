@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,9 +60,10 @@ from memd.memory.location import Location, locate
 from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs
 from memd.memory.rank_index import RecallCache
 from memd.memory.recall import recall
-from memd.memory.scan import iso_mtime, manifest_line, scan_memories
+from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
 from memd.memory.session_context import SessionContext, SessionContexts, apply, scan_transcript
 from memd.memory.store import MemoryStore
+from memd.memory.trust import CitationChecks
 from memd.memory.turns import TurnEnds
 from memd.privacy import scrub_text
 from memd.state import SessionState
@@ -109,6 +111,9 @@ class MemoryService:
         self._claude_dir = str(claude_dir or projects_root.parent)
         self.contexts = SessionContexts()
         self.headers = RecallCache()
+        self.citations = CitationChecks(
+            state_dir, lambda: self.config.memory, wall=clock.now, monotonic=clock.monotonic
+        )
         self._project_versions: OrderedDict[str, str] = OrderedDict()
         self._recalls: Counter[str] = Counter()
         self._jobs = ExtractionJobs(
@@ -281,10 +286,11 @@ class MemoryService:
         return result
 
     async def memories(
-        self, *, cwd: str | None = None, project: str | None = None
+        self, *, cwd: str | None = None, project: str | None = None, check: bool = False
     ) -> dict[str, Any]:
         """Manifest rows of a project's memories, newest first. Give the session's ``cwd``, or
-        ``project``: a project folder name or its path under the projects root."""
+        ``project``: a project folder name or its path under the projects root. ``check``
+        (with ``cwd``): each row also carries its citations and what their check found."""
         where = await self._where(cwd, project)
         result: dict[str, Any] = {
             "memory_dir": str(where.memory_dir),
@@ -318,7 +324,28 @@ class MemoryService:
             }
             for h in headers
         ]
+        if check:
+            result["checked"] = await self._check_listing(cwd, where, headers, result)
         return result
+
+    async def _check_listing(
+        self,
+        cwd: str | None,
+        where: Location,
+        headers: Sequence[MemoryHeader],
+        result: dict[str, Any],
+    ) -> str:
+        """Adds each row's checks; says what was checked against (or why nothing was)."""
+        if not cwd:
+            return "not checked: give the project's directory, not its folder name"
+        if not self.citations.enabled:
+            return "not checked: memory.verify_citations is off"
+        checks = await anyio.to_thread.run_sync(
+            self.citations.listing, cwd, where.memory_dir, headers
+        )
+        for row in result["memories"]:
+            row.update(checks.get(row["relative"], {"citations": [], "checks": []}))
+        return f"checked against {cwd}"
 
     async def _where(self, cwd: str | None, project: str | None) -> Location:
         if cwd:
@@ -370,6 +397,7 @@ class MemoryService:
             session=session,
             timeout_s=timeout_s,
             cache=self.headers,
+            checks=partial(self.citations.recalled, cwd, where.memory_dir),
         )
         self._recalls[result.method] += 1
         return {**base, **result.as_dict()}

@@ -1,0 +1,263 @@
+"""memd's own git calls on a user's repository: read-only, bounded, and unable to run a program.
+
+Memories cite the code of the repository a session works in (:mod:`memd.memory.verify`), and
+checking them asks git four questions: where is the work tree, which commit and branch is it
+at, did a commit rename or touch a file, is a commit known. That repository is the user's
+(or anyone's: a clone of a hostile project), so its config is hostile input: every call runs
+with the sandbox's pinning (:func:`memd.agent.vcs.pinned_config_environment`, in an
+environment built from nothing by :func:`memd.agent.process.shell_environment`): no system or
+global config, the settings that name a program (``core.fsmonitor``, ``core.pager``, hooks,
+``gpg.program``, ssh, askpass, credential helpers …) overridden in the command-line scope,
+which beats the repository's config and anything it includes, no protocol (nothing is
+fetched, not even a partial clone's lazy objects) and no optional locks (a read never
+rewrites the index). What cannot be overridden by name (``diff.<driver>.textconv``,
+``filter.<driver>.clean``, ``diff.external``) is never reached: memd runs only plumbing that
+reads commits and trees (``rev-parse``, ``rev-list``, ``log --name-status`` with
+``--no-ext-diff --no-textconv``, ``cat-file --batch-check``), never a command that compares
+the work tree (``status``, ``diff-files``), and hashes file content itself.
+
+Each call has a timeout (:data:`GIT_TIMEOUT_S`) and runs in a session of its own. A folder
+that is not a work tree (or that git refuses: another user's repository) is reported as
+:class:`NotAWorkTree` and recorded in :data:`skipped`, which ``status`` shows; git never runs
+with a memory dir as its work tree (:func:`find_work_tree` takes the dir to avoid).
+
+Blocking: call from a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memd.agent.process import SAFE_PATH, shell_environment
+from memd.agent.vcs import pinned_config_environment
+
+GIT_TIMEOUT_S = 5.0
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+_SKIPPED_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class WorkTree:
+    """A git work tree: its top folder and its git dir (absolute, as git named them)."""
+
+    root: Path
+    git_dir: Path
+
+
+@dataclass(frozen=True)
+class NotAWorkTree:
+    folder: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GitFailed:
+    """A git call that did not answer: its words, or the timeout, or a missing git."""
+
+    reason: str
+
+
+class Skipped:
+    """Folders memd's git calls were skipped in, and why (newest kept, bounded); ``status``
+    shows them. A folder leaves when it becomes a work tree."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, tuple[str, float]] = {}
+
+    def record(self, folder: str, reason: str) -> None:
+        with self._lock:
+            self._rows.pop(folder, None)
+            self._rows[folder] = (reason, time.time())
+            while len(self._rows) > _SKIPPED_LIMIT:
+                self._rows.pop(next(iter(self._rows)))
+
+    def clear(self, folder: str) -> None:
+        with self._lock:
+            self._rows.pop(folder, None)
+
+    def as_rows(self) -> list[dict[str, object]]:
+        with self._lock:
+            items = list(self._rows.items())
+        return [{"folder": f, "reason": r, "since": round(t, 3)} for f, (r, t) in items]
+
+
+skipped = Skipped()
+
+
+def git_executable() -> str | None:
+    """The git program on the safe path, or ``None``."""
+    return shutil.which("git", path=SAFE_PATH)
+
+
+def _environment(tree: WorkTree | None, cwd: Path) -> dict[str, str]:
+    env = pinned_config_environment(shell_environment(cwd))
+    env.pop("GIT_CEILING_DIRECTORIES", None)
+    if tree is not None:
+        env.update(GIT_DIR=str(tree.git_dir), GIT_WORK_TREE=str(tree.root))
+    return env
+
+
+def run_git(
+    tree: WorkTree | None,
+    args: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    stdin: bytes = b"",
+    timeout_s: float = GIT_TIMEOUT_S,
+) -> bytes | GitFailed:
+    """git's stdout for ``args`` on ``tree`` (pinned with ``GIT_DIR``/``GIT_WORK_TREE``), or
+    why not. ``tree=None`` only for discovery, from ``cwd``."""
+    git = git_executable()
+    if git is None:
+        return GitFailed("git is not installed")
+    folder = cwd if cwd is not None else tree.root if tree is not None else None
+    if folder is None:
+        raise ValueError("run_git needs a tree or a cwd")
+    try:
+        done = subprocess.run(
+            [git, "--no-pager", *args],
+            cwd=folder,
+            env=_environment(tree, folder),
+            input=stdin,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        return GitFailed(f"git {args[0]} did not answer within {timeout_s:g} s")
+    except OSError as exc:
+        return GitFailed(f"git could not run ({exc.strerror or exc})")
+    if done.returncode != 0:
+        words = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        return GitFailed(words[0][:300] if words else f"git exited with {done.returncode}")
+    return done.stdout[:MAX_OUTPUT_BYTES]
+
+
+def find_work_tree(folder: Path, *, avoid: Path | None = None) -> WorkTree | NotAWorkTree:
+    """The work tree ``folder`` is in, or why memd does not run git there (recorded in
+    :data:`skipped`). ``avoid``: a memory dir, never taken as (or inside) the work tree."""
+    found = _discover(folder, avoid)
+    if isinstance(found, NotAWorkTree):
+        skipped.record(found.folder, found.reason)
+    else:
+        skipped.clear(str(folder))
+    return found
+
+
+def _discover(folder: Path, avoid: Path | None) -> WorkTree | NotAWorkTree:
+    name = str(folder)
+    if avoid is not None and _within(folder, avoid):
+        return NotAWorkTree(name, "it is a memory dir; memd runs no git there")
+    if not folder.is_absolute() or not folder.is_dir():
+        return NotAWorkTree(name, "not an existing absolute folder")
+    out = run_git(None, ["rev-parse", "--show-toplevel", "--absolute-git-dir"], cwd=folder)
+    if isinstance(out, GitFailed):
+        return NotAWorkTree(name, f"not a git work tree ({out.reason})")
+    lines = out.rstrip(b"\n").split(b"\n")
+    if len(lines) != 2 or not all(lines):
+        return NotAWorkTree(name, "not a git work tree (a bare repository or a git dir)")
+    root, git_dir = (Path(os.fsdecode(line)) for line in lines)
+    if avoid is not None and _within(root, avoid):
+        return NotAWorkTree(name, "its work tree is a memory dir; memd runs no git there")
+    return WorkTree(root, git_dir)
+
+
+def _within(path: Path, folder: Path) -> bool:
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class Head:
+    """The commit a work tree is at and its branch (``None`` when detached)."""
+
+    commit: str
+    branch: str | None
+
+
+def head(tree: WorkTree) -> Head | GitFailed:
+    """The commit and branch of ``tree``; a repository without commits is a failure."""
+    out = run_git(tree, ["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"])
+    if isinstance(out, GitFailed):
+        return out
+    lines = out.decode("utf-8", errors="replace").split("\n")
+    if not lines[0]:
+        return GitFailed("the repository has no commits")
+    ref = lines[1] if len(lines) > 1 else ""
+    branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+    return Head(lines[0], branch)
+
+
+def known_commits(tree: WorkTree, commits: Sequence[str]) -> frozenset[str] | GitFailed:
+    """Those of ``commits`` (hex ids) that name a commit in ``tree``'s repository, one call."""
+    wanted = [c for c in dict.fromkeys(commits) if _is_hex(c)]
+    if not wanted:
+        return frozenset()
+    batch = "".join(f"{c}^{{commit}}\n" for c in wanted).encode()
+    out = run_git(tree, ["cat-file", "--batch-check=%(objecttype)"], stdin=batch)
+    if isinstance(out, GitFailed):
+        return out
+    answers = out.decode("utf-8", errors="replace").split("\n")
+    return frozenset(c for c, a in zip(wanted, answers, strict=False) if a == "commit")
+
+
+def commits_touching(tree: WorkTree, since: str, path: str) -> int | GitFailed:
+    """How many commits after ``since`` up to HEAD changed ``path``."""
+    if not _is_hex(since):
+        return GitFailed("not a commit id")
+    out = run_git(tree, ["rev-list", "--count", f"{since}..HEAD", "--", f":(literal){path}"])
+    if isinstance(out, GitFailed):
+        return out
+    text = out.strip()
+    return int(text) if text.isdigit() and len(text) < 12 else GitFailed("unreadable count")
+
+
+RENAME_SEARCH_COMMITS = 500
+
+
+def renamed_to(tree: WorkTree, since: str | None, path: str) -> str | GitFailed | None:
+    """Where ``path`` went through the renames git detects in the commits after ``since``
+    (the last :data:`RENAME_SEARCH_COMMITS` when ``since`` is unknown), then in the index;
+    ``None`` when it was not renamed."""
+    span = [f"{since}..HEAD"] if since and _is_hex(since) else ["-n", str(RENAME_SEARCH_COMMITS)]
+    args = ["log", "-z", "-M", "--diff-filter=R", "--name-status", "--format=", "--reverse"]
+    out = run_git(tree, [*args, "--no-ext-diff", "--no-textconv", *span])
+    if isinstance(out, GitFailed):
+        return out
+    staged = run_git(tree, ["diff-index", "-z", "--cached", "-M", "--name-status", "HEAD"])
+    current, moved = path, False
+    for old, new in _renames(out) + _renames(staged if isinstance(staged, bytes) else b""):
+        if old == current:
+            current, moved = new, True
+    return current if moved else None
+
+
+def _renames(out: bytes) -> list[tuple[str, str]]:
+    """The (old, new) pairs in ``--name-status -z`` output."""
+    tokens = [t for t in out.split(b"\0") if t.strip(b"\n")]
+    pairs: list[tuple[str, str]] = []
+    at = 0
+    while at < len(tokens):
+        status = tokens[at].strip(b"\n")
+        if status[:1] in (b"R", b"C") and at + 2 < len(tokens):
+            if status[:1] == b"R":
+                pairs.append((os.fsdecode(tokens[at + 1]), os.fsdecode(tokens[at + 2])))
+            at += 3
+        else:
+            at += 2
+    return pairs
+
+
+def _is_hex(text: str) -> bool:
+    return 4 <= len(text) <= 64 and all(c in "0123456789abcdef" for c in text)

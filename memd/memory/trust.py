@@ -1,0 +1,237 @@
+"""Whether a memory still holds: its citations checked at recall, listing and write (issue 26).
+
+:class:`CitationChecks` is what the memory service uses, over one
+:class:`~memd.memory.verify.Verifier`:
+
+* :meth:`~CitationChecks.recalled` checks the memories a recall chose, attaches the
+  warnings (``checks``), the cited places (``citations``) and ``verified``, and moves a
+  memory whose citations all fail below those that verify;
+* :meth:`~CitationChecks.document` checks one memory file (``memdctl memories --check``);
+* :meth:`~CitationChecks.cite` gives the ``citations`` frontmatter value for a memory memd
+  writes;
+* :meth:`~CitationChecks.retire_candidates` names the memories whose citations have all
+  failed for ``memory.citation_retire_days``: dream is offered them to fix or retire (it
+  deletes nothing without its own guards; R-M8).
+
+When each memory last verified and since when it has failed are kept in
+``<state>/citations.json`` (memd's own state, written with :func:`memd.atomic.persist`), so
+a restart does not reset the clock. Checks are off with ``memory.verify_citations: false``.
+
+Blocking: call from a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from memd.atomic import persist
+from memd.config import MemoryConfig
+from memd.memory.citations import Citation, from_frontmatter, infer, to_frontmatter
+from memd.memory.freshness import MS_PER_DAY
+from memd.memory.frontmatter import parse_document
+from memd.memory.recall import MAX_CONTENT_BYTES, RecalledMemory
+from memd.memory.scan import MemoryHeader, opened_area
+from memd.memory.verify import MemoryCheck, Repository, Verifier
+
+LOG_FILE = "citations.json"
+MAX_LOG_ENTRIES = 20_000
+MAX_LOG_BYTES = 8 * 1024 * 1024
+VERIFIED_STEP_S = 3600.0
+
+
+class VerificationLog:
+    """Per memory file: when its citations last verified, since when they all fail."""
+
+    def __init__(self, path: Path, clock: Callable[[], float]) -> None:
+        self._path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[str, dict[str, float]] = _load(path)
+        self._dirty = False
+
+    def record(self, memory: str, check: MemoryCheck) -> None:
+        if not check.checks:
+            return
+        now = self._clock()
+        with self._lock:
+            row = self._rows.setdefault(memory, {})
+            before = dict(row)
+            if check.verified and now - row.get("last_verified", 0.0) >= VERIFIED_STEP_S:
+                row["last_verified"] = now  # a step, so a recall is not a write each time
+            if check.failing:
+                row.setdefault("failing_since", now)
+            else:
+                row.pop("failing_since", None)
+            while len(self._rows) > MAX_LOG_ENTRIES:
+                self._rows.pop(next(iter(self._rows)))
+            self._dirty = self._dirty or row != before
+
+    def row(self, memory: str) -> dict[str, float]:
+        with self._lock:
+            return dict(self._rows.get(memory, {}))
+
+    def failing_for(self, memory_dir: Path, days: float) -> list[str]:
+        """Memory files under ``memory_dir`` whose citations have all failed ``days``."""
+        cut = self._clock() - days * MS_PER_DAY / 1000
+        prefix = f"{memory_dir}/"
+        with self._lock:
+            rows = list(self._rows.items())
+        return sorted(
+            path
+            for path, row in rows
+            if path.startswith(prefix) and row.get("failing_since", cut + 1) <= cut
+        )
+
+    def save(self) -> None:
+        """Write the log when it changed (never raises: see :func:`memd.atomic.persist`)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            data = json.dumps(self._rows, sort_keys=True).encode()
+            self._dirty = False
+        persist(self._path, data)
+
+
+def _load(path: Path) -> dict[str, dict[str, float]]:
+    try:
+        with open(path, "rb") as file:
+            raw = json.loads(file.read(MAX_LOG_BYTES + 1)[:MAX_LOG_BYTES])
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    rows: dict[str, dict[str, float]] = {}
+    for key, value in list(raw.items())[-MAX_LOG_ENTRIES:]:
+        if isinstance(key, str) and isinstance(value, dict):
+            rows[key] = {
+                k: float(v)
+                for k, v in value.items()
+                if k in ("last_verified", "failing_since")
+                and isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and 0 <= v < 1e12
+            }
+    return rows
+
+
+class CitationChecks:
+    """The checks the memory service runs; see the module docstring."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        config: Callable[[], MemoryConfig],
+        *,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self.verifier = Verifier(clock=monotonic)
+        self.log = VerificationLog(state_dir / LOG_FILE, wall)
+
+    @property
+    def enabled(self) -> bool:
+        return self._config().verify_citations
+
+    def repository(self, cwd: str, memory_dir: Path) -> Repository:
+        return self.verifier.repository(Path(cwd), avoid=memory_dir)
+
+    def citations_of(
+        self,
+        repo: Repository,
+        path: str,
+        mtime_ms: int,
+        recorded: Sequence[Citation] | None,
+        text: str,
+    ) -> tuple[Citation, ...]:
+        """The recorded citations, else those inferred from ``text`` (baseline: now)."""
+        if recorded is not None:
+            return tuple(recorded)
+        return self.verifier.inferred(repo, (path, mtime_ms), lambda: infer(text))
+
+    def document(
+        self,
+        repo: Repository,
+        path: str,
+        mtime_ms: int,
+        recorded: Sequence[Citation] | None,
+        text: str,
+        deadline: float | None = None,
+    ) -> tuple[tuple[Citation, ...], MemoryCheck]:
+        """One memory's citations and what their check found (recorded in the log)."""
+        cited = self.citations_of(repo, path, mtime_ms, recorded, text)
+        check = self.verifier.check(repo, cited, deadline=deadline)
+        self.log.record(path, check)
+        return cited, check
+
+    def recalled(
+        self, cwd: str, memory_dir: Path, memories: tuple[RecalledMemory, ...], deadline: float
+    ) -> tuple[RecalledMemory, ...]:
+        """``memories`` with their checks, those whose citations all fail moved last."""
+        if not self.enabled:
+            return memories
+        repo = self.repository(cwd, memory_dir)
+        checked: list[tuple[RecalledMemory, MemoryCheck]] = []
+        for memory in memories:
+            cited, check = self.document(
+                repo,
+                memory.path,
+                memory.mtime_ms,
+                memory.recorded_citations,
+                memory.content,
+                deadline,
+            )
+            labels = tuple(c.label for c in cited)
+            verified = None if not check.checks else check.verified
+            done = replace(memory, citations=labels, checks=check.warnings, verified=verified)
+            checked.append((done, check))
+        self.log.save()
+        checked.sort(key=lambda pair: pair[1].failing)  # stable: the choice's order otherwise
+        return tuple(memory for memory, _ in checked)
+
+    def cite(self, cwd: str, memory_dir: Path, text: str) -> list[dict[str, Any]]:
+        """The ``citations`` frontmatter value for a memory with ``text``, seen now."""
+        if not self.enabled or not cwd:
+            return []
+        repo = self.repository(cwd, memory_dir)
+        return to_frontmatter(self.verifier.baseline(repo, infer(text)))
+
+    def listing(
+        self, cwd: str, memory_dir: Path, headers: Sequence[MemoryHeader]
+    ) -> dict[str, dict[str, Any]]:
+        """For ``memdctl memories --check``: each memory's citations, warnings, whether it
+        verifies, and when it last did / since when it fails, by relative path."""
+        repo = self.repository(cwd, memory_dir)
+        rows: dict[str, dict[str, Any]] = {}
+        with opened_area(memory_dir) as area:
+            if area is None:
+                return rows
+            for header in headers:
+                try:
+                    raw, _ = area.read(header.relative, max_bytes=MAX_CONTENT_BYTES)
+                except (OSError, ValueError):
+                    continue
+                document = parse_document(raw.decode("utf-8", errors="replace"))
+                recorded = from_frontmatter(document.meta.extra)
+                path = str(header.path)
+                cited, check = self.document(repo, path, header.mtime_ms, recorded, document.body)
+                rows[header.relative] = {
+                    "citations": [c.label for c in cited],
+                    "checks": list(check.warnings),
+                    "verified": None if not check.checks else check.verified,
+                    **self.log.row(path),
+                }
+        self.log.save()
+        return rows
+
+    def retire_candidates(self, memory_dir: Path) -> list[str]:
+        """Memory files whose citations have all failed ``memory.citation_retire_days``."""
+        if not self.enabled:
+            return []
+        return self.log.failing_for(memory_dir, self._config().citation_retire_days)
