@@ -39,6 +39,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         *write_lines(s.get("writes"), st),
         *error_lines(s, st),
         *refused_lines(s.get("refused"), st),
+        *git_skipped_lines(s.get("memory"), st),
         *reload_lines(d, st),
         *spend_lines(s.get("usage"), s.get("guard"), st),
         *pipeline_lines(s.get("pipeline"), st),
@@ -222,6 +223,22 @@ def error_lines(s: dict[str, Any], st: Style) -> list[str]:
     if s.get("last_error"):
         line += f" (last: {s['last_error']})"
     return [line]
+
+
+def git_skipped_lines(memory: object, st: Style) -> list[str]:
+    """Project folders whose memories' citations were checked without git (issue 26)."""
+    citations = memory.get("citations") if isinstance(memory, dict) else None
+    rows = citations.get("git_skipped") if isinstance(citations, dict) else None
+    if not isinstance(rows, list) or not rows:
+        return []
+    lines = [
+        f"citations {st.warn(str(len(rows)))} project folders are not git work trees (or git "
+        "refused them): memories citing their files are checked without commits or branches:"
+    ]
+    for row in rows[:10]:
+        if isinstance(row, dict):
+            lines.append(f"          {row.get('folder')}: {row.get('reason')}")
+    return lines
 
 
 def refused_lines(r: dict[str, Any] | None, st: Style) -> list[str]:

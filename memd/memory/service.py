@@ -500,6 +500,7 @@ class MemoryService:
             "runs": jobs.runs,
             "recalls": dict(self._recalls),
             "recall_stages": self.recall_stages(reason),
+            "citations": self.citations.statistics(),
             "last_error": jobs.last_error,
             "projects": jobs.projects,
             "claude_code": self.beside_claude_code(),

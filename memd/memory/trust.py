@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from memd import git
 from memd.atomic import persist
 from memd.config import MemoryConfig
 from memd.memory.citations import Citation, from_frontmatter, infer, to_frontmatter
@@ -229,6 +230,11 @@ class CitationChecks:
                 }
         self.log.save()
         return rows
+
+    def statistics(self) -> dict[str, Any]:
+        """For ``status``: whether checks run, and the folders git was skipped in (not a
+        work tree, or git refused it) with why."""
+        return {"enabled": self.enabled, "git_skipped": git.skipped.as_rows()}
 
     def retire_candidates(self, memory_dir: Path) -> list[str]:
         """Memory files whose citations have all failed ``memory.citation_retire_days``."""
