@@ -87,7 +87,7 @@ async def _write_held(
     directory: Path,
     draft: MemoryDraft,
     limits: Limits,
-    cite: Callable[[str], list[dict[str, Any]]],
+    cite: Callable[[str], list[dict[str, Any]] | None],
 ) -> Written:
     key = str(directory)
     with anyio.move_on_after(HOLD_WAIT_S):

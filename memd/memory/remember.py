@@ -202,16 +202,16 @@ def write_memory(
     memory_dir: Path,
     draft: MemoryDraft,
     limits: Limits,
-    cite: Callable[[str], list[dict[str, Any]]] | None = None,
+    cite: Callable[[str], list[dict[str, Any]] | None] | None = None,
 ) -> Written:
     """Write ``draft`` into ``memory_dir`` (see the module docstring); blocking. ``cite``
     gives the ``citations`` frontmatter value for the body (issue 26), replacing any the
-    file had."""
+    file had (``None``: none is written)."""
     planned = plan_memory(draft, limits)
-    if cite is not None:
+    cited = cite(planned.body) if cite is not None else None
+    if cited is not None:
         meta = planned.meta
-        extra = (*meta.extra, ("citations", cite(planned.body)))
-        planned = replace(planned, meta=replace(meta, extra=extra))
+        planned = replace(planned, meta=replace(meta, extra=(*meta.extra, ("citations", cited))))
     assert planned.meta.type is not None and planned.meta.name is not None
     store = MemoryStore(memory_dir, redact=limits.redact_secrets)
     headers = scan_memories(memory_dir, max_files=1 << 30, head_lines=30)

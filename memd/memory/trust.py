@@ -196,10 +196,11 @@ class CitationChecks:
         checked.sort(key=lambda pair: pair[1].failing)  # stable: the choice's order otherwise
         return tuple(memory for memory, _ in checked)
 
-    def cite(self, cwd: str, memory_dir: Path, text: str) -> list[dict[str, Any]]:
-        """The ``citations`` frontmatter value for a memory with ``text``, seen now."""
+    def cite(self, cwd: str, memory_dir: Path, text: str) -> list[dict[str, Any]] | None:
+        """The ``citations`` frontmatter value for a memory with ``text``, seen now (an
+        empty list: it cites nothing); ``None`` when checks are off (no key is written)."""
         if not self.enabled or not cwd:
-            return []
+            return None
         repo = self.repository(cwd, memory_dir)
         return to_frontmatter(self.verifier.baseline(repo, infer(text)))
 

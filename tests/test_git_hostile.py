@@ -1,0 +1,156 @@
+"""memd's own git calls on a repository whose config names programs (issue 26): every key
+that can start a program points at a canary that leaves a file, and every check memd makes
+(work tree, HEAD, renames, commit counts, unknown commits, a dirty work tree) leaves every
+canary untouched. The same repository serves the daemon test in test_citations_e2e.py."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from memd import git
+from memd.memory.citations import Citation, infer
+from memd.memory.verify import Verifier
+from tests.citation_support import Repo, numbered
+
+HOOKS = (
+    "pre-commit",
+    "post-checkout",
+    "post-index-change",
+    "reference-transaction",
+    "pre-auto-gc",
+    "fsmonitor-watchman",
+    "post-rewrite",
+)
+
+
+def canary(folder: Path, name: str) -> str:
+    """A program that records that it ran, as ``folder/ran-<name>``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / name
+    script.write_text(f"#!/bin/sh\ntouch '{folder}/ran-{name}'\ncat >/dev/null 2>&1\nexit 0\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def ran(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("ran-*"))
+
+
+def make_hostile(repo: Repo, canaries: Path) -> None:
+    """Arm ``repo``: its config, an included config, hooks and attributes all name canaries.
+    Done after its history is made (the test's own git would run them)."""
+    hooks = canaries / "hooks"
+    hooks.mkdir(parents=True)
+    for name in HOOKS:
+        os.symlink(canary(canaries, f"hook-{name}"), hooks / name)
+    included = canaries / "included.config"
+    included.write_text(
+        f"[core]\n\tfsmonitor = {canary(canaries, 'included-fsmonitor')}\n"
+        f"\tpager = {canary(canaries, 'included-pager')}\n"
+    )
+    keys = {
+        "core.fsmonitor": canary(canaries, "fsmonitor"),
+        "core.pager": canary(canaries, "pager"),
+        "core.editor": canary(canaries, "editor"),
+        "core.sshCommand": canary(canaries, "ssh"),
+        "core.askPass": canary(canaries, "askpass"),
+        "core.hooksPath": str(hooks),
+        "core.alternateRefsCommand": canary(canaries, "alternate-refs"),
+        "core.gitProxy": canary(canaries, "git-proxy"),
+        "sequence.editor": canary(canaries, "sequence-editor"),
+        "diff.external": canary(canaries, "diff-external"),
+        "diff.evil.textconv": canary(canaries, "textconv"),
+        "diff.evil.command": canary(canaries, "diff-command"),
+        "filter.evil.clean": canary(canaries, "filter-clean"),
+        "filter.evil.smudge": canary(canaries, "filter-smudge"),
+        "filter.evil.process": canary(canaries, "filter-process"),
+        "filter.evil.required": "true",
+        "gpg.program": canary(canaries, "gpg"),
+        "gpg.ssh.program": canary(canaries, "gpg-ssh"),
+        "log.showSignature": "true",
+        "credential.helper": "!" + canary(canaries, "credential"),
+        "uploadpack.packObjectsHook": canary(canaries, "pack-objects-hook"),
+        "remote.origin.url": "ext::" + canary(canaries, "remote-ext"),
+        "remote.origin.promisor": "true",
+        "include.path": str(included),
+    }
+    for key, value in keys.items():
+        repo.git("config", key, value)
+    attributes = "* diff=evil filter=evil\n"
+    repo.write(".gitattributes", attributes)
+    (Path(repo.git("rev-parse", "--absolute-git-dir").strip()) / "info").mkdir(exist_ok=True)
+    (Path(repo.git("rev-parse", "--absolute-git-dir").strip()) / "info" / "attributes").write_text(
+        attributes
+    )
+    assert ran(canaries) == []
+
+
+@contextmanager
+def disarmed(repo: Repo) -> Iterator[None]:
+    """The test's own git commands on an armed repository, with its config and attributes
+    set aside (they would run the canaries the test is about)."""
+    git_dir = repo.root / ".git"
+    aside = [git_dir / "config", git_dir / "info" / "attributes", repo.root / ".gitattributes"]
+    for path in aside:
+        path.rename(path.with_name(path.name + ".armed"))
+    (git_dir / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n[user]\n\tname = t\n\temail = t@example.invalid\n"
+    )
+    try:
+        yield
+    finally:
+        for path in aside:
+            path.with_name(path.name + ".armed").replace(path)
+
+
+def hostile_repository(tmp_path: Path) -> tuple[Repo, Path, str]:
+    """A repository with history (a rename, edits, a branch), armed; its first commit."""
+    repo = Repo(tmp_path / "proj")
+    repo.write("src/retry.py", "def backoff(n):\n    return min(60, 2**n)\n")
+    repo.write("src/old.py", numbered(4))
+    repo.write("README.md", numbered(3))
+    first = repo.commit("start")
+    repo.git("mv", "src/old.py", "src/new.py")
+    repo.write("README.md", numbered(5))
+    repo.commit("rename and edit")
+    canaries = tmp_path / "canaries"
+    make_hostile(repo, canaries)
+    return repo, canaries, first
+
+
+def test_no_git_call_memd_makes_runs_a_program_the_repository_names(tmp_path: Path) -> None:
+    repo, canaries, first = hostile_repository(tmp_path)
+    repo.write("README.md", "dirty in the work tree\n")  # status would run filters here
+    tree = git.find_work_tree(repo.root / "src")
+    assert isinstance(tree, git.WorkTree) and tree.root == repo.root
+    head = git.head(tree)
+    assert isinstance(head, git.Head) and head.branch == "main"
+    assert git.renamed_to(tree, first, "src/old.py") == "src/new.py"
+    assert git.renamed_to(tree, None, "src/old.py") == "src/new.py"
+    assert git.commits_touching(tree, first, "README.md") == 1
+    assert git.known_commits(tree, [first, "0" * 40]) == frozenset({first})
+    assert ran(canaries) == []
+
+
+def test_checking_memories_in_a_hostile_repository_runs_no_program(tmp_path: Path) -> None:
+    repo, canaries, first = hostile_repository(tmp_path)
+    verifier = Verifier()
+    where = verifier.repository(repo.root)
+    cited = verifier.baseline(where, infer("`backoff()` in src/retry.py and README.md:1-2"))
+    assert [c.path for c in cited] == ["src/retry.py", "README.md"]
+    stale = (
+        Citation("src/old.py", None, (), first, "main", "0" * 16),
+        Citation("README.md", (1, 2), (), first, "main", "0" * 16),
+        Citation("src/retry.py", None, ("backoff",), "1" * 40, "elsewhere", None),
+    )
+    repo.write("src/retry.py", "changed\n")
+    warnings = verifier.check(where, (*cited, *stale)).warnings
+    assert "src/old.py (cited) no longer exists; git saw it renamed to src/new.py" in warnings
+    assert any(w.startswith("lines 1-2 of README.md changed") for w in warnings)
+    assert any("is not in this repository" in w for w in warnings)
+    assert any("written on branch elsewhere" in w for w in warnings)
+    assert "backoff is no longer in src/retry.py" in warnings
+    assert ran(canaries) == []
