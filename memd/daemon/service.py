@@ -248,6 +248,7 @@ class Daemon:
             lambda: self.llm,
             self.memory.locate,
             self.exclusion,
+            retire_candidates=self.memory.citations.retire_candidates,
         )
 
     def _after_turn(self, where: Location, state: SessionState) -> None:

@@ -72,6 +72,8 @@ class Job:
     project: str
     today: str
     trigger_session: str = ""
+    # Issue 26: memories whose citations have all failed memory.citation_retire_days.
+    retire: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ def _request(
         max_lines=settings.index_max_lines,
         max_bytes=settings.index_max_bytes,
         secrets=settings.redact_secrets,
+        retire=job.retire,
     )
     return spec, [{"role": "user", "content": text}]
 

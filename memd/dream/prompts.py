@@ -51,6 +51,15 @@ Current index:
 """
 
 
+RETIRE = """
+These notes cite files, lines or names of the code that have not matched the code for a long
+time (a cited file is gone, the cited lines changed, a named function is no longer there).
+Check each against the code: fix what it says if it is still useful, or merge or retire it
+under the rules above:
+{notes}
+"""
+
+
 def system_prompt(*, max_turns: int) -> str:
     return SYSTEM.format(max_turns=max_turns)
 
@@ -64,8 +73,10 @@ def task_message(
     max_lines: int,
     max_bytes: int,
     secrets: bool = True,
+    retire: Sequence[str] = (),
 ) -> str:
-    """The first user message, scrubbed (it goes to the model)."""
+    """The first user message, scrubbed (it goes to the model). ``retire``: notes whose
+    citations of the code have all failed for long (issue 26), offered to fix or retire."""
     shown = ", ".join(sessions[:20]) + (" and more" if len(sessions) > 20 else "")
     text = TASK.format(
         memory_dir=memory_dir,
@@ -76,4 +87,6 @@ def task_message(
         max_lines=max_lines,
         max_kb=max_bytes // 1000,
     )
+    if retire:
+        text += RETIRE.format(notes="\n".join(f"- {name}" for name in retire[:50]))
     return scrub_text(text, secrets=secrets)

@@ -101,8 +101,11 @@ class DreamService:
         get_llm: Callable[[], LLM | Disabled | None],
         locate: Callable[[str], Awaitable[Location]],
         exclusion: DirExclusion,
+        *,
+        retire_candidates: Callable[[Path], list[str]] | None = None,
     ) -> None:
         self.projects_root = projects_root
+        self._retire_candidates = retire_candidates
         self.config = config
         self.store = RunStore(state_dir)
         self._clock = clock
@@ -324,6 +327,12 @@ class DreamService:
             sessions=list(go.sessions) if go else [],
         )
 
+    async def _retire(self, memory_dir: Path) -> tuple[str, ...]:
+        """The notes offered to fix or retire (their citations have failed for long)."""
+        if self._retire_candidates is None:
+            return ()
+        return tuple(await anyio.to_thread.run_sync(self._retire_candidates, memory_dir))
+
     async def _dream(self, found: DreamDir, running: Running, trigger: str) -> None:
         record = running.record
         llm = self._get_llm()
@@ -345,6 +354,7 @@ class DreamService:
             project=record.project,
             today=datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y-%m-%d"),
             trigger_session=trigger,
+            retire=await self._retire(Path(record.memory_dir)),
         )
         log.info(
             "dream in %s: run %s starts (%d sessions)",

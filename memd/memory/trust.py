@@ -13,7 +13,8 @@
   failed for ``memory.citation_retire_days``: dream is offered them to fix or retire (it
   deletes nothing without its own guards; R-M8).
 
-When each memory last verified and since when it has failed are kept in
+When each memory last verified and since when it has failed (by the memory dir's real path
+and the file's relative one) are kept in
 ``<state>/citations.json`` (memd's own state, written with :func:`memd.atomic.persist`), so
 a restart does not reset the clock. Checks are off with ``memory.verify_citations: false``.
 
@@ -23,6 +24,7 @@ Blocking: call from a worker thread.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -78,13 +80,14 @@ class VerificationLog:
             return dict(self._rows.get(memory, {}))
 
     def failing_for(self, memory_dir: Path, days: float) -> list[str]:
-        """Memory files under ``memory_dir`` whose citations have all failed ``days``."""
+        """Memory files under ``memory_dir`` (paths relative to it) whose citations have
+        all failed for ``days`` or longer."""
         cut = self._clock() - days * MS_PER_DAY / 1000
-        prefix = f"{memory_dir}/"
+        prefix = f"{os.path.realpath(memory_dir)}/"
         with self._lock:
             rows = list(self._rows.items())
         return sorted(
-            path
+            path.removeprefix(prefix)
             for path, row in rows
             if path.startswith(prefix) and row.get("failing_since", cut + 1) <= cut
         )
@@ -178,11 +181,12 @@ class CitationChecks:
         if not self.enabled:
             return memories
         repo = self.repository(cwd, memory_dir)
+        real = os.path.realpath(memory_dir)
         checked: list[tuple[RecalledMemory, MemoryCheck]] = []
         for memory in memories:
             cited, check = self.document(
                 repo,
-                memory.path,
+                f"{real}/{memory.relative}",
                 memory.mtime_ms,
                 memory.recorded_citations,
                 memory.content,
@@ -210,6 +214,7 @@ class CitationChecks:
         """For ``memdctl memories --check``: each memory's citations, warnings, whether it
         verifies, and when it last did / since when it fails, by relative path."""
         repo = self.repository(cwd, memory_dir)
+        real = os.path.realpath(memory_dir)
         rows: dict[str, dict[str, Any]] = {}
         with opened_area(memory_dir) as area:
             if area is None:
@@ -221,7 +226,7 @@ class CitationChecks:
                     continue
                 document = parse_document(raw.decode("utf-8", errors="replace"))
                 recorded = from_frontmatter(document.meta.extra)
-                path = str(header.path)
+                path = f"{real}/{header.relative}"
                 cited, check = self.document(repo, path, header.mtime_ms, recorded, document.body)
                 rows[header.relative] = {
                     "citations": [c.label for c in cited],

@@ -1,0 +1,114 @@
+"""``memory.citation_retire_days`` through the dream that uses it (issue 26): a memory whose
+citations have all failed that long is offered to the consolidation agent to fix or retire,
+one second sooner it is not; the memory itself is never deleted for it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from memd.clock import SystemClock
+from memd.config import Config, MemoryConfig
+from memd.dream.exclusion import DirExclusion
+from memd.dream.service import DreamService
+from memd.llm.client import LLM
+from memd.llm.guard import CostGuard
+from memd.llm.ledger import LEDGER_FILE, Ledger
+from memd.memory.citations import infer
+from memd.memory.location import Location
+from memd.memory.trust import CitationChecks
+from memd.testing import loopback_replies as replies
+from memd.testing.loopback import LoopbackAPI
+from tests.citation_support import Repo
+from tests.test_dream_service import NOTE, forced_run, prepare
+
+DAY_S = 86_400.0
+
+
+def _service(tmp_path: Path, llm: LLM, cfg: Config, checks: CitationChecks) -> DreamService:
+    clock = SystemClock()
+    ledger = Ledger(tmp_path / LEDGER_FILE, clock)
+    projects = tmp_path / "projects"
+
+    async def locate(cwd: str) -> Location:
+        directory = projects / "proj" / "memory"
+        return Location(directory, (str(directory),), None)
+
+    return DreamService(
+        projects,
+        tmp_path / "state",
+        cfg,
+        clock,
+        ledger,
+        CostGuard(cfg.budget, ledger, clock),
+        lambda: llm,
+        locate,
+        DirExclusion(),
+        retire_candidates=checks.retire_candidates,
+    )
+
+
+def _failing_for(tmp_path: Path, memory: Path, cfg: MemoryConfig, seconds: float) -> CitationChecks:
+    """Checks whose log has ``memory/n.md`` failing for ``seconds`` (a real repository)."""
+    repo = Repo(tmp_path / "code")
+    repo.write("a.py", "def alpha():\n    pass\n")
+    repo.commit()
+    wall = [1_000_000.0]
+    checks = CitationChecks(tmp_path / "state", lambda: cfg, wall=lambda: wall[0])
+    where = checks.repository(str(repo.root), memory)
+    cited = checks.verifier.baseline(where, infer("`alpha()` is in a.py:1-2"))
+    repo.write("a.py", "gone\n")
+    key = f"{os.path.realpath(memory)}/n.md"
+    _, check = checks.document(where, key, 0, cited, "")
+    assert check.failing
+    wall[0] += seconds
+    checks.document(where, key, 0, cited, "")  # still failing: the clock keeps its start
+    return checks
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("failing_s", "offered"), [(2 * DAY_S - 1, False), (2 * DAY_S, True)])
+async def test_dream_is_offered_memories_failing_for_citation_retire_days(
+    tmp_path: Path, api: LoopbackAPI, llm: LLM, failing_s: float, offered: bool
+) -> None:
+    memory = prepare(tmp_path)
+    cfg = dataclasses.replace(Config(), memory=MemoryConfig(citation_retire_days=2))
+    checks = _failing_for(tmp_path, memory, cfg.memory, failing_s)
+    api.push(replies.text("Nothing to change."))
+    service = _service(tmp_path, llm, cfg, checks)
+    async with anyio.create_task_group() as tg:
+        await tg.start(service.run)
+        await forced_run(service)
+        tg.cancel_scope.cancel()
+    task = api.requests[0].body["messages"][0]["content"][0]["text"]
+    assert ("- n.md" in task) is offered
+    assert ("have not matched the code for a long" in task) is offered
+    assert (memory / "n.md").read_text() == NOTE
+
+
+def test_a_memory_that_verifies_again_is_no_longer_offered(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "code")
+    repo.write("a.py", "def alpha():\n    pass\n")
+    repo.commit()
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    wall = [1_000_000.0]
+    checks = CitationChecks(tmp_path / "state", MemoryConfig, wall=lambda: wall[0])
+    where = checks.repository(str(repo.root), memory)
+    cited = checks.verifier.baseline(where, infer("a.py:1-2"))
+    key = f"{os.path.realpath(memory)}/n.md"
+    repo.write("a.py", "gone\n")
+    checks.document(where, key, 0, cited, "")
+    wall[0] += 40 * DAY_S
+    assert checks.retire_candidates(memory) == ["n.md"]
+    repo.write("a.py", "def alpha():\n    pass\n")
+    _, check = checks.document(where, key, 0, cited, "")
+    assert check.verified and checks.retire_candidates(memory) == []
+    assert checks.log.row(key) == {"last_verified": wall[0]}
+    checks.log.save()
+    reloaded = CitationChecks(tmp_path / "state", MemoryConfig, wall=lambda: wall[0])
+    assert reloaded.log.row(key) == {"last_verified": wall[0]}
