@@ -3,6 +3,7 @@ what the memory cites no longer holds, and never while the cited lines are uncha
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -265,3 +266,20 @@ def _apply(repo: Repo, lines: list[str], op: str, number: int, text: str) -> lis
         repo.commit()
     repo.write("src/retry.py", "\n".join(lines) + "\n")
     return lines
+
+
+def test_a_cited_link_out_of_the_work_tree_or_a_fifo_is_never_read(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "proj")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.py").write_text("def token():\n    pass\n")
+    (repo.root / "linked").symlink_to(outside)
+    (repo.root / "alias.py").symlink_to(outside / "secret.py")
+    os.mkfifo(repo.root / "pipe.py")
+    repo.write("real.py", "def token():\n    pass\n")
+    text = "`token()` in linked/secret.py, alias.py:1, pipe.py and real.py:1-2"
+    assert [c.path for c in _cited(repo, text)] == ["real.py"]
+    gone = Citation("linked/secret.py", None, ("token",), None, None, "0" * 16)
+    check = _check(repo, (gone,))
+    assert check.failing
+    assert check.warnings[0].startswith("linked/secret.py (cited) no longer exists")

@@ -151,9 +151,18 @@ def _looks_like_file(word: str) -> bool:
 def symbol_in(symbol: str, content: bytes) -> bool:
     """Whether ``content`` names ``symbol`` as a whole word (a dotted key: its last part,
     as config files spell keys in sections)."""
-    word = symbol.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
-    pattern = rb"(?<![\w])" + re.escape(word.encode()) + rb"(?![\w])"
-    return re.search(pattern, content) is not None
+    word = symbol.rsplit(".", 1)[-1].rsplit(":", 1)[-1].encode()
+    at = content.find(word)
+    while at >= 0:  # find + a look at both neighbours: no pattern compiled per symbol
+        end = at + len(word)
+        if not _word_byte(content[at - 1 : at]) and not _word_byte(content[end : end + 1]):
+            return True
+        at = content.find(word, at + 1)
+    return False
+
+
+def _word_byte(byte: bytes) -> bool:
+    return bool(byte) and (byte.isalnum() or byte == b"_" or byte[0] >= 0x80)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ Blocking: call from a worker thread. Files of the work tree are read as regular 
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -96,7 +97,6 @@ class Repository:
 
 @dataclass(frozen=True)
 class _File:
-    sig: FileSig
     data: bytes
 
 
@@ -315,12 +315,32 @@ def _moved(lines: Sequence[bytes], citation: Citation) -> str | None:
 
 
 def _inside(root: Path, relative: str) -> Path | None:
-    path = root / relative
+    """``root/relative`` when its folder, resolved, is inside the resolved root (the file
+    itself is opened without following a link). Folders are resolved once each."""
+    folder, _, name = relative.rpartition("/")
+    base = _real(str(root))
+    real = _real(f"{root}/{folder}") if folder else base
+    if real is None or base is None or not (real == base or real.startswith(base + "/")):
+        return None
+    return Path(f"{root}/{relative}") if name else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_cached(path: str, sig: FileSig | None) -> str | None:
     try:
-        real = os.path.realpath(path)
+        return os.path.realpath(path)
     except (OSError, ValueError):
         return None
-    return path if Path(real).is_relative_to(os.path.realpath(root)) else None
+
+
+def _real(path: str) -> str | None:
+    """The resolved ``path``, cached while its own ``stat`` is the same (a folder replaced
+    by a link is resolved again)."""
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    return _real_cached(path, _stat_sig(info))
 
 
 def _read(root: Path, relative: str) -> _File | None:
@@ -328,16 +348,14 @@ def _read(root: Path, relative: str) -> _File | None:
     if path is None:
         return None
     try:
-        data = read_regular(path, MAX_FILE_BYTES)
-        info = os.stat(path, follow_symlinks=False)
+        return _File(read_regular(path, MAX_FILE_BYTES))
     except (OSError, ValueError):
         return None
-    return _File(_stat_sig(info), data)
 
 
 def _sig(root: Path, relative: str) -> FileSig | None:
     try:
-        return _stat_sig(os.stat(root / relative, follow_symlinks=False))
+        return _stat_sig(os.stat(f"{root}/{relative}", follow_symlinks=False))
     except (OSError, ValueError):
         return None
 
