@@ -32,8 +32,8 @@ from memd.clock import SystemClock
 from memd.config import Config
 from memd.memory.citations import Citation, from_frontmatter, infer, to_frontmatter
 from memd.memory.frontmatter import Frontmatter, parse_document, render_document
+from memd.memory.rank_index import RecallCache
 from memd.memory.recall import RecalledMemory, recall
-from memd.memory.scan import HeaderCache
 from memd.memory.trust import CitationChecks
 from memd.memory.verify import Verifier
 
@@ -98,7 +98,7 @@ def interleaved(a: Callable[[], object], b: Callable[[], object]) -> tuple[float
 
 
 def one_recall(
-    memory: Path, cache: HeaderCache, checks: Callable[..., tuple[RecalledMemory, ...]] | None
+    memory: Path, cache: RecallCache, checks: Callable[..., tuple[RecalledMemory, ...]] | None
 ) -> int:
     async def go() -> int:
         result = await recall(
@@ -122,7 +122,7 @@ def main() -> None:
         repo.mkdir()
         make_repo(repo)
         make_memories(repo, memory)
-        cache = HeaderCache()
+        cache = RecallCache()
         state = work / "state"
         state.mkdir()
         warm = CitationChecks(state, lambda: Config().memory)
