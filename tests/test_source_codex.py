@@ -112,3 +112,28 @@ def test_a_source_turned_off_forgets_its_saved_sessions(tmp_path: Path) -> None:
     assert [s.session_id for s in registry.states()] == ["a"]
     both = SessionRegistry([ClaudeCode(tmp_path), Codex(tmp_path)], TranscriptsConfig(), saved)
     assert sorted(s.session_id for s in both.states()) == ["a", "c"]
+
+
+@pytest.mark.anyio
+async def test_a_cd_mid_session_moves_the_cwd_not_the_project(tmp_path: Path) -> None:
+    import json
+
+    from memd.config import TranscriptsConfig
+    from memd.daemon.sessions import SessionRegistry
+    from memd.memory.paths import project_slug
+
+    source = Codex(tmp_path)
+    day = source.root / "2026" / "11" / "26"
+    day.mkdir(parents=True)
+    path = day / SAMPLES[-1].name.replace("b5c2", "b5c3")  # a main thread of its own
+    meta = {"type": "session_meta", "payload": {"id": "x", "cwd": "/w/a", "source": "exec"}}
+    moved = {"type": "turn_context", "payload": {"cwd": "/w/b"}}
+    registry = SessionRegistry([source], TranscriptsConfig(), {}, started_at=0.0)
+    path.write_text(json.dumps(meta) + "\n")
+    first = await registry.ingest(path)
+    assert first is not None and first.project == project_slug("/w/a")
+    with path.open("a") as f:
+        f.write(json.dumps(moved) + "\n")
+    after = await registry.ingest(path)
+    assert after is not None and after.cwd == "/w/b"
+    assert after.project == project_slug("/w/a")  # its notes stay where they were

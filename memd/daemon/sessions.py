@@ -479,7 +479,8 @@ def _publish(source: Source, key: SessionKey, reader: Reader, state: SessionStat
     conv.release()
     cwd = reader.cwd
     state.cwd = sys.intern(cwd) if cwd else state.cwd
-    state.project = sys.intern(source.project_of(key, state.cwd or None))
+    if not state.project:  # once known it stays: the notes file lives under it
+        state.project = sys.intern(source.project_of(key, state.cwd or None))
     state.ignored = reader.ignored or ""
 
 
