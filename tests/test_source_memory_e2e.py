@@ -1,7 +1,7 @@
-"""One memory for every agent: a fact stated in a Codex session is extracted (the loopback
-model server standing in for the model) into the memory dir of the session's git root, the
-one Claude Code loads, and a Claude Code hook in the same repository then recalls it; the
-session gets its notes as a Claude Code session does."""
+"""One memory for every agent: a fact stated in a Codex session, or in a Gemini chat, is
+extracted (the loopback model server standing in for the model) into the memory dir of the
+session's git root, the one Claude Code loads, and a Claude Code hook in the same repository
+then recalls it; the Codex session gets its notes as a Claude Code session does."""
 
 from __future__ import annotations
 
@@ -157,5 +157,59 @@ def test_a_fact_from_a_codex_session_is_recalled_in_claude_code(tmp_path: Path) 
                 timeout=60,
                 what="the Codex session's notes",
             )
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+GEMINI_CHAT = "session-2026-11-26T06-48-a795b61b"
+
+
+def gemini_chat(*, answered: bool) -> bytes:
+    """A Gemini chat of one turn whose prompt states :data:`FACT` (as the CLI writes it: a
+    header, the start's ``$set``, the prompt, the answer upserted)."""
+    lines: list[dict[str, Any]] = [
+        {"sessionId": "a795b61b-c6fd-41fc-bbd3-8abb79ce05cc", "kind": "main"},
+        {"$set": {"messages": [{"id": "ctx", "type": "user", "content": [{"text": "<ctx>"}]}]}},
+        {"id": "p1", "type": "user", "content": [{"text": f"Note for later: {FACT}"}]},
+    ]
+    if answered:
+        tokens = {"input": 1200, "output": 20}
+        answer = {"id": "g1", "type": "gemini", "content": "Understood.", "tokens": tokens}
+        lines += [{**answer, "content": ""}, {"$set": {"lastUpdated": "now"}}, answer]
+    return b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+
+
+def test_a_fact_from_a_gemini_chat_is_recalled_in_claude_code(tmp_path: Path) -> None:
+    repo = tmp_path / "work" / "repo"
+    (repo / ".git").mkdir(parents=True)
+    with (
+        fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home,
+        LoopbackProcess() as api,
+    ):
+        api.add_script(extraction_script())
+        home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
+        folder = tmp_path / ".gemini" / "tmp" / "repo"
+        (folder / "chats").mkdir(parents=True)
+        (folder / ".project_root").write_text(str(repo))
+        path = folder / "chats" / f"{GEMINI_CHAT}.jsonl"
+        mdir = memory_dir(home.projects, repo)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            path.write_bytes(gemini_chat(answered=False))
+            wait_for(lambda: call(home, "sessions", {}), timeout=30, what="the Gemini chat")
+            path.write_bytes(gemini_chat(answered=True))
+            wait_for(
+                lambda: (mdir / "deploy_command.md").exists(),
+                timeout=60,
+                what="the memory extracted from the Gemini chat",
+            )
+            asked = json.dumps(
+                [r for r in api.requests() if MEMORY_SYSTEM in json.dumps(r["body"].get("system"))]
+            )
+            assert "make ship" in asked
+            injected = claude_prompt(home, repo, "how do we deploy this to production?")
+            assert "deploy_command.md" in injected or "make ship" in injected, injected
+            assert call(home, "session", {"session": GEMINI_CHAT})["agent"] == "gemini"
         finally:
             assert stop_memd(proc) == 0, read_log(home)
