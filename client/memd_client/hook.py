@@ -5,7 +5,8 @@ run the same command with their name as its last argument (``… hook.py codex``
 to the daemon as the request's ``agent`` (the daemon reads each agent's input and answers in
 its shape; see :mod:`memd.memory.hook_context`). It hands those bytes, and
 the part of Claude Code's environment that decides what Claude Code does itself
-(``CLAUDE_CODE_DISABLE_AUTO_MEMORY``, ``CLAUDE_CODE_SIMPLE``, ``CLAUDE_PROJECT_DIR``), to the
+(``CLAUDE_CODE_DISABLE_AUTO_MEMORY``, ``CLAUDE_CODE_SIMPLE``, ``CLAUDE_PROJECT_DIR`` and the
+variables that move the memory dir: :data:`FORWARDED_ENV`), to the
 daemon's ``hook`` method, and prints what the daemon says to print (hooks JSON), which is
 nothing when there is nothing to add:
 
@@ -43,7 +44,14 @@ import sys
 
 Env = dict[str, str] | os._Environ[str]  # both are Mappings; no typing import needed
 
-FORWARDED_ENV = ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "CLAUDE_CODE_SIMPLE", "CLAUDE_PROJECT_DIR")
+FORWARDED_ENV = (
+    "CLAUDE_CODE_DISABLE_AUTO_MEMORY",
+    "CLAUDE_CODE_SIMPLE",
+    "CLAUDE_PROJECT_DIR",
+    "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE",
+    "CLAUDE_CODE_PROJECT_DIR_NAME",
+    "CLAUDE_CONFIG_DIR",
+)
 MAX_STDIN_BYTES = 4 * 1024 * 1024
 MAX_REPLY_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT_S = 3.0

@@ -11,9 +11,14 @@ dream"). memd must not repeat any of that. What decides it, per session:
   from the user, local and policy files: a repository's own ``.claude/settings.json`` is
   written by whoever wrote the repository, and must not point memd's writing agents anywhere;
 * the environment Claude Code runs in, forwarded by the hook: ``CLAUDE_CODE_DISABLE_AUTO_MEMORY``
-  (truthy turns auto memory off, an explicit falsy value forces it on) and
-  ``CLAUDE_CODE_SIMPLE`` (simple mode has no auto memory); ``CLAUDE_PROJECT_DIR`` names the
-  project whose settings apply;
+  (truthy turns auto memory off, an explicit falsy value forces it on, over
+  ``autoMemoryEnabled: false``) and ``CLAUDE_CODE_SIMPLE`` (simple mode, which ``--bare``
+  sets, has no auto memory whatever the rest says); ``CLAUDE_PROJECT_DIR`` names the project
+  whose settings apply. Three move the memory dir (:func:`moved_memory_dir`, as 2.1.331 does):
+  ``CLAUDE_COWORK_MEMORY_PATH_OVERRIDE`` (an absolute path, ``~`` not expanded) before
+  ``autoMemoryDirectory``, and ``CLAUDE_CODE_PROJECT_DIR_NAME``, the project's folder under
+  ``$CLAUDE_CONFIG_DIR/projects`` (only with ``CLAUDE_CONFIG_DIR`` set, and only a plain
+  name: ``[A-Za-z0-9_-]{1,64}``, no device name);
 * the version (from the transcript, else the last one seen in the project): versions before
   :data:`AUTO_MEMORY_SINCE` have no auto memory, and the frontmatter form memory files are
   written in follows the version (:func:`frontmatter_form`).
@@ -41,13 +46,25 @@ SettingsScope = Literal["user", "project", "local", "policy"]
 
 MAX_SETTINGS_BYTES = 1024 * 1024
 POLICY_FILE = "/etc/claude-code/managed-settings.json"
-FORWARDED_ENV = ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "CLAUDE_CODE_SIMPLE", "CLAUDE_PROJECT_DIR")
+FORWARDED_ENV = (
+    "CLAUDE_CODE_DISABLE_AUTO_MEMORY",
+    "CLAUDE_CODE_SIMPLE",
+    "CLAUDE_PROJECT_DIR",
+    "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE",
+    "CLAUDE_CODE_PROJECT_DIR_NAME",
+    "CLAUDE_CONFIG_DIR",
+)
+COWORK_ENV = "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE"
+DIR_NAME_ENV = "CLAUDE_CODE_PROJECT_DIR_NAME"
+MOVING_ENV = (COWORK_ENV, DIR_NAME_ENV, "CLAUDE_CONFIG_DIR")  # what moves the memory dir
 AUTO_MEMORY_SINCE = (2, 1, 0)  # the first release line with auto memory on by default
 METADATA_TYPE_SINCE = (2, 1, 197)  # the first version seen asking for ``metadata: type:``
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _VERSION = re.compile(r"^(\d{1,6})\.(\d{1,6})\.(\d{1,6})")
 _DIR_SCOPES: tuple[SettingsScope, ...] = ("user", "local", "policy")
+_DIR_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_DEVICE = re.compile(r"^(?:con|prn|aux|nul|com[0-9]|lpt[0-9])$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,7 @@ class ClaudeCodeFacts:
     version: str | None
     frontmatter_form: FrontmatterForm
     problems: tuple[str, ...] = ()
+    memory_directory_from: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +99,7 @@ class ClaudeCodeFacts:
             "auto_memory_reason": self.auto_memory_reason,
             "auto_dream": self.auto_dream,
             "memory_directory": self.memory_directory,
+            "memory_directory_from": self.memory_directory_from,
             "version": self.version,
             "frontmatter_form": self.frontmatter_form,
             "problems": list(self.problems),
@@ -187,6 +206,37 @@ def expand_directory(value: str, home: str | None) -> str | None:
     return os.path.normpath(value) if os.path.isabs(value) else None
 
 
+def moved_memory_dir(
+    settings: Settings, env: Mapping[str, str], home: str | None
+) -> tuple[str, str] | None:
+    """Where Claude Code keeps this session's memories when not in its default place, and
+    what moved it: ``CLAUDE_COWORK_MEMORY_PATH_OVERRIDE``, else ``autoMemoryDirectory``, else
+    ``CLAUDE_CODE_PROJECT_DIR_NAME`` under ``$CLAUDE_CONFIG_DIR/projects``. ``None``: the
+    default place. A value Claude Code ignores (relative, a root, a bad name) is ignored."""
+    cowork = env.get(COWORK_ENV)
+    if isinstance(cowork, str) and (path := _plain_dir(cowork)) is not None:
+        return path, COWORK_ENV
+    if settings.memory_directory:
+        moved = expand_directory(settings.memory_directory, home)
+        if moved is not None and _plain_dir(moved) is not None:
+            return moved, f"autoMemoryDirectory in {settings.memory_directory_from}"
+    name, config_dir = env.get(DIR_NAME_ENV), env.get("CLAUDE_CONFIG_DIR")
+    if not (isinstance(name, str) and _DIR_NAME.match(name) and not _DEVICE.match(name)):
+        return None
+    if isinstance(config_dir, str) and (root := _plain_dir(config_dir.strip())) is not None:
+        return os.path.join(root, "projects", name, "memory"), f"{DIR_NAME_ENV}={name}"
+    return None
+
+
+def _plain_dir(value: str) -> str | None:
+    """``value`` as a normalised absolute folder, or ``None`` where Claude Code refuses it
+    (relative, shorter than 3 characters, a NUL)."""
+    if not value or "\x00" in value or not os.path.isabs(value):
+        return None
+    path = os.path.normpath(value)
+    return None if len(path) < 3 else path
+
+
 def env_flag(env: Mapping[str, str], name: str) -> bool | None:
     """True/False for a set flag, ``None`` when unset or unreadable."""
     raw = env.get(name)
@@ -196,15 +246,19 @@ def env_flag(env: Mapping[str, str], name: str) -> bool | None:
     return True if value in _TRUE else False if value in _FALSE else None
 
 
-def decide(settings: Settings, env: Mapping[str, str], version: str | None) -> ClaudeCodeFacts:
+def decide(
+    settings: Settings, env: Mapping[str, str], version: str | None, home: str | None = None
+) -> ClaudeCodeFacts:
     """Pure: what Claude Code does itself, from its settings, environment and version."""
     on, reason = _auto_memory(settings, env, version)
     dream = on and settings.auto_dream is not False
+    moved = moved_memory_dir(settings, env, home)
     return ClaudeCodeFacts(
         auto_memory=on,
         auto_memory_reason=reason,
         auto_dream=dream,
-        memory_directory=settings.memory_directory,
+        memory_directory=moved[0] if moved else None,
+        memory_directory_from=moved[1] if moved else "",
         version=version,
         frontmatter_form=frontmatter_form(version),
         problems=settings.problems,

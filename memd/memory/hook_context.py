@@ -197,12 +197,12 @@ async def hook_context(
     transcript = _field(hook_input, "transcript_path") if claude else ""
     match AGENT_EVENTS.get(agent, {}).get(event):
         case "SessionStart" if session_id:
-            record = await service.session_context(session_id, transcript, env)
+            record = await service.session_context(session_id, transcript, env, cwd)
             text = await _session_start(
                 hook_input, record, service, notes_for, budget_bytes, claude=claude
             )
         case "UserPromptSubmit" if session_id:
-            record = await service.session_context(session_id, transcript, env)
+            record = await service.session_context(session_id, transcript, env, cwd)
             prompt = _field(hook_input, "prompt")
             if agent == "gemini":
                 prompt = _GEMINI_CONTEXT.sub("", prompt, count=1)

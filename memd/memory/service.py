@@ -48,8 +48,9 @@ from memd.memory.claude_code import (
     FORWARDED_ENV,
     ClaudeCodeFacts,
     Settings,
+    MOVING_ENV,
     decide,
-    expand_directory,
+    moved_memory_dir,
     read_settings,
 )
 from memd.memory.freshness import RECALL_CAVEAT, age_text, freshness_warning
@@ -115,6 +116,8 @@ class MemoryService:
             state_dir, lambda: self.config.memory, wall=clock.now, monotonic=clock.monotonic
         )
         self._project_versions: OrderedDict[str, str] = OrderedDict()
+        # cwd → the variables that move the memory dir, as the newest hook there forwarded
+        self._moving_env: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._recalls: Counter[str] = Counter()
         self._jobs = ExtractionJobs(
             state_dir,
@@ -149,20 +152,27 @@ class MemoryService:
         return None if self.config.memory.auto_memory else "memory.auto_memory is false"
 
     async def locate(self, cwd: str) -> Location:
-        """The memory dir for ``cwd``: ``autoMemoryDirectory`` from the user, local or policy
-        settings when set, else Claude Code's default under the projects root."""
+        """The memory dir for ``cwd``: where Claude Code's switches move it (the variables
+        the newest hook in ``cwd`` forwarded, ``autoMemoryDirectory`` from the user, local or
+        policy settings: :func:`moved_memory_dir`), else its default under the projects
+        root."""
         return await anyio.to_thread.run_sync(self._locate_sync, cwd)
 
     def _locate_sync(self, cwd: str) -> Location:
         globs = self.config.privacy.ignore_projects
         where = locate(self.projects_root, cwd, globs, self._home)
         settings = read_settings(self._claude_dir, cwd)
-        moved = settings.memory_directory and expand_directory(
-            settings.memory_directory, self._home
-        )
-        if not moved:
+        moved = moved_memory_dir(settings, self._moving_env.get(cwd, {}), self._home)
+        if moved is None:
             return where
-        return Location(Path(moved), (moved, os.path.realpath(moved)), where.opted_out)
+        path = moved[0]
+        return Location(Path(path), (path, os.path.realpath(path)), where.opted_out)
+
+    def _remember_env(self, cwd: str, env: dict[str, str]) -> None:
+        self._moving_env[cwd] = {k: v for k, v in env.items() if k in MOVING_ENV}
+        self._moving_env.move_to_end(cwd)
+        while len(self._moving_env) > MAX_SURFACED_SESSIONS:
+            self._moving_env.popitem(last=False)
 
     async def _settings(self, project_dir: str) -> Settings:
         return await anyio.to_thread.run_sync(read_settings, self._claude_dir, project_dir)
@@ -174,12 +184,15 @@ class MemoryService:
         session_id: str,
         transcript: str = "",
         env: dict[str, str] | None = None,
+        cwd: str = "",
     ) -> SessionContext:
         """The session's record, caught up with its transcript (the env the hook forwarded
-        replaces the one remembered)."""
+        replaces the one remembered, and moves the memory dir of ``cwd``)."""
         record = self.contexts.get(session_id)
         if env is not None:
             record.env = {k: v[:4096] for k, v in env.items() if k in FORWARDED_ENV}
+            if cwd.startswith("/"):
+                self._remember_env(cwd, record.env)
         if transcript.startswith("/") and transcript.endswith(".jsonl"):
             record.transcript = transcript
         if record.transcript:
@@ -201,7 +214,7 @@ class MemoryService:
             while len(self._project_versions) > MAX_SURFACED_SESSIONS:
                 self._project_versions.popitem(last=False)
         version = record.version or self._project_versions.get(key)
-        facts = decide(settings, record.env, version)
+        facts = decide(settings, record.env, version, self._home)
         self.contexts.set_facts(record, facts)
         return facts
 
