@@ -28,6 +28,7 @@ from tests.agent_cli import cache_root, npm_installed
 
 CLAUDE_CODE_VERSION = "2.1.197"
 CLAUDE_CODE_VERSIONS = (CLAUDE_CODE_VERSION, "2.1.331")  # the issue 25 measurements' version
+NEWEST_VERSION = CLAUDE_CODE_VERSIONS[-1]  # the memory forms and switches of issue 25
 PACKAGE = f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"
 API_KEY = "sk-ant-loopback-0000000000000000000000"
 

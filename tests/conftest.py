@@ -20,7 +20,13 @@ from hypothesis import HealthCheck, settings
 from memd.config import LLMConfig
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.testing.loopback import LoopbackAPI
-from tests.claude_cli import CLAUDE_CODE_VERSIONS, PACKAGE, ClaudeCLI, installed_claude
+from tests.claude_cli import (
+    CLAUDE_CODE_VERSIONS,
+    NEWEST_VERSION,
+    PACKAGE,
+    ClaudeCLI,
+    installed_claude,
+)
 from tests.other_cli import (
     CODEX_PACKAGE,
     GEMINI_PACKAGE,
@@ -258,6 +264,15 @@ def claude_api() -> Iterator[LoopbackAPI]:
     """The real Claude Code CLI's model: the real-client profile."""
     with LoopbackAPI(profile="real_client", default_text="OK from stub") as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def claude_cli_newest() -> ClaudeCLI:
+    """The newest pinned Claude Code CLI (``NEWEST_VERSION``), as :func:`claude_cli`."""
+    command = installed_claude(version=NEWEST_VERSION)
+    if command is None:
+        pytest.skip(f"npm is not installed: cannot install Claude Code {NEWEST_VERSION}")
+    return ClaudeCLI(command, NEWEST_VERSION)
 
 
 @pytest.fixture(scope="session", params=CLAUDE_CODE_VERSIONS)

@@ -16,9 +16,10 @@ dream"). memd must not repeat any of that. What decides it, per session:
   sets, has no auto memory whatever the rest says); ``CLAUDE_PROJECT_DIR`` names the project
   whose settings apply. Three move the memory dir (:func:`moved_memory_dir`, as 2.1.331 does):
   ``CLAUDE_COWORK_MEMORY_PATH_OVERRIDE`` (an absolute path, ``~`` not expanded) before
-  ``autoMemoryDirectory``, and ``CLAUDE_CODE_PROJECT_DIR_NAME``, the project's folder under
-  ``$CLAUDE_CONFIG_DIR/projects`` (only with ``CLAUDE_CONFIG_DIR`` set, and only a plain
-  name: ``[A-Za-z0-9_-]{1,64}``, no device name);
+  ``autoMemoryDirectory``, then ``CLAUDE_CONFIG_DIR`` (the memory dir is under its
+  ``projects``) with ``CLAUDE_CODE_PROJECT_DIR_NAME`` naming the project's folder there
+  (only with ``CLAUDE_CONFIG_DIR`` set, and only a plain name: ``[A-Za-z0-9_-]{1,64}``, no
+  device name);
 * the version (from the transcript, else the last one seen in the project): versions before
   :data:`AUTO_MEMORY_SINCE` have no auto memory, and the frontmatter form memory files are
   written in follows the version (:func:`frontmatter_form`).
@@ -207,12 +208,14 @@ def expand_directory(value: str, home: str | None) -> str | None:
 
 
 def moved_memory_dir(
-    settings: Settings, env: Mapping[str, str], home: str | None
+    settings: Settings, env: Mapping[str, str], home: str | None, project_folder: str
 ) -> tuple[str, str] | None:
     """Where Claude Code keeps this session's memories when not in its default place, and
     what moved it: ``CLAUDE_COWORK_MEMORY_PATH_OVERRIDE``, else ``autoMemoryDirectory``, else
-    ``CLAUDE_CODE_PROJECT_DIR_NAME`` under ``$CLAUDE_CONFIG_DIR/projects``. ``None``: the
-    default place. A value Claude Code ignores (relative, a root, a bad name) is ignored."""
+    ``$CLAUDE_CONFIG_DIR/projects/<folder>/memory``, the folder being
+    ``CLAUDE_CODE_PROJECT_DIR_NAME`` when it is a plain name, else ``project_folder`` (the
+    default one's). ``None``: the default place. A value Claude Code ignores (relative, a
+    root, a bad name) is ignored."""
     cowork = env.get(COWORK_ENV)
     if isinstance(cowork, str) and (path := _plain_dir(cowork)) is not None:
         return path, COWORK_ENV
@@ -220,12 +223,16 @@ def moved_memory_dir(
         moved = expand_directory(settings.memory_directory, home)
         if moved is not None and _plain_dir(moved) is not None:
             return moved, f"autoMemoryDirectory in {settings.memory_directory_from}"
-    name, config_dir = env.get(DIR_NAME_ENV), env.get("CLAUDE_CONFIG_DIR")
-    if not (isinstance(name, str) and _DIR_NAME.match(name) and not _DEVICE.match(name)):
+    config_dir = env.get("CLAUDE_CONFIG_DIR")
+    root = _plain_dir(config_dir.strip()) if isinstance(config_dir, str) else None
+    if root is None:
         return None
-    if isinstance(config_dir, str) and (root := _plain_dir(config_dir.strip())) is not None:
+    name = env.get(DIR_NAME_ENV)
+    if isinstance(name, str) and _DIR_NAME.match(name) and not _DEVICE.match(name):
         return os.path.join(root, "projects", name, "memory"), f"{DIR_NAME_ENV}={name}"
-    return None
+    if not project_folder:
+        return None
+    return os.path.join(root, "projects", project_folder, "memory"), "CLAUDE_CONFIG_DIR"
 
 
 def _plain_dir(value: str) -> str | None:
@@ -247,12 +254,16 @@ def env_flag(env: Mapping[str, str], name: str) -> bool | None:
 
 
 def decide(
-    settings: Settings, env: Mapping[str, str], version: str | None, home: str | None = None
+    settings: Settings,
+    env: Mapping[str, str],
+    version: str | None,
+    home: str | None = None,
+    project_folder: str = "",
 ) -> ClaudeCodeFacts:
     """Pure: what Claude Code does itself, from its settings, environment and version."""
     on, reason = _auto_memory(settings, env, version)
     dream = on and settings.auto_dream is not False
-    moved = moved_memory_dir(settings, env, home)
+    moved = moved_memory_dir(settings, env, home, project_folder)
     return ClaudeCodeFacts(
         auto_memory=on,
         auto_memory_reason=reason,

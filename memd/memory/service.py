@@ -58,7 +58,7 @@ from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.index import load_index
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate
-from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs
+from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs, memory_dir
 from memd.memory.rank_index import RecallCache
 from memd.memory.recall import recall
 from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
@@ -162,7 +162,8 @@ class MemoryService:
         globs = self.config.privacy.ignore_projects
         where = locate(self.projects_root, cwd, globs, self._home)
         settings = read_settings(self._claude_dir, cwd)
-        moved = moved_memory_dir(settings, self._moving_env.get(cwd, {}), self._home)
+        env = self._moving_env.get(cwd, {})
+        moved = moved_memory_dir(settings, env, self._home, where.memory_dir.parent.name)
         if moved is None:
             return where
         path = moved[0]
@@ -214,7 +215,11 @@ class MemoryService:
             while len(self._project_versions) > MAX_SURFACED_SESSIONS:
                 self._project_versions.popitem(last=False)
         version = record.version or self._project_versions.get(key)
-        facts = decide(settings, record.env, version, self._home)
+        folder = ""
+        if cwd.startswith("/"):
+            where = await anyio.to_thread.run_sync(memory_dir, self.projects_root, Path(cwd))
+            folder = where.parent.name
+        facts = decide(settings, record.env, version, self._home, folder)
         self.contexts.set_facts(record, facts)
         return facts
 
