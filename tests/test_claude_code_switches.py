@@ -73,15 +73,16 @@ def claude_says(cli: ClaudeCLI, root: Path, case: Case) -> tuple[str | None, dic
     with LoopbackAPI(profile="real_client", default_text="OK") as api:
         base = {"HOME": str(home), "PATH": os.environ.get("PATH", ""), **env}
         cli.run([*case.args, "-p", "hi"], cwd=project, env=cli.env(base, api.url), timeout=60)
-        (main,) = [r.body for r in api.requests if isinstance(r.body, dict) and r.body.get("tools")][
-            :1
-        ]
+        asked = [r.body for r in api.requests if isinstance(r.body, dict)]
+        main = next(body for body in asked if body.get("tools"))
     named = _NAMED_DIR.search(json.dumps(main.get("system")))
     return (named.group(1).rstrip("/") if named else None), env
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_memd_decides_as_the_real_cli(claude_cli_newest: ClaudeCLI, tmp_path: Path, name: str) -> None:
+def test_memd_decides_as_the_real_cli(
+    claude_cli_newest: ClaudeCLI, tmp_path: Path, name: str
+) -> None:
     case = CASES[name]
     claude, env = claude_says(claude_cli_newest, tmp_path, case)
     home, project = tmp_path / "home", tmp_path / "proj"

@@ -46,9 +46,9 @@ from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.memory.claude_code import (
     FORWARDED_ENV,
+    MOVING_ENV,
     ClaudeCodeFacts,
     Settings,
-    MOVING_ENV,
     decide,
     moved_memory_dir,
     read_settings,
