@@ -14,6 +14,12 @@ A topic file looks like::
 Claude Code 2.1.197 asks its agent for the type under ``metadata:`` instead
 (``metadata:\n  type: feedback``); both forms are read (top-level ``type`` wins), and
 :func:`render_document` writes either (``form``), keeping the other ``metadata`` keys.
+Claude Code 2.1.331 writes a kebab-case ``name`` and stamps ``modified`` (ISO 8601, UTC;
+2.1.214 on) and ``originSessionId`` under ``metadata``; ``metadata.pinned: true`` marks a
+memory loaded into every session. ``modified`` and ``pinned`` are read from either place
+(:attr:`Frontmatter.modified`, :attr:`Frontmatter.pinned`) and kept where they were when a
+file is written back. ``[[name]]`` in a body links to the memory of that ``name``
+(:func:`links`).
 
 Parsing never raises: whatever is wrong (no frontmatter, an unclosed block, invalid YAML, a
 type outside {user, feedback, project, reference}) is reported in ``Document.problems`` and the
@@ -26,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any, Literal, get_args
 
 import yaml
@@ -40,6 +47,8 @@ _PLAIN_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)\s*:\s?(.*)$")
 _SPACES = re.compile(r"\s+")
 # The C build of the same safe loader when PyYAML has it: ~10x faster on frontmatter.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LINK = re.compile(r"\[\[([^\[\]\n|#]{1,120})(?:[|#][^\[\]\n]{0,200})?\]\]")
+MAX_LINKS = 32  # of one memory's body
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,8 @@ class Frontmatter:
     description: str | None = None
     type: MemoryType | None = None
     extra: tuple[tuple[str, Any], ...] = ()
+    modified: str | None = None  # ISO 8601 UTC (``…Z``), from ``modified`` or ``metadata.modified``
+    pinned: bool = False  # ``metadata.pinned: true`` (or a top-level ``pinned: true``)
 
 
 @dataclass(frozen=True)
@@ -142,7 +153,48 @@ def _meta_from(raw: Mapping[str, Any], problems: list[str]) -> Frontmatter:
     if description is None:
         problems.append("no description")
     extra = tuple(_without_nested_type(k, v) for k, v in raw.items() if k not in _KNOWN)
-    return Frontmatter(name, description, kind, tuple(e for e in extra if e[1] != {}))
+    inner: Mapping[str, Any] = nested if isinstance(nested, dict) else {}
+    modified = iso_utc(raw.get("modified", inner.get("modified")))
+    pinned = raw.get("pinned", inner.get("pinned")) is True
+    kept = tuple(e for e in extra if e[1] != {})
+    return Frontmatter(name, description, kind, kept, modified, pinned)
+
+
+def iso_utc(value: object) -> str | None:
+    """A timestamp (YAML's datetime or ISO 8601 text) as ``YYYY-MM-DDTHH:MM:SS.mmmZ``;
+    ``None`` for anything else (a date alone, a number, text that is not a time)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    try:
+        moment = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    except (OverflowError, ValueError):
+        return None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def modified_ms(meta: Frontmatter) -> int | None:
+    """``meta.modified`` in milliseconds since the epoch, ``None`` without one."""
+    if meta.modified is None:
+        return None
+    return int(datetime.fromisoformat(meta.modified.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def links(body: str) -> tuple[str, ...]:
+    """The names ``[[name]]`` links point at in ``body``, in order, each once (at most
+    :data:`MAX_LINKS`); ``[[name|label]]`` and ``[[name#part]]`` name ``name``."""
+    found: dict[str, None] = {}
+    for match in _LINK.finditer(body):
+        name = normalize_line(match.group(1))
+        if name:
+            found.setdefault(name, None)
+            if len(found) >= MAX_LINKS:
+                break
+    return tuple(found)
 
 
 def _without_nested_type(key: str, value: Any) -> tuple[str, Any]:
@@ -165,6 +217,20 @@ def _one_line(value: object, key: str, problems: list[str]) -> str | None:
 def normalize_line(text: str) -> str:
     """Collapse all whitespace (newlines included) to single spaces and trim."""
     return _SPACES.sub(" ", text).strip()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with timestamps as the ISO text Claude Code writes (YAML would write
+    ``2026-01-02 03:04:05+00:00``)."""
+    if isinstance(value, datetime):
+        return iso_utc(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def render_document(meta: Frontmatter, body: str, *, form: FrontmatterForm = "metadata") -> str:
@@ -190,5 +256,6 @@ def render_document(meta: Frontmatter, body: str, *, form: FrontmatterForm = "me
             data["metadata"] = nested
         else:
             data.pop("metadata", None)
+    data = {key: _plain(value) for key, value in data.items()}
     block = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1 << 30) if data else ""
     return f"{_FENCE}\n{block}{_FENCE}\n\n{body}"

@@ -50,6 +50,7 @@ from typing import Any
 
 from memd.config import Config
 from memd.memory.claude_code import FORWARDED_ENV
+from memd.memory.freshness import RECALL_CAVEAT
 from memd.memory.service import MemoryService
 from memd.memory.session_context import INDEX_MARK, NOTES_MARK, RECALL_MARK, SessionContext
 from memd.privacy import scrub_text
@@ -314,16 +315,22 @@ async def _prompt_submit(
         if notes:
             sections.append(notes)
             record.notes_delivered = True
+    # Pinned memories (at most 4, once a session) go ahead of what recall picks.
     memories: list[Mapping[str, Any]] = []
+    if cwd:
+        memories += await service.pinned(cwd, record.session_id)
+    caveat = RECALL_CAVEAT
     if prompt.strip() and cwd:
         tools = await service.recent_tools(record.session_id)
         result = await service.recall(
             prompt, cwd, record.session_id, tools, timeout_s=hook_recall_timeout(service.config)
         )
-        memories = list(result.get("memories") or [])
+        pinned = {m["path"] for m in memories}
+        memories += [m for m in result.get("memories") or [] if m["path"] not in pinned]
+        caveat = str(result.get("caveat") or "")
     first = len(sections)
     if memories:
-        sections.append(RECALL_HEAD + str(result.get("caveat") or ""))
+        sections.append(RECALL_HEAD + caveat)
         sections.extend(render_memory(m) for m in memories)
     fitted = fit(sections, budget_bytes)
     shown = [str(memories[i - first - 1]["path"]) for i in fitted.included if i > first]

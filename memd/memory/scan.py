@@ -57,6 +57,8 @@ class MemoryHeader:
     type: MemoryType | None
     body_head: str  # the part of the body inside the head lines (used by the lexical ranker)
     problems: tuple[str, ...]
+    pinned: bool = False  # metadata.pinned: loaded into every session (issue 25)
+    modified: str | None = None  # the frontmatter's ISO ``modified``, when it has one
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ def header_from_head(path: Path, relative: str, head: Head) -> MemoryHeader:
         type=meta.type,
         body_head=document.body,
         problems=document.problems,
+        pinned=meta.pinned,
+        modified=meta.modified,
     )
 
 

@@ -59,6 +59,7 @@ from memd.memory.index import load_index
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate
 from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs, memory_dir
+from memd.memory.pinned import linked_memories, pinned_memories
 from memd.memory.rank_index import RecallCache
 from memd.memory.recall import recall
 from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
@@ -418,7 +419,24 @@ class MemoryService:
             checks=partial(self.citations.recalled, cwd, where.memory_dir),
         )
         self._recalls[result.method] += 1
-        return {**base, **result.as_dict()}
+        answer = {**base, **result.as_dict()}
+        now_ms = int(self._clock.now() * 1000)
+        picked = answer["memories"]
+        cfg, cache = self.config, self.headers
+        picked += await linked_memories(where.memory_dir, cfg, picked, surfaced, now_ms, cache)
+        return answer
+
+    async def pinned(self, cwd: str, session: str = "") -> list[dict[str, Any]]:
+        """The project's pinned memories (at most 4, newest first) that ``session`` has not
+        been shown yet, as recall's rows; none when memory is off for ``cwd``."""
+        where = await self.locate(cwd)
+        if where.opted_out or self.disabled_reason():
+            return []
+        record = self.contexts.peek(session) if session else None
+        surfaced = record.surfaced if record else set()
+        now_ms = int(self._clock.now() * 1000)
+        found = await pinned_memories(where.memory_dir, self.config, surfaced, now_ms, self.headers)
+        return [{**m.as_dict(), "pinned": True} for m in found]
 
     def mark_surfaced(self, session: str, paths: Collection[str]) -> None:
         """Remember that ``session`` was shown these memories (absolute paths)."""

@@ -1,0 +1,146 @@
+"""Pinned memories and ``[[name]]`` links: what goes to the model besides recall's choice.
+
+Claude Code 2.1.331 marks a memory ``metadata.pinned: true`` to have it in every session:
+:func:`pinned_memories` gives at most :data:`MAX_PINNED` of them (newest first), which the
+hook puts ahead of what recall picks, once per session (they are marked surfaced like any
+recalled memory). Its memories link to each other with ``[[name]]``: :func:`linked_memories`
+follows one hop from recall's picks to the memories those names name (at most
+:data:`MAX_LINKED`, never one the session has seen or recall already picked).
+
+Both read through the same scan as recall (the newest ``memory.scan_max_files`` headers,
+through :class:`memd.confined.Area`) and load what they give with recall's loader, so a
+pinned or linked memory is scrubbed, cut and dated exactly as a recalled one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from memd.config import Config
+from memd.memory.frontmatter import links
+from memd.memory.recall import RecalledMemory, load_memory
+from memd.memory.remember import name_key
+from memd.memory.scan import HeaderCache, MemoryHeader, opened_area, scan_memories
+
+MAX_PINNED = 4
+MAX_LINKED = 2
+
+
+def pinned_headers(headers: Sequence[MemoryHeader], exclude: Collection[str]) -> list[MemoryHeader]:
+    """The pinned among ``headers`` (newest first, as scanned), at most :data:`MAX_PINNED`,
+    then those whose path is in ``exclude`` left out."""
+    pinned = [h for h in headers if h.pinned][:MAX_PINNED]
+    return [h for h in pinned if str(h.path) not in exclude]
+
+
+def linked_headers(
+    picked: Sequence[RecalledMemory], headers: Sequence[MemoryHeader], exclude: Collection[str]
+) -> list[MemoryHeader]:
+    """The memories ``[[name]]`` links in ``picked`` name (one hop), in link order, at most
+    :data:`MAX_LINKED`; none in ``exclude`` or already picked."""
+    by_name: dict[str, MemoryHeader] = {}
+    for header in headers:
+        if header.name is not None:
+            by_name.setdefault(name_key(header.name), header)
+    taken = set(exclude) | {m.path for m in picked}
+    found: list[MemoryHeader] = []
+    for memory in picked:
+        for name in links(memory.content):
+            target = by_name.get(name_key(name))
+            if target is None or str(target.path) in taken:
+                continue
+            taken.add(str(target.path))
+            found.append(target)
+            if len(found) >= MAX_LINKED:
+                return found
+    return found
+
+
+async def _headers(memory_dir: Path, cfg: Config, cache: HeaderCache | None) -> list[MemoryHeader]:
+    memory = cfg.memory
+    if cache is not None:
+        scan = partial(
+            cache.scan,
+            memory_dir,
+            exclude=frozenset(),
+            max_files=memory.scan_max_files,
+            head_lines=memory.frontmatter_lines,
+        )
+    else:
+        scan = partial(
+            scan_memories,
+            memory_dir,
+            max_files=memory.scan_max_files,
+            head_lines=memory.frontmatter_lines,
+        )
+    try:
+        return await anyio.to_thread.run_sync(scan)
+    except OSError:
+        return []
+
+
+async def pinned_memories(
+    memory_dir: Path,
+    cfg: Config,
+    surfaced: Collection[str],
+    now_ms: int,
+    cache: HeaderCache | None = None,
+) -> tuple[RecalledMemory, ...]:
+    """The pinned memories of ``memory_dir`` not yet ``surfaced``, loaded (blocking I/O in a
+    worker thread; never raises for a file problem)."""
+    chosen = pinned_headers(await _headers(memory_dir, cfg, cache), surfaced)
+    load = partial(_load, memory_dir, chosen, now_ms, cfg.privacy.redact_secrets)
+    return await anyio.to_thread.run_sync(load)
+
+
+def _load(
+    memory_dir: Path, headers: Sequence[MemoryHeader], now_ms: int, redact: bool
+) -> tuple[RecalledMemory, ...]:
+    """Each memory behind ``headers`` as recall loads it (blocking); gone ones left out."""
+    if not headers:
+        return ()
+    with opened_area(memory_dir) as area:
+        if area is None:
+            return ()
+        loaded = (load_memory(area, h, now_ms, redact=redact) for h in headers)
+        return tuple(m for m in loaded if m is not None)
+
+
+async def linked_memories(
+    memory_dir: Path,
+    cfg: Config,
+    picked: Sequence[dict[str, Any]],
+    surfaced: Collection[str],
+    now_ms: int,
+    cache: HeaderCache | None = None,
+) -> list[dict[str, Any]]:
+    """The memories one ``[[name]]`` hop from recall's ``picked`` (its result rows), as rows
+    of the same shape with ``via`` naming the memory that links to them."""
+    if not picked:
+        return []
+    rows = [
+        RecalledMemory(**{k: v for k, v in row.items() if k in _FIELDS})
+        for row in picked
+        if row.keys() >= _FIELDS
+    ]
+    chosen = linked_headers(rows, await _headers(memory_dir, cfg, cache), surfaced)
+    load = partial(_load, memory_dir, chosen, now_ms, cfg.privacy.redact_secrets)
+    loaded = await anyio.to_thread.run_sync(load)
+    return [{**m.as_dict(), "via": _via(m, rows)} for m in loaded]
+
+
+def _via(memory: RecalledMemory, rows: Sequence[RecalledMemory]) -> str:
+    """The picked memory whose ``[[link]]`` led to ``memory``."""
+    wanted = name_key(memory.name)
+    for row in rows:
+        if any(name_key(name) == wanted for name in links(row.content)):
+            return row.relative
+    return ""
+
+
+_FIELDS = frozenset(RecalledMemory.__dataclass_fields__)
