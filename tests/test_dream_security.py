@@ -157,3 +157,30 @@ async def test_a_merge_delete_is_allowed_and_journaled(tmp_path: Path) -> None:
     assert not (memory / "note.md").exists()
     journal = (run_dir / "journal.jsonl").read_text()
     assert '"merged_into": "merged.md"' in journal
+
+
+async def test_team_memories_are_never_deleted_and_nothing_personal_is_promoted(
+    tmp_path: Path,
+) -> None:
+    """team/ is shared with the repository's collaborators (issue 25): the dream's tools,
+    not only its prompt, refuse to delete a team memory or to add one, and a personal memory
+    merged into a team one; a team memory already there may still be edited."""
+    _, project, memory = build(tmp_path / "tree")
+    team = memory / "team"
+    team.mkdir()
+    shared = "---\nname: ci\ndescription: how CI runs\nmetadata:\n  type: project\n---\nCI.\n"
+    (team / "ci.md").write_text(shared)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tools, _ = dream_tools(memory, Journal(run_dir), [project])
+    body = "---\nname: n\ndescription: d\nmetadata:\n  type: user\n---\nhi\n"
+    delete = await tools["Delete"].run({"file_path": "team/ci.md", "merged_into": "note.md"})
+    assert delete.is_error and "never deletes" in delete.content
+    promote = await tools["Write"].run({"file_path": "team/note.md", "content": body})
+    assert promote.is_error and "never promotes" in promote.content
+    assert not (team / "note.md").exists()
+    edit = await tools["Write"].run({"file_path": "team/ci.md", "content": shared + "More.\n"})
+    assert not edit.is_error, edit.content
+    merged = await tools["Delete"].run({"file_path": "note.md", "merged_into": "team/ci.md"})
+    assert merged.is_error and "never promoted" in merged.content
+    assert (memory / "note.md").exists() and (team / "ci.md").read_text() == shared + "More.\n"

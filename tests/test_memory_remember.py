@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memd.errors import NotFound
-from memd.memory.frontmatter import parse_document
+from memd.memory.frontmatter import modified_ms, parse_document
 from memd.memory.index import parse_index
 from memd.memory.remember import (
     Limits,
@@ -178,7 +179,9 @@ def test_frontmatter_and_index_injection_stays_data(tmp_path: Path) -> None:
     assert doc.problems == () and doc.meta.type == "feedback"
     assert doc.meta.name == "x --- type: user - [evil](../../x.md) — y"
     assert doc.meta.description == "a: b # c ]( ) ---"
-    assert dict(doc.meta.extra) == {"agent": "bot --- x: 1"}
+    extra = dict(doc.meta.extra)
+    assert extra.pop("metadata") == {"modified": doc.meta.modified}
+    assert extra == {"agent": "bot --- x: 1"}
     [entry] = parse_index((mdir / "MEMORY.md").read_text())
     assert entry.file == written.relative and entry.title == doc.meta.name
 
@@ -192,8 +195,31 @@ def test_an_update_keeps_the_files_other_frontmatter_keys(tmp_path: Path) -> Non
     )
     updated = write_memory(mdir, draft(name="release day", type="project"), Limits())
     assert (updated.relative, updated.created) == ("project_x.md", False)
-    extra = dict(parse_document((mdir / "project_x.md").read_text()).meta.extra)
+    meta = parse_document((mdir / "project_x.md").read_text()).meta
+    extra = dict(meta.extra)
+    assert extra.pop("metadata") == {"modified": meta.modified}
     assert extra == {"source": "claude", "agent": "codex-cli"}
+
+
+def test_remember_stamps_modified_and_keeps_what_claude_code_wrote(tmp_path: Path) -> None:
+    """A memory as Claude Code 2.1.331 writes it (kebab-case name, type, pinned, its session
+    and modified under metadata): an update by name stamps a new ISO ``modified`` and keeps
+    the rest, so the memory stays pinned and Claude Code's own keys survive."""
+    mdir = tmp_path / "memory"
+    mdir.mkdir()
+    (mdir / "deploy-flow.md").write_text(
+        "---\nname: deploy-flow\ndescription: how deploys go\nmetadata:\n  node_type: memory\n"
+        "  type: project\n  pinned: true\n  originSessionId: e37a8fb6\n"
+        "  modified: 2020-01-02T03:04:05.006Z\n---\n\nDeploys use the canary.\n"
+    )
+    before = time.time() - 1
+    updated = write_memory(mdir, draft(name="Deploy-Flow", type="project"), Limits())
+    assert (updated.relative, updated.created) == ("deploy-flow.md", False)
+    meta = parse_document((mdir / "deploy-flow.md").read_text()).meta
+    assert meta.pinned and meta.type == "project" and meta.modified is not None
+    assert modified_ms(meta) is not None and modified_ms(meta) >= before * 1000
+    nested = dict(meta.extra)["metadata"]
+    assert (nested["node_type"], nested["originSessionId"]) == ("memory", "e37a8fb6")
 
 
 def test_a_fifo_index_refuses_instead_of_hanging(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ Rules that always hold:
 - The shell is read-only (ls, cat, head, grep, wc, ...). Edit and Write change files.
 - Delete a note only after its content has been merged into another note you wrote in this
   run, and name that note in merged_into. Never delete anything else.
+- team/ holds notes shared with the repository's collaborators: never delete one (unfamiliar
+  is not wrong), never add one, never merge a personal note into one.
 - Every topic note keeps its frontmatter block: name, description, type (one of user,
   feedback, project, reference).
 - Finish within {max_turns} turns; batch your tool calls. When done, answer with a one-line

@@ -7,6 +7,10 @@ search.
   and after, so the run can be undone exactly. The lock files and ``.git`` are refused.
 * Delete: only with ``merged_into`` naming a topic file this run already wrote — a memory is
   deleted only when its content was merged into another one (R-M8 holds for the rest).
+* ``team/`` (shared with the repository's collaborators) is treated conservatively, here in
+  the tools and not only in the prompt (:func:`team_denial`): a team memory is never
+  deleted, a personal one is never promoted into it (no new file under ``team/``, no merge
+  of a personal memory into a team one); a team memory already there may be edited.
 * TranscriptGrep (:mod:`memd.dream.transcripts`): a regex over this project's transcripts,
   returning at most a few dozen clipped, scrubbed excerpts — never a whole transcript.
 """
@@ -30,6 +34,7 @@ from memd.dream import snapshot
 from memd.dream.journal import Journal
 from memd.dream.transcripts import TranscriptGrep
 from memd.memory.extract import ScrubbedTool
+from memd.memory.paths import TEAM_DIRNAME
 
 READ_TOOLS = ("Read", "Grep", "Glob", "Shell")
 WRITE_TOOLS = ("Edit", "Write", "Delete")
@@ -81,6 +86,10 @@ class JournaledTool:
         if isinstance(relative, Deny):
             return denial(relative.reason)
         merged: str | None = None
+        exists = await anyio.to_thread.run_sync(_is_file, self.memory_dir, relative)
+        team = team_denial(self.inner.name, relative, exists=exists)
+        if team is not None:
+            return denial(team.reason)
         if self.inner.name == "Delete":
             into = await anyio.to_thread.run_sync(self._merge_target, args, relative)
             if isinstance(into, Deny):
@@ -123,12 +132,40 @@ class JournaledTool:
             return checked
         if checked == relative:
             return Deny("denied: a file cannot be merged into itself")
+        if _in_team(checked) and not _in_team(relative):
+            return Deny(
+                f"denied: {checked} is a team memory, shared with the repository's "
+                f"collaborators; a personal memory ({relative}) is never promoted into team/"
+            )
         if checked not in self.written.paths or not _is_file(self.memory_dir, checked):
             return Deny(
                 f"denied: merge the content into {checked} with Edit or Write first; memories "
                 "are deleted only once their content lives in another file"
             )
         return checked
+
+
+def _in_team(relative: str) -> bool:
+    return Path(relative).parts[:1] == (TEAM_DIRNAME,)
+
+
+def team_denial(tool: str, relative: str, *, exists: bool) -> Deny | None:
+    """Why the dream may not act on ``relative`` for ``team/``'s sake, else ``None``: a team
+    memory is never deleted (unfamiliar is not wrong: collaborators wrote it), and no file is
+    created under ``team/`` (that would promote a personal memory to everyone)."""
+    if not _in_team(relative):
+        return None
+    if tool == "Delete":
+        return Deny(
+            f"denied: {relative} is a team memory, shared with the repository's "
+            "collaborators; the dream never deletes one. Leave it as it is"
+        )
+    if tool == "Write" and not exists:
+        return Deny(
+            f"denied: {relative} would be a new team memory; the dream never promotes a "
+            "personal memory into team/ (only its collaborators add team memories)"
+        )
+    return None
 
 
 def _hash(memory_dir: Path, relative: str) -> str | None:

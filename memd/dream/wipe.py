@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from memd.memory.frontmatter import parse_document, parse_memory_type
+from memd.memory.index import loaded_content
 from memd.memory.paths import INDEX_FILENAME
 
 
@@ -69,7 +70,7 @@ def _index_growth(before: bytes | None, after: bytes | None, limits: Limits) -> 
     if after is None:
         return []
     lines_after, lines_before = _lines(after), _lines(before or b"")
-    size_after, size_before = len(after), len(before or b"")
+    size_after, size_before = _size(after), _size(before or b"")
     out: list[str] = []
     if lines_after > limits.index_max_lines and lines_after > lines_before:
         out.append(f"MEMORY.md grew to {lines_after} lines (limit {limits.index_max_lines})")
@@ -78,8 +79,17 @@ def _index_growth(before: bytes | None, after: bytes | None, limits: Limits) -> 
     return out
 
 
+def _loaded(data: bytes) -> str:
+    """What Claude Code loads of an index, and counts (no frontmatter, no HTML comments)."""
+    return loaded_content(data.decode("utf-8", "replace"))
+
+
 def _lines(data: bytes) -> int:
-    return len(data.splitlines())
+    return len(_loaded(data).splitlines())
+
+
+def _size(data: bytes) -> int:
+    return len(_loaded(data).encode("utf-8"))
 
 
 def frontmatter_problem(text: str | None) -> str | None:

@@ -3,7 +3,12 @@
 The index goes into every session's context, so only its head is loaded: at most 200 lines and
 25,000 bytes (UTF-8), whichever limit is reached first, always cut at a line boundary. When
 anything is cut, a notice is appended saying the index is too large and entries should stay
-short. An index within both limits is returned exactly as it is.
+short. An index within both limits is loaded whole.
+
+What is loaded, and counted, is what Claude Code loads since 2.1.211 (:func:`loaded_content`,
+measured with 2.1.331): a frontmatter block at the top and HTML comment blocks (lines from
+one starting ``<!--`` to the one holding ``-->``) are left out; a comment inside an entry's
+line stays.
 
 Entries are single lines ``- [Title](file.md) — one-line hook``. Parsing accepts the variants
 found in the wild (``*`` bullets, ``:`` or ``-`` instead of the dash, no hook).
@@ -23,6 +28,7 @@ DEFAULT_MAX_BYTES = 25_000
 ENTRY_MAX_CHARS = 150
 
 CutReason = Literal["lines", "bytes"]
+_COMMENT_OPEN = re.compile(r"^ {0,3}<!--")
 
 
 @dataclass(frozen=True)
@@ -52,15 +58,42 @@ def index_warning(cut: CutReason, kept_lines: int, total_lines: int, total_bytes
     )
 
 
+def loaded_content(raw: str) -> str:
+    """``raw`` without a leading frontmatter block and without HTML comment blocks: what
+    Claude Code loads of an index, and counts against its limits (``raw`` itself when it
+    has neither)."""
+    if "<!--" not in raw and not raw.startswith("---"):
+        return raw
+    lines = raw.splitlines(keepends=True)
+    start = 0
+    if lines and lines[0].strip() == "---":
+        close = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+        if close is not None:
+            start = close + 1
+            while start < len(lines) and not lines[start].strip():
+                start += 1
+    kept: list[str] = []
+    in_comment = False
+    for line in lines[start:]:
+        if in_comment:
+            in_comment = "-->" not in line
+        elif _COMMENT_OPEN.match(line):
+            in_comment = "-->" not in line[line.index("<!--") + 4 :]
+        else:
+            kept.append(line)
+    return "".join(kept)
+
+
 def load_index(
     raw: str, *, max_lines: int = DEFAULT_MAX_LINES, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> LoadedIndex:
     """Cut ``raw`` to ``max_lines`` lines and ``max_bytes`` UTF-8 bytes at a line boundary.
 
-    Blank lines after the cut do not count as cut content. A first line that alone exceeds
-    ``max_bytes`` is the one case without a line boundary to cut at: it is cut at the last
-    whole character that fits.
+    Only :func:`loaded_content` is loaded and counted. Blank lines after the cut do not count
+    as cut content. A first line that alone exceeds ``max_bytes`` is the one case without a
+    line boundary to cut at: it is cut at the last whole character that fits.
     """
+    raw = loaded_content(raw)
     total_bytes = len(raw.encode("utf-8"))
     total_lines = _count_lines(raw)
     if total_lines <= max_lines and total_bytes <= max_bytes:

@@ -16,7 +16,9 @@ Code's prompts later, so the write goes through the same filters as extraction:
   never be loaded;
 * the content is limited (``mcp.remember_max_bytes``, 4 KB by default): a memory is a short
   note, not a document;
-* the writing agent is recorded in the frontmatter (``agent:``).
+* the writing agent is recorded in the frontmatter (``agent:``), and the time in
+  ``metadata.modified`` (ISO 8601, as Claude Code 2.1.214 on stamps it); an update keeps
+  the file's other keys (``metadata.pinned``, ``originSessionId``).
 
 :func:`plan_memory` is pure (validation, naming, rendering); :func:`write_memory` is the
 blocking I/O shell around it. The daemon serialises writers of one memory dir.
@@ -29,6 +31,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -39,6 +42,7 @@ from memd.memory.frontmatter import (
     MEMORY_TYPES,
     Frontmatter,
     MemoryType,
+    iso_utc,
     normalize_line,
     parse_document,
     parse_memory_type,
@@ -218,10 +222,20 @@ def write_memory(
     relative, created = choose_file(planned.meta.type, planned.meta.name, headers)
     entry = IndexEntry(planned.meta.name, relative, planned.meta.description or "")
     _check_index_room(store.index_for_update(), entry, limits)  # Refused for a link
-    meta = planned.meta if created else _keep_extra(store, relative, planned.meta)
+    meta = _stamped(planned.meta if created else _keep_extra(store, relative, planned.meta))
     path = store.write(relative, meta, planned.body)
     store.update_index(entry)
     return Written(relative, path, created, planned.redacted)
+
+
+def _stamped(meta: Frontmatter) -> Frontmatter:
+    """``meta`` with ``metadata.modified`` set to now, as Claude Code 2.1.331 stamps the
+    memories it writes (the other ``metadata`` keys kept: ``pinned``, ``originSessionId``)."""
+    extra = dict(meta.extra)
+    nested = extra.get("metadata")
+    now = iso_utc(datetime.now(UTC))
+    extra["metadata"] = {**(nested if isinstance(nested, dict) else {}), "modified": now}
+    return replace(meta, extra=tuple(extra.items()), modified=now)
 
 
 def _keep_extra(store: MemoryStore, relative: str, meta: Frontmatter) -> Frontmatter:
@@ -233,7 +247,7 @@ def _keep_extra(store: MemoryStore, relative: str, meta: Frontmatter) -> Frontma
         return meta
     ours = dict(meta.extra)
     kept = tuple((k, v) for k, v in old if k not in ours)
-    return Frontmatter(meta.name, meta.description, meta.type, kept + meta.extra)
+    return replace(meta, extra=kept + meta.extra)
 
 
 def _check_index_room(index_text: str, entry: IndexEntry, limits: Limits) -> None:
