@@ -407,3 +407,71 @@ async def test_memory_off_means_no_injection(tmp_path: Path) -> None:
             event, world.event(event, **fields), world.service, budget_bytes=BUDGET
         )
         assert result == {"additionalContext": None}
+
+
+def pinned_file(world: Fixture, name: str, body: str, *, pinned: bool, days: int) -> None:
+    path = world.memory / f"{name}.md"
+    pin = "\n  pinned: true" if pinned else ""
+    path.write_text(
+        f"---\nname: {name}\ndescription: about {name}\nmetadata:\n  type: project{pin}\n---\n\n"
+        f"{body}\n"
+    )
+    stamp = world.clock.now() - days * DAY - 60
+    os.utime(path, (stamp, stamp))
+
+
+@pytest.mark.anyio
+async def test_pinned_memories_go_ahead_of_recall_at_most_four_once_a_session(
+    tmp_path: Path,
+) -> None:
+    """metadata.pinned (Claude Code 2.1.331): the newest four pinned memories come first in
+    the first prompt's context whatever the prompt, each once a session; recall follows."""
+    world = Fixture(tmp_path)
+    for n in range(5):
+        pinned_file(world, f"pin-{n}", f"Pinned fact {n}.", pinned=True, days=n)
+    pinned_file(world, "postgres-tests", "Never mock Postgres.", pinned=False, days=0)
+    event = world.event("UserPromptSubmit", prompt="can I mock postgres in the tests?")
+    first = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    text = first["additionalContext"]
+    assert text is not None
+    shown = [text.find(f"Pinned fact {n}.") for n in range(5)]
+    assert all(at >= 0 for at in shown[:4]) and shown[4] == -1  # at most four, newest first
+    assert shown[:4] == sorted(shown[:4]) and text.find("Never mock Postgres.") > shown[3]
+    again = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    assert again["additionalContext"] is None or "Pinned fact" not in again["additionalContext"]
+
+
+@pytest.mark.anyio
+async def test_recall_follows_one_link_hop(tmp_path: Path) -> None:
+    world = Fixture(tmp_path)
+    pinned_file(
+        world, "deploy-flow", "Deploys use the canary; see [[metrics-board]].", pinned=False, days=0
+    )
+    pinned_file(
+        world, "metrics-board", "Graphs at grafana; see [[far-away]].", pinned=False, days=3
+    )
+    pinned_file(world, "far-away", "Two hops away.", pinned=False, days=3)
+    result = await world.service.recall("how do deploys go out", str(world.cwd))
+    by_file = {m["relative"]: m for m in result["memories"]}
+    assert "deploy-flow.md" in by_file and by_file["metrics-board.md"]["via"] == "deploy-flow.md"
+    assert "far-away.md" not in by_file  # one hop, not two
+
+
+@pytest.mark.anyio
+async def test_the_hook_env_moves_the_memory_dir_as_claude_code_does(tmp_path: Path) -> None:
+    """CLAUDE_COWORK_MEMORY_PATH_OVERRIDE forwarded by the hook: memd reads (and would write)
+    the memories where Claude Code keeps them; a later hook without it moves them back."""
+    world = Fixture(tmp_path)
+    cowork = tmp_path / "cowork"
+    cowork.mkdir()
+    (cowork / "MEMORY.md").write_text("- [Shared](shared.md) — in the cowork folder\n")
+    env = {"CLAUDE_COWORK_MEMORY_PATH_OVERRIDE": str(cowork)}
+    event = world.event("SessionStart", source="startup")
+    answer = await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET, env=env)
+    text = answer["additionalContext"]
+    assert text is not None and "- [Shared](shared.md)" in text and str(cowork) in text
+    assert (await world.service.locate(str(world.cwd))).memory_dir == cowork
+    await hook_context(
+        "SessionStart", {**event, "session_id": "s2"}, world.service, budget_bytes=BUDGET, env={}
+    )
+    assert (await world.service.locate(str(world.cwd))).memory_dir == world.memory

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from memd.memory.frontmatter import (
     MEMORY_TYPES,
     Frontmatter,
+    links,
     normalize_line,
     parse_document,
     parse_memory_type,
@@ -135,3 +136,28 @@ def test_a_number_too_long_for_python_is_a_problem_not_a_crash() -> None:
         assert doc.meta.description == "d"
         assert any("not valid YAML" in p for p in doc.problems)
         assert doc.body == "body\n"
+
+
+def test_the_forms_claude_code_2_1_331_writes_are_read() -> None:
+    """modified and pinned under metadata (2.1.331) or at the top level; a date alone or
+    text that is no time is no modified; links are the names [[…]] point at."""
+    nested = parse_document(
+        "---\nname: deploy-flow\ndescription: d\nmetadata:\n  type: project\n  pinned: true\n"
+        "  originSessionId: e3\n  modified: 2026-11-26T09:03:25.005Z\n---\n\nSee [[canary]].\n"
+    )
+    assert nested.problems == ()
+    assert (nested.meta.pinned, nested.meta.modified) == (True, "2026-11-26T09:03:25.005Z")
+    top = parse_document(
+        "---\nname: x\ndescription: d\ntype: user\nmodified: '2026-01-02T03:04:05+01:00'\n---\n"
+    )
+    assert top.meta.modified == "2026-01-02T02:04:05.000Z" and not top.meta.pinned
+    for bad in ("2026-01-02", "soon", "12"):
+        doc = parse_document(f"---\nname: x\ndescription: d\ntype: user\nmodified: {bad}\n---\n")
+        assert doc.meta.modified is None
+    assert links("a [[one]] b [[two|label]] [[one]] [[]] [[three#part]]") == (
+        "one",
+        "two",
+        "three",
+    )
+    again = parse_document(render_document(nested.meta, nested.body))
+    assert again.meta == nested.meta  # the stamp goes back as the text Claude Code wrote

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from memd.memory.index import (
     IndexEntry,
     load_index,
+    loaded_content,
     parse_entry,
     parse_index,
     render_entry,
@@ -148,3 +149,27 @@ def test_rendered_entries_parse_back(title: str, file: str, hook: str) -> None:
     assert parsed.file == file
     assert parsed.title == " ".join(title.split())
     assert parsed.hook == " ".join(hook.split())
+
+
+def test_the_limits_count_what_claude_code_loads_without_frontmatter_and_comments() -> None:
+    """2.1.211 on (measured with 2.1.331): a frontmatter block and HTML comment blocks are
+    not loaded, so they neither count against 200 lines / 25 KB nor reach the context; a
+    comment inside an entry's line stays."""
+    entries = _lines(200, 100)
+    comment = "<!--\n" + "a note for whoever edits this file\n" * 60 + "-->\n"
+    raw = "---\nname: index\ndescription: d\n---\n\n" + comment + entries
+    loaded = load_index(raw)
+    assert not loaded.truncated and loaded.text == entries and loaded.total_lines == 200
+    inline = "- [a](a.md) — hook <!-- kept -->\n"
+    assert load_index(inline + comment).text == inline
+    over = load_index(comment + _lines(201, 100))
+    assert over.cut == "lines" and over.kept_lines == 200 and "a note" not in over.text
+
+
+@given(st.text(alphabet="-<!>\n ab", max_size=300))
+def test_loaded_content_keeps_only_whole_lines_of_the_index_in_order(raw: str) -> None:
+    kept = loaded_content(raw).splitlines(keepends=True)
+    lines = raw.splitlines(keepends=True)
+    at = 0
+    for line in kept:  # a subsequence of the file's own lines
+        at = lines.index(line, at) + 1

@@ -156,7 +156,7 @@ def _meta_from(raw: Mapping[str, Any], problems: list[str]) -> Frontmatter:
     inner: Mapping[str, Any] = nested if isinstance(nested, dict) else {}
     modified = iso_utc(raw.get("modified", inner.get("modified")))
     pinned = raw.get("pinned", inner.get("pinned")) is True
-    kept = tuple(e for e in extra if e[1] != {})
+    kept = tuple((k, _plain(v)) for k, v in extra if v != {})
     return Frontmatter(name, description, kind, kept, modified, pinned)
 
 
@@ -220,8 +220,8 @@ def normalize_line(text: str) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """``value`` with timestamps as the ISO text Claude Code writes (YAML would write
-    ``2026-01-02 03:04:05+00:00``)."""
+    """``value`` with timestamps as the ISO text Claude Code writes (YAML reads them as
+    datetimes and would write ``2026-01-02 03:04:05+00:00``)."""
     if isinstance(value, datetime):
         return iso_utc(value)
     if isinstance(value, date):
