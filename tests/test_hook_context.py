@@ -475,3 +475,22 @@ async def test_the_hook_env_moves_the_memory_dir_as_claude_code_does(tmp_path: P
         "SessionStart", {**event, "session_id": "s2"}, world.service, budget_bytes=BUDGET, env={}
     )
     assert (await world.service.locate(str(world.cwd))).memory_dir == world.memory
+
+
+@pytest.mark.anyio
+async def test_without_memory_md_the_index_is_assembled_from_each_memory(tmp_path: Path) -> None:
+    """The assembled-index mode: no MEMORY.md, so what loads is one entry per memory from
+    its name and description, newest first, within the same limits."""
+    world = Fixture(tmp_path)
+    pinned_file(world, "older", "Old.", pinned=False, days=4)
+    pinned_file(world, "newer", "New.", pinned=False, days=1)
+    index = await world.service.index(str(world.cwd))
+    assert index["assembled"] and not index["exists"]
+    assert index["text"] == (
+        "- [newer](newer.md) — about newer\n- [older](older.md) — about older\n"
+    )
+    event = world.event("SessionStart", source="startup")
+    text = (await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET))[
+        "additionalContext"
+    ]
+    assert text is not None and "- [newer](newer.md) — about newer" in text

@@ -17,7 +17,9 @@ found in the wild (``*`` bullets, ``:`` or ``-`` instead of the dash, no hook).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Literal
 from urllib.parse import unquote
 
@@ -173,6 +175,16 @@ def render_entry(entry: IndexEntry, *, max_chars: int = ENTRY_MAX_CHARS) -> str:
     if len(hook) > room:
         hook = hook[: max(room - 1, 0)].rstrip() + "…" if room > 1 else ""
     return f"{head} — {hook}" if hook else head
+
+
+def assemble_index(rows: Sequence[tuple[str, str, str]]) -> str:
+    """An index assembled from the memories themselves: one entry per ``(file, name,
+    description)``, in the order given (the scan's: newest first). What is loaded when a
+    memory dir has topic files and no ``MEMORY.md`` (the assembled-index mode)."""
+    return "".join(
+        render_entry(IndexEntry(name or PurePosixPath(file).stem, file, description)) + "\n"
+        for file, name, description in rows
+    )
 
 
 def upsert_entry(index_text: str, entry: IndexEntry, *, max_chars: int = ENTRY_MAX_CHARS) -> str:

@@ -55,7 +55,7 @@ from memd.memory.claude_code import (
 )
 from memd.memory.freshness import RECALL_CAVEAT, age_text, freshness_warning
 from memd.memory.frontmatter import FrontmatterForm
-from memd.memory.index import load_index
+from memd.memory.index import assemble_index, load_index
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate
 from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs, memory_dir
@@ -279,6 +279,7 @@ class MemoryService:
             "opted_out": where.opted_out,
             "disabled": self.disabled_reason(),
             "exists": False,
+            "assembled": False,
             "text": "",
             "truncated": False,
             "cut": None,
@@ -290,12 +291,14 @@ class MemoryService:
         store = MemoryStore(where.memory_dir)
         raw = await anyio.to_thread.run_sync(store.read_index)
         memory = self.config.memory
-        clean = scrub_text(raw, secrets=self.config.privacy.redact_secrets)
+        assembled = "" if raw else await self._assembled_index(where.memory_dir)
+        clean = scrub_text(raw or assembled, secrets=self.config.privacy.redact_secrets)
         loaded = load_index(
             clean, max_lines=memory.index_max_lines, max_bytes=memory.index_max_bytes
         )
         result.update(
             exists=bool(raw),
+            assembled=bool(assembled),
             text=loaded.text,
             truncated=loaded.truncated,
             cut=loaded.cut,
@@ -303,6 +306,20 @@ class MemoryService:
             total_bytes=loaded.total_bytes,
         )
         return result
+
+    async def _assembled_index(self, memory_dir: Path) -> str:
+        """The index assembled from each memory's name and description (newest first) for a
+        memory dir without ``MEMORY.md``."""
+        memory = self.config.memory
+        headers = await anyio.to_thread.run_sync(
+            partial(
+                scan_memories,
+                memory_dir,
+                max_files=memory.scan_max_files,
+                head_lines=memory.frontmatter_lines,
+            )
+        )
+        return assemble_index([(h.relative, h.name or "", h.description or "") for h in headers])
 
     async def memories(
         self, *, cwd: str | None = None, project: str | None = None, check: bool = False
