@@ -217,7 +217,8 @@ def test_remember_stamps_modified_and_keeps_what_claude_code_wrote(tmp_path: Pat
     assert (updated.relative, updated.created) == ("deploy-flow.md", False)
     meta = parse_document((mdir / "deploy-flow.md").read_text()).meta
     assert meta.pinned and meta.type == "project" and meta.modified is not None
-    assert modified_ms(meta) is not None and modified_ms(meta) >= before * 1000
+    stamped = modified_ms(meta)
+    assert stamped is not None and stamped >= before * 1000
     nested = dict(meta.extra)["metadata"]
     assert (nested["node_type"], nested["originSessionId"]) == ("memory", "e37a8fb6")
 
