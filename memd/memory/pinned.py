@@ -14,7 +14,8 @@ pinned or linked memory is scrubbed, cut and dated exactly as a recalled one.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,24 +39,41 @@ def pinned_headers(headers: Sequence[MemoryHeader], exclude: Collection[str]) ->
     return [h for h in pinned if str(h.path) not in exclude]
 
 
+@dataclass(frozen=True)
+class Picked:
+    """What following links needs of one memory recall picked."""
+
+    path: str
+    relative: str
+    content: str
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Picked:
+        """From a recall result row (any field missing or of the wrong kind reads as empty)."""
+        values = [row.get(key) for key in ("path", "relative", "content")]
+        path, relative, content = (v if isinstance(v, str) else "" for v in values)
+        return cls(path, relative, content)
+
+
 def linked_headers(
-    picked: Sequence[RecalledMemory], headers: Sequence[MemoryHeader], exclude: Collection[str]
-) -> list[MemoryHeader]:
+    picked: Sequence[Picked], headers: Sequence[MemoryHeader], exclude: Collection[str]
+) -> list[tuple[MemoryHeader, str]]:
     """The memories ``[[name]]`` links in ``picked`` name (one hop), in link order, at most
-    :data:`MAX_LINKED`; none in ``exclude`` or already picked."""
+    :data:`MAX_LINKED`, each with the picked memory that links to it; none in ``exclude``
+    or already picked."""
     by_name: dict[str, MemoryHeader] = {}
     for header in headers:
         if header.name is not None:
             by_name.setdefault(name_key(header.name), header)
     taken = set(exclude) | {m.path for m in picked}
-    found: list[MemoryHeader] = []
+    found: list[tuple[MemoryHeader, str]] = []
     for memory in picked:
         for name in links(memory.content):
             target = by_name.get(name_key(name))
             if target is None or str(target.path) in taken:
                 continue
             taken.add(str(target.path))
-            found.append(target)
+            found.append((target, memory.relative))
             if len(found) >= MAX_LINKED:
                 return found
     return found
@@ -114,7 +132,7 @@ def _load(
 async def linked_memories(
     memory_dir: Path,
     cfg: Config,
-    picked: Sequence[dict[str, Any]],
+    picked: Sequence[Mapping[str, Any]],
     surfaced: Collection[str],
     now_ms: int,
     cache: HeaderCache | None = None,
@@ -123,24 +141,10 @@ async def linked_memories(
     of the same shape with ``via`` naming the memory that links to them."""
     if not picked:
         return []
-    rows = [
-        RecalledMemory(**{k: v for k, v in row.items() if k in _FIELDS})
-        for row in picked
-        if row.keys() >= _FIELDS
-    ]
+    rows = [Picked.of(row) for row in picked]
     chosen = linked_headers(rows, await _headers(memory_dir, cfg, cache), surfaced)
-    load = partial(_load, memory_dir, chosen, now_ms, cfg.privacy.redact_secrets)
+    via = {str(header.path): source for header, source in chosen}
+    headers = [header for header, _ in chosen]
+    load = partial(_load, memory_dir, headers, now_ms, cfg.privacy.redact_secrets)
     loaded = await anyio.to_thread.run_sync(load)
-    return [{**m.as_dict(), "via": _via(m, rows)} for m in loaded]
-
-
-def _via(memory: RecalledMemory, rows: Sequence[RecalledMemory]) -> str:
-    """The picked memory whose ``[[link]]`` led to ``memory``."""
-    wanted = name_key(memory.name)
-    for row in rows:
-        if any(name_key(name) == wanted for name in links(row.content)):
-            return row.relative
-    return ""
-
-
-_FIELDS = frozenset(RecalledMemory.__dataclass_fields__)
+    return [{**m.as_dict(), "via": via.get(m.path, "")} for m in loaded]
