@@ -26,7 +26,9 @@ Blocking: call from a worker thread.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -257,6 +259,46 @@ def _renames(out: bytes) -> list[tuple[str, str]]:
         else:
             at += 2
     return pairs
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """What git's index holds of a tracked file: its blob and the stat it was staged with."""
+
+    blob: str
+    ctime_ns: int
+    mtime_ns: int
+    ino: int
+    size: int
+
+
+_INDEX_ENTRY = re.compile(
+    rb"\d+ ([0-9a-f]{40,64}) 0\t([^\0]*)\0  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n"
+    rb"  dev: \d+\tino: (\d+)\n  uid: \d+\tgid: \d+\n  size: (\d+)\tflags: [0-9a-f]+\n"
+)
+
+
+def index_entries(tree: WorkTree) -> dict[str, IndexEntry] | GitFailed:
+    """The index's stage-0 entries by path (``ls-files --debug``: reads the index, never the
+    work tree; cut at :data:`MAX_OUTPUT_BYTES` of output, the rest left out)."""
+    out = run_git(tree, ["ls-files", "-s", "--debug", "-z"])
+    if isinstance(out, GitFailed):
+        return out
+    return {
+        os.fsdecode(m.group(2)): IndexEntry(
+            m.group(1).decode(),
+            int(m.group(3)) * 1_000_000_000 + int(m.group(4)),
+            int(m.group(5)) * 1_000_000_000 + int(m.group(6)),
+            int(m.group(7)),
+            int(m.group(8)),
+        )
+        for m in _INDEX_ENTRY.finditer(out)
+    }
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives ``data`` as a blob (SHA-1 object format)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
 def _is_hex(text: str) -> bool:

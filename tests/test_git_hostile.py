@@ -132,6 +132,8 @@ def test_no_git_call_memd_makes_runs_a_program_the_repository_names(tmp_path: Pa
     assert git.renamed_to(tree, None, "src/old.py") == "src/new.py"
     assert git.commits_touching(tree, first, "README.md") == 1
     assert git.known_commits(tree, [first, "0" * 40]) == frozenset({first})
+    entries = git.index_entries(tree)
+    assert isinstance(entries, dict) and set(entries) == {"README.md", "src/new.py", "src/retry.py"}
     assert ran(canaries) == []
 
 

@@ -283,3 +283,24 @@ def test_a_cited_link_out_of_the_work_tree_or_a_fifo_is_never_read(tmp_path: Pat
     check = _check(repo, (gone,))
     assert check.failing
     assert check.warnings[0].startswith("linked/secret.py (cited) no longer exists")
+
+
+def test_many_citations_of_staged_files_are_checked_from_gits_index(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "proj")
+    for i in range(40):
+        repo.write(f"m{i}.py", f"def f{i}():\n    return {i}\n")
+    repo.commit()
+    verifier = Verifier()
+    where = verifier.repository(repo.root)
+    text = " ".join(f"`f{i}()` in m{i}.py:1-2" for i in range(40))
+    cited = verifier.baseline(where, infer(text))
+    assert len(cited) == 16  # MAX_CITATIONS per memory: more are split over two checks
+    more = verifier.baseline(where, infer(" ".join(f"m{i}.py:1" for i in range(16, 40))))
+    everything = (*cited, *more)
+    assert _check(repo, everything).warnings == ()
+    target = repo.root / "m3.py"
+    before = target.stat()
+    target.write_text("def g3():\n    return 3\n")  # same size, in place
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the mtime put back
+    assert target.stat().st_mtime_ns == before.st_mtime_ns
+    assert "f3 is no longer in m3.py" in _check(repo, everything).warnings

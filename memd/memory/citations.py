@@ -17,6 +17,7 @@ person reads (Claude Code keeps only the keys it knows, so the block is ignored 
       commit: 3f2a9c1e…
       branch: main
       hash: 9b1c0e4d5a6f7b8c
+      blob: 5e1c309dae7f45e0f39b1bf3ac3cd9db12e7d689
 
 A memory without the key (Claude Code's, a hand-written one) has its citations inferred
 from its text (:func:`infer`) when memd first reads it. Everything here takes hostile text:
@@ -68,6 +69,7 @@ class Citation:
     commit: str | None = None
     branch: str | None = None
     hash: str | None = None
+    blob: str | None = None  # git's id of the whole file as seen (unchanged files skip a read)
 
     @property
     def label(self) -> str:
@@ -178,7 +180,7 @@ def to_frontmatter(citations: Sequence[Citation]) -> list[dict[str, Any]]:
             row["lines"] = f"{c.lines[0]}-{c.lines[1]}"
         if c.symbols:
             row["symbols"] = list(c.symbols[:MAX_SYMBOLS])
-        for key in ("commit", "branch", "hash"):
+        for key in ("commit", "branch", "hash", "blob"):
             if getattr(c, key):
                 row[key] = getattr(c, key)
         rows.append(row)
@@ -215,7 +217,7 @@ def _citation(row: Mapping[Any, Any]) -> Citation | None:
         if isinstance(s, str) and _SYMBOL.fullmatch(s) and len(s) <= 120
     )
     commit, digest = _hex(row.get("commit")), _hex(row.get("hash"))
-    return Citation(path, lines, symbols, commit, _branch(row), digest)
+    return Citation(path, lines, symbols, commit, _branch(row), digest, _hex(row.get("blob")))
 
 
 def _hex(value: object) -> str | None:

@@ -50,6 +50,7 @@ MAX_MOVED_SEARCH_LINES = 200_000  # file lines x cited lines searched for a move
 REPO_REFRESH_S = 30.0
 NOT_A_TREE_REFRESH_S = 10.0
 CACHE_ENTRIES = 20_000
+INDEX_FROM_CITATIONS = 32  # a check of this many reads git's index first (one call)
 FileSig = tuple[int, int, int, int]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -110,6 +111,7 @@ class Verifier:
         self._checks: OrderedDict[tuple[object, ...], CitationCheck] = OrderedDict()
         self._inferred: OrderedDict[tuple[str, int], tuple[Citation, ...]] = OrderedDict()
         self._known: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._index_cache: tuple[tuple[str, FileSig], _Index] | None = None
 
     # -- the repository ------------------------------------------------------------------------
 
@@ -152,6 +154,7 @@ class Verifier:
                     citation,
                     symbols=symbols,
                     hash=content_hash(_cited(lines, citation.lines)),
+                    blob=git.blob_id(loaded.data) if len(loaded.data) < MAX_FILE_BYTES else None,
                     commit=repo.head.commit if repo.head else None,
                     branch=repo.head.branch if repo.head else None,
                 )
@@ -180,15 +183,18 @@ class Verifier:
         notes: list[str] = []
         if repo.skipped is not None and cited:
             notes.append(f"commits were not checked: {repo.skipped}")
+        index = self._index(repo) if len(cited) >= INDEX_FROM_CITATIONS else None
         for citation in cited:
             if deadline is not None and self._clock() > deadline:
                 notes.append("some citations were not checked (the recall's time ran out)")
                 break
-            checks.append(self._check_one(repo, citation))
+            checks.append(self._check_one(repo, citation, index))
             notes.extend(self._history_notes(repo, citation))
         return MemoryCheck(tuple(checks), tuple(dict.fromkeys(notes)))
 
-    def _check_one(self, repo: Repository, citation: Citation) -> CitationCheck:
+    def _check_one(
+        self, repo: Repository, citation: Citation, index: _Index | None = None
+    ) -> CitationCheck:
         sig = _sig(repo.root, citation.path)
         key = (str(repo.root), citation, sig, repo.head.commit if repo.head else None)
         with self._lock:
@@ -196,11 +202,34 @@ class Verifier:
             if found is not None:
                 self._checks.move_to_end(key)
                 return found
-        checked = _check_file(repo, citation)
+        if index is not None and _staged_unchanged(index, citation, sig):
+            checked = CitationCheck(citation, (), False)  # the blob seen at write: no read
+        else:
+            checked = _check_file(repo, citation)
         with self._lock:
             self._checks[key] = checked
             _trim(self._checks)
         return checked
+
+    def _index(self, repo: Repository) -> _Index | None:
+        """Git's index of ``repo`` (its entries and its own mtime), kept while its ``stat``
+        is the same."""
+        if repo.tree is None:
+            return None
+        path = repo.tree.git_dir / "index"
+        sig = _sig(repo.tree.git_dir, "index")
+        if sig is None:
+            return None
+        with self._lock:
+            if self._index_cache is not None and self._index_cache[0] == (str(path), sig):
+                return self._index_cache[1]
+        entries = git.index_entries(repo.tree)
+        if isinstance(entries, git.GitFailed):
+            return None
+        index = _Index(entries, sig[1])
+        with self._lock:
+            self._index_cache = ((str(path), sig), index)
+        return index
 
     def _history_notes(self, repo: Repository, citation: Citation) -> list[str]:
         if repo.tree is None or repo.head is None:
@@ -312,6 +341,26 @@ def _moved(lines: Sequence[bytes], citation: Citation) -> str | None:
 
 # ---------------------------------------------------------------------------------------------
 # Files and state
+
+
+@dataclass(frozen=True)
+class _Index:
+    entries: dict[str, git.IndexEntry]
+    mtime_ns: int  # of the index file: an entry staged in its last tick may be racy
+
+
+def _staged_unchanged(index: _Index, citation: Citation, sig: FileSig | None) -> bool:
+    """The file is the blob the memory saw, by git's own test: the index holds that blob
+    for it, staged with the file's current inode, mtime and size, not in the index's last
+    tick (git's "racy" case, where the same stat may hide an edit). The ctime is compared
+    too: an edit that puts the mtime back cannot put it back."""
+    entry = index.entries.get(citation.path)
+    if entry is None or sig is None or citation.blob is None or entry.blob != citation.blob:
+        return False
+    ino, mtime_ns, size, ctime_ns = sig
+    same = (entry.ino, entry.size) == (ino & 0xFFFFFFFF, size & 0xFFFFFFFF)
+    times = (entry.mtime_ns, entry.ctime_ns) == (mtime_ns, ctime_ns)
+    return same and times and entry.mtime_ns < index.mtime_ns
 
 
 def _inside(root: Path, relative: str) -> Path | None:
