@@ -194,7 +194,9 @@ def describe(policy: Policy) -> str:
             assert_never(policy)
 
 
-def _read_roots(policy: Policy) -> tuple[Path, ...]:
+def readable_roots(policy: Policy) -> tuple[Path, ...]:
+    """The folders ``policy`` lets the agent read in (the write root first), as it names
+    them; :mod:`memd.agent.places` pairs them with their resolved form."""
     match policy:
         case EditOnlyFile():
             return ()
@@ -234,7 +236,7 @@ def decide(policy: Policy, tool: str, target: Target | None) -> Decision:
 
 
 def _decide_read(policy: Policy, target: Target) -> Decision:
-    roots = _read_roots(policy)
+    roots = readable_roots(policy)
     if any(within(target.path, str(root), casefold=policy.casefold) for root in roots):
         return Allow()
     return Deny(f"denied: {target.path} is outside the area you may read; {describe(policy)}")

@@ -18,15 +18,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import assert_never
 
 from memd.agent.decision import Deny
 from memd.agent.permissions import (
     EditOnlyFile,
     MemoryDirPolicy,
     Policy,
-    ReadOnly,
     expand_home,
+    readable_roots,
     within,
 )
 
@@ -55,7 +54,8 @@ class Place:
 def read_roots(given: Policy, resolved: Policy) -> tuple[Root, ...]:
     """The areas the policy reads, each with its resolved and its given root."""
     return tuple(
-        Root(r, _absolute(g)) for r, g in zip(_reads(resolved), _reads(given), strict=True)
+        Root(r, _absolute(g))
+        for r, g in zip(readable_roots(resolved), readable_roots(given), strict=True)
     )
 
 
@@ -90,18 +90,6 @@ def locate(raw: str, *, base: Path, roots: tuple[Root, ...], casefold: bool) -> 
             "elsewhere does not count); name it beneath the area"
         )
     return best
-
-
-def _reads(policy: Policy) -> tuple[Path, ...]:
-    match policy:
-        case EditOnlyFile():
-            return ()
-        case MemoryDirPolicy():
-            return (policy.write_root, *policy.read_roots)
-        case ReadOnly():
-            return policy.roots
-        case _:
-            assert_never(policy)
 
 
 def _absolute(path: Path) -> Path:
