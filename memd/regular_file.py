@@ -41,8 +41,9 @@ class NotARegularFile(OSError):
         self.kind = kind
 
 
-def kind_of(mode: int) -> str:
-    """What a ``st_mode`` describes, in words."""
+def kind_of(mode: int, *, link: str = "a symbolic link (not followed)") -> str:
+    """What a ``st_mode`` other than a regular file's describes, in words; ``link`` names a
+    symbolic link (:func:`memd.confined.kind_of`, whose areas never follow one, says less)."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -50,7 +51,7 @@ def kind_of(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     if stat.S_ISLNK(mode):
-        return "a symbolic link (not followed)"
+        return link
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "not a regular file"

@@ -9,6 +9,8 @@ import os
 import stat
 from typing import Final
 
+from memd import regular_file
+
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
@@ -38,19 +40,8 @@ def split_relative(relative: str) -> list[str]:
 
 def kind_of(info: os.stat_result) -> str | None:
     """Why a file's ``fstat`` keeps it out of an area, or ``None`` when it may be read."""
-    mode = info.st_mode
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if not stat.S_ISREG(mode):
-        return "not a regular file"
+    if not stat.S_ISREG(info.st_mode):
+        return regular_file.kind_of(info.st_mode, link="a symbolic link")
     if info.st_nlink != 1:
         return f"a file with {info.st_nlink} hard links"
     if info.st_uid != os.getuid():
