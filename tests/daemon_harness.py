@@ -138,11 +138,22 @@ def call(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
         return c.call(method, params or {})
 
 
-def memdctl(home: Home, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the real ``memdctl`` against the daemon in ``home``."""
+def memdctl(
+    home: Home, *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``memdctl`` against the daemon in ``home`` (from ``cwd``)."""
+    return run_memdctl(home.env, *args, cwd=cwd, timeout=timeout)
+
+
+def run_memdctl(
+    env: dict[str, str], *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``memdctl`` under ``env``: its exit code, stdout and stderr as text (a
+    failure is the test's to assert)."""
     return subprocess.run(
         [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
+        env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,

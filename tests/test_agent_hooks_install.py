@@ -9,7 +9,6 @@ import itertools
 import json
 import os
 import stat
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -31,6 +30,7 @@ from memd_client.hooks_install import (
     parse_memd_hook,
     uninstall_hooks,
 )
+from tests.daemon_harness import run_memdctl
 
 CODEX_CONFIG = (
     '# my Codex config\nmodel = "o3"   # the one I like\n\n[features]\nweb_search = true\n\n'
@@ -205,13 +205,7 @@ def test_install_refuses_a_gemini_settings_file_with_comments_and_says_why(
         "PATH": os.environ["PATH"],
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", "install-hooks", "--agent", "gemini"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_memdctl(env, "install-hooks", "--agent", "gemini")
     assert done.returncode == 2
     assert "comments" in done.stderr and str(settings) in done.stderr
     assert settings.read_text() == original

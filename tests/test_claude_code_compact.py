@@ -29,6 +29,7 @@ from memd_client import hook as hook_module
 from memd_client.hooks_install import CLAUDE_TAKEOVER_HOOKS, hook_command, install_hooks
 from tests.claude_cli import ClaudeCLI
 from tests.daemon_harness import Home, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import memdctl as run_memdctl
 from tests.test_claude_code_cli import main_requests, setup
 
 NOTES_LINE = "Half of the billing canary rollout is done; next: widen it to eu-west"
@@ -113,13 +114,7 @@ def last_turn(request: RecordedRequest) -> dict[str, Any]:
 
 
 def memdctl(home: Home, *args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", "--json", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_memdctl(home, "--json", *args)
     assert done.returncode == 0, (done.stdout, done.stderr, read_log(home))
     result: dict[str, Any] = json.loads(done.stdout)
     return result

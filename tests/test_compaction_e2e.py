@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,16 @@ from memd.testing.api_rules import request_problems
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import RemoteError
 from tests.conftest import CORPUS
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -134,13 +141,7 @@ def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
                 timeout=10,
                 what="the model client to be set up",
             )
-            done = subprocess.run(
-                [sys.executable, "-m", "memd_client.cli", "compact", "s3", "--dry-run"],
-                env=home.env,
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
+            done = memdctl(home, "compact", "s3", "--dry-run")
             assert done.returncode == 0, done.stderr
             # No notes and no key: it used to promise level 2, which needs the key.
             assert "would not compact" in done.stdout and "would use level" not in done.stdout
@@ -149,13 +150,7 @@ def test_memdctl_compact_dry_run(tmp_path: Path) -> None:
             with pytest.raises(RemoteError) as refused:  # what the dry run said would happen
                 call(home, "compact", {"session": "s3", "trigger": "manual"})
             assert refused.value.code == "disabled"
-            notes = subprocess.run(
-                [sys.executable, "-m", "memd_client.cli", "notes", "s3"],
-                env=home.env,
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
+            notes = memdctl(home, "notes", "s3")
             assert notes.returncode == 4, notes.stderr  # no notes: not found, said in $? too
             assert "session notes are disabled: no API key" in notes.stdout
         finally:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ from memd.session.template import DEFAULT_TEMPLATE
 from memd.transcript.conversation import Conversation
 from tests.compaction_support import api_problems, conversations, says_something
 from tests.conftest import CORPUS as TRANSCRIPTS
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
+from tests.daemon_harness import call, fake_home, memdctl, read_log, start_memd, stop_memd
 from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
 
 NOTES = DEFAULT_TEMPLATE + "\nWiring the matcher into the CLI; test_cli_flags still fails.\n"
@@ -137,16 +135,6 @@ def test_the_new_file_is_owner_only_and_never_written_over_an_existing_one(
     os.symlink(folder, tmp_path / "linked")
     with pytest.raises(OSError):
         write_new_session(tmp_path / "linked", "other", b"x\n")
-
-
-def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_memdctl_compact_fork_writes_a_resumable_session_with_no_model(tmp_path: Path) -> None:

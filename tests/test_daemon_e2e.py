@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import CORPUS
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 from tests.transcript_oracle import read_lines
 
 pytestmark = pytest.mark.slow
@@ -28,16 +37,6 @@ SOURCES = [
     CORPUS / "spotter" / "short.jsonl",
     CORPUS / "napoli-matcha" / "05_a737f62fb9_1_full.jsonl",
 ]
-
-
-def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
 
 def status_json(home: Home) -> dict[str, Any]:

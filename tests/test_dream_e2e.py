@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from memd.dream.lock import FLOCK_NAME, LOCK_NAME
 from memd.memory.paths import memory_dir
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import MemdClientError
+from tests import daemon_harness
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.inotify_killer import arm_killer
 
@@ -162,14 +164,8 @@ def dream_row(home: Home, cwd: Path) -> dict[str, Any]:
     return row
 
 
-def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+# The dream runs a model turn or two: memdctl waits longer than the harness's minute.
+memdctl = partial(daemon_harness.memdctl, timeout=120)
 
 
 def finished(home: Home, cwd: Path, count: int) -> list[dict[str, Any]] | None:

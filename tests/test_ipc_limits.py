@@ -27,6 +27,7 @@ from memd_client.errors import ClientTimeout, DaemonBusy, DaemonNotRunning
 from memd_client.hook import FailedOpen
 from memd_client.hook import run as run_hook
 from memd_client.hook_record import FailOpenRecord, read_failed_open
+from tests.daemon_harness import run_memdctl
 from tests.ipc_support import FRAME_LIMIT, Gate, RawConnection, methods, serving, short_dir
 
 pytestmark = pytest.mark.anyio
@@ -222,13 +223,7 @@ def test_the_hook_prints_nothing_when_memd_is_busy_and_doctor_and_top_say_so(
             assert (record.count, record.event) == (2, "SessionStart")
             assert "busy" in record.reason
             assert (path.parent / "hook-failed-open").stat().st_mode & 0o777 == 0o600
-            doctor = subprocess.run(
-                [sys.executable, "-m", "memd_client.cli", "doctor", "--socket", str(path)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            doctor = run_memdctl(env, "doctor", "--socket", str(path))
             line = next(x for x in doctor.stdout.splitlines() if "hook runs" in x)
             assert line.startswith("warn") and "failed open 2 times" in line, doctor.stdout
             assert "SessionStart" in line and "busy" in line

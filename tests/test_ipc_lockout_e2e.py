@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from memd_client import protocol as p
-from tests.daemon_harness import call, fake_home, load_stretch, read_log, start_memd, stop_memd
+from tests.daemon_harness import (
+    call,
+    fake_home,
+    load_stretch,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+)
 from tests.test_memory_e2e import context_of, hook, write_memories
 
 pytestmark = pytest.mark.slow
@@ -36,16 +44,6 @@ sys.stdin.readline()
 """
 
 
-def memdctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_a_thousand_idle_connections_lock_nobody_out(tmp_path: Path) -> None:
     cwd = tmp_path / "work" / "proj"
     cwd.mkdir(parents=True)
@@ -61,7 +59,7 @@ def test_a_thousand_idle_connections_lock_nobody_out(tmp_path: Path) -> None:
         try:
             assert holder.stdout is not None and holder.stdout.readline() == "1000\n"
             began = time.monotonic()
-            status = memdctl(home.env, "status")
+            status = memdctl(home, "status")
             took = time.monotonic() - began
             assert status.returncode == 0, status.stdout + status.stderr
             assert "busy" not in status.stdout + status.stderr
@@ -78,7 +76,7 @@ def test_a_thousand_idle_connections_lock_nobody_out(tmp_path: Path) -> None:
             done = hook(home, event, f"{sys.executable} -m memd_client.hook")
             assert "Run the test suite with scripts/check" in context_of(done, "SessionStart")
             assert not (home.socket.parent / "hook-failed-open").exists()
-            report = json.loads(memdctl(home.env, "status", "--json").stdout)["ipc"]
+            report = json.loads(memdctl(home, "status", "--json").stdout)["ipc"]
             assert report["max_connections"] == 256
             assert report["evicted"] >= 1000 - 256
             assert report["busy"] == 0

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from memd.install.agents import AGENTS, apply
+from tests.daemon_harness import run_memdctl
 
 CLAUDE_JSON = """{
     "numStartups": 12,
@@ -239,13 +240,7 @@ path.write_text(json.dumps(data))
 
 
 def memdctl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env={**os.environ, **env_for(home)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_memdctl({**os.environ, **env_for(home)}, *args)
 
 
 def test_memdctl_install_and_uninstall_mcp(tmp_path: Path) -> None:

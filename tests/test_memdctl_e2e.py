@@ -19,26 +19,22 @@ import pytest
 from memd.memory.paths import project_slug
 from memd.testing.loopback import LoopbackAPI
 from tests.conftest import CORPUS
-from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    run_memdctl,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
 SOURCE = CORPUS / "spotter" / "short.jsonl"
 SLUG = "-tmp-demo"
 CLOSED_PORT_URL = "http://127.0.0.1:9"  # discard port: nothing listens, connect is refused
-
-
-def memdctl(
-    home: Home, *args: str, cwd: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def add_session(home: Home, session_id: str, project: str = SLUG) -> Path:
@@ -74,21 +70,7 @@ def test_options_before_the_command_and_dash_projects(tmp_path: Path) -> None:
             add_session(home, "aaaa1111-2222")
             wait_sessions(home, 1)
             elsewhere = {**home.env, "XDG_RUNTIME_DIR": str(tmp_path / "nowhere")}
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "memd_client.cli",
-                    "--json",
-                    "--socket",
-                    str(home.socket),
-                    "status",
-                ],
-                env=elsewhere,
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
+            done = run_memdctl(elsewhere, "--json", "--socket", str(home.socket), "status")
             assert done.returncode == 0, done.stderr
             assert json.loads(done.stdout)["daemon"]["socket"] == str(home.socket)
             done = memdctl(home, "sessions", "--project", SLUG, "--json")

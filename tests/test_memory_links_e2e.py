@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from mcp.client.session import ClientSession
 
 from memd.memory.paths import memory_dir
 from memd.testing.loopback_process import LoopbackProcess
+from tests import daemon_harness
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.mcp_support import call as mcp_call
 from tests.mcp_support import mcp_session, text_of
@@ -119,14 +121,8 @@ def hook(home: Home, cwd: Path, event: str, **extra: Any) -> str:
     return done.stdout.decode("utf-8", "replace")
 
 
-def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+# The dream runs a model turn or two: memdctl waits longer than the harness's minute.
+memdctl = partial(daemon_harness.memdctl, timeout=120)
 
 
 async def through_mcp(session: ClientSession) -> list[str]:

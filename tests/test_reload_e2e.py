@@ -12,8 +12,17 @@ from typing import Any
 import pytest
 
 from memd.testing.loopback_process import LoopbackProcess
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
-from tests.test_memdctl_e2e import memdctl, write_env_file
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
+from tests.test_memdctl_e2e import write_env_file
 from tests.test_notes_e2e import SOURCE, notes_requests, script
 
 pytestmark = pytest.mark.slow

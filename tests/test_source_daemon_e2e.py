@@ -5,8 +5,6 @@ appended to (resume, compactions) and rewritten in place; listed by ``memdctl se
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from memd.memory.paths import project_slug
 from tests.agents_oracle import read_codex, read_gemini
 from tests.conftest import AGENTS
 from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
+from tests.daemon_harness import memdctl as run_memdctl
 
 pytestmark = pytest.mark.slow
 
@@ -30,13 +29,7 @@ def codex_lines(cwd: Path) -> list[bytes]:
 
 
 def memdctl(home: Home, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_memdctl(home, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

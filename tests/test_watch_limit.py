@@ -12,14 +12,22 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 from tests.test_hostile_transcripts import GOOD, NO_DAC, SETPRIV, expected
 from tests.uid_support import IS_ROOT, NOBODY
 
@@ -109,14 +117,8 @@ def log_text(home: Home) -> str:
 
 
 def memdctl_status(home: Home) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", "status"],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = memdctl(home, "status")
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,16 @@ import pytest
 from memd.daemon.watch_tree import LINK
 from memd_client.errors import RemoteError
 from memd_client.names import escape_name
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 from tests.test_hostile_transcripts import GOOD, expected
 from tests.test_watch_limit import inotify_watches
 
@@ -58,17 +65,6 @@ def followed(home: Home, stem: bytes, path: Path) -> bool:
     return (row["message_count"], row["context_tokens"]) == expected(path) and row[
         "offset"
     ] == path.stat().st_size
-
-
-def memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memd_client.cli", *args],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def check_memdctl(home: Home, folder: bytes, stem: bytes) -> None:
