@@ -48,7 +48,7 @@ from memd.llm.client import Usage
 from memd.testing import loopback_billing as billing
 from memd.testing import loopback_replies as replies
 from memd.testing.api_rules import request_problems
-from memd.testing.loopback_http import HTTPFrontend, Streamed, json_reply
+from memd.testing.loopback_http import Served, Streamed, json_reply
 from memd.testing.loopback_replies import ApiError, Drop, Message, Reply, Rule, When
 
 Handler = Callable[[dict[str, Any]], Reply | None]
@@ -91,7 +91,7 @@ class Totals:
         )
 
 
-class LoopbackAPI:
+class LoopbackAPI(Served):
     """The server. All methods are thread-safe; scripting calls may come at any time."""
 
     def __init__(
@@ -112,7 +112,7 @@ class LoopbackAPI:
         self.api_key = api_key  # None: any non-empty key is accepted
         self.strict_alternation = strict_alternation
         self.profile: Profile = profile
-        self._address = (host, port)
+        super().__init__((host, port))
         self._cond = threading.Condition()
         self._closing = threading.Event()
         self._cache = billing.PromptCache(min_tokens=min_cache_tokens, clock=clock)
@@ -126,43 +126,15 @@ class LoopbackAPI:
         self._held = False
         self._waiting = 0
         self._messages_sent = 0
-        self._server: HTTPFrontend | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT`` (no trailing slash): the SDK's ``base_url``."""
-        if self._server is None:
-            raise RuntimeError("the loopback server is not started")
-        return self._server.url
-
-    def start(self) -> LoopbackAPI:
-        self._server = HTTPFrontend(self._address, self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
+    # -- lifecycle (start, url, ``with``: memd.testing.loopback_http.Served) ----------------
 
     def close(self) -> None:
         """Stop serving; requests held or delayed are released and their connections cut."""
         self._closing.set()
         with self._cond:
             self._cond.notify_all()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server.cut_connections()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> LoopbackAPI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().close()
 
     async def __aenter__(self) -> LoopbackAPI:
         return self.start()  # binding a socket and starting a thread do not block

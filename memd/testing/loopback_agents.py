@@ -27,10 +27,9 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
-from memd.testing.loopback_http import Events, HTTPFrontend, json_reply
+from memd.testing.loopback_http import Events, Served, json_reply
 from memd.testing.loopback_replies import ApiError, Message, Reply
 
 Wire = Literal["responses", "gemini"]
@@ -46,25 +45,16 @@ class AgentRequest:
     body: Any  # the decoded JSON, or None when the body was not JSON
 
 
-class LoopbackAgentAPI:
+class LoopbackAgentAPI(Served):
     """The server (thread-safe); ``text`` answers every model request."""
 
     def __init__(self, wire: Wire, *, text: str = "OK from stub", host: str = "127.0.0.1") -> None:
+        super().__init__((host, 0))
         self.wire: Wire = wire
         self.text = text
-        self._address = (host, 0)
         self._lock = threading.Lock()
         self._records: list[AgentRequest] = []
         self._count = 0
-        self._server: HTTPFrontend | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT`` (no trailing slash)."""
-        if self._server is None:
-            raise RuntimeError("the loopback server is not started")
-        return self._server.url
 
     @property
     def requests(self) -> list[AgentRequest]:
@@ -75,30 +65,6 @@ class LoopbackAgentAPI:
         """Every model request's body from ``since`` on, as one JSON text (what the model saw)."""
         model = [r.body for r in self.requests[since:] if _is_model_call(self.wire, r.path)]
         return json.dumps(model, ensure_ascii=False)
-
-    def start(self) -> LoopbackAgentAPI:
-        self._server = HTTPFrontend(self._address, self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server.cut_connections()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> LoopbackAgentAPI:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- the backend (memd.testing.loopback_http.Backend) -------------------------------------
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from memd.testing.loopback_replies import ApiError, Drop, Message, Reply
 
@@ -189,6 +189,52 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:
             self.close_connection = True
+
+
+class Served:
+    """A :class:`Backend` served by an :class:`HTTPFrontend` on a thread of its own: the
+    start, address and stop that :class:`~.loopback.LoopbackAPI` and
+    :class:`~.loopback_agents.LoopbackAgentAPI` share (a ``with`` block serves and stops)."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self._address = address
+        self._server: HTTPFrontend | None = None
+        self._thread: threading.Thread | None = None
+
+    def serve(
+        self, method: str, path: str, headers: Mapping[str, str], raw: bytes
+    ) -> tuple[Reply, Any]:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no trailing slash): the clients' base URL."""
+        if self._server is None:
+            raise RuntimeError("the loopback server is not started")
+        return self._server.url
+
+    def start(self) -> Self:
+        self._server = HTTPFrontend(self._address, self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving: no new connection, kept-alive ones cut, the thread joined."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server.cut_connections()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _shutdown(conn: socket.socket) -> None:
