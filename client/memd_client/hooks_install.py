@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 from memd_client.atomic import write_text_atomic
 from memd_client.config_backup import give_back, keep_first_backup
+from memd_client.json_layout import json_layout
 
 MATCHERS = {
     "SessionStart": "startup|resume|clear|compact",
@@ -308,12 +308,5 @@ def _dump_like(settings_path: Path, settings: dict[str, Any]) -> str:
         text = settings_path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         text = ""
-    match = re.search(r"^\{\s*\n([ \t]+)\S", text, re.MULTILINE)
-    indent: int | str | None = 2
-    if match:
-        lead = match.group(1)
-        indent = lead if "\t" in lead else len(lead)
-    elif text.strip() and "\n" not in text.strip():
-        indent = None
-    ending = "\n" if text.endswith("\n") or not text else ""
+    indent, ending = json_layout(text)
     return json.dumps(settings, indent=indent) + ending

@@ -21,13 +21,14 @@ same as the file without memd's entry (:mod:`memd_client.config_backup`).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import tomlkit
 import tomlkit.exceptions
 from tomlkit.items import Table
+
+from memd_client.json_layout import json_layout
 
 Format = Literal["json", "toml"]
 
@@ -52,23 +53,11 @@ def _json_load(text: str) -> dict[str, Any]:
     return data
 
 
-def _json_style(text: str) -> tuple[int | str | None, bool, str]:
-    """(indent, ensure_ascii, ending) of an existing JSON text."""
-    match = re.search(r"^\{\s*\n([ \t]+)\S", text, re.MULTILINE)
-    indent: int | str | None = 2
-    if match:
-        lead = match.group(1)
-        indent = lead if "\t" in lead else len(lead)
-    elif text.strip() and "\n" not in text.strip():
-        indent = None  # a one-line file stays on one line
-    ascii_only = text.isascii()
-    ending = "\n" if text.endswith("\n") or not text else ""
-    return indent, ascii_only, ending
-
-
 def _json_dump(data: Mapping[str, Any], like: str) -> str:
-    indent, ascii_only, ending = _json_style(like)
-    return json.dumps(data, indent=indent, ensure_ascii=ascii_only) + ending
+    """``data`` in the layout of ``like`` (:func:`memd_client.json_layout.json_layout`), with
+    non-ASCII text escaped only where ``like`` had none."""
+    indent, ending = json_layout(like)
+    return json.dumps(data, indent=indent, ensure_ascii=like.isascii()) + ending
 
 
 def _servers(data: dict[str, Any], keys: Sequence[str], *, create: bool) -> dict[str, Any] | None:
