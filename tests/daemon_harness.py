@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -136,6 +137,27 @@ def wait_for(check: Callable[[], T | bool | None], *, timeout: float, what: str)
 def call(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
     with home.client() as c:
         return c.call(method, params or {})
+
+
+def claude_hook(
+    home: Home, cwd: Path, event: str, *, timeout: float = 60, **fields: Any
+) -> subprocess.CompletedProcess[bytes]:
+    """Run the real hook client as Claude Code runs it for ``event`` of a session in ``cwd``
+    (``fields`` join the event's JSON: ``prompt``, ``source``…); its exit, stdout, stderr."""
+    payload = {
+        "session_id": "claude-1",
+        "cwd": str(cwd),
+        "transcript_path": "/nonexistent",
+        "hook_event_name": event,
+        **fields,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "memd_client.hook"],
+        input=json.dumps(payload).encode(),
+        env=home.env,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def memdctl(

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 from mcp_types import TextResourceContents
 
 from memd.memory.paths import memory_dir, project_slug
-from tests.daemon_harness import Home, fake_home, start_memd, stop_memd
+from tests.daemon_harness import Home, claude_hook, fake_home, start_memd, stop_memd
 from tests.mcp_support import call, mcp_session, text_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -31,20 +29,7 @@ def make_project(tmp_path: Path) -> Path:
 
 
 def hook_prompt(home: Home, cwd: Path, prompt: str) -> str:
-    event = {
-        "session_id": "claude-1",
-        "cwd": str(cwd),
-        "transcript_path": "/nonexistent",
-        "hook_event_name": "UserPromptSubmit",
-        "prompt": prompt,
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.hook"],
-        input=json.dumps(event).encode(),
-        env=home.env,
-        capture_output=True,
-        timeout=30,
-    )
+    done = claude_hook(home, cwd, "UserPromptSubmit", timeout=30, prompt=prompt)
     assert done.returncode == 0 and done.stderr == b""
     text: str = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
     return text

@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,16 @@ from mcp.client.session import ClientSession
 from memd.memory.paths import memory_dir
 from memd.testing.loopback_process import LoopbackProcess
 from tests import daemon_harness
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    claude_hook,
+    fake_home,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 from tests.mcp_support import call as mcp_call
 from tests.mcp_support import mcp_session, text_of
 
@@ -103,20 +110,7 @@ def assert_dir_clean(
 
 def hook(home: Home, cwd: Path, event: str, **extra: Any) -> str:
     """The real hook client, as Claude Code runs it; the context it injects."""
-    payload = {
-        "session_id": "claude-1",
-        "cwd": str(cwd),
-        "transcript_path": "/nonexistent",
-        "hook_event_name": event,
-        **extra,
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.hook"],
-        input=json.dumps(payload).encode(),
-        env=home.env,
-        capture_output=True,
-        timeout=60,
-    )
+    done = claude_hook(home, cwd, event, **extra)
     assert done.returncode == 0 and done.stderr == b"", done.stderr
     return done.stdout.decode("utf-8", "replace")
 
