@@ -280,21 +280,30 @@ async def test_frontmatter_lines_is_how_far_memories_and_recall_read(
 
 
 @pytest.mark.parametrize("most", [2, 3])
-async def test_scan_max_files_is_how_many_memories_and_recall_see(
-    tmp_path: Path, most: int
+async def test_scan_max_files_is_how_many_memories_are_listed_and_a_model_is_shown(
+    tmp_path: Path, api: LoopbackAPI, llm: LLM, most: int
 ) -> None:
-    config = _with(memory=MemoryConfig(scan_max_files=most, extract_beside_claude_code=True))
+    """R-M4's cap is on what a listing and a model's manifest hold; the offline ranker
+    considers every memory (issue 27)."""
+    memory = dataclasses.replace(
+        MemoryConfig(scan_max_files=most, extract_beside_claude_code=True),
+        recall_timeout_s=60.0,
+        recall_model_budget_s=60.0,
+    )
+    config = _with(memory=memory)
     world = World(tmp_path, Disabled("no API key"), config=config)
     names = ["m1.md", "m2.md", "m3.md", "m4.md"]  # newest first
     _memories(world, names)
     rows = (await world.service.memories(cwd=str(world.cwd)))["memories"]
     assert [r["relative"] for r in rows] == names[:most]
-    found = await world.service.recall("postgres", str(world.cwd), "s1")
-    assert found["candidates"] == most, found
     plain = await recall(
         "postgres", memory_dir=world.memory, llm=None, cfg=config, clock=world.clock
     )
-    assert plain.candidates == most
+    assert plain.candidates == len(names)
+    api.add_rule(When(model=config.llm.models.recall), replies.text('["m1.md"]'))
+    await recall("postgres", memory_dir=world.memory, llm=llm, cfg=config, clock=world.clock)
+    prompt = str(api.requests[0].body["messages"][0]["content"])
+    assert len([line for line in prompt.splitlines() if line.startswith("- [")]) == most
 
 
 @pytest.mark.parametrize("most", [1, 2])
