@@ -41,6 +41,8 @@ class SessionState:
     bytes_parsed: int = 0  # bytes read by tailing since this state began (not re-reads)
     lines: int = 0
     bad_lines: int = 0
+    # Lines of types its source does not know, per type (a format change), None: none.
+    unknown_types: dict[str, int] | None = None
     resets: int = 0  # truncations or replacements seen
     message_count: int = 0
     context_tokens: int = 0
@@ -90,6 +92,12 @@ def _plausible(kind: object, value: Any) -> bool:
         return isinstance(value, bool)
     if kind == "str":
         return isinstance(value, str)
+    if kind == "dict[str, int] | None":
+        return value is None or (
+            isinstance(value, dict)
+            and len(value) <= 64  # the conversation keeps 17 at most
+            and all(isinstance(k, str) and _plausible("int", n) for k, n in value.items())
+        )
     if kind not in ("int", "float"):
         return True  # boundaries, unreadable: read where they are used
     if isinstance(value, bool) or not isinstance(value, int | float):

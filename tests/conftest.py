@@ -102,8 +102,17 @@ async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
 
 def all_transcripts() -> list[Path]:
     """Every transcript a sweep reads: the full shared corpus when it is there, else
-    tests/corpus/; main and sub-agent files."""
-    root = FULL_CORPUS or CORPUS
+    tests/corpus/, and the files of tests/corpus/ the full corpus lacks (newer formats
+    captured for the project); main and sub-agent files."""
+    own = _claude_files(CORPUS)
+    if FULL_CORPUS is None:
+        return own
+    full = _claude_files(FULL_CORPUS)
+    shared = {p.relative_to(FULL_CORPUS) for p in full}
+    return sorted(full + [p for p in own if p.relative_to(CORPUS) not in shared])
+
+
+def _claude_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.jsonl") if p.relative_to(root).parts[0] != "agents")
 
 

@@ -97,6 +97,10 @@ def render_session(r: dict[str, Any]) -> str:
             rows.append((label, fmt(r[key])))
     if r.get("unreadable"):
         rows.append(("unreadable", str(r["unreadable"])))
+    unknown = r.get("unknown_types")
+    if isinstance(unknown, dict) and unknown:
+        said = ", ".join(f"{name} x{count}" for name, count in unknown.items())
+        rows.append(("unknown types", f"{said} (lines memd skipped: a newer format?)"))
     if r.get("opted_out"):
         rows.append(("memory", f"off for this project: {r['opted_out']}"))
     rows += _notes_rows(r.get("notes"))

@@ -32,7 +32,8 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         f"{ing.get('in_memory', 0)} in memory; {ing.get('queued', 0)} queued for reading",
         f"ingest    {size(ing.get('bytes_parsed', 0))} in {ing.get('lines', 0)} lines, "
         f"{ing.get('bad_lines', 0)} bad lines skipped"
-        + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else ""),
+        + (f", {ing['unreadable']} unreadable files" if ing.get("unreadable") else "")
+        + _unknown_types(ing.get("unknown_types")),
         *watcher_lines(ing.get("watcher"), st),
         *source_lines(ing.get("sources"), st),
         *ipc_lines(s.get("ipc"), st),
@@ -322,3 +323,12 @@ def pipeline_lines(p: dict[str, Any] | None, st: Style) -> list[str]:
     if p.get("state") == "stalled":
         line += st.bad("  <- STALLED: work is queued and nothing finished for a long time")
     return [line]
+
+
+def _unknown_types(unknown: Any) -> str:
+    """``, N lines of unknown types (newest: a, b)``: a transcript format memd does not read
+    yet shows here rather than as a wrong figure."""
+    if not isinstance(unknown, dict) or not unknown.get("lines"):
+        return ""
+    names = ", ".join(str(n) for n in unknown.get("recent") or ())
+    return f", {unknown['lines']} lines of unknown types (newest: {names})"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from memd.state import SessionState
 
 _OrderKey = tuple[float, str]
+RECENT_UNKNOWN = 5
 
 
 @dataclass
@@ -25,12 +26,15 @@ class Totals:
     bytes_parsed: int = 0
     lines: int = 0
     bad_lines: int = 0
+    unknown_lines: int = 0  # lines of types their source does not know
 
     def add(self, state: SessionState, sign: int) -> None:
         self.parsed += sign * int(state.parsed)
         self.bytes_parsed += sign * state.bytes_parsed
         self.lines += sign * state.lines
         self.bad_lines += sign * state.bad_lines
+        if state.unknown_types:
+            self.unknown_lines += sign * sum(state.unknown_types.values())
 
 
 def _key(state: SessionState) -> _OrderKey:
@@ -55,6 +59,8 @@ class SessionIndex:
         self._order: list[_OrderKey] = []
         self._project_order: dict[str, list[_OrderKey]] = {}
         self.totals = Totals()
+        # The newest names of unknown line types seen (a format change), oldest first.
+        self.recent_unknown: dict[str, None] = {}
 
     def __len__(self) -> int:
         return len(self._by_path)
@@ -103,6 +109,8 @@ class SessionIndex:
             self._unlink(old)
         self._by_path[state.path] = state
         self.totals.add(state, 1)
+        if state.unknown_types:
+            self._note_unknown(state.unknown_types)
         paths = self._paths_of(state.session_id)
         if not paths:
             insort(self._ids, state.session_id)
@@ -112,6 +120,14 @@ class SessionIndex:
         key = _key(state)
         insort(self._order, key)
         insort(self._project_order.setdefault(state.project, []), key)
+
+    def _note_unknown(self, counts: dict[str, int]) -> None:
+        recent = self.recent_unknown
+        for name in counts:
+            recent.pop(name, None)
+            recent[name] = None
+        while len(recent) > RECENT_UNKNOWN:
+            del recent[next(iter(recent))]
 
     def remove(self, path: str) -> SessionState | None:
         state = self._by_path.pop(path, None)

@@ -73,6 +73,8 @@ class RegistryStats:
     bytes_rehydrated: int
     lines: int
     bad_lines: int
+    unknown_lines: int
+    unknown_recent: tuple[str, ...]  # newest last
 
 
 class SessionRegistry:
@@ -132,6 +134,8 @@ class SessionRegistry:
             bytes_rehydrated=self._bytes_rehydrated,
             lines=totals.lines,
             bad_lines=totals.bad_lines,
+            unknown_lines=totals.unknown_lines,
+            unknown_recent=tuple(self._index.recent_unknown),
         )
 
     def unreadable(self, limit: int = 20) -> tuple[int, list[SessionState]]:
@@ -495,6 +499,7 @@ def _publish_figures(conv: Conversation, state: SessionState) -> None:
     state.boundaries = [dataclasses.asdict(b) for b in conv.boundaries]
     state.tool_uses = conv.tool_use_count
     state.turn_ends = conv.turn_ends
+    state.unknown_types = dict(conv.unknown_types) if conv.unknown_types else None
     state.last_timestamp = conv.last_timestamp or ""
     state.last_uuid = conv.last_uuid or ""
     state.slug = conv.slug or state.slug

@@ -232,6 +232,7 @@ def session_row(
         "size": s.size,
         "lines": s.lines,
         "bad_lines": s.bad_lines,
+        "unknown_types": {escape_name(k): n for k, n in (s.unknown_types or {}).items()},
         "unreadable": _unreadable(s),
         "ignored": s.ignored or None,
         "pending_tool_calls": s.pending_tool_calls,
@@ -328,6 +329,10 @@ def status_result(daemon: DaemonFace, *, limit: int, notes_rows: bool = False) -
             "bytes_rehydrated": reg.bytes_rehydrated,
             "lines": reg.lines,
             "bad_lines": reg.bad_lines,
+            "unknown_types": {
+                "lines": reg.unknown_lines,
+                "recent": [escape_name(name) for name in reversed(reg.unknown_recent)],
+            },
             "queued": queue.queued,
             "running": queue.running,
             **unreadable_report(daemon),

@@ -64,6 +64,11 @@ from memd.transcript.model import (
 from memd.transcript.parse import BadLine, parse_line
 from memd.transcript.view import Boundary, ContextFigure, ConversationView
 
+MAX_UNKNOWN_NAMES = 16
+MAX_UNKNOWN_CHARS = 64
+OTHER_TYPES = "(others)"
+NO_TYPE = "(no type)"
+
 
 @dataclass(frozen=True)
 class _Derived:
@@ -96,6 +101,7 @@ class Conversation:
         self.duplicates = 0
         self.relinked = 0  # entries whose parent named no earlier entry
         self.turn_ends = 0
+        self.unknown_types: dict[str, int] = {}  # lines of types the reader does not know
         self.last_timestamp: str | None = None
         self.cwd: str | None = None
         self.slug: str | None = None
@@ -233,11 +239,22 @@ class Conversation:
         self.turn_ends = other.turn_ends
         self._boundaries = list(other._boundaries)
         self.bad_lines = other.bad_lines
+        self.unknown_types = other.unknown_types
         self.last_timestamp = other.last_timestamp
 
     def count_bad_lines(self, count: int) -> None:
         """Record lines dropped before parsing (e.g. longer than the tailer's limit)."""
         self.bad_lines += count
+
+    def count_unknown(self, kind: str) -> None:
+        """Record a line of a type its reader does not know (``""``: no type at all). Bounded
+        whatever the file holds: :data:`MAX_UNKNOWN_NAMES` names of
+        :data:`MAX_UNKNOWN_CHARS` characters, any further name counted as :data:`OTHER_TYPES`."""
+        name = kind[:MAX_UNKNOWN_CHARS] if kind else NO_TYPE
+        counts = self.unknown_types
+        if name not in counts and len(counts) >= MAX_UNKNOWN_NAMES:
+            name = OTHER_TYPES
+        counts[name] = counts.get(name, 0) + 1
 
     def _note_system(self, entry: SystemEntry) -> None:
         if entry.is_turn_end:

@@ -44,7 +44,7 @@ from memd.transcript.model import (
 )
 from memd.transcript.outline import MAX_CONTENT_DEPTH, WireBlock
 
-__all__ = ["MAX_CONTENT_DEPTH", "BadLine", "line_content", "parse_line"]
+__all__ = ["MAX_CONTENT_DEPTH", "BadLine", "line_content", "parse_kind", "parse_line"]
 
 
 class BadLine(ValueError):
@@ -124,12 +124,21 @@ def parse_line(line: bytes, at: int = -1) -> Entry | None:
     blank lines. Raises :class:`BadLine` for anything that cannot become an entry; no other
     exception comes out of it, whatever the bytes.
     """
+    found = parse_kind(line, at)
+    return None if found is None or isinstance(found, str) else found
+
+
+def parse_kind(line: bytes, at: int = -1) -> Entry | str | None:
+    """:func:`parse_line`, but a line that is no entry answers its ``type`` (``""`` when it
+    has no string one), so a reader can tell bookkeeping it knows from a type it does not;
+    ``None`` only for a blank line."""
     try:
         found = _wire(line)
         if found is None:
             return None
         wire, checked = found
-        return _to_entry(wire, checked, at, len(line))
+        entry = _to_entry(wire, checked, at, len(line))
+        return (wire.type or "") if entry is None else entry
     except RecursionError:
         raise BadLine("nested deeper than the decoder can follow") from None
 

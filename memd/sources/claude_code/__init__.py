@@ -1,7 +1,8 @@
 """Claude Code's sessions: ``<projects root>/<project>/<session>.jsonl`` (FORMAT.md).
 
 The project is the folder a transcript sits in (the slug of the dir Claude Code started in);
-lines are parsed by :mod:`memd.transcript.parse`, the format the common model was made from.
+lines are parsed by :mod:`memd.transcript.parse`, the format the common model was made from;
+a line of a type Claude Code is not known to write (:mod:`.entry_types`) is counted.
 Sub-agent transcripts (``<session>/subagents/…``) and the old ``agent-*.jsonl`` layout are
 not main conversations (R-T1).
 """
@@ -15,9 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from memd.sources.base import SessionKey, plain_name, under
+from memd.sources.claude_code.entry_types import KNOWN
 from memd.transcript.content import FileLines
 from memd.transcript.conversation import Conversation
-from memd.transcript.parse import BadLine, parse_line
+from memd.transcript.parse import BadLine, parse_kind
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +118,14 @@ class ClaudeReader:
         bad = 0
         for at, line in lines:
             try:
-                entry = parse_line(line, at)
+                entry = parse_kind(line, at)
             except BadLine as exc:
                 bad += 1
                 log.debug("skipping a bad line in %s: %s", self.path, exc)
                 continue
-            if entry is not None:
+            if isinstance(entry, str):
+                if entry not in KNOWN:
+                    conv.count_unknown(entry)
+            elif entry is not None:
                 conv.add(entry)
         return bad
