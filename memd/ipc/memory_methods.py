@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 from memd.ipc.compaction_methods import precompact
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
-from memd.memory.hook_context import CLAUDE, hook_context, hook_stdout, parse_hook_stdin
+from memd.memory.hook_context import (
+    CLAUDE,
+    from_subagent,
+    hook_context,
+    hook_stdout,
+    parse_hook_stdin,
+)
 from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
@@ -64,7 +70,8 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         (a hook event) and ``input`` (its stdin JSON); ``agent``: ``claude`` (the default),
         ``codex`` or ``gemini``; ``env``: the Claude Code environment the hook forwards (read
         for Claude Code only). Result: ``{"additionalContext": text or None, "stdout": what
-        the hook prints or None}`` under the injection budget."""
+        the hook prints or None}`` under the injection budget; nothing for an event a
+        Claude Code sub-agent fired (:func:`~memd.memory.hook_context.from_subagent`)."""
         raw = params.get("raw")
         if isinstance(raw, bytes):
             parsed = parse_hook_stdin(raw)
@@ -78,6 +85,8 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
                 raise InvalidParams("'input' must be the hook's JSON object")
             hook_input = given
         agent = opt_str(params, "agent") or CLAUDE
+        if agent == CLAUDE and from_subagent(hook_input):
+            return {"additionalContext": None, "stdout": None}
         if event == "PreCompact" and agent == CLAUDE:
             return {"additionalContext": None, "stdout": await precompact(daemon, hook_input)}
         env = params.get("env") if agent == CLAUDE else None

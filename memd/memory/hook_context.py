@@ -351,6 +351,16 @@ def hook_stdout(event: str, context: str | None, agent: str = CLAUDE) -> str | N
     return json.dumps(output, ensure_ascii=False)
 
 
+def from_subagent(hook_input: Mapping[str, Any]) -> bool:
+    """Whether Claude Code fired the event inside a sub-agent: its input then names the
+    sub-agent (``agent_id``, with ``agent_type``; 2.1.69). Such an event is not the main
+    session's: memd injects nothing into a sub-agent's context (the session's memories and
+    notes are the main conversation's, already there), takes no compaction over and counts
+    no turn end for it. A main session started with ``--agent`` has ``agent_type`` alone."""
+    agent_id = hook_input.get("agent_id")
+    return isinstance(agent_id, str) and agent_id != ""
+
+
 def parse_hook_stdin(raw: bytes) -> tuple[str, dict[str, Any]] | None:
     """The event and input of a hook's raw stdin, or None when it is not a hook's JSON."""
     if len(raw) > MAX_HOOK_INPUT_BYTES:
