@@ -16,8 +16,16 @@ from memd.sources.claude_code import ClaudeReader
 from memd.sources.claude_code.entry_types import KNOWN
 from memd.transcript.conversation import MAX_UNKNOWN_CHARS, MAX_UNKNOWN_NAMES, OTHER_TYPES
 from tests.conftest import CORPUS
-from tests.daemon_harness import call, fake_home, read_log, start_memd, stop_memd, wait_for
-from tests.test_daemon_e2e import memdctl, session_row
+from tests.daemon_harness import (
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
+from tests.test_daemon_e2e import session_row
 from tests.transcript_oracle import read_lines
 
 NEW = CORPUS / "claude-code-2.1.331" / "f7dce3d6-f41d-4e48-922a-2def94740327.jsonl"
