@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memd.mcp.render import render_recall
 from memd.memory.citations import (
     MAX_CITATIONS,
     MAX_SYMBOLS,
@@ -20,6 +21,7 @@ from memd.memory.citations import (
     to_frontmatter,
 )
 from memd.memory.frontmatter import Frontmatter, parse_document, render_document
+from memd.memory.hook_context import render_memory
 
 
 def test_paths_lines_and_ticked_symbols_are_read_from_a_memorys_words() -> None:
@@ -88,3 +90,20 @@ def test_any_text_infers_bounded_citations_inside_the_work_tree(text: str) -> No
     for c in cited:
         assert clean_path(c.path) == c.path
         assert c.lines is None or 1 <= c.lines[0] <= c.lines[1]
+
+
+def test_mcp_recall_and_the_injected_text_carry_each_check() -> None:
+    memory = {
+        "relative": "project_retry.md",
+        "name": "retry",
+        "type": "project",
+        "path": "/m/project_retry.md",
+        "age": "today",
+        "content": "The backoff is in src/retry.py:1-2.",
+        "checks": ["backoff is no longer in src/retry.py", 7],
+    }
+    shown = render_recall({"memories": [memory], "reason": "lexical", "caveat": ""}, 5)
+    assert "checked against the code now: backoff is no longer in src/retry.py" in shown
+    injected = render_memory(memory)
+    assert "Checked against the code now: backoff is no longer in src/retry.py" in injected
+    assert "7" not in injected.replace("project_retry", "")
