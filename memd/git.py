@@ -33,7 +33,8 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from memd.agent.process import SAFE_PATH, shell_environment
 from memd.agent.vcs import pinned_config_environment
 
 GIT_TIMEOUT_S = 5.0
+MIN_CALL_S = 0.02
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 _SKIPPED_LIMIT = 64
 
@@ -94,6 +96,26 @@ class Skipped:
 skipped = Skipped()
 
 
+_LIMIT = threading.local()
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Every git call this thread makes inside the block ends within ``seconds`` from now
+    (a call with no time left is not started): a recall's deadline covers its git calls."""
+    previous = getattr(_LIMIT, "until", None)
+    _LIMIT.until = time.monotonic() + max(0.0, seconds)
+    try:
+        yield
+    finally:
+        _LIMIT.until = previous
+
+
+def _time_left(timeout_s: float) -> float:
+    until = getattr(_LIMIT, "until", None)
+    return timeout_s if until is None else min(timeout_s, until - time.monotonic())
+
+
 def git_executable() -> str | None:
     """The git program on the safe path, or ``None``."""
     return shutil.which("git", path=SAFE_PATH)
@@ -120,6 +142,9 @@ def run_git(
     git = git_executable()
     if git is None:
         return GitFailed("git is not installed")
+    timeout_s = _time_left(timeout_s)
+    if timeout_s < MIN_CALL_S:
+        return GitFailed("no time was left for git")
     folder = cwd if cwd is not None else tree.root if tree is not None else None
     if folder is None:
         raise ValueError("run_git needs a tree or a cwd")

@@ -304,3 +304,18 @@ def test_many_citations_of_staged_files_are_checked_from_gits_index(tmp_path: Pa
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the mtime put back
     assert target.stat().st_mtime_ns == before.st_mtime_ns
     assert "f3 is no longer in m3.py" in _check(repo, everything).warnings
+
+
+def test_git_calls_end_by_the_recalls_deadline_and_say_so(tmp_path: Path) -> None:
+    repo, cited = _retry_repo(tmp_path)
+    verifier = Verifier()
+    where = verifier.repository(repo.root)
+    (repo.root / "src/retry.py").unlink()
+    with git.time_limit(0.0):
+        assert git.head(where.tree) == git.GitFailed("no time was left for git")  # type: ignore[arg-type]
+        warnings = verifier.check(where, cited).warnings
+    assert warnings == (
+        "src/retry.py (cited) no longer exists (whether git saw it renamed is unknown: "
+        "no time was left for git)",
+    )
+    assert isinstance(git.head(where.tree), git.Head)  # type: ignore[arg-type]

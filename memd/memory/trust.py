@@ -136,6 +136,7 @@ class CitationChecks:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
+        self._monotonic = monotonic
         self.verifier = Verifier(clock=monotonic)
         self.log = VerificationLog(state_dir / LOG_FILE, wall)
 
@@ -180,6 +181,15 @@ class CitationChecks:
         """``memories`` with their checks, those whose citations all fail moved last."""
         if not self.enabled:
             return memories
+        with git.time_limit(deadline - self._monotonic()):
+            checked = self._check_recalled(cwd, memory_dir, memories, deadline)
+        self.log.save()
+        checked.sort(key=lambda pair: pair[1].failing)  # stable: the choice's order otherwise
+        return tuple(memory for memory, _ in checked)
+
+    def _check_recalled(
+        self, cwd: str, memory_dir: Path, memories: tuple[RecalledMemory, ...], deadline: float
+    ) -> list[tuple[RecalledMemory, MemoryCheck]]:
         repo = self.repository(cwd, memory_dir)
         real = os.path.realpath(memory_dir)
         checked: list[tuple[RecalledMemory, MemoryCheck]] = []
@@ -196,9 +206,7 @@ class CitationChecks:
             verified = None if not check.checks else check.verified
             done = replace(memory, citations=labels, checks=check.warnings, verified=verified)
             checked.append((done, check))
-        self.log.save()
-        checked.sort(key=lambda pair: pair[1].failing)  # stable: the choice's order otherwise
-        return tuple(memory for memory, _ in checked)
+        return checked
 
     def cite(self, cwd: str, memory_dir: Path, text: str) -> list[dict[str, Any]] | None:
         """The ``citations`` frontmatter value for a memory with ``text``, seen now (an

@@ -300,7 +300,9 @@ def _gone(repo: Repository, citation: Citation) -> str:
     if repo.tree is None:
         return text
     moved = git.renamed_to(repo.tree, citation.commit, citation.path)
-    if isinstance(moved, str):
+    if isinstance(moved, git.GitFailed):
+        return f"{text} (whether git saw it renamed is unknown: {moved.reason})"
+    if moved is not None:
         return f"{text}; git saw it renamed to {moved}"
     return f"{text} (deleted or moved; git saw no rename)"
 
