@@ -8,14 +8,20 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from memd.sources.claude_code import ClaudeReader
 from memd.sources.claude_code.entry_types import KNOWN
+from memd.testing import loopback_replies as replies
+from memd.testing.loopback import LoopbackAPI
+from memd.testing.loopback_replies import When
 from memd.transcript.conversation import MAX_UNKNOWN_CHARS, MAX_UNKNOWN_NAMES, OTHER_TYPES
-from tests.conftest import CORPUS
+from tests.claude_cli import ClaudeCLI
+from tests.conftest import CORPUS, all_transcripts, sweep
 from tests.daemon_harness import (
     call,
     fake_home,
@@ -127,5 +133,48 @@ def test_session_and_status_show_unknown_types_and_survive_a_restart(tmp_path: P
             shown = memdctl(home, "status")
             assert "2 lines of unknown types (newest: hologram-state)" in shown.stdout
             assert "hologram-state x2" in memdctl(home, "session", "new").stdout
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+@pytest.mark.parametrize("path", sweep(all_transcripts()))
+def test_every_corpus_line_is_of_a_type_claude_code_is_known_to_write(path: Path) -> None:
+    lines = path.read_bytes().splitlines()
+    reader = read(path, lines)
+    reader.conversation.sidechain = "subagents" in path.parts
+    assert reader.conversation.unknown_types == {}
+
+
+def test_the_real_cli_writes_no_type_memd_does_not_know(
+    claude_cli_each: ClaudeCLI, claude_api: LoopbackAPI, tmp_path: Path
+) -> None:
+    """Each pinned Claude Code, with a tool call and a resume, read by the real daemon: no
+    unknown type, and the figures of the independent reading."""
+    with fake_home(tmp_path) as home:
+        project = home.root / "proj"
+        project.mkdir()
+        (project / "notes.txt").write_text("the canary is ten minutes\n")
+        notes = {"file_path": str(project / "notes.txt")}
+        claude_api.add_rule(When(match="read the notes"), replies.tool_use("Read", notes), times=1)
+        env = claude_cli_each.env(home.env, claude_api.url)
+        proc = start_memd(home)
+        try:
+            done = claude_cli_each.run(["-p", "hello"], cwd=project, env=env)
+            assert done.returncode == 0, done.stderr
+            (transcript,) = home.projects.glob("*/*.jsonl")
+            args = ["-p", "--resume", transcript.stem, "please read the notes file"]
+            done = claude_cli_each.run(args, cwd=project, env=env)
+            assert done.returncode == 0, done.stderr
+            expected = read_lines(transcript.read_bytes().splitlines(), sidechain_file=False)
+            assert expected.message_count == 6  # two prompts, the call and its result
+
+            def read_whole() -> dict[str, Any] | None:
+                row = call(home, "session", {"session": transcript.stem})
+                return row if row["offset"] == transcript.stat().st_size else None
+
+            row = wait_for(read_whole, timeout=20, what="ingest")
+            assert row["unknown_types"] == {} and row["bad_lines"] == 0
+            assert row["message_count"] == expected.message_count
+            assert row["context_tokens"] == expected.context_tokens
         finally:
             assert stop_memd(proc) == 0, read_log(home)
