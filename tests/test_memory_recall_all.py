@@ -171,3 +171,28 @@ async def test_the_tool_rule_still_reads_a_warning_in_a_reference_body_through_t
             cache=cache,
         )
         assert [m.relative for m in result.memories] == ["gh_merging.md"]
+
+
+@pytest.mark.anyio
+async def test_a_lexical_answer_leaves_out_memories_sharing_only_an_incidental_word(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Recall goes into every prompt: a memory scoring under MIN_SHARE of the best (here one
+    that shares only "redis" with the query) is junk in the agent's context, not an answer."""
+    directory = tmp_path / "memory"
+    directory.mkdir()
+    texts = {
+        "strong.md": ("redis eviction policy", "redis eviction is allkeys-lru in production"),
+        "also.md": ("redis eviction alerts", "page when redis eviction counts spike"),
+        "weak.md": ("cache warmup", "the cache warms slowly after a deploy of redis workers"),
+        "other.md": ("frontend build", "unrelated notes on the frontend build"),
+    }
+    for name, (description, body) in texts.items():
+        (directory / name).write_text(
+            f"---\nname: {name[:-3]}\ndescription: {description}\ntype: project\n---\n\n{body}\n"
+        )
+    result = await recall(
+        "redis eviction", memory_dir=directory, llm=None, cfg=Config(), clock=clock
+    )
+    assert result.method == "lexical"
+    assert sorted(m.relative for m in result.memories) == ["also.md", "strong.md"]

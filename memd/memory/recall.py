@@ -53,6 +53,7 @@ from memd.memory.rank import (
     ranked_headers,
     selection_candidates,
     selector_system,
+    strong_count,
 )
 from memd.memory.rank_index import RecallCache
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
@@ -255,6 +256,7 @@ async def _choose(
             return _Choice(tuple(picked), "model", f"chosen by {model}")
         why = picked
     chosen = ranked[: context.cfg.memory.recall_max]
+    chosen = chosen[: strong_count([score for _, score in chosen])]
     return _Choice(tuple(h for h, _ in chosen), "lexical", f"lexical ranking: {why}")
 
 
