@@ -232,3 +232,18 @@ def test_a_name_in_the_query_outweighs_a_rarer_word_in_someone_elses_memory() ->
     ]
     ranked = rank(LexicalIndex.build(docs), "What did Caroline do with her kids at the class?")
     assert ranked[0].key == "car_3.md"
+
+
+def test_terms_that_keep_company_with_the_query_in_the_memories_break_a_tie() -> None:
+    """Issue 27, "no shared words": where other memories say "injury" beside "knee", a memory
+    about Evan's knee outranks an equally matching one about his groceries (newer, so the tie
+    would go to it)."""
+    docs = [
+        RankDoc("a.md", description="Evan wears a knee brace after the injury", mtime_ms=1),
+        RankDoc("b.md", description="the knee injury needs physiotherapy", mtime_ms=2),
+        RankDoc("knee.md", description="Evan twisted his knee last Friday", mtime_ms=3),
+        RankDoc("groceries.md", description="Evan buys groceries on Sunday", mtime_ms=4),
+        *(RankDoc(f"filler_{n}.md", description=f"notes on topic {n} alpha") for n in range(30)),
+    ]
+    got = [r.key for r in rank(LexicalIndex.build(docs), "What injury did Evan suffer?")]
+    assert got.index("knee.md") < got.index("groceries.md")

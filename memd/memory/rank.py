@@ -14,8 +14,11 @@ common developer abbreviations, and identifier splitting (``camelCase``, ``snake
 ``path/to/file.py`` each also match their parts). A name the query gives (a capitalised word
 that does not start a sentence) narrows the field: a memory without it keeps only
 :data:`ENTITY_MISS` of its score, since a person's or project's name is in so many memories
-that its idf alone counts for little. It is pure and needs no model; term weights per
-document are computed once when the index is built, so a query costs a dictionary walk.
+that its idf alone counts for little. Terms that keep company with the query's in the
+memories themselves are added with a small weight (:func:`expansion`), and a lexical answer
+leaves out results far below the best (:func:`strong_count`). It is pure and needs no
+model; term weights per document are computed once when the index is built, so a query costs
+a dictionary walk.
 Figures: ``bench/recall_quality.py`` (BENCHMARKS.md).
 """
 
@@ -47,6 +50,11 @@ FIELD_B: Mapping[str, float] = {"name": 0.3, "description": 0.5, "path": 0.3, "b
 DEFAULT_LIMIT = 5
 ENTITY_MISS = 0.5  # the score left to a memory without a name the query gives
 MIN_SHARE = 0.35  # a lexical answer leaves out results under this share of the best score
+EXPAND_TERMS = 3  # co-occurring terms added per query term (see expansion)
+EXPAND_WEIGHT = 0.1  # their weight against the query's own terms (1.0)
+EXPAND_MIN_COUNT = 2  # memories a term must share with the seed
+EXPAND_LIFT = 6.0  # a term offered is at least this many times likelier beside the seed
+EXPAND_MAX_DF = 32  # only a query term held by at most this many memories is expanded
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,8 @@ class LexicalIndex:
     numbers: array[int]  # doc numbers, slot by slot
     weights: array[float]  # the term's weighted tf in that doc
     idfs: array[float]  # slot -> idf
+    doc_starts: array[int]  # doc number -> its first entry in ``doc_slots``
+    doc_slots: array[int]  # the distinct slots of each doc, doc by doc
 
     @classmethod
     def build(cls, docs: Iterable[RankDoc]) -> LexicalIndex:
@@ -167,17 +177,38 @@ class LexicalIndex:
                 filled[slot] = at + 1
         total = len(docs)
         idfs = array("f", (math.log(1 + (total - n + 0.5) / (n + 0.5)) for n in df))
-        return cls(tuple(docs), vocab, starts, numbers, weights_out, idfs)
+        doc_starts, doc_slots = array("I", [0]), array("I")
+        for weights in tfs:
+            doc_slots.extend(weights)
+            doc_starts.append(len(doc_slots))
+        return cls(tuple(docs), vocab, starts, numbers, weights_out, idfs, doc_starts, doc_slots)
+
+    def slot(self, term: str) -> int | None:
+        """The slot of ``term`` if some doc holds it."""
+        slot = self.slots.get(term)
+        if slot is None or self.df(slot) == 0:
+            return None
+        return slot
+
+    def df(self, slot: int) -> int:
+        """How many docs hold the term in ``slot``."""
+        if slot + 1 >= len(self.starts):
+            return 0
+        return int(self.starts[slot + 1] - self.starts[slot])
 
     def postings(self, term: str) -> tuple[array[int], array[float], float] | None:
         """The docs holding ``term``, its weighted tf in each, and its idf; ``None`` if none."""
-        slot = self.slots.get(term)
-        if slot is None or slot + 1 >= len(self.starts):
-            return None
+        slot = self.slot(term)
+        return None if slot is None else self.postings_at(slot)
+
+    def postings_at(self, slot: int) -> tuple[array[int], array[float], float]:
+        """:meth:`postings` of a slot that some doc holds."""
         start, end = self.starts[slot], self.starts[slot + 1]
-        if start == end:
-            return None
         return self.numbers[start:end], self.weights[start:end], self.idfs[slot]
+
+    def doc_terms(self, number: int) -> array[int]:
+        """The distinct slots of doc ``number``."""
+        return self.doc_slots[self.doc_starts[number] : self.doc_starts[number + 1]]
 
 
 @lru_cache(maxsize=8)
@@ -218,15 +249,13 @@ def ranking(
     ``exclude`` holds keys already surfaced; ``recent_tools`` applies the tool rule above.
     Ties go to the newer memory, then to the key, so results are deterministic.
     """
+    names = entity_terms(query)
     scores: defaultdict[int, float] = defaultdict(float)
-    for term, weight in terms_of(query).items():
-        found = index.postings(term)
-        if found is None:
-            continue
-        numbers, tfs, idf = found
+    for slot, weight in query_slots(index, query, names).items():
+        numbers, tfs, idf = index.postings_at(slot)
         for number, tf in zip(numbers, tfs, strict=True):
             scores[number] += weight * idf * tf / (K1 + tf)
-    named = [found[0] for t in entity_terms(query) if (found := index.postings(t)) is not None]
+    named = [found[0] for t in names if (found := index.postings(t)) is not None]
     if named:  # a memory that lacks a name the query gives counts for less
         having = set.intersection(*(set(numbers) for numbers in named))
         for number in scores:
@@ -240,6 +269,54 @@ def ranking(
         return list(ranked)
     by_key = {docs[n].key: docs[n] for n in scores}
     return [r for r in ranked if not is_tool_usage_reference(by_key[r.key], recent_tools)]
+
+
+def query_slots(index: LexicalIndex, query: str, names: Collection[str]) -> dict[int, float]:
+    """The slots of the query's terms that some memory holds, with their weights, and those
+    of :func:`expansion`."""
+    weights: dict[int, float] = {}
+    for term, weight in terms_of(query).items():
+        slot = index.slot(term)
+        if slot is not None:
+            weights[slot] = weight
+    seeds = [
+        slot
+        for term in terms_of(query)
+        if term not in names and not term.isdigit() and (slot := index.slot(term)) is not None
+    ]
+    for slot in expansion(index, seeds, exclude=weights.keys()):
+        weights[slot] = EXPAND_WEIGHT
+    return weights
+
+
+def expansion(index: LexicalIndex, seeds: Iterable[int], *, exclude: Collection[int]) -> list[int]:
+    """Terms that keep company with the query's in the memories themselves (co-occurrence
+    query expansion): for each seed term held by at most :data:`EXPAND_MAX_DF` memories, the
+    :data:`EXPAND_TERMS` terms that most often share a memory with it, weighted by their own
+    rarity (``P(u | t) * log(N / df(u))``; a term seen once, or with the seed only once, is
+    not offered). A memory that says "twisted his knee" then gains a little for "injury" when
+    other memories hold both; the weight is small, so it mostly orders ties. The cost is
+    bounded: at most :data:`EXPAND_MAX_DF` memories' terms per seed."""
+    total = len(index.docs)
+    chosen: dict[int, None] = {}
+    for seed in seeds:
+        numbers = index.postings_at(seed)[0]
+        if len(numbers) > EXPAND_MAX_DF:
+            continue
+        together: Counter[int] = Counter()
+        for number in numbers:
+            together.update(index.doc_terms(number))
+        scored = [
+            (count / len(numbers) * math.log(total / df), slot)
+            for slot, count in together.items()
+            if count >= EXPAND_MIN_COUNT
+            and slot not in exclude
+            and (df := index.df(slot)) > 1
+            and count * total >= EXPAND_LIFT * df * len(numbers)
+        ]
+        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        chosen.update((slot, None) for _, slot in scored[:EXPAND_TERMS])
+    return list(chosen)
 
 
 def rank(
