@@ -139,8 +139,7 @@ class LexicalIndex:
     numbers: array[int]  # doc numbers, slot by slot
     weights: array[float]  # the term's weighted tf in that doc
     idfs: array[float]  # slot -> idf
-    doc_starts: array[int]  # doc number -> its first entry in ``doc_slots``
-    doc_slots: array[int]  # the distinct slots of each doc, doc by doc
+    encoded: tuple[array[int], ...]  # doc number -> its fields' slots (encode_fields), shared
 
     @classmethod
     def build(cls, docs: Iterable[RankDoc]) -> LexicalIndex:
@@ -177,11 +176,7 @@ class LexicalIndex:
                 filled[slot] = at + 1
         total = len(docs)
         idfs = array("f", (math.log(1 + (total - n + 0.5) / (n + 0.5)) for n in df))
-        doc_starts, doc_slots = array("I", [0]), array("I")
-        for weights in tfs:
-            doc_slots.extend(weights)
-            doc_starts.append(len(doc_slots))
-        return cls(tuple(docs), vocab, starts, numbers, weights_out, idfs, doc_starts, doc_slots)
+        return cls(tuple(docs), vocab, starts, numbers, weights_out, idfs, tuple(encoded))
 
     def slot(self, term: str) -> int | None:
         """The slot of ``term`` if some doc holds it."""
@@ -206,9 +201,9 @@ class LexicalIndex:
         start, end = self.starts[slot], self.starts[slot + 1]
         return self.numbers[start:end], self.weights[start:end], self.idfs[slot]
 
-    def doc_terms(self, number: int) -> array[int]:
+    def doc_terms(self, number: int) -> set[int]:
         """The distinct slots of doc ``number``."""
-        return self.doc_slots[self.doc_starts[number] : self.doc_starts[number + 1]]
+        return set(self.encoded[number][len(FIELDS) :])
 
 
 @lru_cache(maxsize=8)
