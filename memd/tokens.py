@@ -46,6 +46,9 @@ def _load_counter() -> _Counter:
             exc,
         )
         return _chars_per_token
+    # The encoding keeps the Python dict it was built from (100k byte strings -> ranks, ~16
+    # MiB) only to be pickled; the Rust core holds its own copy. The daemon never pickles it.
+    encoding._mergeable_ranks = {}
 
     def count(text: str) -> int:
         # encode_ordinary: text that happens to contain "<|endoftext|>" is plain text here.

@@ -107,3 +107,24 @@ def test_without_the_tokenizer_package_estimates_fall_back_to_chars_over_4() -> 
     )
     assert json.loads(done.stdout) == [False, 11, 10]
     assert "fall back" in done.stderr
+
+
+_LOAD_RSS = """
+from memd import tokens
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+before = rss()
+assert tokens.estimate_text("hello world") == 2
+print(rss() - before)
+"""
+
+
+def test_the_loaded_tokenizer_costs_the_daemon_its_core_not_a_second_copy() -> None:
+    """The tokenizer is a fixed cost of every daemon with a session to estimate: its Rust core
+    (~30 MiB), not also the 100k-entry Python dict it was built from (~16 MiB more)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_RSS], capture_output=True, text=True, check=True
+    )
+    assert int(out.stdout) < 38 * 1024  # KiB: 45 MiB with the dict kept
