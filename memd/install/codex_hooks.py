@@ -22,10 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import tomlkit
-import tomlkit.exceptions
 from tomlkit.items import Table
 
-from memd.install.config_files import ConfigFileError
+from memd.install.config_files import toml_load, toml_table
 from memd_client.atomic import write_atomic
 from memd_client.config_backup import give_back, keep_first_backup
 from memd_client.hooks_codex import (
@@ -95,12 +94,9 @@ def edit_state(text: str, add: Mapping[str, str], drop: set[str], prefix: str) -
     """``text`` with the trust states changed (see :func:`_edit_trust`); None: no change.
     Tables the removal empties go too. Raises :class:`ConfigFileError` for a text that is not
     TOML or whose ``hooks``/``hooks.state`` are not tables."""
-    try:
-        doc = tomlkit.parse(text)
-    except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:
-        raise ConfigFileError(f"it is not valid TOML ({exc}); fix or move it first") from None
-    hooks = _table(doc, "hooks", create=bool(add))
-    state = _table(hooks, "state", create=bool(add)) if hooks is not None else None
+    doc = toml_load(text)
+    hooks = toml_table(doc, "hooks", create=bool(add))
+    state = toml_table(hooks, "state", create=bool(add)) if hooks is not None else None
     if hooks is None or state is None:
         return None
     changed = False
@@ -126,18 +122,6 @@ def edit_state(text: str, add: Mapping[str, str], drop: set[str], prefix: str) -
     if not hooks:
         del doc["hooks"]
     return tomlkit.dumps(doc) if changed else None
-
-
-def _table(parent: tomlkit.TOMLDocument | Table, key: str, *, create: bool) -> Table | None:
-    node = parent.get(key)
-    if node is None:
-        if not create:
-            return None
-        node = tomlkit.table(is_super_table=True)
-        parent.append(key, node)
-    if not isinstance(node, Table):
-        raise ConfigFileError(f"'{key}' is not a table; fix it by hand")
-    return node
 
 
 def main(argv: list[str] | None = None) -> int:

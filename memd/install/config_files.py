@@ -109,28 +109,31 @@ def _drop_emptied(data: dict[str, Any], keys: Sequence[str]) -> None:
 # TOML
 
 
-def _toml_load(text: str) -> tomlkit.TOMLDocument:
+def toml_load(text: str) -> tomlkit.TOMLDocument:
+    """``text`` parsed for editing; :class:`ConfigFileError` when it is not TOML."""
     try:
         return tomlkit.parse(text)
     except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:
         raise ConfigFileError(f"it is not valid TOML ({exc}); fix or move it first") from None
 
 
-def _toml_servers(doc: tomlkit.TOMLDocument, key: str, *, create: bool) -> Table | None:
-    servers = doc.get(key)
-    if servers is None:
+def toml_table(parent: tomlkit.TOMLDocument | Table, key: str, *, create: bool) -> Table | None:
+    """The table ``key`` of ``parent``; None when absent and not ``create``. Raises
+    :class:`ConfigFileError` when ``key`` holds something else (a user's own value)."""
+    node = parent.get(key)
+    if node is None:
         if not create:
             return None
-        servers = tomlkit.table(is_super_table=True)
-        doc.append(key, servers)
-    if not isinstance(servers, Table):
-        raise ConfigFileError(f"{key} is not a table")
-    return servers
+        node = tomlkit.table(is_super_table=True)
+        parent.append(key, node)
+    if not isinstance(node, Table):
+        raise ConfigFileError(f"'{key}' is not a table; fix it by hand")
+    return node
 
 
 def toml_add(text: str, key: str, name: str, entry: Mapping[str, Any]) -> str | None:
-    doc = _toml_load(text)
-    servers = _toml_servers(doc, key, create=True)
+    doc = toml_load(text)
+    servers = toml_table(doc, key, create=True)
     assert servers is not None
     current = servers.get(name)
     if current is not None and _unwrap(current) == dict(entry):
@@ -146,8 +149,8 @@ def toml_add(text: str, key: str, name: str, entry: Mapping[str, Any]) -> str | 
 
 
 def toml_remove(text: str, key: str, name: str) -> str | None:
-    doc = _toml_load(text)
-    servers = _toml_servers(doc, key, create=False)
+    doc = toml_load(text)
+    servers = toml_table(doc, key, create=False)
     if servers is None or name not in servers:
         return None
     del servers[name]
@@ -182,4 +185,4 @@ def remove_entry(fmt: Format, text: str, keys: Sequence[str], name: str) -> str 
 
 def parsed(fmt: Format, text: str) -> Any:
     """The data a config text says (for comparing two texts whatever their layout)."""
-    return _json_load(text) if fmt == "json" else _toml_load(text).unwrap()
+    return _json_load(text) if fmt == "json" else toml_load(text).unwrap()
