@@ -26,7 +26,6 @@ from memd.compaction.message import Msg
 from memd.compaction.session_memory import (
     Compacted,
     FallThrough,
-    compact_with_notes,
     covered_end,
 )
 from memd.compaction.strategy import NotesInput
@@ -62,16 +61,12 @@ def plan_fork(
     session ``session_id`` (default: a new uuid4), or why level 1 cannot serve it.
     Blocking; run under the session's lock. Raises
     :class:`~memd.transcript.content.TranscriptChanged` when the file changed meanwhile."""
-    level1 = compact_with_notes(
+    level1 = notes.level1(
         msgs,
-        notes=notes.notes,
-        template=notes.template,
-        last_summarized_uuid=notes.last_summarized_uuid,
         threshold=threshold,
         cfg=cfg,
         estimate=estimate_content,
         trigger="manual",
-        notes_path=notes.notes_path,
         transcript_path=transcript_path,
     )
     if isinstance(level1, FallThrough):

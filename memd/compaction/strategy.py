@@ -25,7 +25,7 @@ from memd.compaction.restore import (
     recently_read,
     visible_paths,
 )
-from memd.compaction.session_memory import FallThrough, compact_with_notes
+from memd.compaction.session_memory import FallThrough, SessionMemoryOutcome, compact_with_notes
 from memd.compaction.threshold import Trigger
 from memd.config import CompactionConfig
 from memd.errors import LLMDisabled
@@ -40,6 +40,30 @@ class NotesInput:
     template: str
     last_summarized_uuid: str | None
     notes_path: str | None = None
+
+    def level1(
+        self,
+        msgs: Sequence[Msg],
+        *,
+        threshold: int,
+        cfg: CompactionConfig,
+        estimate: TokenEstimator,
+        trigger: Trigger,
+        transcript_path: str | None,
+    ) -> SessionMemoryOutcome:
+        """Level 1 of ``msgs`` from these notes (:func:`compact_with_notes`)."""
+        return compact_with_notes(
+            msgs,
+            notes=self.notes,
+            template=self.template,
+            last_summarized_uuid=self.last_summarized_uuid,
+            threshold=threshold,
+            cfg=cfg,
+            estimate=estimate,
+            trigger=trigger,
+            notes_path=self.notes_path,
+            transcript_path=transcript_path,
+        )
 
 
 @dataclass(frozen=True)
@@ -117,16 +141,12 @@ def _with_notes(
     trigger: Trigger,
     transcript_path: str | None,
 ) -> Outcome | FallThrough:
-    level1 = compact_with_notes(
+    level1 = notes.level1(
         msgs,
-        notes=notes.notes,
-        template=notes.template,
-        last_summarized_uuid=notes.last_summarized_uuid,
         threshold=threshold,
         cfg=cfg,
         estimate=estimate,
         trigger=trigger,
-        notes_path=notes.notes_path,
         transcript_path=transcript_path,
     )
     if isinstance(level1, FallThrough):
