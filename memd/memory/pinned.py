@@ -24,9 +24,9 @@ import anyio.to_thread
 
 from memd.config import Config
 from memd.memory.frontmatter import links
-from memd.memory.recall import RecalledMemory, load_memory
+from memd.memory.recall import RecalledMemory, load_memories
 from memd.memory.remember import name_key
-from memd.memory.scan import HeaderCache, MemoryHeader, opened_area, scan_memories
+from memd.memory.scan import HeaderCache, MemoryHeader, scan_memories
 
 MAX_PINNED = 4
 MAX_LINKED = 2
@@ -112,21 +112,8 @@ async def pinned_memories(
     """The pinned memories of ``memory_dir`` not yet ``surfaced``, loaded (blocking I/O in a
     worker thread; never raises for a file problem)."""
     chosen = pinned_headers(await _headers(memory_dir, cfg, cache), surfaced)
-    load = partial(_load, memory_dir, chosen, now_ms, cfg.privacy.redact_secrets)
+    load = partial(load_memories, memory_dir, chosen, now_ms, cfg.privacy.redact_secrets)
     return await anyio.to_thread.run_sync(load)
-
-
-def _load(
-    memory_dir: Path, headers: Sequence[MemoryHeader], now_ms: int, redact: bool
-) -> tuple[RecalledMemory, ...]:
-    """Each memory behind ``headers`` as recall loads it (blocking); gone ones left out."""
-    if not headers:
-        return ()
-    with opened_area(memory_dir) as area:
-        if area is None:
-            return ()
-        loaded = (load_memory(area, h, now_ms, redact=redact) for h in headers)
-        return tuple(m for m in loaded if m is not None)
 
 
 async def linked_memories(
@@ -145,6 +132,6 @@ async def linked_memories(
     chosen = linked_headers(rows, await _headers(memory_dir, cfg, cache), surfaced)
     via = {str(header.path): source for header, source in chosen}
     headers = [header for header, _ in chosen]
-    load = partial(_load, memory_dir, headers, now_ms, cfg.privacy.redact_secrets)
+    load = partial(load_memories, memory_dir, headers, now_ms, cfg.privacy.redact_secrets)
     loaded = await anyio.to_thread.run_sync(load)
     return [{**m.as_dict(), "via": via.get(m.path, "")} for m in loaded]

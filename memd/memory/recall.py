@@ -193,7 +193,7 @@ async def recall(
     )
     choice = await _choose(query, candidates, ranked, context)
     now_ms = int(clock.now() * 1000)
-    load = partial(_load_all, memory_dir, choice.headers, now_ms, cfg.privacy.redact_secrets)
+    load = partial(load_memories, memory_dir, choice.headers, now_ms, cfg.privacy.redact_secrets)
     memories = await anyio.to_thread.run_sync(load)
     if checks is not None and memories:
         memories = await anyio.to_thread.run_sync(checks, memories, context.deadline)
@@ -374,9 +374,10 @@ def _succeeded(context: _Context, reply: LLMReply) -> None:
 # Loading the chosen memories (blocking: run in a worker thread)
 
 
-def _load_all(
+def load_memories(
     memory_dir: Path, headers: Sequence[MemoryHeader], now_ms: int, redact: bool
 ) -> tuple[RecalledMemory, ...]:
+    """Each memory behind ``headers`` as :func:`load_memory` loads it; gone ones left out."""
     if not headers:
         return ()
     with opened_area(memory_dir) as area:
