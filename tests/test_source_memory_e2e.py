@@ -6,8 +6,6 @@ then recalls it; the Codex session gets its notes as a Claude Code session does.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,16 @@ import pytest
 
 from memd.memory.paths import memory_dir, project_slug
 from memd.testing.loopback_process import LoopbackProcess
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    claude_hook,
+    fake_home,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -97,20 +104,7 @@ def extraction_script() -> str:
 
 def claude_prompt(home: Home, cwd: Path, prompt: str) -> str:
     """The real hook client as Claude Code runs it on a prompt; what it injects."""
-    payload = {
-        "session_id": "claude-1",
-        "cwd": str(cwd),
-        "transcript_path": "/nonexistent",
-        "hook_event_name": "UserPromptSubmit",
-        "prompt": prompt,
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.hook"],
-        input=json.dumps(payload).encode(),
-        env=home.env,
-        capture_output=True,
-        timeout=60,
-    )
+    done = claude_hook(home, cwd, "UserPromptSubmit", prompt=prompt)
     assert done.returncode == 0, done.stderr
     return done.stdout.decode("utf-8", "replace")
 
