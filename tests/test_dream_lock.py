@@ -64,6 +64,15 @@ def test_decide_matches_the_protocol(
         assert isinstance(verdict, Busy if alive else Free)
 
 
+def _lock_written(memory: Path, body: bytes, mtime_ns: int) -> Path:
+    """A new ``memory`` folder whose lock file holds ``body``, last written at ``mtime_ns``."""
+    memory.mkdir(parents=True)
+    path = memory / lock.LOCK_NAME
+    path.write_bytes(body)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    return path
+
+
 def test_acquire_without_a_file_returns_prior_zero_and_rollback_deletes(tmp_path: Path) -> None:
     memory = tmp_path / "memory"
     got = lock.acquire(memory, stale_s=HOUR)
@@ -75,11 +84,8 @@ def test_acquire_without_a_file_returns_prior_zero_and_rollback_deletes(tmp_path
 
 def test_rollback_restores_the_prior_mtime_exactly(tmp_path: Path) -> None:
     memory = tmp_path / "memory"
-    memory.mkdir()
-    path = memory / lock.LOCK_NAME
-    path.write_bytes(b"")
     prior = 1_700_000_000_123_456_789
-    os.utime(path, ns=(prior, prior))
+    path = _lock_written(memory, b"", prior)
     got = lock.acquire(memory, stale_s=HOUR)
     assert isinstance(got, Acquired)
     assert os.stat(path).st_mtime_ns != prior
@@ -135,13 +141,10 @@ def test_a_recycled_pid_does_not_hold_the_lock(tmp_path: Path) -> None:
     holder is dead and its PID went to another process. Taken over at once, not after the
     stale age."""
     memory = tmp_path / "memory"
-    memory.mkdir()
-    path = memory / lock.LOCK_NAME
     holder = _sleeper()
     try:
-        path.write_text(str(holder.pid))
-        then = time.time() - 600  # written ten minutes ago, before this process existed
-        os.utime(path, (then, then))
+        then = time.time_ns() - 600 * 10**9  # ten minutes ago, before the holder existed
+        path = _lock_written(memory, str(holder.pid).encode(), then)
         got = lock.acquire(memory, stale_s=HOUR)
         assert isinstance(got, Acquired), got
         assert path.read_text() == str(os.getpid())
@@ -187,11 +190,8 @@ def test_a_zombie_holder_does_not_hold_the_lock(tmp_path: Path) -> None:
 
 def test_an_intent_that_cannot_be_recorded_leaves_the_lock_alone(tmp_path: Path) -> None:
     memory = tmp_path / "memory"
-    memory.mkdir()
-    path = memory / lock.LOCK_NAME
-    path.write_bytes(b"")
     prior = 1_700_000_000_123_456_789
-    os.utime(path, ns=(prior, prior))
+    path = _lock_written(memory, b"", prior)
     seen: list[int] = []
 
     def refuse(prior_ns: int) -> None:
@@ -214,14 +214,11 @@ def test_stale_and_dead_and_unreadable_locks_are_taken_over(tmp_path: Path) -> N
             ("empty", b"", 0.0),
         ):
             memory = tmp_path / name / "memory"
-            memory.mkdir(parents=True)
-            path = memory / lock.LOCK_NAME
-            path.write_bytes(body)
-            then = time.time() - age
-            os.utime(path, (then, then))
+            then = time.time_ns() - int(age * 1e9)
+            _lock_written(memory, body, then)
             got = lock.acquire(memory, stale_s=HOUR)
             assert isinstance(got, Acquired), name
-            assert got.prior_mtime_ns == pytest.approx(then * 1e9, abs=1e7)
+            assert got.prior_mtime_ns == pytest.approx(then, abs=1e7)
     finally:
         holder.kill()
         holder.wait()
