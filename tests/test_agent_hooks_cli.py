@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,12 +31,6 @@ from tests.other_cli import AgentCLI
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 DEPLOY_BODY = "Deploys go through scripts/bg-deploy.sh with a 10 minute canary."
-
-
-@pytest.fixture
-def memd_api() -> Iterator[LoopbackAPI]:
-    with LoopbackAPI() as server:
-        yield server
 
 
 def project_with_memory(home: Home) -> Path:
