@@ -82,3 +82,27 @@ async def test_cancelling_the_watcher_ends_it_at_once(tmp_path: Path) -> None:
                 (tmp_path / "-p").mkdir(exist_ok=True)
                 await anyio.sleep(0.2)  # the thread is inside its wait
                 tg.cancel_scope.cancel()
+
+
+async def test_a_lone_append_is_marked_without_waiting_for_the_step(tmp_path: Path) -> None:
+    """The first event of a quiet period is marked at once: ``watch_step_ms`` gathers what
+    follows a read, it is not a delay before it (follow latency, issue 28). With a step of ten
+    minutes, the append must still be marked well within the test's deadline."""
+    folder = tmp_path / "-project"
+    folder.mkdir()
+    transcript = folder / "s.jsonl"
+    transcript.write_bytes(b'{"type":"user"}\n')
+    queue: CoalescingQueue[Path] = CoalescingQueue()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            functools.partial(run_watcher, stop=stop),
+            [WatchedRoot(tmp_path)],
+            TranscriptsConfig(watch_step_ms=600_000),
+            queue,
+        )
+        with transcript.open("ab") as out:
+            out.write(b'{"type":"assistant"}\n')
+        assert await drain(queue, {transcript}) == {transcript}
+        stop.set()
+        tg.cancel_scope.cancel()

@@ -255,7 +255,6 @@ class Watcher:
             else:
                 with anyio.move_on_after(wait):
                     await anyio.wait_readable(tree.fd)
-                    await anyio.sleep(self.config.watch_step_ms / 1000)  # gather a burst
                 events = tree.inotify.read()
                 if events:
                     found = await anyio.to_thread.run_sync(tree.handle, events)
@@ -264,6 +263,9 @@ class Watcher:
                         log.warning("the watch of %s ended; watching it again", self.root)
                         await anyio.sleep(RESTART_DELAY_S)
                         return
+                    # The first event of a quiet period is marked at once (follow latency);
+                    # what comes within the step after it is gathered into one read.
+                    await anyio.sleep(self.config.watch_step_ms / 1000)
             if self.gaps.unwatched:
                 for path in await anyio.to_thread.run_sync(self.gaps.scan):
                     self.queue.mark_nowait(path)
