@@ -108,6 +108,7 @@ def main() -> None:
                 if time.perf_counter() > deadline:
                     raise SystemExit("memd did not start") from None
                 time.sleep(0.05)
+        time.sleep(3.0)  # the follow-up scan, the state flush and the SDK load settle
         probe = Inotify()
         probe.add(str(project).encode())
         parent: str | None = None

@@ -47,6 +47,7 @@ NEW_DIR_DEPTH = 3
 RESTART_DELAY_S = 5.0  # after the root's watch ended (the root was removed or moved)
 LIMIT_CHECK_S = 10.0  # while degraded: try the missing watches again this often
 SKIPPED_SHOWN = 20  # skipped paths listed in status (all are counted)
+INLINE_EVENTS = 64  # at most this many events of names only are handled on the event loop
 
 
 def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
@@ -257,7 +258,10 @@ class Watcher:
                     await anyio.wait_readable(tree.fd)
                 events = tree.inotify.read()
                 if events:
-                    found = await anyio.to_thread.run_sync(tree.handle, events)
+                    if len(events) > INLINE_EVENTS or tree.needs_io(events):
+                        found = await anyio.to_thread.run_sync(tree.handle, events)
+                    else:  # names only: a thread's hop would cost more than the work
+                        found = tree.handle(events)
                     await self._take(tree, found, quiet=False)
                     if found.root_gone:
                         log.warning("the watch of %s ended; watching it again", self.root)

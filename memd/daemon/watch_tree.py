@@ -122,6 +122,15 @@ class Tree:
         elif exc.errno != errno.ENOENT:
             self.skipped[path] = exc.strerror or str(exc)
 
+    def needs_io(self, events: list[Event]) -> bool:
+        """Whether :meth:`handle` would touch the disk for ``events``: a folder or link that
+        appeared (watches added, a look inside), lost events (every folder listed). Growth,
+        new and gone transcripts are only names: handled without a thread's hop."""
+        return any(
+            e.mask & IN_Q_OVERFLOW or (e.mask & APPEARED and not e.name.endswith(b".jsonl"))
+            for e in events
+        )
+
     def handle(self, events: list[Event]) -> Found:
         """The transcripts ``events`` are about; the folders that appeared get watches."""
         found = Found()
