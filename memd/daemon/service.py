@@ -249,6 +249,7 @@ class Daemon:
             self.memory.locate,
             self.exclusion,
             retire_candidates=self.memory.citations.retire_candidates,
+            cite_files=self.memory.citations.record,
         )
 
     def _after_turn(self, where: Location, state: SessionState) -> None:

@@ -18,7 +18,7 @@ Holding the consolidation lock and the record on disk are the caller's part.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
@@ -63,6 +63,10 @@ class DreamSettings:
     snapshot_max_bytes: int = snapshot.SNAPSHOT_MAX_BYTES
 
 
+# Records what the given memory files cite, told each file before rewriting it (issue 26).
+CiteRun = Callable[[Sequence[str], Callable[[str], None]], tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class Job:
     memory_dir: Path
@@ -74,6 +78,9 @@ class Job:
     trigger_session: str = ""
     # Issue 26: memories whose citations have all failed memory.citation_retire_days.
     retire: tuple[str, ...] = ()
+    # Issue 26: records what the files a kept run wrote cite (relative paths; the hook is
+    # told each file before it is rewritten); the files rewritten.
+    cite: CiteRun | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +192,7 @@ def _settle(
         outcome = _give_up(job, "failed", reason)
     else:
         _scrub_written(job, written, settings.redact_secrets)
+        _cite_written(job, written)
         changes = tuple(journal.changes(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT))
         outcome = DreamOutcome("completed", "", changes, ())
     return DreamOutcome(
@@ -233,6 +241,22 @@ def _after(memory_dir: Path, written: Written) -> wipe.After:
 def _scrub_written(job: Job, written: Written, secrets: bool) -> None:
     book = Journal(job.run_dir)
     for relative in scrub_files(job.memory_dir, sorted(written.paths), secrets=secrets):
+        data = snapshot.memory_bytes(job.memory_dir, relative)
+        book.done(relative, snapshot.sha256(data) if data is not None else None)
+
+
+def _cite_written(job: Job, written: Written) -> None:
+    """Record the citations of the files the run wrote, journaled as the run's own writes
+    (an undo puts each file back byte for byte)."""
+    if job.cite is None:
+        return
+    book = Journal(job.run_dir)
+    try:
+        cited = job.cite(sorted(written.paths), book.intent)
+    except Exception:  # a citation is a hint: the run is kept without one
+        log.exception("recording the citations of %s crashed", job.memory_dir)
+        return
+    for relative in cited:
         data = snapshot.memory_bytes(job.memory_dir, relative)
         book.done(relative, snapshot.sha256(data) if data is not None else None)
 

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -40,7 +40,7 @@ from memd.clock import Clock
 from memd.config import Config
 from memd.daemon.queues import CoalescingQueue
 from memd.dream import gates, lock
-from memd.dream.consolidate import DreamOutcome, DreamSettings, Job, consolidate
+from memd.dream.consolidate import CiteRun, DreamOutcome, DreamSettings, Job, consolidate
 from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
 from memd.dream.restore import pending_reason, recover_all, recover_run
@@ -58,6 +58,8 @@ from memd.state import SessionState
 log = logging.getLogger(__name__)
 
 HISTORY = 10
+# (cwd, memory dir, files, told before each rewrite) → the files whose citations were recorded.
+CiteFiles = Callable[[str, Path, Sequence[str], Callable[[str], None]], tuple[str, ...]]
 # A dream parked by the cost guard (an error retrying cannot fix) stays parked for automatic
 # checks; `memdctl dream --force` is the manual trigger that releases it.
 GUARD_KEY = "dream"
@@ -85,6 +87,7 @@ class DreamDir:
     lock_mtime: float | None = None
     busy: lock.Busy | None = None
     trigger: str = ""
+    cwd: str = ""  # a session's, the newest seen: the repository its memories cite
     running: Running | None = None
     history: deque[RunRecord] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
@@ -103,9 +106,11 @@ class DreamService:
         exclusion: DirExclusion,
         *,
         retire_candidates: Callable[[Path], list[str]] | None = None,
+        cite_files: CiteFiles | None = None,
     ) -> None:
         self.projects_root = projects_root
         self._retire_candidates = retire_candidates
+        self._cite_files = cite_files
         self.config = config
         self.store = RunStore(state_dir)
         self._clock = clock
@@ -133,6 +138,7 @@ class DreamService:
         if state.path and folder.is_absolute() and folder.parent == self.projects_root:
             found.folders.add(folder)  # only a project folder's own transcripts are counted
         found.trigger = state.session_id
+        found.cwd = state.cwd or found.cwd
         self._queue.mark_nowait(found.key)
 
     async def check(self, *, cwd: str | None, project: str | None, force: bool) -> dict[str, Any]:
@@ -142,6 +148,7 @@ class DreamService:
         if where.opted_out:
             raise ValueError(f"the project is opted out of memory: {where.opted_out}")
         found = self._dir(where.memory_dir)
+        found.cwd = cwd or found.cwd
         if force:
             self._guard.release("dream", subject=found.key)
         verdict, record = await self._check(found, force=force, trigger="", auto=False)
@@ -333,6 +340,12 @@ class DreamService:
             return ()
         return tuple(await anyio.to_thread.run_sync(self._retire_candidates, memory_dir))
 
+    def _citer(self, cwd: str, memory_dir: Path) -> CiteRun | None:
+        """What records the citations of a run's files, for the repository at ``cwd``."""
+        if self._cite_files is None or not cwd:
+            return None
+        return partial(self._cite_files, cwd, memory_dir)
+
     async def _dream(self, found: DreamDir, running: Running, trigger: str) -> None:
         record = running.record
         llm = self._get_llm()
@@ -355,6 +368,7 @@ class DreamService:
             today=datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y-%m-%d"),
             trigger_session=trigger,
             retire=await self._retire(Path(record.memory_dir)),
+            cite=self._citer(found.cwd, Path(record.memory_dir)),
         )
         log.info(
             "dream in %s: run %s starts (%d sessions)",

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +32,7 @@ from memd.llm.client import LLM, Disabled
 from memd.llm.guard import CostGuard, Parked, Retry, describe, shrink_input
 from memd.llm.ledger import Ledger, billed_tokens
 from memd.memory.cursors import CursorStore, SessionCursor
-from memd.memory.extract import ExtractSettings, extract_memories
+from memd.memory.extract import ExtractSettings, extract_memories, in_memory_dir
 from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.location import Location
 from memd.memory.plan import Job, Skip, plan_extraction
@@ -109,6 +109,8 @@ class ExtractionJobs:
         self._runs: Counter[str] = Counter()
         # Where the type goes in the files of a session's run (its Claude Code's form).
         self.form_for: Callable[[SessionState], Awaitable[FrontmatterForm]] | None = None
+        # Records what the files a kept run wrote cite (issue 26): (cwd, memory dir, files).
+        self.cite_files: Callable[[str, Path, Sequence[str]], tuple[str, ...]] | None = None
         # After a prompt-too-long, per (memory dir, session): the most tokens of new
         # conversation one run may send (R-B1); kept while the daemon runs.
         self._input_caps: dict[tuple[str, str], int] = {}
@@ -253,6 +255,7 @@ class ExtractionJobs:
             input_cap=self._input_caps.get((key, state.session_id)),
         )
         self._guard.record_success("memory_extract", subject=key)
+        await self._cite(project.where.memory_dir, state.cwd, result.files_touched)
         tokens = billed_tokens(result.usage)
         log.info(
             "memory extraction for %s (session %s): %s, %d turns, %d files, %d billed tokens",
@@ -267,6 +270,16 @@ class ExtractionJobs:
         return ProjectRun(
             self._clock.now(), "extracted", state.session_id, detail, result.files_touched, tokens
         )
+
+    async def _cite(self, memory_dir: Path, cwd: str, touched: Sequence[str]) -> None:
+        """Record the citations of the memories a kept run wrote (never raises)."""
+        relatives = [r for r in (in_memory_dir(memory_dir, p) for p in touched) if r]
+        if self.cite_files is None or not relatives:
+            return
+        try:
+            await anyio.to_thread.run_sync(self.cite_files, cwd, memory_dir, relatives)
+        except Exception:  # a citation is a hint: the run's memories are kept without one
+            log.exception("recording the citations of %s crashed", memory_dir)
 
     async def _covered(
         self, store: CursorStore, default: SessionCursor, project: _Project, cursor: str | None

@@ -142,6 +142,7 @@ class MemoryService:
             extraction_off=self._extraction_off,
         )
         self._jobs.form_for = self._form_for
+        self._jobs.cite_files = self.citations.record
 
     def reconfigure(self, config: Config) -> None:
         """New settings (config reload); a running extraction finishes with the old ones."""

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from memd import git
 from memd.atomic import persist
 from memd.config import MemoryConfig
 from memd.memory.citations import Citation, from_frontmatter, infer, to_frontmatter
+from memd.memory.cite_files import record_citations
 from memd.memory.freshness import MS_PER_DAY
 from memd.memory.frontmatter import parse_document
 from memd.memory.recall import MAX_CONTENT_BYTES, RecalledMemory
@@ -215,6 +217,21 @@ class CitationChecks:
             return None
         repo = self.repository(cwd, memory_dir)
         return to_frontmatter(self.verifier.baseline(repo, infer(text)))
+
+    def record(
+        self,
+        cwd: str,
+        memory_dir: Path,
+        relatives: Sequence[str],
+        before_write: Callable[[str], None] | None = None,
+    ) -> tuple[str, ...]:
+        """Write the citations of the memory files an agent's run wrote (``relatives``,
+        below ``memory_dir``; see :func:`memd.memory.cite_files.record_citations`); the files
+        rewritten. Nothing when checks are off or the run had no cwd."""
+        if not self.enabled or not cwd or not relatives:
+            return ()
+        cite = partial(self.cite, cwd, memory_dir)
+        return record_citations(memory_dir, relatives, cite, before_write)
 
     def listing(
         self, cwd: str, memory_dir: Path, headers: Sequence[MemoryHeader]
