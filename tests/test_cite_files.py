@@ -67,3 +67,10 @@ def test_a_dreams_citations_are_journaled_and_undone_byte_for_byte(tmp_path: Pat
     undone = journal.undo(mdir, run, snap)
     assert undone.restored == ("project_retry.md",) and undone.flagged == ()
     assert (mdir / "project_retry.md").read_bytes() == MEMORY.encode()
+
+
+def test_a_memory_that_cites_nothing_is_left_as_it_is(tmp_path: Path) -> None:
+    plain = "---\nname: tone\ndescription: terse\ntype: feedback\n---\n\nBe terse.\n"
+    (tmp_path / "feedback_tone.md").write_text(plain)
+    assert record_citations(tmp_path, ["feedback_tone.md"], lambda body: []) == ()
+    assert (tmp_path / "feedback_tone.md").read_text() == plain

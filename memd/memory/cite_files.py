@@ -49,7 +49,8 @@ def record_citations(
     """Write the ``citations`` of each topic file in ``relatives`` (relative to
     ``memory_dir``) that does not record them as its text cites them now; the relative paths
     rewritten. ``before_write`` is told each file before it is written (a dream journals its
-    intent). A file that cannot be read or written is passed over (logged), never raised."""
+    intent). A file that cites nothing and records nothing is left as it is; one that cannot
+    be read or written is passed over (logged), never raised."""
     changed: list[str] = []
     with opened_area(memory_dir) as area:
         if area is None:
@@ -82,8 +83,8 @@ def _record_one(
     if recorded is not None and _still_cited(recorded, document.body):
         return False
     rows = cite(document.body)
-    if rows is None:
-        return False
+    if rows is None or (not rows and recorded is None):
+        return False  # checks off, or it cites nothing: no key needed to say so
     updated = with_citations(text, rows, replace=recorded is not None)
     if updated is None or updated == text:
         return False
