@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd.memory.paths import check_opt_out, memory_dir
+from memd.memory.paths import MEMORY_DIRNAME, check_opt_out, match_ignore_globs, memory_dir
 
 
 @dataclass(frozen=True)
@@ -30,3 +30,20 @@ def locate(projects_root: Path, cwd: str, globs: Sequence[str], home: str | None
     aliases = tuple(dict.fromkeys((str(directory), os.path.realpath(directory))))
     opted = check_opt_out(Path(cwd), globs, home=home)
     return Location(directory, aliases, opted.reason if opted else None)
+
+
+def locate_project(
+    projects_root: Path, project: str, globs: Sequence[str], home: str | None
+) -> Location | None:
+    """The memory dir of ``project``: a project folder name or its path under
+    ``projects_root``; None for a project's own path, to be located as a cwd."""
+    name = project
+    if "/" in project:
+        candidate = Path(project)
+        if candidate.parent != projects_root and candidate.is_absolute():
+            return None
+        name = candidate.name
+    directory = projects_root / name / MEMORY_DIRNAME
+    glob = match_ignore_globs([name], globs, home=home)
+    opted = f"matches privacy.ignore_projects glob {glob!r}" if glob else None
+    return Location(directory, (str(directory),), opted)

@@ -53,21 +53,19 @@ from memd.memory.claude_code import (
     moved_memory_dir,
     read_settings,
 )
-from memd.memory.freshness import RECALL_CAVEAT, age_text, freshness_warning
+from memd.memory.freshness import RECALL_CAVEAT
 from memd.memory.frontmatter import FrontmatterForm
-from memd.memory.index import assemble_index, load_index
 from memd.memory.jobs import DirHold, ExtractionJobs
-from memd.memory.location import Location, locate
-from memd.memory.paths import MEMORY_DIRNAME, match_ignore_globs, memory_dir
+from memd.memory.location import Location, locate, locate_project
+from memd.memory.paths import memory_dir
 from memd.memory.pinned import linked_memories, pinned_memories
 from memd.memory.rank_index import RecallCache
+from memd.memory.reads import loaded_index, manifest_rows, scan_headers
 from memd.memory.recall import recall
-from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
+from memd.memory.scan import MemoryHeader
 from memd.memory.session_context import SessionContext, SessionContexts, apply, scan_transcript
-from memd.memory.store import MemoryStore
 from memd.memory.trust import CitationChecks
 from memd.memory.turns import TurnEnds
-from memd.privacy import scrub_text
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
 
@@ -289,38 +287,8 @@ class MemoryService:
         }
         if off:
             return result
-        store = MemoryStore(where.memory_dir)
-        raw = await anyio.to_thread.run_sync(store.read_index)
-        memory = self.config.memory
-        assembled = "" if raw else await self._assembled_index(where.memory_dir)
-        clean = scrub_text(raw or assembled, secrets=self.config.privacy.redact_secrets)
-        loaded = load_index(
-            clean, max_lines=memory.index_max_lines, max_bytes=memory.index_max_bytes
-        )
-        result.update(
-            exists=bool(raw),
-            assembled=bool(assembled),
-            text=loaded.text,
-            truncated=loaded.truncated,
-            cut=loaded.cut,
-            total_lines=loaded.total_lines,
-            total_bytes=loaded.total_bytes,
-        )
+        result.update(await loaded_index(where.memory_dir, self.config))
         return result
-
-    async def _assembled_index(self, memory_dir: Path) -> str:
-        """The index assembled from each memory's name and description (newest first) for a
-        memory dir without ``MEMORY.md``."""
-        memory = self.config.memory
-        headers = await anyio.to_thread.run_sync(
-            partial(
-                scan_memories,
-                memory_dir,
-                max_files=memory.scan_max_files,
-                head_lines=memory.frontmatter_lines,
-            )
-        )
-        return assemble_index([(h.relative, h.name or "", h.description or "") for h in headers])
 
     async def memories(
         self, *, cwd: str | None = None, project: str | None = None, check: bool = False
@@ -337,30 +305,8 @@ class MemoryService:
         }
         if where.opted_out or self.disabled_reason():
             return result
-        memory = self.config.memory
-        headers = await anyio.to_thread.run_sync(
-            lambda: scan_memories(
-                where.memory_dir,
-                max_files=memory.scan_max_files,
-                head_lines=memory.frontmatter_lines,
-            )
-        )
-        now_ms = int(self._clock.now() * 1000)
-        result["memories"] = [
-            {
-                "path": str(h.path),
-                "relative": h.relative,
-                "name": h.name,
-                "description": h.description,
-                "type": h.type,
-                "mtime": iso_mtime(h.mtime_ms),
-                "age": age_text(h.mtime_ms, now_ms),
-                "warning": freshness_warning(h.mtime_ms, now_ms),
-                "problems": list(h.problems),
-                "line": manifest_line(h),
-            }
-            for h in headers
-        ]
+        headers = await scan_headers(where.memory_dir, self.config)
+        result["memories"] = manifest_rows(headers, int(self._clock.now() * 1000))
         if check:
             result["checked"] = await self._check_listing(cwd, where, headers, result)
         return result
@@ -389,16 +335,9 @@ class MemoryService:
             return await self.locate(cwd)
         if not project:
             raise ValueError("give either 'cwd' or 'project'")
-        name = project
-        if "/" in project:
-            candidate = Path(project)
-            if candidate.parent != self.projects_root and candidate.is_absolute():
-                return await self.locate(project)  # a project's own path: treat as a cwd
-            name = candidate.name
-        directory = self.projects_root / name / MEMORY_DIRNAME
-        glob = match_ignore_globs([name], self.config.privacy.ignore_projects, home=self._home)
-        opted = f"matches privacy.ignore_projects glob {glob!r}" if glob else None
-        return Location(directory, (str(directory),), opted)
+        globs = self.config.privacy.ignore_projects
+        where = locate_project(self.projects_root, project, globs, self._home)
+        return where if where is not None else await self.locate(project)
 
     async def recall(
         self,

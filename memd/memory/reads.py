@@ -1,0 +1,79 @@
+"""What clients read of a project's memory dir: its index as it goes into context (R-M2) and
+its manifest rows (R-M5).
+
+The index is the project's ``MEMORY.md``, or, for a memory dir with topic files and no
+``MEMORY.md``, one assembled from each memory's name and description (newest first); either
+is scrubbed of secrets, then cut to the configured lines and bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from memd.config import Config
+from memd.memory.freshness import age_text, freshness_warning
+from memd.memory.index import assemble_index, load_index
+from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
+from memd.memory.store import MemoryStore
+from memd.privacy import scrub_text
+
+
+async def loaded_index(memory_dir: Path, config: Config) -> dict[str, Any]:
+    """The index of ``memory_dir`` as the index reply's fields (``exists``, ``assembled``,
+    ``text``, the cut and the totals); blocking reads run in a worker thread."""
+    memory = config.memory
+    raw = await anyio.to_thread.run_sync(MemoryStore(memory_dir).read_index)
+    assembled = ""
+    if not raw:
+        headers = await scan_headers(memory_dir, config)
+        assembled = assemble_index(
+            [(h.relative, h.name or "", h.description or "") for h in headers]
+        )
+    clean = scrub_text(raw or assembled, secrets=config.privacy.redact_secrets)
+    loaded = load_index(clean, max_lines=memory.index_max_lines, max_bytes=memory.index_max_bytes)
+    return {
+        "exists": bool(raw),
+        "assembled": bool(assembled),
+        "text": loaded.text,
+        "truncated": loaded.truncated,
+        "cut": loaded.cut,
+        "total_lines": loaded.total_lines,
+        "total_bytes": loaded.total_bytes,
+    }
+
+
+async def scan_headers(memory_dir: Path, config: Config) -> list[MemoryHeader]:
+    """The headers of ``memory_dir``'s newest memories, as many as the manifest shows (newest
+    first; in a worker thread)."""
+    memory = config.memory
+    scan = partial(
+        scan_memories,
+        memory_dir,
+        max_files=memory.scan_max_files,
+        head_lines=memory.frontmatter_lines,
+    )
+    return await anyio.to_thread.run_sync(scan)
+
+
+def manifest_rows(headers: Sequence[MemoryHeader], now_ms: int) -> list[dict[str, Any]]:
+    """One manifest row per header (``memdctl memories``), its age as of ``now_ms``."""
+    return [
+        {
+            "path": str(h.path),
+            "relative": h.relative,
+            "name": h.name,
+            "description": h.description,
+            "type": h.type,
+            "mtime": iso_mtime(h.mtime_ms),
+            "age": age_text(h.mtime_ms, now_ms),
+            "warning": freshness_warning(h.mtime_ms, now_ms),
+            "problems": list(h.problems),
+            "line": manifest_line(h),
+        }
+        for h in headers
+    ]
