@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from memd.config import Config, DreamConfig
+from memd.config import Config, DreamConfig, PrivacyConfig
 from memd.dream.lock import LOCK_NAME
 from memd.dream.service import DreamService
 from memd.llm.client import LLM
@@ -161,3 +161,17 @@ async def test_the_time_gate_never_counts_the_run_going_on(
         finally:
             finish.set()
             tg.cancel_scope.cancel()
+
+
+async def test_a_project_named_by_folder_keeps_its_opt_out(tmp_path: Path) -> None:
+    """``privacy.ignore_projects`` matches the folder name as memory's reads do: no dream is
+    started there by name, as none is by a session's cwd."""
+    prepare(tmp_path)
+    cfg = dataclasses.replace(Config(), privacy=PrivacyConfig(ignore_projects=("proj",)))
+    service = make_service(tmp_path, object(), cfg)
+    async with anyio.create_task_group() as tg:
+        await tg.start(service.run)
+        with pytest.raises(ValueError, match="opted out"):
+            await service.check(cwd=None, project="proj", force=True)
+        assert service.row(tmp_path / "projects" / "proj" / "memory")["last_runs"] == []
+        tg.cancel_scope.cancel()

@@ -377,6 +377,21 @@ async def test_index_is_cut_with_a_notice_and_memories_lists_rows(tmp_path: Path
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("project", ["..", ".", "proj/.."])
+async def test_a_project_name_that_is_no_folder_of_its_own_is_refused(
+    tmp_path: Path, project: str
+) -> None:
+    """``..`` named the memory dir beside the projects root (``~/.claude/memory``), outside
+    every project; the manifest refuses it as dream does."""
+    world = World(tmp_path, Disabled("no API key"))
+    outside = world.service.projects_root.parent / "memory"
+    outside.mkdir(parents=True, exist_ok=True)
+    (outside / "feedback_testing.md").write_text(TOPIC)
+    with pytest.raises(ValueError, match="not a project"):
+        await world.service.memories(project=project)
+
+
+@pytest.mark.anyio
 async def test_recall_leaves_out_what_the_session_was_shown(tmp_path: Path) -> None:
     world = World(tmp_path, Disabled("no API key"))
     world.memory.mkdir(parents=True)

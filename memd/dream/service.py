@@ -52,7 +52,7 @@ from memd.llm.client import LLM, Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.guard import Go as GuardGo
 from memd.llm.ledger import Ledger, billed_tokens
-from memd.memory.location import Location
+from memd.memory.location import Location, locate_project
 from memd.state import SessionState
 
 log = logging.getLogger(__name__)
@@ -164,16 +164,9 @@ class DreamService:
             return await self._locate(cwd)
         if not project:
             raise ValueError("give either 'cwd' or 'project'")
-        name = project
-        if "/" in project:
-            candidate = Path(project)
-            if candidate.is_absolute() and candidate.parent != self.projects_root:
-                return await self._locate(project)
-            name = candidate.name
-        if name in ("", ".", ".."):
-            raise ValueError(f"not a project: {project!r}")
-        directory = self.projects_root / name / "memory"
-        return Location(directory, (str(directory),), None)
+        globs = self.config.privacy.ignore_projects
+        where = locate_project(self.projects_root, project, globs, None)
+        return where if where is not None else await self._locate(project)
 
     def _dir(self, memory_dir: Path) -> DreamDir:
         key = str(memory_dir)

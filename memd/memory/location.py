@@ -36,13 +36,16 @@ def locate_project(
     projects_root: Path, project: str, globs: Sequence[str], home: str | None
 ) -> Location | None:
     """The memory dir of ``project``: a project folder name or its path under
-    ``projects_root``; None for a project's own path, to be located as a cwd."""
+    ``projects_root``; None for a project's own path, to be located as a cwd. ``ValueError``
+    for a name that is no folder of its own (``..`` would reach out of ``projects_root``)."""
     name = project
     if "/" in project:
         candidate = Path(project)
         if candidate.parent != projects_root and candidate.is_absolute():
             return None
         name = candidate.name
+    if name in ("", ".", ".."):
+        raise ValueError(f"not a project: {project!r}")
     directory = projects_root / name / MEMORY_DIRNAME
     glob = match_ignore_globs([name], globs, home=home)
     opted = f"matches privacy.ignore_projects glob {glob!r}" if glob else None
