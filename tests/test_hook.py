@@ -20,11 +20,13 @@ from memd.memory.hook_context import hook_stdout
 from memd_client import hook
 from memd_client.hooks_install import (
     HOOK_CODE,
+    detached,
     hook_command,
     install_hooks,
     merge_hooks,
     parse_memd_hook,
     uninstall_hooks,
+    waited_for,
 )
 
 EVENTS = [
@@ -143,10 +145,12 @@ def test_install_hooks_keeps_user_hooks_and_is_idempotent(tmp_path: Path) -> Non
     data = json.loads(settings.read_text())
     assert data["model"] == "opus"
     assert data["hooks"]["PreToolUse"] == [mine]
-    for event in ("SessionStart", "UserPromptSubmit", "Stop"):
+    for event in ("SessionStart", "UserPromptSubmit", "SessionEnd"):
         commands = [h["command"] for g in data["hooks"][event] for h in g["hooks"]]
-        assert commands == ["/bin/memd-hook"]
-    assert data["hooks"]["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
+        assert commands == [
+            detached("/bin/memd-hook") if event == "SessionEnd" else "/bin/memd-hook"
+        ]
+    assert data["hooks"]["SessionStart"][0]["matcher"] == "resume|clear|compact"
     before = settings.read_text()
     assert install_hooks(settings, "/bin/memd-hook") == [
         f"memd hooks already present in {settings}"
@@ -176,7 +180,7 @@ json_values = st.recursive(
 @given(st.dictionaries(st.sampled_from(["model", "env", "permissions", "x"]), json_values))
 def test_merge_keeps_everything_else(settings: dict[str, Any]) -> None:
     merged, changed = merge_hooks(settings, "/bin/memd-hook")
-    assert changed == ["SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"]
+    assert changed == ["SessionStart", "UserPromptSubmit", "SessionEnd"]
     assert {k: v for k, v in merged.items() if k != "hooks"} == settings
     again, changed_again = merge_hooks(merged, "/bin/memd-hook")
     assert again == merged and changed_again == []
@@ -194,6 +198,8 @@ OLD_FORMS = [
     "'/home/a b/.venv/bin/memd-hook'",
     "/usr/bin/python3 -m memd_client.hook",
     "/v/bin/python /v/lib/python3.11/site-packages/memd_client/hook.py",
+    # what install-hooks wrote before issue 25: with site, which cost more than the rest
+    f"/usr/bin/python3 -I -c {shlex.quote(HOOK_CODE)} /v/site-packages/memd_client/hook.py",
 ]
 
 
@@ -214,11 +220,42 @@ def test_install_hooks_replaces_an_older_memd_entry(tmp_path: Path, old: str) ->
     new = hook_command("/opt/py/bin/python3", "/opt/py/lib/site-packages/memd_client/hook.py")
     done = install_hooks(settings, new)
     assert "removed memd's older hook command for Stop, SessionEnd" in done
-    for event in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"):
+    for event in ("SessionStart", "UserPromptSubmit"):
         assert memd_commands(settings, event) == [new]
+    assert memd_commands(settings, "SessionEnd") == [detached(new)]
     stop = json.loads(settings.read_text())["hooks"]["Stop"]
     assert stop[0] == {"hooks": [theirs]}
     assert install_hooks(settings, new) == [f"memd hooks already present in {settings}"]
+
+
+def test_claude_code_waits_only_for_the_hooks_whose_answer_it_reads(tmp_path: Path) -> None:
+    """SessionEnd only tells memd the session ended: its command starts the hook in the
+    background, so Claude Code waits for a shell alone, and memd's Stop hook is gone (turn
+    ends come from the transcript and from SessionEnd); SessionStart and UserPromptSubmit
+    stay waited for. An install from before (Stop, and SessionEnd waited for) is brought to
+    that; uninstall removes every form."""
+    settings = tmp_path / "settings.json"
+    new = hook_command("/usr/bin/python3", "/x/memd_client/hook.py")
+    waited = {"type": "command", "command": new, "timeout": 10}
+    old = {e: [{"hooks": [waited]}] for e in ("Stop", "SessionEnd")}
+    old["SessionStart"] = [{"matcher": "startup|resume|clear|compact", "hooks": [waited]}]
+    settings.write_text(json.dumps({"hooks": old}))
+    assert waited_for(json.loads(settings.read_text())) == ["Stop", "SessionEnd"]
+    done = install_hooks(settings, new)
+    assert "removed memd's older hook command for Stop, SessionEnd, SessionStart" in done
+    hooks = json.loads(settings.read_text())["hooks"]
+    entries = {e: [h for g in hooks[e] for h in g["hooks"]] for e in hooks}
+    assert hooks["SessionStart"][0]["matcher"] == "resume|clear|compact"  # not at a startup
+    assert entries == {
+        "SessionStart": [waited],
+        "UserPromptSubmit": [waited],
+        "SessionEnd": [{**waited, "command": detached(new)}],
+    }
+    assert waited_for(json.loads(settings.read_text())) == []
+    assert install_hooks(settings, new) == [f"memd hooks already present in {settings}"]
+    settings.write_text(json.dumps({"hooks": {**hooks, **old}}))
+    uninstall_hooks(settings)
+    assert not settings.exists() or "hook.py" not in settings.read_text()
 
 
 def test_uninstall_hooks_removes_every_form(tmp_path: Path) -> None:
@@ -236,7 +273,7 @@ def test_the_hook_command_names_its_paths_whatever_they_hold(folder: str, name: 
     python = f"/{folder}/bin/python3"
     hook_file = f"/{folder}/{name.replace('/', '_')}/memd_client/hook.py"
     command = hook_command(python, hook_file)
-    assert shlex.split(command) == [python, "-I", "-c", HOOK_CODE, hook_file]
+    assert shlex.split(command) == [python, "-I", "-S", "-c", HOOK_CODE, hook_file]
     parsed = parse_memd_hook(command)
     assert parsed is not None and parsed.form == "interpreter"
     assert (parsed.program, parsed.module_file) == (python, hook_file)

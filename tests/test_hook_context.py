@@ -281,6 +281,39 @@ async def test_no_index_when_claude_code_loads_its_own(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_the_first_prompt_brings_the_index_when_no_session_start_did(tmp_path: Path) -> None:
+    """install-hooks runs no SessionStart hook at a startup (one hook process fewer before
+    ``claude -p`` answers): the first prompt's hook brings the index, ahead of the memories
+    it recalls, once; after a SessionStart that brought it, a prompt does not repeat it; and
+    none when Claude Code loads MEMORY.md itself."""
+    for auto_memory in (False, True):
+        (tmp_path / str(auto_memory)).mkdir()
+        world = Fixture(tmp_path / str(auto_memory), claude_auto_memory=auto_memory)
+        world.memory_file("feedback_db.md", "Real DB", "Never mock Postgres", "make test-db", 0)
+        (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md) — never mock\n")
+        event = world.event("UserPromptSubmit", prompt="can I mock postgres here?")
+        first = str(
+            (await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET))[
+                "additionalContext"
+            ]
+        )
+        assert ("- [Real DB](feedback_db.md)" in first) is not auto_memory
+        assert "make test-db" in first and first.index("Real DB") < first.index("make test-db")
+        later = {**event, "prompt": "and postgres again?"}
+        again = await hook_context("UserPromptSubmit", later, world.service, budget_bytes=BUDGET)
+        assert again == {"additionalContext": None}
+    (tmp_path / "started").mkdir()
+    world = Fixture(tmp_path / "started")
+    started = {**world.event("SessionStart", source="startup"), "session_id": "s2"}
+    (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md) — never mock\n")
+    start = await hook_context("SessionStart", started, world.service, budget_bytes=BUDGET)
+    assert "Real DB" in str(start["additionalContext"])
+    prompt = {**world.event("UserPromptSubmit", prompt="zzz"), "session_id": "s2"}
+    after = await hook_context("UserPromptSubmit", prompt, world.service, budget_bytes=BUDGET)
+    assert after == {"additionalContext": None}
+
+
+@pytest.mark.anyio
 async def test_session_start_without_memories_injects_nothing(tmp_path: Path) -> None:
     world = Fixture(tmp_path)
     result = await hook_context(

@@ -411,7 +411,6 @@ def test_install_and_uninstall_hooks_keep_mode_and_other_hooks(tmp_path: Path) -
             "PreToolUse",
             "SessionStart",
             "UserPromptSubmit",
-            "Stop",
             "SessionEnd",
         }
         done = memdctl(home, "uninstall-hooks", "--json")

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import memd_client.hook
 from memd.daemon.logsetup import LIBRARY_LOGGERS, configure_logging, log_destination
 from memd.envfile import merged, parse_env_text, read_env_file
 from memd_client import service
@@ -25,7 +26,7 @@ from memd_client.cli_base import Ctx
 from memd_client.cli_daemon import extraction_failure, project_params
 from memd_client.cli_doctor import Facts, check_hooks, check_writes
 from memd_client.cli_top import screen_lines
-from memd_client.hooks_install import hook_command, install_hooks, uninstall_hooks
+from memd_client.hooks_install import MATCHERS, hook_command, install_hooks, uninstall_hooks
 from memd_client.render import render_session, render_sessions
 from memd_client.render_status import render_status
 from memd_client.textfmt import ago, table, unique_prefixes
@@ -386,6 +387,27 @@ def test_doctor_names_a_hook_file_that_is_gone(tmp_path: Path) -> None:
     assert str(hook_file) in gone.detail
     hook_file.parent.mkdir(parents=True)
     hook_file.write_text("")
+    assert check_hooks(facts).verdict == "ok"
+
+
+def test_doctor_names_an_older_install_that_claude_code_waits_for(tmp_path: Path) -> None:
+    """memd's hooks as installed before issue 25 (with site, Stop and SessionEnd waited for) still
+    work: the doctor says what they cost and that install-hooks replaces them."""
+    settings = tmp_path / "settings.json"
+    new = hook_command(sys.executable, memd_client.hook.__file__)
+    old = new.replace(" -I -S ", " -I ", 1)
+    entry = {"type": "command", "command": old, "timeout": 10}
+    events = [*MATCHERS, "Stop"]
+    settings.write_text(json.dumps({"hooks": {e: [{"hooks": [entry]}] for e in events}}))
+    facts = Facts({}, tmp_path, settings=settings)
+    older = check_hooks(facts)
+    assert (older.verdict, older.fix) == ("warn", "run `memdctl install-hooks`: it replaces it")
+    assert "interpreter with site" in older.detail
+    entry["command"] = new
+    settings.write_text(json.dumps({"hooks": {e: [{"hooks": [entry]}] for e in events}}))
+    waited = check_hooks(facts)
+    assert waited.verdict == "warn" and "waits for memd's Stop and SessionEnd hook" in waited.detail
+    install_hooks(settings, new)
     assert check_hooks(facts).verdict == "ok"
 
 

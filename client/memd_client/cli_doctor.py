@@ -28,7 +28,7 @@ from memd_client.cli_doctor_agents import (
 from memd_client.cli_local import agent_settings, client_version, settings_path
 from memd_client.errors import MemdClientError
 from memd_client.hook_record import read_failed_open, record_path
-from memd_client.hooks_install import MATCHERS, read_settings
+from memd_client.hooks_install import MATCHERS, read_settings, waited_for
 from memd_client.paths import default_runtime_dir
 from memd_client.render_status import write_fix
 from memd_client.textfmt import Style
@@ -208,6 +208,15 @@ def check_hooks(f: Facts) -> Check:
             "warn",
             f"the hook runs in an older, slower form ({older.form}: {older.program})",
             f"{fix}: it replaces it",
+        )
+    waited = waited_for(settings)
+    if waited:
+        return Check(
+            "hooks",
+            "warn",
+            f"Claude Code waits for memd's {' and '.join(waited)} hook (an older install), "
+            "which only tells memd a turn ended: it slows every `claude -p`",
+            f"{fix}: it removes the Stop hook and runs SessionEnd in the background",
         )
     return Check("hooks", "ok", f"memd's hook runs on {', '.join(MATCHERS)}")
 

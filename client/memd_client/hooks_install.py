@@ -40,9 +40,10 @@ from memd_client.config_backup import give_back, keep_first_backup
 from memd_client.json_layout import json_layout
 
 MATCHERS = {
-    "SessionStart": "startup|resume|clear|compact",
+    # Not at a startup: the first prompt's hook brings the index then (one process fewer
+    # before ``claude -p`` answers; BENCHMARKS.md, issue 25).
+    "SessionStart": "resume|clear|compact",
     "UserPromptSubmit": None,
-    "Stop": None,
     "SessionEnd": None,  # the session's last memory extraction (the hook only notifies memd)
 }
 HOOK_TIMEOUT_S = 10
@@ -53,27 +54,72 @@ HOOK_TIMEOUT_S = 10
 # kills it and compacts anyway; memd answers in well under a second or lets it through.
 TAKEOVER_MATCHERS: dict[str, str | None] = {"PreCompact": "manual"}
 TAKEOVER_TIMEOUT_S = 5
+# SessionEnd only tells memd the session ended, and each hook Claude Code waits for is a
+# process on the prompt path (BENCHMARKS.md, issue 25): its command starts the hook in the
+# background (:func:`detached`), so Claude Code waits for a shell and ``cat`` alone. Not
+# ``"async": true``, nor a bare ``… &``: Claude Code (2.1.197, 2.1.331) then writes no stdin
+# to a hook whose shell has exited; the shell reads it first. No Stop hook any more:
+# memd reads turn ends from the transcript (``turn_duration``), print mode's one turn ends
+# with its SessionEnd, and an async Stop made ``claude -p`` wait ~1.5 s at exit (2.1.331).
+BACKGROUND = frozenset({"SessionEnd"})
+# The hook in the background: the shell reads the agent's input, hands it to the hook and
+# leaves it running, its output nowhere (the agent waits for its pipes to close).
+DETACH_HEAD = 'i=$(cat); printf %s "$i" | '
+DETACH_TAIL = " >/dev/null 2>&1 &"
+
+
+def detached(command: str) -> str:
+    """``command`` run in the background by the agent's shell, fed the hook's input."""
+    return DETACH_HEAD + command + DETACH_TAIL
+
+
+def undetached(command: str) -> str | None:
+    """The command :func:`detached` made ``command`` of, or None."""
+    if command.startswith(DETACH_HEAD) and command.endswith(DETACH_TAIL):
+        return command[len(DETACH_HEAD) : -len(DETACH_TAIL)]
+    return None
 
 
 @dataclass(frozen=True)
 class AgentHooks:
     """What one agent's hooks file gets from memd: ``events`` (event → matcher, or None for
-    none) and the ``timeout`` each entry carries, in the agent's unit (``timeouts``: an
-    event's own); memd's entries in the ``optional`` events it does not list are removed."""
+    none), the ``timeout`` each entry carries, in the agent's unit (``timeouts``: an
+    event's own), the events the agent runs in the ``background`` (the command wrapped by
+    :func:`detached`); memd's entries in the ``optional`` events it does not list are
+    removed, and so are those on the ``retired`` events memd's hook ran on once (an older
+    install's, which doctor names)."""
 
     agent: str
     events: dict[str, str | None]
     timeout: int
     timeouts: dict[str, int] = field(default_factory=dict)
     optional: tuple[str, ...] = ()
+    background: frozenset[str] = frozenset()
+    retired: tuple[str, ...] = ()
+
+    def entry(self, event: str, command: str) -> dict[str, Any]:
+        """The hook entry memd writes for ``event``."""
+        if event in self.background:
+            command = detached(command)
+        timeout = self.timeouts.get(event, self.timeout)
+        return {"type": "command", "command": command, "timeout": timeout}
 
 
-CLAUDE_HOOKS = AgentHooks("claude", MATCHERS, HOOK_TIMEOUT_S, optional=tuple(TAKEOVER_MATCHERS))
+CLAUDE_HOOKS = AgentHooks(
+    "claude",
+    MATCHERS,
+    HOOK_TIMEOUT_S,
+    optional=tuple(TAKEOVER_MATCHERS),
+    background=BACKGROUND,
+    retired=("Stop",),
+)
 CLAUDE_TAKEOVER_HOOKS = AgentHooks(
     "claude",
     {**MATCHERS, **TAKEOVER_MATCHERS},
     HOOK_TIMEOUT_S,
     {"PreCompact": TAKEOVER_TIMEOUT_S},
+    background=BACKGROUND,
+    retired=("Stop",),
 )
 # Codex sends Claude Code's input and takes its output under the same event names (seconds).
 # No Stop: memd reads no Codex transcript yet, so a turn end has nothing to extract from.
@@ -81,9 +127,11 @@ CODEX_HOOKS = AgentHooks("codex", {"SessionStart": None, "UserPromptSubmit": Non
 # Gemini's prompt event is BeforeAgent; its timeouts are milliseconds.
 GEMINI_HOOKS = AgentHooks("gemini", {"SessionStart": None, "BeforeAgent": None}, 10_000)
 AGENT_HOOKS = {spec.agent: spec for spec in (CLAUDE_HOOKS, CODEX_HOOKS, GEMINI_HOOKS)}
-# Run as ``python -I -c HOOK_CODE <…/memd_client/hook.py>``: the package's parent dir first on
-# sys.path, then the module imported (from its cached bytecode). A constant, so the path is an
-# ordinary shell-quoted argument and never has to be escaped inside Python source.
+# Run as ``python -I -S -c HOOK_CODE <…/memd_client/hook.py>``: the package's parent dir first
+# on sys.path, then the module imported (from its cached bytecode). A constant, so the path is
+# an ordinary shell-quoted argument and never has to be escaped inside Python source. ``-S``:
+# no ``site`` (the hook needs no site-packages but its own, put on sys.path here), whose
+# ``.pth`` files (editable installs, setuptools' hack) cost more than the rest of the start.
 HOOK_CODE = (
     "import sys, os.path as p; sys.path.insert(0, p.dirname(p.dirname(sys.argv[1]))); "
     "from memd_client.hook import main; sys.exit(main())"
@@ -98,7 +146,7 @@ def hook_command(python: str, hook_file: str, agent: str = "claude") -> str:
     Code. Quoted for a POSIX shell (the agents run hook commands with ``sh -c`` or ``bash
     -c``), whatever the paths hold."""
     tail = [agent] if agent != "claude" else []
-    return shlex.join([python, "-I", "-c", HOOK_CODE, hook_file, *tail])
+    return shlex.join([python, "-I", "-S", "-c", HOOK_CODE, hook_file, *tail])
 
 
 @dataclass(frozen=True)
@@ -108,14 +156,17 @@ class MemdHook:
 
     program: str
     module_file: str | None
-    form: str  # "interpreter" (what install-hooks writes), "script", "module", "console script"
+    # "interpreter" (what install-hooks writes), "interpreter with site" (the same before
+    # ``-S``), "script", "module", "console script"
+    form: str
     agent: str = "claude"  # the agent the command names (its last argument)
 
 
 def parse_memd_hook(command: object) -> MemdHook | None:
     """The memd hook a command runs, in any form memd has registered or documented; ``None``
     for anything else (a user's own hook)."""
-    words = _words(command)
+    inner = undetached(command) if isinstance(command, str) else None
+    words = _words(inner if inner is not None else command)
     if not words:
         return None
     program, args = words[0], words[1:]
@@ -124,7 +175,8 @@ def parse_memd_hook(command: object) -> MemdHook | None:
         return MemdHook(program, None, "console script", agent)
     if _after(args, "-c")[:1] and f"from {HOOK_MODULE} import main" in _after(args, "-c")[0]:
         file = _after(args, "-c")[1:2]
-        return MemdHook(program, file[0] if file else None, "interpreter", agent)
+        form = "interpreter" if "-S" in args[: args.index("-c")] else "interpreter with site"
+        return MemdHook(program, file[0] if file else None, form, agent)
     if _after(args, "-m")[:1] == [HOOK_MODULE]:
         return MemdHook(program, None, "module", agent)
     script = next((a for a in args if not a.startswith("-")), None)
@@ -173,7 +225,8 @@ def _merge(
     for event in spec.events:
         if not isinstance(hooks.get(event, []), list):
             raise ValueError(f"the file's hooks.{event} is not a list; fix it by hand")
-    merged, replaced = remove_hooks(settings, keep=command)
+    wanted = {e: (matcher, spec.entry(e, command)) for e, matcher in spec.events.items()}
+    merged, replaced = remove_hooks(settings, keep=wanted)
     unwanted = tuple(e for e in spec.optional if e not in spec.events)
     if unwanted:
         merged, dropped = remove_hooks(merged, events=unwanted)
@@ -182,30 +235,37 @@ def _merge(
     added = []
     for event, matcher in spec.events.items():
         groups = hooks.setdefault(event, [])
-        if any(command in _commands(g) for g in groups):
+        if any(_holds(g, wanted[event]) for g in groups):
             continue
-        timeout = spec.timeouts.get(event, spec.timeout)
-        group: dict[str, Any] = {
-            "hooks": [{"type": "command", "command": command, "timeout": timeout}]
-        }
+        group: dict[str, Any] = {"hooks": [wanted[event][1]]}
         groups.append({"matcher": matcher, **group} if matcher else group)
         added.append(event)
     return merged, added, replaced
 
 
-def _commands(group: object) -> list[object]:
+Wanted = tuple[str | None, dict[str, Any]]  # an event's matcher and memd's entry under it
+
+
+def _holds(group: object, wanted: Wanted | None) -> bool:
+    """Whether ``group`` is under the wanted matcher and holds the wanted entry."""
+    matcher = group.get("matcher") if isinstance(group, dict) else None
+    return wanted is not None and matcher == wanted[0] and wanted[1] in _entries(group)
+
+
+def _entries(group: object) -> list[object]:
     inner = group.get("hooks") if isinstance(group, dict) else None
-    return (
-        [h.get("command") for h in inner if isinstance(h, dict)] if isinstance(inner, list) else []
-    )
+    return inner if isinstance(inner, list) else []
 
 
 def remove_hooks(
-    settings: dict[str, Any], keep: str | None = None, events: tuple[str, ...] | None = None
+    settings: dict[str, Any],
+    keep: dict[str, Wanted] | None = None,
+    events: tuple[str, ...] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Return the settings without memd's hook entries (but those whose command is ``keep``;
-    only in ``events`` when given), and the events that changed. A group left with no hooks
-    is dropped, and so is an event left with no groups."""
+    """Return the settings without memd's hook entries (but those equal to ``keep``'s entry
+    for their event, under its matcher: an entry of memd's with another command, other flags
+    or another matcher goes; only in ``events`` when given), and the events that changed. A
+    group left with no hooks is dropped, and so is an event left with no groups."""
     merged = json.loads(json.dumps(settings))  # deep copy of plain JSON
     hooks = merged.get("hooks")
     if not isinstance(hooks, dict):
@@ -215,7 +275,8 @@ def remove_hooks(
         groups = hooks[event]
         if not isinstance(groups, list):
             continue
-        kept_groups = [g for g in (_without_memd(g, keep) for g in groups) if g is not None]
+        wanted = (keep or {}).get(event)
+        kept_groups = [g for g in (_without_memd(g, wanted) for g in groups) if g is not None]
         if kept_groups != groups:
             changed.append(event)
             if kept_groups:
@@ -225,17 +286,37 @@ def remove_hooks(
     return merged, changed
 
 
-def _without_memd(group: object, keep: str | None) -> object | None:
+def _without_memd(group: object, keep: Wanted | None) -> object | None:
     """The group without memd's entries (but ``keep``); ``None`` when nothing is left."""
     inner = group.get("hooks") if isinstance(group, dict) else None
     if not isinstance(group, dict) or not isinstance(inner, list):
         return group
+    entry = keep[1] if keep is not None and group.get("matcher") == keep[0] else None
     kept = [
         h
         for h in inner
-        if not (isinstance(h, dict) and h.get("command") != keep and is_memd_hook(h.get("command")))
+        if not (isinstance(h, dict) and h != entry and is_memd_hook(h.get("command")))
     ]
     return {**group, "hooks": kept} if kept else None
+
+
+def waited_for(settings: dict[str, Any], spec: AgentHooks = CLAUDE_HOOKS) -> list[str]:
+    """The events where Claude Code waits for a memd entry it need not wait for: one of
+    ``spec.background`` not run in the background, or one on a ``spec.retired`` event (an
+    install from before issue 25). Each event once."""
+    hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
+    assert isinstance(hooks, dict)
+    return [
+        event
+        for event in [*spec.retired, *sorted(spec.background)]
+        if any(
+            isinstance(h, dict)
+            and is_memd_hook(h.get("command"))
+            and (event in spec.retired or undetached(str(h.get("command"))) is None)
+            for group in (hooks.get(event) if isinstance(hooks.get(event), list) else [])
+            for h in _entries(group)
+        )
+    ]
 
 
 def read_settings(settings_path: Path) -> dict[str, Any]:

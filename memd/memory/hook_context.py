@@ -18,9 +18,12 @@ is there):
   ``resume`` replays the old one); on ``compact`` also the session's working notes. On
   ``resume`` the notes are owed to the next prompt instead: Claude Code 2.1.197 drops
   SessionStart context on ``-p --resume`` (FORMAT.md §13), and must not get them twice;
-* ``UserPromptSubmit`` — the notes owed after a resume, then the memories recalled for the
-  prompt, each with its age and, when older than a day, its freshness warning, leaving out
-  every memory already surfaced in the session (by memd or by Claude Code);
+* ``UserPromptSubmit`` — the index as for ``SessionStart`` when the conversation does not
+  hold it yet (``memdctl install-hooks`` runs no SessionStart hook at a startup: one hook
+  process fewer before ``claude -p`` answers), the notes owed after a resume, then the
+  memories recalled for the prompt, each with its age and, when older than a day, its
+  freshness warning, leaving out every memory already surfaced in the session (by memd or
+  by Claude Code);
 * ``Stop`` and ``SessionEnd`` — a turn end for memory extraction; nothing is injected;
 * anything else — nothing.
 
@@ -207,7 +210,9 @@ async def hook_context(
             prompt = _field(hook_input, "prompt")
             if agent == "gemini":
                 prompt = _GEMINI_CONTEXT.sub("", prompt, count=1)
-            text = await _prompt_submit(prompt, cwd, record, service, notes_for, budget_bytes)
+            text = await _prompt_submit(
+                prompt, cwd, record, service, notes_for, budget_bytes, claude=claude
+            )
         case "Stop" | "SessionEnd" if session_id:
             if env is not None:
                 service.contexts.get(session_id).env = _forwarded(env)
@@ -272,14 +277,10 @@ async def _session_start(
         # delivered with the next prompt, once, unless the resumed conversation holds them
         record.notes_owed = not record.notes_delivered
     index_section = -1
-    if cwd and not record.index_injected:
-        # Claude Code loads MEMORY.md itself when its auto memory is on; no other agent does.
-        loads_index = claude and (await service.claude_code(record, cwd)).auto_memory
-        index = {} if loads_index else await service.index(cwd)
-        body = str(index.get("text") or "").strip()
-        if body:
-            index_section = len(sections)
-            sections.append(INDEX_HEAD.format(memory_dir=index["memory_dir"]) + "\n\n" + body)
+    index = await _index(record, cwd, service, claude=claude)
+    if index:
+        index_section = len(sections)
+        sections.append(index)
     if source == "compact":
         notes = await _notes(record.session_id, service, notes_for)
         if notes:
@@ -290,6 +291,19 @@ async def _session_start(
     if source == "compact" and len(fitted.included) > index_section + 1:
         record.notes_delivered = True
     return fitted.text or None
+
+
+async def _index(record: SessionContext, cwd: str, service: MemoryService, *, claude: bool) -> str:
+    """The project's memory index as a section, when the conversation does not hold it yet
+    and its agent does not load it itself; "" otherwise."""
+    if not cwd or record.index_injected:
+        return ""
+    # Claude Code loads MEMORY.md itself when its auto memory is on; no other agent does.
+    if claude and (await service.claude_code(record, cwd)).auto_memory:
+        return ""
+    index = await service.index(cwd)
+    body = str(index.get("text") or "").strip()
+    return INDEX_HEAD.format(memory_dir=index["memory_dir"]) + "\n\n" + body if body else ""
 
 
 async def _notes(session_id: str, service: MemoryService, notes_for: NotesFor | None) -> str:
@@ -307,8 +321,16 @@ async def _prompt_submit(
     service: MemoryService,
     notes_for: NotesFor | None,
     budget_bytes: int,
+    *,
+    claude: bool,
 ) -> str | None:
     sections: list[str] = []
+    # The index goes in with the first prompt when no SessionStart brought it: memdctl
+    # install-hooks runs no SessionStart hook at a startup, so ``claude -p`` waits for one
+    # hook process, not two (issue 25).
+    index = await _index(record, cwd, service, claude=claude) if prompt.strip() else ""
+    if index:
+        sections.append(index)
     if record.notes_owed:
         record.notes_owed = False
         notes = await _notes(record.session_id, service, notes_for)
@@ -333,6 +355,8 @@ async def _prompt_submit(
         sections.append(RECALL_HEAD + caveat)
         sections.extend(render_memory(m) for m in memories)
     fitted = fit(sections, budget_bytes)
+    if index and 0 in fitted.included:
+        record.index_injected = True
     shown = [str(memories[i - first - 1]["path"]) for i in fitted.included if i > first]
     service.mark_surfaced(record.session_id, shown)
     if not shown and first == 0:
