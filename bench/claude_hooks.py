@@ -17,13 +17,22 @@ three alike. Printed: the median and p90 of each, memd − none (what a user pay
 noop (memd's share: what memd's own work costs over a hook that does nothing). Each memd run
 is checked to have had the recalled memory injected (the loopback server saw it in the
 request), so a hook that failed open cannot pass for a fast one.
+
+On a loaded machine the end-to-end figures vary by more than the hooks cost, so the same run
+then times what ``claude -p`` waits for, hook by hook: each entry the ``noop`` and ``memd``
+homes have for an event ``claude -p`` fires (SessionStart with ``source: startup`` only if
+its matcher takes it), run as Claude Code runs it (``sh -c``, the hook's JSON on stdin)
+against the same daemon, interleaved, median of ``--runs`` × 3; their sum is memd's share
+of one ``claude -p``, to a millisecond.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
+import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
@@ -32,7 +41,7 @@ from typing import Any
 
 from memd.memory.paths import memory_dir
 from memd.testing.loopback import LoopbackAPI
-from memd_client.hooks_install import is_memd_hook
+from memd_client.hooks_install import detached, is_memd_hook, undetached
 from tests.claude_cli import NEWEST_VERSION, ClaudeCLI, installed_claude
 from tests.daemon_harness import Home, fake_home, memdctl, start_memd, stop_memd
 
@@ -59,8 +68,13 @@ def _settings(home: Home) -> Path:
     return path
 
 
-def _memd_home(home: Home, project: Path) -> None:
-    done = memdctl(home, "install-hooks", "--settings", str(_settings(home)))
+def _memd_home(home: Home, project: Path, client: str | None = None) -> None:
+    """``client``: the ``memd_client`` tree whose ``memdctl install-hooks`` writes the hooks
+    (another checkout's, for a before/after), else this one."""
+    env = {**home.env, "PYTHONPATH": client} if client else home.env
+    done = memdctl(
+        Home(home.root, home.runtime, env), "install-hooks", "--settings", str(_settings(home))
+    )
     if done.returncode != 0:
         raise SystemExit(f"memdctl install-hooks failed: {done.stderr}")
     mdir = memory_dir(home.projects, project)
@@ -73,12 +87,14 @@ def _memd_home(home: Home, project: Path) -> None:
 
 
 def _noop(settings: dict[str, Any]) -> dict[str, Any]:
-    """memd's settings with each memd command replaced by ``true``."""
+    """memd's settings with each memd command replaced by ``true`` (a copy)."""
+    settings = json.loads(json.dumps(settings))
     for groups in settings.get("hooks", {}).values():
         for group in groups:
             for hook in group.get("hooks", []):
-                if is_memd_hook(hook.get("command")):
-                    hook["command"] = "true"
+                command = hook.get("command")
+                if is_memd_hook(command):
+                    hook["command"] = "true" if undetached(command) is None else detached("true")
     return settings
 
 
@@ -99,7 +115,9 @@ def _p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1] if len(values) >= 2 else values[0]
 
 
-def run(runs: int, version: str) -> dict[str, list[float]]:
+def run(
+    runs: int, version: str, client: str | None
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     command = installed_claude(version=version)
     if command is None:
         raise SystemExit("claude -p: skipped (npm is not installed)")
@@ -110,7 +128,7 @@ def run(runs: int, version: str) -> dict[str, list[float]]:
         homes = {c: stack.enter_context(fake_home(tmp[c])) for c in CONFIGS}
         for home in homes.values():
             (home.root / "proj").mkdir()
-        _memd_home(homes["memd"], homes["memd"].root / "proj")
+        _memd_home(homes["memd"], homes["memd"].root / "proj", client)
         memd_settings = json.loads(_settings(homes["memd"]).read_text())
         _settings(homes["noop"]).write_text(json.dumps(_noop(memd_settings)))
         _settings(homes["none"]).write_text("{}")
@@ -125,9 +143,57 @@ def run(runs: int, version: str) -> dict[str, list[float]]:
                     times[config].append(_once(cli, homes[config], api))
                     if config == "memd" and not _injected(api, before):
                         raise SystemExit("memd's hook injected nothing: it failed open")
+            parts = hook_parts(homes["memd"], memd_settings, runs * 3)
         finally:
             stop_memd(daemon)
+    return times, parts
+
+
+def _fired(settings: dict[str, Any]) -> dict[str, str]:
+    """Event → the command ``claude -p`` runs for it, for the events it fires."""
+    fired = {}
+    for event, groups in settings.get("hooks", {}).items():
+        for group in groups:
+            matcher = group.get("matcher")
+            if event == "SessionStart" and matcher and not re.fullmatch(matcher, "startup"):
+                continue
+            for hook in group.get("hooks", []):
+                fired[event] = hook["command"]
+    return fired
+
+
+def hook_parts(home: Home, settings: dict[str, Any], rounds: int) -> dict[str, list[float]]:
+    """Seconds Claude Code waits for each fired hook, ``memd`` and ``noop`` interleaved."""
+    project, sid = home.root / "proj", "0d6f5a8e-1111-2222-3333-444455556666"
+    common = {"session_id": sid, "cwd": str(project), "transcript_path": f"/nowhere/{sid}.jsonl"}
+    inputs = {
+        "SessionStart": {"source": "startup"},
+        "UserPromptSubmit": {"prompt": PROMPT},
+        "Stop": {"stop_hook_active": False},
+        "SessionEnd": {"reason": "other"},
+    }
+    times: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for config, commands in (("memd", _fired(settings)), ("noop", _fired(_noop(settings)))):
+            for event, command in commands.items():
+                stdin = json.dumps({**common, "hook_event_name": event, **inputs[event]})
+                started = time.perf_counter()
+                subprocess.run(
+                    ["sh", "-c", command], input=stdin.encode(), env=home.env, capture_output=True
+                )
+                times.setdefault(f"{config} {event}", []).append(time.perf_counter() - started)
     return times
+
+
+def report_parts(parts: dict[str, list[float]]) -> None:
+    med = {k: statistics.median(v) * 1e3 for k, v in parts.items()}
+    print("what claude -p waits for, hook by hook (median, ms)")
+    for key in sorted(med):
+        print(f"  {key:24} {med[key]:6.1f}")
+    share = sum(v for k, v in med.items() if k.startswith("memd ")) - sum(
+        v for k, v in med.items() if k.startswith("noop ")
+    )
+    print(f"  memd's share per claude -p (memd - noop, summed) {share:6.1f}")
 
 
 def report(times: dict[str, list[float]], version: str) -> None:
@@ -147,8 +213,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--version", default=NEWEST_VERSION)
+    parser.add_argument("--client", help="the client dir whose install-hooks writes the hooks")
     args = parser.parse_args()
-    report(run(args.runs, args.version), args.version)
+    times, parts = run(args.runs, args.version, args.client)
+    report(times, args.version)
+    report_parts(parts)
 
 
 if __name__ == "__main__":
