@@ -166,7 +166,7 @@ def hook_parts(home: Home, settings: dict[str, Any], rounds: int) -> dict[str, l
     """Seconds Claude Code waits for each fired hook, ``memd`` and ``noop`` interleaved."""
     project, sid = home.root / "proj", "0d6f5a8e-1111-2222-3333-444455556666"
     common = {"session_id": sid, "cwd": str(project), "transcript_path": f"/nowhere/{sid}.jsonl"}
-    inputs = {
+    inputs: dict[str, dict[str, Any]] = {
         "SessionStart": {"source": "startup"},
         "UserPromptSubmit": {"prompt": PROMPT},
         "Stop": {"stop_hook_active": False},

@@ -237,7 +237,9 @@ def test_claude_code_waits_only_for_the_hooks_whose_answer_it_reads(tmp_path: Pa
     settings = tmp_path / "settings.json"
     new = hook_command("/usr/bin/python3", "/x/memd_client/hook.py")
     waited = {"type": "command", "command": new, "timeout": 10}
-    old = {e: [{"hooks": [waited]}] for e in ("Stop", "SessionEnd")}
+    old: dict[str, list[dict[str, Any]]] = {
+        e: [{"hooks": [waited]}] for e in ("Stop", "SessionEnd")
+    }
     old["SessionStart"] = [{"matcher": "startup|resume|clear|compact", "hooks": [waited]}]
     settings.write_text(json.dumps({"hooks": old}))
     assert waited_for(json.loads(settings.read_text())) == ["Stop", "SessionEnd"]

@@ -306,17 +306,18 @@ def waited_for(settings: dict[str, Any], spec: AgentHooks = CLAUDE_HOOKS) -> lis
     install from before issue 25). Each event once."""
     hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
     assert isinstance(hooks, dict)
-    return [
-        event
-        for event in [*spec.retired, *sorted(spec.background)]
+    found = []
+    for event in [*spec.retired, *sorted(spec.background)]:
+        groups = hooks.get(event)
+        entries = [h for g in groups for h in _entries(g)] if isinstance(groups, list) else []
         if any(
             isinstance(h, dict)
             and is_memd_hook(h.get("command"))
             and (event in spec.retired or undetached(str(h.get("command"))) is None)
-            for group in (hooks.get(event) if isinstance(hooks.get(event), list) else [])
-            for h in _entries(group)
-        )
-    ]
+            for h in entries
+        ):
+            found.append(event)
+    return found
 
 
 def read_settings(settings_path: Path) -> dict[str, Any]:
