@@ -15,7 +15,7 @@ import pytest
 
 import memd_client
 from memd.memory.paths import memory_dir
-from memd_client.hooks_install import MemdHook, parse_memd_hook
+from memd_client.hooks_install import MemdHook, parse_memd_hook, undetached
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
 
 pytestmark = pytest.mark.slow
@@ -77,6 +77,7 @@ def registered_hook(home: Home) -> str:
     assert done.returncode == 0, done.stderr
     settings = json.loads((home.root / ".claude" / "settings.json").read_text())
     commands = {h["command"] for g in settings["hooks"].values() for h in g[0]["hooks"]}
+    commands = {undetached(c) or c for c in commands}  # SessionEnd's runs in the background
     assert len(commands) == 1
     command: str = commands.pop()
     assert parse_memd_hook(command) == MemdHook(
