@@ -325,12 +325,6 @@ async def _prompt_submit(
     claude: bool,
 ) -> str | None:
     sections: list[str] = []
-    # The index goes in with the first prompt when no SessionStart brought it: memdctl
-    # install-hooks runs no SessionStart hook at a startup, so ``claude -p`` waits for one
-    # hook process, not two (issue 25).
-    index = await _index(record, cwd, service, claude=claude) if prompt.strip() else ""
-    if index:
-        sections.append(index)
     if record.notes_owed:
         record.notes_owed = False
         notes = await _notes(record.session_id, service, notes_for)
@@ -354,16 +348,39 @@ async def _prompt_submit(
     if memories:
         sections.append(RECALL_HEAD + caveat)
         sections.extend(render_memory(m) for m in memories)
+    # The index goes in with the first prompt when no SessionStart brought it (memdctl
+    # install-hooks runs no SessionStart hook at a startup, so ``claude -p`` waits for one
+    # hook process, not two: issue 25), after what was recalled for the prompt.
+    index = await _index(record, cwd, service, claude=claude) if prompt.strip() else ""
+    last = len(sections)
+    shown_of = [str(m["path"]) for m in memories]
+    if not index:
+        return _fitted(sections, first, shown_of, record, service, budget_bytes)
+    text = _fitted([*sections, index], first, shown_of, record, service, budget_bytes, last)
+    return text
+
+
+def _fitted(
+    sections: list[str],
+    first: int,
+    paths: list[str],
+    record: SessionContext,
+    service: MemoryService,
+    budget_bytes: int,
+    index_at: int = -1,
+) -> str | None:
+    """``sections`` (the notes before ``first``, the recall head and ``paths``' memories
+    from it, the index at ``index_at``) fitted; what was shown is recorded."""
     fitted = fit(sections, budget_bytes)
-    if index and 0 in fitted.included:
-        record.index_injected = True
-    shown = [str(memories[i - first - 1]["path"]) for i in fitted.included if i > first]
+    shown = [paths[i - first - 1] for i in fitted.included if first < i <= first + len(paths)]
+    if not shown and paths:  # the recall head alone says nothing
+        rest = [s for i, s in enumerate(sections) if i < first or i == index_at]
+        index_at = len(rest) - 1 if index_at >= 0 else -1
+        fitted = fit(rest, budget_bytes)
     service.mark_surfaced(record.session_id, shown)
-    if not shown and first == 0:
-        return None
-    if not shown:  # the recall head alone says nothing
-        return fit(sections[:first], budget_bytes).text or None
-    return fitted.text
+    if index_at >= 0 and index_at in fitted.included:
+        record.index_injected = True
+    return fitted.text or None
 
 
 def hook_stdout(event: str, context: str | None, agent: str = CLAUDE) -> str | None:
