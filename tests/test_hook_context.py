@@ -284,8 +284,9 @@ async def test_no_index_when_claude_code_loads_its_own(tmp_path: Path) -> None:
 async def test_the_first_prompt_brings_the_index_when_no_session_start_did(tmp_path: Path) -> None:
     """install-hooks runs no SessionStart hook at a startup (one hook process fewer before
     ``claude -p`` answers): the first prompt's hook brings the index, after the memories it
-    recalls (they matter more when the budget is tight), once; after a SessionStart that brought it, a prompt does not repeat it; and
-    none when Claude Code loads MEMORY.md itself."""
+    recalls (they matter more when the budget is tight), once; after a SessionStart that
+    brought it, a prompt does not repeat it; and none when Claude Code loads MEMORY.md
+    itself."""
     for auto_memory in (False, True):
         (tmp_path / str(auto_memory)).mkdir()
         world = Fixture(tmp_path / str(auto_memory), claude_auto_memory=auto_memory)
