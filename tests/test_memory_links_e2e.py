@@ -173,20 +173,29 @@ def transcript(folder: Path, cwd: Path, session: str) -> None:
     (folder / f"{session}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
-def extraction_script() -> str:
-    """The extraction agent writes one new memory, then ends its turn."""
-    new = {"file_path": "{dir}/new.md", "content": NEW}
-    rules: list[dict[str, Any]] = [
+def write_one_memory(name: str, content: str) -> list[dict[str, Any]]:
+    """The extraction agent's rules: write ``content`` to ``name`` in the memory dir, then
+    end its turn."""
+    return [
         {
             "when": {"system_match": MEMORY_SYSTEM, "turn": "first", "match": MEMORY_DIR_RE},
-            "reply": {"tool_use": {"name": "Write", "input": new}},
+            "reply": {
+                "tool_use": {
+                    "name": "Write",
+                    "input": {"file_path": f"{{dir}}/{name}", "content": content},
+                }
+            },
         },
         {
             "when": {"system_match": MEMORY_SYSTEM, "turn": "after_tool"},
             "reply": {"text": "Saved one memory."},
         },
     ]
-    return "".join(json.dumps(r) + "\n" for r in rules)
+
+
+def extraction_script() -> str:
+    """The extraction agent writes one new memory, then ends its turn."""
+    return "".join(json.dumps(r) + "\n" for r in write_one_memory("new.md", NEW))
 
 
 def extracted(home: Home, mdir: Path) -> dict[str, Any] | None:

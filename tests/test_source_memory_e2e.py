@@ -23,11 +23,10 @@ from tests.daemon_harness import (
     stop_memd,
     wait_for,
 )
+from tests.test_memory_links_e2e import MEMORY_SYSTEM, write_one_memory
 
 pytestmark = pytest.mark.slow
 
-MEMORY_SYSTEM = "long-term memory of an AI coding assistant"
-MEMORY_DIR_RE = "The memory directory is (?P<dir>/\\S+?)\\. "
 FACT = "Deploys go out with `make ship`, never by hand."
 LEARNT = (
     "---\nname: deploy command\ndescription: How this repository is deployed to production\n"
@@ -86,16 +85,8 @@ def rollout(cwd: Path, *, answered: bool) -> bytes:
 
 def extraction_script() -> str:
     """The extraction agent writes the fact as one memory, then ends its turn."""
-    new = {"file_path": "{dir}/deploy_command.md", "content": LEARNT}
     rules: list[dict[str, Any]] = [
-        {
-            "when": {"system_match": MEMORY_SYSTEM, "turn": "first", "match": MEMORY_DIR_RE},
-            "reply": {"tool_use": {"name": "Write", "input": new}},
-        },
-        {
-            "when": {"system_match": MEMORY_SYSTEM, "turn": "after_tool"},
-            "reply": {"text": "Saved one memory."},
-        },
+        *write_one_memory("deploy_command.md", LEARNT),
         {"when": {"tool": "Edit", "turn": "first", "match": NOTES_RE}, "reply": NOTES_EDIT},
         {"when": {"turn": "after_tool"}, "reply": {"text": "Done."}},
     ]
