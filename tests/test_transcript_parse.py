@@ -322,6 +322,33 @@ def test_any_nesting_is_an_entry_or_a_bad_line(depth: int) -> None:
             parse_line(elsewhere)
 
 
+@pytest.mark.parametrize(
+    ("content", "around"),
+    [
+        (b'{"a":%s}', 1),  # content an object, not a list: no blocks, still judged
+        (b'[{"type":"text","text":"x","extra":%s}]', 2),  # in a block's field memd skips
+        (b'[1,{"type":"tool_use","id":"t","name":"n","input":%s}]', 2),  # beside a non-object
+        (b'"%s"', 0),  # in a string: no nesting at all
+    ],
+)
+@pytest.mark.parametrize("depth", [100, 101])
+def test_content_of_any_shape_is_judged_for_depth(content: bytes, around: int, depth: int) -> None:
+    """Content nested past the limit is refused whatever its shape, by both readers."""
+    levels = depth - around
+    nested = b'{"k":' * levels + b"0" + b"}" * levels
+    if content.startswith(b'"'):
+        nested = nested.replace(b'"', b'\\"')
+    line = b'{"type":"assistant","uuid":"u","message":{"content":%s}}' % (content % nested)
+    if depth <= 100 or content.startswith(b'"'):
+        assert isinstance(parse_line(line), AssistantEntry)
+        line_content(line)
+    else:
+        with pytest.raises(BadLine, match="nested"):
+            parse_line(line)
+        with pytest.raises(BadLine, match="nested"):
+            line_content(line)
+
+
 def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
     text = rb'"cut \ud83d in half \\ud83d \ud83d\ude00"'  # lone, escaped backslash, a pair
     line = b'{"type":"user","uuid":"u","message":{"content":%s}}' % text

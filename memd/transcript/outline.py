@@ -20,12 +20,21 @@ import msgspec
 from memd.transcript.messages import Role, accepted
 from memd.transcript.model import BlockRef, Outline
 
-__all__ = ["MAX_CONTENT_DEPTH", "WireBlock", "of_blocks", "of_text", "too_deep"]
+__all__ = [
+    "MAX_CONTENT_DEPTH",
+    "NO_CONTENT",
+    "WireBlock",
+    "content_too_deep",
+    "of_blocks",
+    "of_text",
+    "too_deep",
+]
 
 # Nesting allowed in message.content (list > block > tool input > …). Deeper content could make
 # later consumers (JSON and msgpack encoders, the tokenizer's JSON form) hit recursion limits.
 MAX_CONTENT_DEPTH: Final = 100
 _NOTHING: Final = msgspec.Raw()
+NO_CONTENT: Final = _NOTHING  # a content field that is absent
 _T = TypeVar("_T")
 
 
@@ -79,7 +88,19 @@ def of_blocks(blocks: list[WireBlock], role: Role) -> Outline:
 def too_deep(line: bytes) -> bool:
     """Whether the line's ``message.content`` nests deeper than :data:`MAX_CONTENT_DEPTH`
     (a line of valid JSON)."""
-    return _brackets_over_limit(line) and _content_too_deep(line)
+    found = _raw_decoder.decode(line).message
+    return found is not None and content_too_deep(found.content)
+
+
+def content_too_deep(content: msgspec.Raw) -> bool:
+    """Whether ``message.content``, as its bytes (valid JSON), nests deeper than
+    :data:`MAX_CONTENT_DEPTH`: strings taken out, then the running depth of the brackets
+    left. Content with fewer brackets than the limit cannot: most stops at the count."""
+    raw = bytes(memoryview(content))
+    if len(raw) <= 2 * MAX_CONTENT_DEPTH or raw.count(b"[") + raw.count(b"{") <= MAX_CONTENT_DEPTH:
+        return False
+    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
+    return len(brackets) > 2 * MAX_CONTENT_DEPTH and _depth(brackets) > MAX_CONTENT_DEPTH
 
 
 _KINDS: Final = {
@@ -133,22 +154,6 @@ def _one_copy(table: dict[_T, _T], value: _T) -> _T:
     if shared is None and len(table) < _SHARED_MAX:
         shared = table[value] = value
     return value if shared is None else shared
-
-
-def _brackets_over_limit(line: bytes) -> bool:
-    """A line with fewer brackets than the limit cannot nest deeper: most lines stop here."""
-    return len(line) > 2 * MAX_CONTENT_DEPTH and (
-        line.count(b"[") + line.count(b"{") > MAX_CONTENT_DEPTH
-    )
-
-
-def _content_too_deep(line: bytes) -> bool:
-    """Whether ``message.content`` nests deeper than :data:`MAX_CONTENT_DEPTH`, counted on
-    its bytes: strings taken out, then the running depth of the brackets left."""
-    found = _raw_decoder.decode(line).message
-    raw = bytes(memoryview(found.content)) if found is not None else b""
-    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
-    return len(brackets) > 2 * MAX_CONTENT_DEPTH and _depth(brackets) > MAX_CONTENT_DEPTH
 
 
 def _outside_strings(json: bytes) -> bytes:

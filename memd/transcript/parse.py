@@ -42,7 +42,7 @@ from memd.transcript.model import (
     Usage,
     UserEntry,
 )
-from memd.transcript.outline import MAX_CONTENT_DEPTH, WireBlock
+from memd.transcript.outline import MAX_CONTENT_DEPTH, NO_CONTENT, WireBlock
 
 __all__ = ["MAX_CONTENT_DEPTH", "BadLine", "line_content", "parse_kind", "parse_line"]
 
@@ -69,7 +69,7 @@ class _WireMessage(msgspec.Struct, gc=False):
     id: str | None = None
     role: str | None = None
     model: str | None = None
-    content: list[WireBlock] | str | None = None
+    content: msgspec.Raw = NO_CONTENT  # its bytes: decoded (_blocks) and judged for depth
     usage: _WireUsage | None = None
 
 
@@ -110,6 +110,8 @@ class _ContentLine(msgspec.Struct, gc=False):
 _NO_MESSAGE: Final = _WireMessage()
 _NO_COMPACT: Final = _WireCompact()
 _line_decoder: Final = msgspec.json.Decoder(_WireLine)
+_Blocks: TypeAlias = list[WireBlock] | str | None
+_blocks_decoder: Final[msgspec.json.Decoder[_Blocks]] = msgspec.json.Decoder(_Blocks)
 _content_decoder: Final = msgspec.json.Decoder(_ContentLine)
 _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
@@ -128,8 +130,7 @@ def parse_line(line: bytes, at: int = -1) -> Entry | None:
         found = _wire(line)
         if found is None:
             return None
-        wire, checked = found
-        return _to_entry(wire, checked, at, len(line))
+        return _to_entry(found, at, len(line))
     except RecursionError:
         raise BadLine("nested deeper than the decoder can follow") from None
 
@@ -143,9 +144,8 @@ def parse_kind(line: bytes, at: int = -1) -> Entry | str | None:
         found = _wire(line)
         if found is None:
             return None
-        wire, checked = found
-        entry = _to_entry(wire, checked, at, len(line))
-        return (wire.type or "") if entry is None else entry
+        entry = _to_entry(found, at, len(line))
+        return (found.type or "") if entry is None else entry
     except RecursionError:
         raise BadLine("nested deeper than the decoder can follow") from None
 
@@ -175,9 +175,10 @@ def line_content(line: bytes) -> tuple[str | None, Content]:
     return uuid, tuple(block for block in value if isinstance(block, dict))
 
 
-def _wire(line: bytes) -> tuple[_WireLine, bytes] | None:
-    """The decoded line and the bytes it was decoded from (lone surrogates replaced)."""
-    return _decode(_line_decoder, line, _lenient)
+def _wire(line: bytes) -> _WireLine | None:
+    """The decoded line (lone surrogates replaced), ``None`` for a blank one."""
+    found = _decode(_line_decoder, line, _lenient)
+    return None if found is None else found[0]
 
 
 def _decode(
@@ -239,15 +240,15 @@ def replace_lone_surrogates(line: bytes) -> bytes | None:
 
 # Each constructor below spells out the envelope fields (uuid … session_id) rather than
 # sharing a dict of them: building that dict per line measured ~6% of ingest throughput.
-def _to_entry(wire: _WireLine, line: bytes, at: int, size: int) -> Entry | None:
+def _to_entry(wire: _WireLine, at: int, size: int) -> Entry | None:
     uuid = wire.uuid
     if not uuid:
         return None
     match wire.type:
         case "user":
-            return _user(wire, uuid, _outline(wire.message, line, "user"), at, size)
+            return _user(wire, uuid, _outline(wire.message, "user"), at, size)
         case "assistant":
-            return _assistant(wire, uuid, _outline(wire.message, line, "assistant"), at, size)
+            return _assistant(wire, uuid, _outline(wire.message, "assistant"), at, size)
         case "system":
             return _system(wire, uuid, at, size)
         case "progress":
@@ -283,16 +284,33 @@ def _shared(value: str | None) -> str | None:
     return None if value is None else sys.intern(value)
 
 
-def _outline(message: _WireMessage | None, line: bytes, role: Role) -> Outline:
-    """The outline of ``message.content`` (see :mod:`memd.transcript.outline`)."""
+def _outline(message: _WireMessage | None, role: Role) -> Outline:
+    """The outline of ``message.content`` (see :mod:`memd.transcript.outline`), judged for
+    depth on its own bytes (not the whole line's: most of a long line is elsewhere)."""
     if message is None:
         return ()
-    value = message.content
+    value = _blocks(message.content)
     if isinstance(value, str):
         return outline.of_text(value)
-    if outline.too_deep(line):
+    if outline.content_too_deep(message.content):
         raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
     return outline.of_blocks(value, role) if value else ()
+
+
+def _blocks(raw: msgspec.Raw) -> _Blocks:
+    """``message.content`` decoded; a list keeps its object items (as :func:`line_content`
+    does), any other type is no content."""
+    if not raw:
+        return None
+    try:
+        return _blocks_decoder.decode(raw)
+    except msgspec.ValidationError:
+        value = _any_decoder.decode(raw)
+    if not isinstance(value, list):
+        return None
+    return _blocks_decoder.decode(
+        _encoder.encode([item for item in value if isinstance(item, dict)])
+    )
 
 
 def _user(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) -> UserEntry:
@@ -414,7 +432,7 @@ def _struct_in(annotation: Any) -> type[msgspec.Struct] | None:
 
 
 def _fits(item: Any, annotation: Any) -> bool:
-    if annotation is Any:
+    if annotation is Any or annotation is msgspec.Raw:
         return True
     try:
         msgspec.convert(item, annotation)
