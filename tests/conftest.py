@@ -6,6 +6,8 @@ import contextlib
 import functools
 import gc
 import inspect
+import os
+import shutil
 import sysconfig
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
@@ -20,6 +22,7 @@ from hypothesis import HealthCheck, settings
 from memd.config import LLMConfig
 from memd.llm.client import LLM, Disabled, close_llm, open_llm
 from memd.testing.loopback import LoopbackAPI
+from memd_client import paths as client_paths
 from tests.claude_cli import (
     CLAUDE_CODE_VERSIONS,
     NEWEST_VERSION,
@@ -292,3 +295,26 @@ def claude_cli_each(request: pytest.FixtureRequest) -> ClaudeCLI:
     if command is None:
         pytest.skip(f"npm is not installed: cannot install Claude Code {version}")
     return ClaudeCLI(command, version)
+
+
+@pytest.fixture
+def systemd_runtime() -> Iterator[Path]:
+    """The real ``/run/user/<uid>``, as systemd gives it to a user service (made for the test
+    when the machine has none, and removed after)."""
+    base = Path(f"/run/user/{os.getuid()}")
+    if (base / "memd" / "memd.sock").exists():
+        pytest.skip(f"a memd already listens in {base}/memd")
+    made = not base.exists()
+    if made:
+        try:
+            base.mkdir(parents=True, mode=0o700)
+        except OSError as exc:
+            pytest.skip(f"cannot make {base}: {exc}")
+    if not client_paths.safe_folder(base):
+        pytest.skip(f"{base} is not a private folder of this user")
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base / "memd", ignore_errors=True)
+        if made:
+            shutil.rmtree(base, ignore_errors=True)

@@ -8,7 +8,6 @@ daemon may be, and never uses a folder someone else made or can write.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import stat
 from collections.abc import Iterator
@@ -78,29 +77,6 @@ def test_a_folder_others_made_or_can_write_is_never_used(
     with sock:
         found = both({})
     assert found == f"/tmp/memd-{os.getuid()}/memd.sock"  # the daemon's default, not the plant
-
-
-@pytest.fixture
-def systemd_runtime() -> Iterator[Path]:
-    """The real ``/run/user/<uid>``, as systemd gives it to a user service (made for the test
-    when the machine has none, and removed after)."""
-    base = Path(f"/run/user/{os.getuid()}")
-    if (base / "memd" / "memd.sock").exists():
-        pytest.skip(f"a memd already listens in {base}/memd")
-    made = not base.exists()
-    if made:
-        try:
-            base.mkdir(parents=True, mode=0o700)
-        except OSError as exc:
-            pytest.skip(f"cannot make {base}: {exc}")
-    if not paths.safe_folder(base):
-        pytest.skip(f"{base} is not a private folder of this user")
-    try:
-        yield base
-    finally:
-        shutil.rmtree(base / "memd", ignore_errors=True)
-        if made:
-            shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow

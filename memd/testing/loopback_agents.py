@@ -17,7 +17,11 @@ see what the CLI put before the model (a hook's context, for one)::
   ``:generateContent`` with one JSON response, ``:countTokens`` with a count; both carry
   ``usageMetadata``.
 
-Nothing else is simulated (no tools, no limits, no faults): that is :mod:`.loopback`'s job
+Codex's tools: ``calls`` (``responses`` only) are function calls the model makes first, one
+per request, in order (``ToolCall("mcp__memd", "recall", {"query": "deploy"})``, the shape
+Codex 0.169.0 sends an MCP tool in); a request answers the next one whose output its input
+does not carry yet, and the text once all have one. Nothing else is simulated (no limits, no
+faults): that is :mod:`.loopback`'s job
 for the Messages API, which memd itself speaks.
 """
 
@@ -27,7 +31,7 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from memd.testing.loopback_http import Events, Served, json_reply
 from memd.testing.loopback_replies import ApiError, Message, Reply
@@ -45,13 +49,29 @@ class AgentRequest:
     body: Any  # the decoded JSON, or None when the body was not JSON
 
 
-class LoopbackAgentAPI(Served):
-    """The server (thread-safe); ``text`` answers every model request."""
+class ToolCall(NamedTuple):
+    """One function call the Responses model makes (``namespace`` ``mcp__<server>`` for MCP)."""
 
-    def __init__(self, wire: Wire, *, text: str = "OK from stub", host: str = "127.0.0.1") -> None:
+    namespace: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+class LoopbackAgentAPI(Served):
+    """The server (thread-safe); ``text`` answers every model request (after ``calls``)."""
+
+    def __init__(
+        self,
+        wire: Wire,
+        *,
+        text: str = "OK from stub",
+        calls: tuple[ToolCall, ...] = (),
+        host: str = "127.0.0.1",
+    ) -> None:
         super().__init__((host, 0))
         self.wire: Wire = wire
         self.text = text
+        self.calls = calls
         self._lock = threading.Lock()
         self._records: list[AgentRequest] = []
         self._count = 0
@@ -82,6 +102,9 @@ class LoopbackAgentAPI(Served):
         if method != "POST" or not _is_model_call(self.wire, path):
             return ApiError(404, "not_found", f"no such endpoint: {method} {path}"), None
         if self.wire == "responses":
+            pending = next_call(self.calls, body)
+            if pending is not None:
+                return Message(()), Events(call_events(f"resp_loop{number}", *pending))
             return Message(()), Events(responses_events(f"resp_loop{number}", self.text))
         if path.endswith(":countTokens"):
             return json_reply({"totalTokens": len(json.dumps(body)) // 4})
@@ -101,6 +124,39 @@ def _is_model_call(wire: Wire, path: str) -> bool:
     )
 
 
+def call_outputs(body: Any) -> list[Any]:
+    """The ``function_call_output`` items of a Responses request's input, in order."""
+    items = body.get("input") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        return []
+    return [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def next_call(calls: tuple[ToolCall, ...], body: Any) -> tuple[int, ToolCall] | None:
+    """The first of ``calls`` whose output the request does not carry yet (by ``call_id``)."""
+    answered = {i.get("call_id") for i in call_outputs(body)}
+    for number, tool in enumerate(calls):
+        if f"call_loop{number}" not in answered:
+            return number, tool
+    return None
+
+
+def call_events(
+    response_id: str, number: int, tool: ToolCall
+) -> tuple[tuple[str | None, dict[str, Any]], ...]:
+    """The Responses API's stream for one function call."""
+    item = {
+        "type": "function_call",
+        "id": f"fc_{response_id}",
+        "status": "completed",
+        "call_id": f"call_loop{number}",
+        "name": tool.name,
+        "namespace": tool.namespace,
+        "arguments": json.dumps(dict(tool.arguments)),
+    }
+    return _stream(response_id, item, 10)
+
+
 def responses_events(response_id: str, text: str) -> tuple[tuple[str | None, dict[str, Any]], ...]:
     """The Responses API's stream for one assistant message saying ``text``."""
     item = {
@@ -110,7 +166,12 @@ def responses_events(response_id: str, text: str) -> tuple[tuple[str | None, dic
         "status": "completed",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
     }
-    tokens = max(1, len(text) // 4)
+    return _stream(response_id, item, max(1, len(text) // 4))
+
+
+def _stream(
+    response_id: str, item: dict[str, Any], tokens: int
+) -> tuple[tuple[str | None, dict[str, Any]], ...]:
     usage = {
         "input_tokens": 100,
         "input_tokens_details": {"cached_tokens": 0},
