@@ -116,6 +116,7 @@ def test_codex_reinstall_replaces_the_trust_of_memds_older_command(tmp_path: Pat
     assert [[g["hooks"][0]["command"] for g in groups] for groups in hooks["hooks"].values()] == [
         [command("codex")],
         [command("codex")],
+        [command("codex")],  # SessionStart, UserPromptSubmit, Stop
     ]
     uninstall(home)
     assert (home / "config.toml").read_text() == CODEX_CONFIG

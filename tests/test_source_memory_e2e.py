@@ -198,3 +198,44 @@ def test_a_fact_from_a_gemini_chat_is_recalled_in_claude_code(tmp_path: Path) ->
             assert call(home, "session", {"session": GEMINI_CHAT})["agent"] == "gemini"
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_a_codex_stop_before_its_rollout_is_read_is_the_turn_end(tmp_path: Path) -> None:
+    """``codex exec`` runs its Stop hook as it ends, often before the daemon has read the
+    rollout: the Stop waits for the session's first growth, and no quiet period is needed."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    with fake_home(tmp_path) as home, LoopbackProcess() as api:
+        api.add_script(extraction_script())
+        config = tmp_path / "memd.yaml"
+        config.write_text("memory:\n  extraction_quiet_s: 600\n")
+        home.env.update(MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="t")
+        day = tmp_path / ".codex" / "sessions" / "2026" / "11" / "26"
+        day.mkdir(parents=True)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            stop = {
+                "session_id": CODEX_ID,
+                "cwd": str(repo),
+                "hook_event_name": "Stop",
+                "last_assistant_message": "Understood: `make ship`.",
+            }
+            done = subprocess.run(
+                [sys.executable, "-m", "memd_client.hook", "codex"],
+                input=json.dumps(stop).encode(),
+                env=home.env,
+                capture_output=True,
+                timeout=60,
+            )
+            assert done.returncode == 0 and not done.stdout.strip(), done
+            path = day / f"rollout-2026-11-26T06-42-28-{CODEX_ID}.jsonl"
+            path.write_bytes(rollout(repo, answered=True))
+            mdir = memory_dir(home.projects, repo)
+            wait_for(
+                lambda: (mdir / "deploy_command.md").exists(),
+                timeout=60,
+                what="the memory extracted at the Codex Stop",
+            )
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

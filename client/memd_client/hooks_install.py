@@ -122,8 +122,10 @@ CLAUDE_TAKEOVER_HOOKS = AgentHooks(
     retired=("Stop",),
 )
 # Codex sends Claude Code's input and takes its output under the same event names (seconds).
-# No Stop: memd reads no Codex transcript yet, so a turn end has nothing to extract from.
-CODEX_HOOKS = AgentHooks("codex", {"SessionStart": None, "UserPromptSubmit": None}, 10)
+# Its Stop is a turn end for extraction: ``codex exec`` ends with no quiet period to wait for.
+CODEX_HOOKS = AgentHooks(
+    "codex", {"SessionStart": None, "UserPromptSubmit": None, "Stop": None}, 10
+)
 # Gemini's prompt event is BeforeAgent; its timeouts are milliseconds.
 GEMINI_HOOKS = AgentHooks("gemini", {"SessionStart": None, "BeforeAgent": None}, 10_000)
 AGENT_HOOKS = {spec.agent: spec for spec in (CLAUDE_HOOKS, CODEX_HOOKS, GEMINI_HOOKS)}

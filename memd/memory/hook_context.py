@@ -27,11 +27,13 @@ is there):
 * ``Stop`` and ``SessionEnd`` — a turn end for memory extraction; nothing is injected;
 * anything else — nothing.
 
-Claude Code's auto memory, its transcript's record of what hooks injected, and turn ends are
-Claude Code's alone: for Codex and Gemini the index always goes in at a session start (neither
-loads ``MEMORY.md``), what is in the session is known from this daemon's own record, and
-their ``Stop``/``AfterAgent`` are not read (memd has no transcript source for them yet, so
-there is nothing to extract from).
+Claude Code's auto memory and its transcript's record of what hooks injected are Claude
+Code's alone: for Codex and Gemini the index always goes in at a session start (neither loads
+``MEMORY.md``) and what is in the session is known from this daemon's own record. Codex's
+``Stop`` is a turn end as Claude Code's is (its ``session_id`` is the rollout's, the session
+memd follows; its ``last_assistant_message`` the answer to wait for), so a ``codex exec`` is
+extracted when it ends rather than after the quiet period. Gemini's ``AfterAgent`` is not read
+(its ``session_id`` is not the name memd keys its chat by).
 
 Claude Code 2.1 sends ``additionalContext`` to the model as a ``role: "system"`` message of
 its own ("SessionStart hook additional context: …"), so the text here is plain (the
@@ -76,7 +78,7 @@ CLAUDE = "claude"
 # Each agent's hook events, as memd's (the events memdctl install-hooks registers for it).
 AGENT_EVENTS: dict[str, dict[str, str]] = {
     CLAUDE: {e: e for e in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")},
-    "codex": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit"},
+    "codex": {e: e for e in ("SessionStart", "UserPromptSubmit", "Stop")},
     "gemini": {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit"},
 }
 INJECTING = ("SessionStart", "UserPromptSubmit")

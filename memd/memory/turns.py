@@ -36,6 +36,7 @@ from memd.transcript.view import ConversationReader
 log = logging.getLogger(__name__)
 
 STOP_WAIT_S = 10.0  # how long a Stop waits for its transcript to catch up
+EARLY_STOPS_MAX = 64  # Stops of sessions not read yet, kept for their first growth
 _EXPECT_CHARS = 200
 
 
@@ -77,6 +78,7 @@ class TurnEnds:
         self._turns_seen: dict[str, int] = {}
         self._last_trigger: dict[str, str] = {}
         self._watches: dict[str, _Watch] = {}
+        self._early: dict[str, tuple[str, float]] = {}  # session id: (expect, give up)
         self._wake = anyio.Event()
 
     def notify_growth(self, state: SessionState) -> None:
@@ -86,6 +88,11 @@ class TurnEnds:
         before = self._turns_seen.get(state.session_id)
         self._turns_seen[state.session_id] = state.turn_ends
         now = self._clock.monotonic()
+        early = self._early.pop(state.session_id, None)
+        if early is not None and now < early[1]:  # a Stop came before the session was read
+            self._watches[state.session_id] = _Watch(now, state, False, early[0], early[1])
+            self._wake.set()
+            return
         waiting = self._watches.get(state.session_id)
         if waiting is not None and waiting.expect is not None:  # a Stop waits for this growth
             self._watches[state.session_id] = dataclasses.replace(
@@ -103,6 +110,8 @@ class TurnEnds:
         turn ended. Queued at once when the transcript holds it, else when it catches up.
         Never blocks; False when there is nothing to go on."""
         state = self._session_of(session_id) if self._session_of else None
+        if state is None and not transcript_path and not self._disabled_reason():
+            return self._stop_before_read(session_id, answer)
         if state is None:
             if not transcript_path.startswith("/") or not transcript_path.endswith(".jsonl"):
                 return False
@@ -116,6 +125,20 @@ class TurnEnds:
         expect = " ".join(answer.split())[:_EXPECT_CHARS]
         self._watches[session_id] = _Watch(now, state, False, expect, now + STOP_WAIT_S)
         self._wake.set()
+        return True
+
+    def _stop_before_read(self, session_id: str, answer: str) -> bool:
+        """Another agent's Stop (no Claude Code transcript path) for a session the watcher has
+        not read yet: kept for the session's first growth, at most :data:`STOP_WAIT_S`."""
+        if not session_id:
+            return False
+        now = self._clock.monotonic()
+        for sid in [s for s, (_, give_up) in self._early.items() if give_up <= now]:
+            del self._early[sid]
+        while len(self._early) >= EARLY_STOPS_MAX:
+            del self._early[next(iter(self._early))]
+        expect = " ".join(answer.split())[:_EXPECT_CHARS]
+        self._early[session_id] = (expect, now + STOP_WAIT_S)
         return True
 
     async def on_turn_end(self, state: SessionState) -> bool:
