@@ -1,0 +1,144 @@
+"""One memory for every agent, with the real CLIs (issue 24): a fact stated in a real ``codex
+exec`` session is extracted by memd into the repository's memory and recalled into a real
+``claude -p`` prompt in the same repository; a fact stated in a real ``claude -p`` session
+reaches a real ``gemini -p`` prompt through memd's Gemini hook.
+
+Each CLI talks to its loopback model server (Codex: Responses API; Claude Code: the Messages
+API in the real-client profile; Gemini: ``generateContent``); memd's own model is a scripted
+Messages-API loopback that writes the fact as a memory when its extraction sees it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memd.memory.paths import memory_dir
+from memd.testing.loopback import LoopbackAPI
+from memd.testing.loopback_agents import LoopbackAgentAPI
+from memd.testing.loopback_process import LoopbackProcess
+from memd_client import hook as hook_module
+from memd_client.hooks_install import hook_command, install_hooks
+from tests.claude_cli import ClaudeCLI
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
+from tests.other_cli import AgentCLI
+from tests.test_source_memory_e2e import FACT, LEARNT, extraction_script
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+QUESTION = "how do we deploy this to production?"
+
+
+def repository(home: Home) -> Path:
+    repo = home.root / "work" / "repo"
+    repo.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    return repo
+
+
+def claude_hooks(home: Home) -> None:
+    """memd's hooks in Claude Code's user settings, in the form ``install-hooks`` writes."""
+    settings = home.root / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps({}))
+    install_hooks(settings, hook_command(sys.executable, hook_module.__file__))
+
+
+def claude_texts(api: LoopbackAPI, since: int) -> str:
+    """Everything Claude Code's main requests put before the model."""
+    bodies = [
+        [r.body.get("system"), r.body.get("messages")]
+        for r in api.requests[since:]
+        if r.path == "/v1/messages" and isinstance(r.body, dict) and r.body.get("tools")
+    ]
+    assert bodies, [r.path for r in api.requests[since:]]
+    return json.dumps(bodies, ensure_ascii=False)
+
+
+def learnt(home: Home, repo: Path, what: str) -> None:
+    """Wait until memd's extraction wrote the fact into the repository's memory."""
+    path = memory_dir(home.projects, repo) / "deploy_command.md"
+    wait_for(path.exists, timeout=60, what=f"the memory extracted from {what}")
+    assert path.read_text() == LEARNT
+
+
+def test_a_fact_from_real_codex_is_recalled_into_real_claude_code(
+    codex_cli: AgentCLI, claude_cli: ClaudeCLI, claude_api: LoopbackAPI, tmp_path: Path
+) -> None:
+    with (
+        fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home,
+        LoopbackProcess() as memd_api,
+        LoopbackAgentAPI("responses", text="Understood: `make ship`.") as codex_api,
+    ):
+        memd_api.add_script(extraction_script())
+        config = home.root / "memd.yaml"
+        config.write_text("memory:\n  extraction_quiet_s: 600\n")  # the turn end is Codex's Stop
+        home.env.update(
+            MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test"
+        )
+        repo = repository(home)
+        claude_hooks(home)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            env = codex_cli.env(home.env, codex_api.url)
+            done = memdctl(home, "install-hooks", "--agent", "codex")
+            assert done.returncode == 0, done.stderr
+            done = codex_cli.run(
+                codex_cli.prompt_args(f"Note for later: {FACT}"), cwd=repo, env=env
+            )
+            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+            learnt(home, repo, "the Codex session")
+            (row,) = call(home, "sessions", {})
+            assert row["agent"] == "codex", row
+            since = len(claude_api.requests)
+            env = claude_cli.env(home.env, claude_api.url)
+            done = claude_cli.run(["-p", QUESTION], cwd=repo, env=env, timeout=60)
+            assert done.returncode == 0, (done.stdout, done.stderr, read_log(home))
+            assert "make ship" in claude_texts(claude_api, since)
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_a_fact_from_real_claude_code_reaches_real_gemini_through_its_hook(
+    claude_cli: ClaudeCLI,
+    gemini_cli: AgentCLI,
+    claude_api: LoopbackAPI,
+    tmp_path: Path,
+) -> None:
+    with (
+        fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home,
+        LoopbackProcess() as memd_api,
+        LoopbackAgentAPI("gemini") as gemini_api,
+    ):
+        memd_api.add_script(extraction_script())
+        home.env.update(ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test")
+        repo = repository(home)
+        claude_hooks(home)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            env = claude_cli.env(home.env, claude_api.url)
+            done = claude_cli.run(["-p", f"Note for later: {FACT}"], cwd=repo, env=env, timeout=60)
+            assert done.returncode == 0, (done.stdout, done.stderr, read_log(home))
+            learnt(home, repo, "the Claude Code session")
+            env = gemini_cli.env(home.env, gemini_api.url)
+            done = memdctl(home, "install-hooks", "--agent", "gemini")
+            assert done.returncode == 0, done.stderr
+            done = gemini_cli.run(gemini_cli.prompt_args(QUESTION), cwd=repo, env=env)
+            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+            assert "make ship" in gemini_api.texts()
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
