@@ -6,6 +6,8 @@ then recalls it; the Codex session gets its notes as a Claude Code session does.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
