@@ -6,9 +6,15 @@ canary untouched. The same repository serves the daemon test in test_citations_e
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+
+import pytest
 
 from memd import git
 from memd.memory.citations import Citation, infer
@@ -70,6 +76,7 @@ def make_hostile(repo: Repo, canaries: Path) -> None:
         "filter.evil.required": "true",
         "gpg.program": canary(canaries, "gpg"),
         "gpg.ssh.program": canary(canaries, "gpg-ssh"),
+        "gpg.ssh.allowedSignersFile": str(repo.root.parent / "keys" / "allowed"),
         "log.showSignature": "true",
         "credential.helper": "!" + canary(canaries, "credential"),
         "uploadpack.packObjectsHook": canary(canaries, "pack-objects-hook"),
@@ -107,7 +114,8 @@ def disarmed(repo: Repo) -> Iterator[None]:
 
 
 def hostile_repository(tmp_path: Path) -> tuple[Repo, Path, str]:
-    """A repository with history (a rename, edits, a branch), armed; its first commit."""
+    """A repository with history (a rename signed with an ssh key, edits, a branch), armed;
+    its first commit."""
     repo = Repo(tmp_path / "proj")
     repo.write("src/retry.py", "def backoff(n):\n    return min(60, 2**n)\n")
     repo.write("src/old.py", numbered(4))
@@ -115,10 +123,36 @@ def hostile_repository(tmp_path: Path) -> tuple[Repo, Path, str]:
     first = repo.commit("start")
     repo.git("mv", "src/old.py", "src/new.py")
     repo.write("README.md", numbered(5))
-    repo.commit("rename and edit")
+    repo.git("add", "-A")
+    signed_commit(repo, tmp_path / "keys", "rename and edit", "ssh")
     canaries = tmp_path / "canaries"
     make_hostile(repo, canaries)
     return repo, canaries, first
+
+
+def signed_commit(repo: Repo, keys: Path, message: str, kind: str) -> None:
+    """Commit what is staged, signed with a new ``kind`` key (``ssh``, or ``openpgp`` when
+    gpg is installed: the caller skips without it), so a git command that shows signatures
+    (``log.showSignature``) on this commit runs ``gpg.ssh.program`` or ``gpg.program``. The
+    ssh key is named in ``keys/allowed`` (git verifies nothing without such a file)."""
+    keys.mkdir(parents=True, exist_ok=True)
+    commit = ["commit", "-q", "--no-verify", "-S", "-m", message]
+    run = partial(subprocess.run, check=True, capture_output=True, timeout=30, cwd=repo.root)
+    if kind == "ssh":
+        key = keys / "ssh"
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "t", "-f", str(key)])
+        (keys / "allowed").write_text(f"t@example.invalid {(keys / 'ssh.pub').read_text()}")
+        repo.git("-c", "gpg.format=ssh", "-c", f"user.signingKey={key}", *commit)
+        return
+    home = tempfile.mkdtemp(prefix="g", dir="/tmp")  # short: gpg-agent's socket lives there
+    env = {**repo.env(), "GNUPGHOME": home}
+    try:
+        gpg = ["gpg", "--batch", "--quiet", "--passphrase", "", "--quick-gen-key"]
+        run([*gpg, "t@example.invalid", "ed25519", "sign", "never"], env=env)
+        run(["git", "-c", "user.signingKey=t@example.invalid", *commit], env=env)
+    finally:
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False, timeout=30)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_no_git_call_memd_makes_runs_a_program_the_repository_names(tmp_path: Path) -> None:
@@ -155,4 +189,30 @@ def test_checking_memories_in_a_hostile_repository_runs_no_program(tmp_path: Pat
     assert any("is not in this repository" in w for w in warnings)
     assert any("written on branch elsewhere" in w for w in warnings)
     assert "backoff is no longer in src/retry.py" in warnings
+    assert ran(canaries) == []
+
+
+def test_signed_commits_run_no_signature_program(tmp_path: Path) -> None:
+    """The repository's own config shows signatures (``log.showSignature``) and both of its
+    renames are signed (ssh, OpenPGP), so the ``git log`` memd runs to follow a rename would
+    run the signature programs the config names, were they not overridden: it runs none."""
+    if shutil.which("gpg") is None:
+        pytest.skip("gpg is not installed (the ssh signature is armed in every hostile test)")
+    repo, canaries, first = hostile_repository(tmp_path)
+    with disarmed(repo):
+        repo.git("mv", "src/new.py", "src/newest.py")
+        signed_commit(repo, tmp_path / "keys", "rename again", "openpgp")
+    repo.git("log", "--format=", "-n", "3")  # the canaries are live: git itself runs them
+    assert {"ran-gpg", "ran-gpg-ssh"} <= set(ran(canaries)), ran(canaries)
+    for fired in canaries.glob("ran-*"):
+        fired.unlink()
+    tree = git.find_work_tree(repo.root)
+    assert isinstance(tree, git.WorkTree)
+    assert git.renamed_to(tree, first, "src/old.py") == "src/newest.py"
+    assert git.renamed_to(tree, None, "src/old.py") == "src/newest.py"
+    verifier = Verifier()
+    where = verifier.repository(repo.root)
+    stale = (Citation("src/old.py", None, (), first, "main", "0" * 16),)
+    warnings = verifier.check(where, stale).warnings
+    assert "src/old.py (cited) no longer exists; git saw it renamed to src/newest.py" in warnings
     assert ran(canaries) == []
