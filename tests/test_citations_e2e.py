@@ -141,6 +141,35 @@ def test_a_failing_memory_ranks_below_one_that_verifies(tmp_path: Path) -> None:
             assert stop_memd(proc) == 0, read_log(home)
 
 
+def test_a_verified_next_candidate_takes_a_failing_memorys_place(tmp_path: Path) -> None:
+    """With room for one memory, the ranker's best whose citations all fail gives its place
+    to the next candidate that verifies; once that one fails too, the best is back first."""
+    repo = Repo(tmp_path / "proj")
+    repo.write("a.py", "def alpha():\n    pass\n")
+    repo.write("b.py", "def beta():\n    pass\n")
+    repo.commit()
+    with fake_home(tmp_path / "home") as home:
+        home.root.mkdir(parents=True, exist_ok=True)
+        proc = start_memd(home, "--set", "memory.recall_max=1")
+        try:
+            cited = {}
+            for name, path in (("deploy alpha", "a.py"), ("deploy beta", "b.py")):
+                written = remember(home, repo.root, name, f"Deploy steps start in {path}:1-2.")
+                cited[written["file"]] = path
+            query = {"query": "deploy steps", "cwd": str(repo.root)}
+            (best,) = call(home, "recall", query)["memories"]
+            assert best["verified"] is True
+            (other,) = set(cited) - {best["relative"]}
+            repo.write(cited[best["relative"]], "gone\n")
+            (instead,) = call(home, "recall", query)["memories"]
+            assert (instead["relative"], instead["verified"]) == (other, True)
+            repo.write(cited[other], "gone too\n")
+            (back,) = call(home, "recall", query)["memories"]
+            assert (back["relative"], back["verified"]) == (best["relative"], False)
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
 def test_checks_are_off_with_the_config_key(tmp_path: Path) -> None:
     repo = Repo(tmp_path / "proj")
     repo.write("a.py", "def alpha():\n    pass\n")

@@ -63,7 +63,10 @@ log = logging.getLogger(__name__)
 
 RecallMethod = Literal["model", "lexical", "none"]
 # The recalled memories, checked against the code and reordered, by a monotonic deadline.
-CheckMemories = Callable[[tuple["RecalledMemory", ...], float], tuple["RecalledMemory", ...]]
+# Issue 26: checks the chosen memories by the deadline; the loader gives the ranker's next
+# candidates (loaded only when asked: one that verifies may take a failing one's place).
+Memories = tuple["RecalledMemory", ...]
+CheckMemories = Callable[[Memories, Callable[[], Memories], float], Memories]
 
 SELECTOR_MAX_TOKENS = 256
 MAX_CONTENT_BYTES = 16_000  # of one memory's file; the rest is left for a Read
@@ -124,6 +127,7 @@ class _Choice:
     headers: tuple[MemoryHeader, ...]
     method: RecallMethod
     reason: str
+    spares: tuple[MemoryHeader, ...] = ()  # the ranker's next candidates (lexical choice)
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,8 @@ async def recall(
     With ``cache`` (what the daemon keeps), heads are read only for new or changed files and
     the ranker's index is kept up to date; without, every head is read and indexed.
     ``checks`` (run in a worker thread, by the deadline) checks the chosen memories'
-    citations and may reorder them.
+    citations and may reorder them, or put one of the ranker's next candidates that verifies
+    in the place of one whose citations all fail.
     """
     started = clock.monotonic()
     budget = cfg.memory.recall_timeout_s if timeout_s is None else timeout_s
@@ -196,7 +201,9 @@ async def recall(
     load = partial(load_memories, memory_dir, choice.headers, now_ms, cfg.privacy.redact_secrets)
     memories = await anyio.to_thread.run_sync(load)
     if checks is not None and memories:
-        memories = await anyio.to_thread.run_sync(checks, memories, context.deadline)
+        redact = cfg.privacy.redact_secrets
+        spares = partial(load_memories, memory_dir, choice.spares, now_ms, redact)
+        memories = await anyio.to_thread.run_sync(checks, memories, spares, context.deadline)
     elapsed = clock.monotonic() - started
     return RecallResult(
         memories, choice.method, choice.reason, RECALL_CAVEAT, len(candidates), elapsed
@@ -255,9 +262,11 @@ async def _choose(
             model = context.cfg.llm.models.recall
             return _Choice(tuple(picked), "model", f"chosen by {model}")
         why = picked
-    chosen = ranked[: context.cfg.memory.recall_max]
-    chosen = chosen[: strong_count([score for _, score in chosen])]
-    return _Choice(tuple(h for h, _ in chosen), "lexical", f"lexical ranking: {why}")
+    limit = context.cfg.memory.recall_max
+    strong = ranked[: 2 * limit]
+    strong = strong[: strong_count([score for _, score in strong])]
+    chosen, spares = tuple(h for h, _ in strong[:limit]), tuple(h for h, _ in strong[limit:])
+    return _Choice(chosen, "lexical", f"lexical ranking: {why}", spares)
 
 
 def manifest_candidates(

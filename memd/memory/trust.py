@@ -5,7 +5,8 @@
 
 * :meth:`~CitationChecks.recalled` checks the memories a recall chose, attaches the
   warnings (``checks``), the cited places (``citations``) and ``verified``, and moves a
-  memory whose citations all fail below those that verify;
+  memory whose citations all fail below those that verify, letting the ranker's next
+  candidates that verify take its place;
 * :meth:`~CitationChecks.document` checks one memory file (``memdctl memories --check``);
 * :meth:`~CitationChecks.cite` gives the ``citations`` frontmatter value for a memory memd
   writes;
@@ -178,16 +179,44 @@ class CitationChecks:
         return cited, check
 
     def recalled(
-        self, cwd: str, memory_dir: Path, memories: tuple[RecalledMemory, ...], deadline: float
+        self,
+        cwd: str,
+        memory_dir: Path,
+        memories: tuple[RecalledMemory, ...],
+        spares: Callable[[], tuple[RecalledMemory, ...]],
+        deadline: float,
     ) -> tuple[RecalledMemory, ...]:
-        """``memories`` with their checks, those whose citations all fail moved last."""
+        """``memories`` with their checks, those whose citations all fail moved last; when
+        some fail, the ranker's next candidates (``spares``, loaded then) that verify take
+        their places, in rank order (the failing ones keep what room is left)."""
         if not self.enabled:
             return memories
         with git.time_limit(deadline - self._monotonic()):
             checked = self._check_recalled(cwd, memory_dir, memories, deadline)
+            failing = [memory for memory, check in checked if check.failing]
+            kept = [memory for memory, check in checked if not check.failing]
+            if failing and self._monotonic() < deadline:
+                kept += self._verified_spares(cwd, memory_dir, spares(), len(failing), deadline)
         self.log.save()
-        checked.sort(key=lambda pair: pair[1].failing)  # stable: the choice's order otherwise
-        return tuple(memory for memory, _ in checked)
+        return tuple([*kept, *failing][: len(memories)])
+
+    def _verified_spares(
+        self,
+        cwd: str,
+        memory_dir: Path,
+        spares: tuple[RecalledMemory, ...],
+        wanted: int,
+        deadline: float,
+    ) -> list[RecalledMemory]:
+        """Up to ``wanted`` of ``spares`` whose citations verify, checked in order."""
+        found: list[RecalledMemory] = []
+        for spare in spares:
+            if len(found) >= wanted or self._monotonic() >= deadline:
+                break
+            ((memory, check),) = self._check_recalled(cwd, memory_dir, (spare,), deadline)
+            if check.verified:
+                found.append(memory)
+        return found
 
     def _check_recalled(
         self, cwd: str, memory_dir: Path, memories: tuple[RecalledMemory, ...], deadline: float
