@@ -218,8 +218,10 @@ class JobRunner:
             took=took,
             cost=cost,
         )
-        await self._store.put(record)
+        # The guard first: once the record says the run succeeded, status must not still show
+        # the failure streak it ended (the put gives the loop a turn).
         self._guard.record_success("session_notes", subject=state.session_id)
+        await self._store.put(record)
         log.info(
             "session notes of %s: %d request(s), %d billed tokens, %.1f s",
             state.session_id,
