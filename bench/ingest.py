@@ -1,6 +1,6 @@
 """Cold ingest of transcripts: memd's pipeline against a bare read-and-decode baseline.
 
-    python3 bench/ingest.py [--rounds 5] [PATH ...]
+    python3 bench/ingest.py [--rounds 5] [--stages] [PATH ...]
 
 PATHs are transcript files or folders (default: the shared corpus). Both sides run in this
 process, alternating, and the best round of each counts (the machine is shared):
@@ -16,7 +16,8 @@ Prints MB/s for both and the ratio; the target is memd >= 50% of the baseline. T
 msgspec's untyped decode (issue 28's baseline) is printed too, in wall time and in the
 process's CPU time (what the other processes of a loaded machine cannot inflate). The same
 ingest followed by ``api_messages()`` (decoding the contents on the active chain, what
-compaction and note extraction need) is timed too, for information.
+compaction and note extraction need) is timed too, for information. ``--stages`` prints
+only where memd's CPU time goes: each stage with the ones before it, beside the baseline.
 """
 
 from __future__ import annotations
@@ -72,31 +73,48 @@ def baseline(files: list[Path], decode: Decoder) -> int:
     return lines
 
 
-def read_conversation(path: Path) -> Conversation:
+def read_conversation(path: Path, stage: int = 2) -> Conversation:
+    """Tail, parse (``stage`` >= 1) and add (``stage`` >= 2) every line of ``path``."""
     conversation = Conversation(sidechain="subagents" in path.parts, lines=FileLines(path))
     position: TailPosition | None = None
     while True:
         read = read_appended(path, position)
-        for at, line in zip(read.offsets, read.lines, strict=True):
+        for at, line in zip(read.offsets, read.lines, strict=True) if stage else ():
             try:
                 entry = parse_line(line, at)
             except BadLine:
                 continue
-            if entry is not None:
+            if entry is not None and stage > 1:
                 conversation.add(entry)
         position = read.position
         if not read.more:
             return conversation
 
 
-def ingest(files: list[Path]) -> int:
+def ingest(files: list[Path], stage: int = 3) -> int:
+    """The daemon's cold ingest; a lower ``stage`` stops after tail (0), parse (1), add (2)."""
     entries = 0
     for path in files:
-        conversation = read_conversation(path)
-        conversation.context()
-        _ = conversation.message_count
+        conversation = read_conversation(path, min(stage, 2))
+        if stage > 2:
+            conversation.context()
+            _ = conversation.message_count
         entries += conversation.entry_count
     return entries
+
+
+STAGES = ("tail reads", "+ parse_line", "+ Conversation.add", "+ context(), message_count")
+
+
+def print_stages(files: list[Path], rounds: int) -> None:
+    """CPU time of each stage with the ones before it, beside the untyped baseline."""
+    runs: dict[str, Callable[[], object]] = {
+        "read + msgspec untyped": functools.partial(baseline, files, msgspec.json.Decoder().decode)
+    }
+    for stage, name in enumerate(STAGES):
+        runs[name] = functools.partial(ingest, files, stage)
+    for name, cpu in best_interleaved(runs, rounds, time.process_time).items():
+        print(f"  {name:28}: {cpu * 1e3:6.1f} ms CPU")
 
 
 def build_messages(files: list[Path]) -> int:
@@ -127,8 +145,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", type=Path, default=[CORPUS])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--stages", action="store_true", help="CPU time of each stage, only")
     args = parser.parse_args()
     files = transcripts(args.paths)
+    if args.stages:
+        tokens.estimate_text("load the tokenizer before timing")
+        print_stages(files, args.rounds)
+        return
     total = sum(path.stat().st_size for path in files)
     megabytes = total / 1e6
 
