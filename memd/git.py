@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from memd.agent.process import SAFE_PATH, shell_environment
 from memd.agent.vcs import pinned_config_environment
@@ -198,6 +199,24 @@ def _discover(folder: Path, avoid: Path | None) -> WorkTree | NotAWorkTree:
     return WorkTree(root, git_dir)
 
 
+def open_work_tree(
+    folder: Path, *, avoid: Path | None = None
+) -> tuple[WorkTree, Head | GitFailed] | NotAWorkTree:
+    """The work tree ``folder`` is in and its HEAD (as :func:`find_work_tree` and
+    :func:`head` give them), in one git call when the repository has commits."""
+    if folder.is_absolute() and (avoid is None or not _within(folder, avoid)):
+        args = ["rev-parse", "--show-toplevel", "--absolute-git-dir"]
+        out = run_git(None, [*args, "HEAD", "--symbolic-full-name", "HEAD"], cwd=folder)
+        lines = out.rstrip(b"\n").split(b"\n") if isinstance(out, bytes) else []
+        if len(lines) == 4 and all(lines) and _is_hex(lines[2].decode("ascii", "replace")):
+            root, git_dir = (Path(os.fsdecode(line)) for line in lines[:2])
+            if avoid is None or not _within(root, avoid):
+                skipped.clear(str(folder))
+                return WorkTree(root, git_dir), _head(lines[2:])
+    found = find_work_tree(folder, avoid=avoid)  # no commits, or not a work tree: say which
+    return found if isinstance(found, NotAWorkTree) else (found, head(found))
+
+
 def _within(path: Path, folder: Path) -> bool:
     try:
         return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
@@ -218,12 +237,17 @@ def head(tree: WorkTree) -> Head | GitFailed:
     out = run_git(tree, ["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"])
     if isinstance(out, GitFailed):
         return out
-    lines = out.decode("utf-8", errors="replace").split("\n")
-    if not lines[0]:
+    return _head(out.split(b"\n"))
+
+
+def _head(lines: Sequence[bytes]) -> Head | GitFailed:
+    """The Head in ``rev-parse HEAD --symbolic-full-name HEAD``'s lines."""
+    commit = lines[0].decode("utf-8", errors="replace") if lines else ""
+    if not commit:
         return GitFailed("the repository has no commits")
-    ref = lines[1] if len(lines) > 1 else ""
+    ref = lines[1].decode("utf-8", errors="replace") if len(lines) > 1 else ""
     branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
-    return Head(lines[0], branch)
+    return Head(commit, branch)
 
 
 def known_commits(tree: WorkTree, commits: Sequence[str]) -> frozenset[str] | GitFailed:
@@ -286,9 +310,9 @@ def _renames(out: bytes) -> list[tuple[str, str]]:
     return pairs
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    """What git's index holds of a tracked file: its blob and the stat it was staged with."""
+class IndexEntry(NamedTuple):
+    """What git's index holds of a tracked file: its blob and the stat it was staged with
+    (a tuple: thousands are made per index read)."""
 
     blob: str
     ctime_ns: int
@@ -301,6 +325,7 @@ _INDEX_ENTRY = re.compile(
     rb"\d+ ([0-9a-f]{40,64}) 0\t([^\0]*)\0  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n"
     rb"  dev: \d+\tino: (\d+)\n  uid: \d+\tgid: \d+\n  size: (\d+)\tflags: [0-9a-f]+\n"
 )
+_NS = 1_000_000_000
 
 
 def index_entries(tree: WorkTree) -> dict[str, IndexEntry] | GitFailed:
@@ -310,14 +335,10 @@ def index_entries(tree: WorkTree) -> dict[str, IndexEntry] | GitFailed:
     if isinstance(out, GitFailed):
         return out
     return {
-        os.fsdecode(m.group(2)): IndexEntry(
-            m.group(1).decode(),
-            int(m.group(3)) * 1_000_000_000 + int(m.group(4)),
-            int(m.group(5)) * 1_000_000_000 + int(m.group(6)),
-            int(m.group(7)),
-            int(m.group(8)),
+        os.fsdecode(path): IndexEntry(
+            blob.decode(), int(cs) * _NS + int(cn), int(ms) * _NS + int(mn), int(ino), int(size)
         )
-        for m in _INDEX_ENTRY.finditer(out)
+        for blob, path, cs, cn, ms, mn, ino, size in _INDEX_ENTRY.findall(out)
     }
 
 

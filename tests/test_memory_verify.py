@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -319,3 +321,39 @@ def test_git_calls_end_by_the_recalls_deadline_and_say_so(tmp_path: Path) -> Non
         "no time was left for git)",
     )
     assert isinstance(git.head(where.tree), git.Head)  # type: ignore[arg-type]
+
+
+def test_a_first_check_of_many_citations_at_head_runs_git_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cold path (bench/citations.py): one call finds the work tree and its HEAD, one
+    reads the index; citations seen at HEAD's own commit ask git nothing more."""
+    repo = Repo(tmp_path / "proj")
+    for i in range(40):
+        repo.write(f"m{i}.py", f"def f{i}():\n    return {i}\n")
+    repo.commit()
+    text = " ".join(f"`f{i}()` in m{i}.py:1-2" for i in range(40))
+    cited = _cited(repo, text) + _cited(repo, " ".join(f"m{i}.py:1" for i in range(16, 40)))
+    calls: list[str] = []
+    run_git = git.run_git
+
+    def counted(*args: Any, **kwargs: Any) -> bytes | git.GitFailed:
+        calls.append(args[1][0])
+        return run_git(*args, **kwargs)
+
+    monkeypatch.setattr(git, "run_git", counted)
+    verifier = Verifier()
+    where = verifier.repository(repo.root)
+    assert where.head is not None and where.head.branch == "main"
+    assert verifier.check(where, cited).warnings == ()
+    assert calls == ["rev-parse", "ls-files"]
+
+
+def test_a_repository_without_commits_or_in_a_memory_dir_is_still_said(tmp_path: Path) -> None:
+    empty = Repo(tmp_path / "empty")
+    where = Verifier().repository(empty.root)
+    assert where.tree is not None and where.head is None
+    assert where.skipped is not None and "HEAD" in where.skipped  # git's words: no commit
+    repo, _ = _retry_repo(tmp_path)
+    inside = Verifier().repository(repo.root, avoid=repo.root)
+    assert inside.tree is None and inside.skipped is not None and "memory dir" in inside.skipped

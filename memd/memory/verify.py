@@ -235,9 +235,10 @@ class Verifier:
         if repo.tree is None or repo.head is None:
             return []
         notes: list[str] = []
-        if citation.commit is not None and not self._commit_known(repo.tree, citation.commit):
+        seen_at = citation.commit  # HEAD's own commit is known without asking git
+        if seen_at not in (None, repo.head.commit) and not self._commit_known(repo.tree, seen_at):
             notes.append(
-                f"the commit this memory was written at ({citation.commit[:10]}) is not in this "
+                f"the commit this memory was written at ({seen_at[:10]}) is not in this "
                 "repository (rebased away, or another clone): its citations were checked "
                 "against the files only"
             )
@@ -423,13 +424,13 @@ def _state_sigs(tree: git.WorkTree | None) -> tuple[FileSig | None, ...]:
 
 
 def _open_repository(folder: Path, avoid: Path | None) -> Repository:
-    found = git.find_work_tree(folder, avoid=avoid)
+    found = git.open_work_tree(folder, avoid=avoid)
     if isinstance(found, git.NotAWorkTree):
         return Repository(folder, None, None, found.reason)
-    head = git.head(found)
+    tree, head = found
     if isinstance(head, git.GitFailed):
-        return Repository(found.root, found, None, head.reason)
-    return Repository(found.root, found, head, None)
+        return Repository(tree.root, tree, None, head.reason)
+    return Repository(tree.root, tree, head, None)
 
 
 def _trim(cache: OrderedDict[_K, _V]) -> None:
