@@ -119,6 +119,7 @@ class Conversation:
         self._boundaries: list[Boundary] = []
         self._estimates: dict[str, int] = {}
         self._derived: _Derived | None = None
+        self._chain_only: tuple[Entry, ...] | None = None  # the chain alone, until _derived
         self._context: ContextFigure | None = None
 
     # -- feeding ---------------------------------------------------------------------------
@@ -145,7 +146,7 @@ class Conversation:
             self._leaf = uuid
         else:
             self._index(self._kept(entry, self._resolve(parent)), parent)
-        self._derived = None
+        self._derived = self._chain_only = None
         self._context = None
 
     def _parent_of(self, parent: str | None) -> str | None:
@@ -312,13 +313,20 @@ class Conversation:
         """The entries in the model's context, oldest first: user and assistant lines, and
         the system lines on the way (progress and attachment lines are walked through, not
         kept)."""
-        return self._derive().chain
+        if self._derived is not None:
+            return self._derived.chain
+        if self._chain_only is None:
+            self._chain_only = self._chain()
+        return self._chain_only
 
     def _derive(self) -> _Derived:
+        """The chain with its messages (the context size needs only the chain: a compact
+        boundary's, taken in :meth:`add`, builds no messages)."""
         if self._derived is None:
-            chain = self._chain()
+            chain = self.active_chain()
             groups = tuple(group_lines(chain))
             self._derived = _Derived(chain, groups, build_messages(groups))
+            self._chain_only = None
         return self._derived
 
     def _chain(self) -> tuple[Entry, ...]:
@@ -413,7 +421,7 @@ class Conversation:
     def release(self) -> None:
         """Drop the derived chain and messages kept for the next reader (an idle resident
         conversation then holds only its entries); they are rebuilt on demand."""
-        self._derived = None
+        self._derived = self._chain_only = None
 
     def api_messages(self) -> list[dict[str, Any]]:
         """:meth:`messages` as plain ``{"role", "content"}`` dicts for the Messages API."""
