@@ -4,18 +4,26 @@ memory whose claims did not change keeps its baseline."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from memd.config import MemoryConfig
 from memd.dream import journal, snapshot
 from memd.dream.journal import Journal
 from memd.memory.cite_files import record_citations
 from memd.memory.frontmatter import parse_document
+from memd.memory.trust import CitationChecks
+from memd_client.render_status import render_status
 
 MEMORY = (
     "---\n# a comment the writer left\nname: retry\ndescription: 'where: retries'\n"
     "type: project\n---\n\nThe backoff is `backoff()` in src/retry.py:1-2.\n"
 )
+NOBODY = 65534
 ROWS = [{"path": "src/retry.py", "lines": "1-2", "commit": "ab" * 20, "hash": "cd" * 8}]
 
 
@@ -26,7 +34,7 @@ def cite(body: str) -> list[dict[str, Any]]:
 
 def test_only_the_frontmatter_gains_the_citations(tmp_path: Path) -> None:
     (tmp_path / "project_retry.md").write_text(MEMORY)
-    assert record_citations(tmp_path, ["project_retry.md", "MEMORY.md"], cite) == (
+    assert record_citations(tmp_path, ["project_retry.md", "MEMORY.md"], cite).changed == (
         "project_retry.md",
     )
     text = (tmp_path / "project_retry.md").read_text()
@@ -34,7 +42,7 @@ def test_only_the_frontmatter_gains_the_citations(tmp_path: Path) -> None:
     assert text.startswith(head) and text.endswith("---\n\n" + tail)  # every byte kept
     document = parse_document(text)
     assert dict(document.meta.extra)["citations"] == ROWS and not document.problems
-    assert record_citations(tmp_path, ["project_retry.md"], cite) == ()  # the same claims
+    assert record_citations(tmp_path, ["project_retry.md"], cite).changed == ()  # same claims
 
 
 def test_a_changed_claim_is_cited_again_and_a_broken_file_is_left_alone(tmp_path: Path) -> None:
@@ -42,11 +50,11 @@ def test_a_changed_claim_is_cited_again_and_a_broken_file_is_left_alone(tmp_path
     record_citations(tmp_path, ["project_retry.md"], cite)
     moved = (tmp_path / "project_retry.md").read_text().replace("py:1-2", "py:3-4")
     (tmp_path / "project_retry.md").write_text(moved)
-    assert record_citations(tmp_path, ["project_retry.md"], cite) == ("project_retry.md",)
+    assert record_citations(tmp_path, ["project_retry.md"], cite).changed == ("project_retry.md",)
     assert parse_document((tmp_path / "project_retry.md").read_text()).meta.extra
     broken = "---\nname: [unclosed\n---\n\n`backoff()` in src/retry.py\n"
     (tmp_path / "feedback_x.md").write_text(broken)
-    assert record_citations(tmp_path, ["feedback_x.md", "gone.md", "../x.md"], cite) == ()
+    assert record_citations(tmp_path, ["feedback_x.md", "gone.md", "../x.md"], cite).changed == ()
     assert (tmp_path / "feedback_x.md").read_text() == broken
 
 
@@ -59,7 +67,7 @@ def test_a_dreams_citations_are_journaled_and_undone_byte_for_byte(tmp_path: Pat
     snapshot.take(mdir, snap, max_bytes=1 << 20)
     book = Journal(run)
     cited = record_citations(mdir, ["project_retry.md"], cite, book.intent)
-    for relative in cited:
+    for relative in cited.changed:
         data = snapshot.memory_bytes(mdir, relative)
         assert data is not None
         book.done(relative, snapshot.sha256(data))
@@ -72,5 +80,57 @@ def test_a_dreams_citations_are_journaled_and_undone_byte_for_byte(tmp_path: Pat
 def test_a_memory_that_cites_nothing_is_left_as_it_is(tmp_path: Path) -> None:
     plain = "---\nname: tone\ndescription: terse\ntype: feedback\n---\n\nBe terse.\n"
     (tmp_path / "feedback_tone.md").write_text(plain)
-    assert record_citations(tmp_path, ["feedback_tone.md"], lambda body: []) == ()
+    assert record_citations(tmp_path, ["feedback_tone.md"], lambda body: []).changed == ()
     assert (tmp_path / "feedback_tone.md").read_text() == plain
+
+
+def as_nobody(work: Path) -> list[Any]:
+    """What recording the memory's citations gives in a child process run as ``nobody``
+    (forked: no interpreter to find), and what status then says."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns to pytest
+        code = 1
+        try:
+            os.close(read)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            checks = CitationChecks(work / "state", MemoryConfig)
+            cited = checks.record(str(work / "proj"), work / "memory", ["project_retry.md"])
+            answer = [list(cited), checks.statistics()["unrecorded"]]
+            os.write(write, json.dumps(answer).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    result: list[Any] = json.loads(data)
+    return result
+
+
+def test_citations_the_disk_refuses_are_shown_in_status(tmp_path: Path) -> None:
+    """Run as another user (root writes anyway) over a memory dir it cannot write: the file
+    is kept as it was, and status names it with why."""
+    work = Path(tempfile.mkdtemp(prefix="memd-cite-"))
+    try:
+        (work / "proj" / "src").mkdir(parents=True)
+        (work / "proj" / "src" / "retry.py").write_text("def backoff(n):\n    return n\n")
+        (work / "memory").mkdir()
+        (work / "memory" / "project_retry.md").write_text(MEMORY)
+        (work / "state").mkdir()
+        for path in (work, *work.rglob("*")):
+            os.chown(path, NOBODY, NOBODY)
+        (work / "memory").chmod(0o555)
+        cited, unrecorded = as_nobody(work)
+        assert cited == [] and (work / "memory" / "project_retry.md").read_text() == MEMORY
+        assert [(r["file"], r["reason"]) for r in unrecorded] == [
+            (f"{work}/memory/project_retry.md", "Permission denied")
+        ]
+        shown = render_status({"memory": {"citations": {"unrecorded": unrecorded}}})
+        assert "1 memory files' citations could not be written" in shown
+        assert f"{work}/memory/project_retry.md: Permission denied" in shown
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -230,15 +230,31 @@ def git_skipped_lines(memory: object, st: Style) -> list[str]:
     """Project folders whose memories' citations were checked without git (issue 26)."""
     citations = memory.get("citations") if isinstance(memory, dict) else None
     rows = citations.get("git_skipped") if isinstance(citations, dict) else None
+    lines = unrecorded_lines(citations, st)
     if not isinstance(rows, list) or not rows:
-        return []
-    lines = [
+        return lines
+    lines += [
         f"citations {st.warn(str(len(rows)))} project folders are not git work trees (or git "
         "refused them): memories citing their files are checked without commits or branches:"
     ]
     for row in rows[:10]:
         if isinstance(row, dict):
             lines.append(f"          {row.get('folder')}: {row.get('reason')}")
+    return lines
+
+
+def unrecorded_lines(citations: object, st: Style) -> list[str]:
+    """Memory files an extraction or a dream wrote whose citations the disk refused."""
+    rows = citations.get("unrecorded") if isinstance(citations, dict) else None
+    if not isinstance(rows, list) or not rows:
+        return []
+    lines = [
+        f"citations {st.warn(str(len(rows)))} memory files' citations could not be written "
+        "(checked from their text until the next run that writes them; free the disk):"
+    ]
+    for row in rows[:10]:
+        if isinstance(row, dict):
+            lines.append(f"          {row.get('file')}: {row.get('reason')}")
     return lines
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,32 +41,43 @@ _FENCE = "---"
 Cite = Callable[[str], list[dict[str, Any]] | None]
 
 
+@dataclass(frozen=True)
+class Recorded:
+    changed: tuple[str, ...]  # files whose citations were written
+    failed: tuple[tuple[str, str], ...] = ()  # (file, why) the disk refused
+
+
 def record_citations(
     memory_dir: Path,
     relatives: Iterable[str],
     cite: Cite,
     before_write: Callable[[str], None] | None = None,
-) -> tuple[str, ...]:
+) -> Recorded:
     """Write the ``citations`` of each topic file in ``relatives`` (relative to
     ``memory_dir``) that does not record them as its text cites them now; the relative paths
-    rewritten. ``before_write`` is told each file before it is written (a dream journals its
-    intent). A file that cites nothing and records nothing is left as it is; one that cannot
-    be read or written is passed over (logged), never raised."""
+    rewritten and those the disk refused. ``before_write`` is told each file before it is
+    written (a dream journals its intent). A file that cites nothing and records nothing is
+    left as it is; one that cannot be read is passed over, never raised."""
     changed: list[str] = []
+    failed: list[tuple[str, str]] = []
     with opened_area(memory_dir) as area:
         if area is None:
-            return ()
+            return Recorded((), ())
         for relative in dict.fromkeys(relatives):
             if not relative.endswith(".md") or relative.rsplit("/", 1)[-1] == INDEX_FILENAME:
                 continue
-            if _record_one(area, relative, cite, before_write):
+            done = _record_one(area, relative, cite, before_write)
+            if isinstance(done, str):
+                failed.append((relative, done))
+            elif done:
                 changed.append(relative)
-    return tuple(changed)
+    return Recorded(tuple(changed), tuple(failed))
 
 
 def _record_one(
     area: Area, relative: str, cite: Cite, before_write: Callable[[str], None] | None
-) -> bool:
+) -> bool | str:
+    """Whether the file was rewritten, or why the disk refused it."""
     try:
         data, _ = area.read(relative, max_bytes=MAX_FILE_BYTES + 1)
     except (OSError, ValueError):
@@ -94,7 +106,7 @@ def _record_one(
         area.write(relative, updated.encode("utf-8"))
     except OSError as exc:
         log.warning("cannot record the citations of %s: %s", shown(relative), exc)
-        return False
+        return exc.strerror or type(exc).__name__
     return True
 
 

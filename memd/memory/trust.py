@@ -49,6 +49,7 @@ LOG_FILE = "citations.json"
 MAX_LOG_ENTRIES = 20_000
 MAX_LOG_BYTES = 8 * 1024 * 1024
 VERIFIED_STEP_S = 3600.0
+MAX_UNRECORDED = 64
 
 
 class VerificationLog:
@@ -140,6 +141,9 @@ class CitationChecks:
     ) -> None:
         self._config = config
         self._monotonic = monotonic
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._unrecorded: dict[str, tuple[str, float]] = {}
         self.verifier = Verifier(clock=monotonic)
         self.log = VerificationLog(state_dir / LOG_FILE, wall)
 
@@ -260,7 +264,23 @@ class CitationChecks:
         if not self.enabled or not cwd or not relatives:
             return ()
         cite = partial(self.cite, cwd, memory_dir)
-        return record_citations(memory_dir, relatives, cite, before_write)
+        recorded = record_citations(memory_dir, relatives, cite, before_write)
+        self._note_unrecorded(memory_dir, relatives, recorded.failed)
+        return recorded.changed
+
+    def _note_unrecorded(
+        self, memory_dir: Path, relatives: Sequence[str], failed: Sequence[tuple[str, str]]
+    ) -> None:
+        """Keep the files whose citations the disk refused (shown in ``status``; the next run
+        that writes one tries again, and meanwhile they are inferred when read)."""
+        now = self._wall()
+        with self._lock:
+            for relative in relatives:
+                self._unrecorded.pop(f"{memory_dir}/{relative}", None)
+            for relative, why in failed:
+                self._unrecorded[f"{memory_dir}/{relative}"] = (why, now)
+            while len(self._unrecorded) > MAX_UNRECORDED:
+                self._unrecorded.pop(next(iter(self._unrecorded)))
 
     def listing(
         self, cwd: str, memory_dir: Path, headers: Sequence[MemoryHeader]
@@ -292,9 +312,18 @@ class CitationChecks:
         return rows
 
     def statistics(self) -> dict[str, Any]:
-        """For ``status``: whether checks run, and the folders git was skipped in (not a
-        work tree, or git refused it) with why."""
-        return {"enabled": self.enabled, "git_skipped": git.skipped.as_rows()}
+        """For ``status``: whether checks run, the folders git was skipped in (not a work
+        tree, or git refused it) with why, and the files whose citations the disk refused."""
+        with self._lock:
+            unrecorded = [
+                {"file": path, "reason": why, "since": round(at, 3)}
+                for path, (why, at) in self._unrecorded.items()
+            ]
+        return {
+            "enabled": self.enabled,
+            "git_skipped": git.skipped.as_rows(),
+            "unrecorded": unrecorded,
+        }
 
     def retire_candidates(self, memory_dir: Path) -> list[str]:
         """Memory files whose citations have all failed ``memory.citation_retire_days``."""
