@@ -36,7 +36,8 @@ from memd.daemon.inotify import Inotify  # noqa: E402
 from memd_client.client import Client  # noqa: E402
 from memd_client.errors import MemdClientError  # noqa: E402
 
-CORPUS = Path("/work/shared/data/transcripts")
+SHARED = REPO.parent / "shared" / "data" / "transcripts"  # beside the checkout, as tests/ has it
+CORPUS = SHARED if SHARED.is_dir() else REPO / "tests" / "corpus"
 
 
 def pick_session() -> Path:

@@ -180,7 +180,8 @@ async def load(
     return out
 
 
-CORPUS = Path("/work/shared/data/transcripts")
+SHARED = REPO.parent / "shared" / "data" / "transcripts"  # beside the checkout, as tests/ has it
+CORPUS = SHARED if SHARED.is_dir() else REPO / "tests" / "corpus"
 SAMPLE = "spotter/short.jsonl"
 
 
