@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from functools import cached_property, partial
 from pathlib import Path
@@ -33,6 +32,7 @@ from memd import __version__
 from memd.atomic import retry_kept
 from memd.clock import Clock, SystemClock, iso_utc
 from memd.config import LoadedConfig
+from memd.daemon.background import run_background
 from memd.daemon.health import Health
 from memd.daemon.logsetup import log_destination
 from memd.daemon.notify import Notifier
@@ -44,12 +44,11 @@ from memd.daemon.shutdown import run_signals, shutdown
 from memd.daemon.signals import Signals
 from memd.daemon.watch import WatchedRoot, run_watcher
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
-from memd.errors import ConfigError, MemdError, NotFound, StartupError
+from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.limits import ServeLimits
 from memd.ipc.server import Server, run_server
 from memd.sources.registry import sources_for
 from memd.state import SessionState, load_sessions, save_sessions
-from memd.tokens import using_tokenizer
 from memd.transcript.conversation import Conversation
 from memd.transcript.view import ConversationView
 from memd.writes import run_write_retries
@@ -75,12 +74,6 @@ log = logging.getLogger(__name__)
 
 SESSIONS_FILE = "sessions.json"
 NOTES_RUN_TIMEOUT_S = 300.0
-LEDGER_FLUSH_S = 30.0
-TOKEN_SAVE_S = 300.0  # token estimates kept for the next start (and at shutdown)
-MISSING_SWEEP_MINUTES = 60
-# Ingest turns are bounded, but rebuilding an evicted conversation is one step: with two
-# workers, one file's rebuild (a 1 GB transcript after a restart) never stops the others.
-INGEST_WORKERS = 2
 
 
 class Daemon:
@@ -465,216 +458,12 @@ async def run_daemon(
         )
         daemon.notifier.ready(f"serving on {paths.socket_path}")
         log.info("memd %s ready on %s (pid %d)", _version(), paths.socket_path, os.getpid())
-        tg.start_soon(_run_background, daemon, work)
+        tg.start_soon(run_background, daemon, work)
         task_status.started()
         await daemon.stopping.wait()
         await shutdown(daemon, tg, work)
     # After every flusher's last write: what the disk refused until now gets one more try.
     await anyio.to_thread.run_sync(retry_kept, True)
-
-
-async def _run_background(daemon: Daemon, scope: anyio.CancelScope) -> None:
-    try:
-        with scope:
-            await _background(daemon)
-    finally:
-        daemon.background_done.set()
-
-
-async def _background(daemon: Daemon) -> None:
-    """Load the features, then run every background task until cancelled."""
-    _load_tokenizer_soon(daemon)
-    try:
-        await daemon.build_features()
-    except OSError as exc:  # as fatal as it was when this state was read before READY
-        where = exc.filename or daemon.loaded.paths.state_dir
-        raise StartupError(f"cannot read the state in {where}: {exc.strerror}") from exc
-    # Loaded by build_features' worker thread: an import on the loop, right after READY,
-    # kept the first requests waiting for it (~140 ms).
-    from memd.llm.ledger import run_ledger_flusher
-
-    await _warm_at_start(daemon)
-    async with anyio.create_task_group() as tg:
-        for _ in range(INGEST_WORKERS):
-            tg.start_soon(_run_ingest, daemon)
-        tg.start_soon(_run_compaction_warmer, daemon)
-        tg.start_soon(_run_token_saver, daemon)
-        tg.start_soon(_run_state_flusher, daemon)
-        tg.start_soon(_run_startup_scan, daemon)
-        tg.start_soon(_run_maintenance, daemon)
-        tg.start_soon(daemon.open_model)  # the SDK import: after the daemon serves
-        tg.start_soon(_run_model_jobs, daemon)
-        await tg.start(
-            run_ledger_flusher,
-            daemon.ledger,
-            daemon.clock,
-            LEDGER_FLUSH_S,  # it flushes once more when cancelled at shutdown
-        )
-        if daemon.notifier.watchdog_interval:
-            tg.start_soon(_run_watchdog, daemon)
-
-
-async def _run_model_jobs(daemon: Daemon) -> None:
-    """The background work that calls the model (session notes, memory extraction, dream),
-    under :attr:`Daemon.model_work`: a stop cancels it first, at once (each job's own rules
-    then apply: a notes run stays pending, an extraction or a dream is undone)."""
-    from memd.session.scheduler import run_notes_scheduler  # imported by build_features
-
-    with daemon.model_work:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_notes_scheduler, daemon.notes)
-            await tg.start(daemon.memory.run)
-            await tg.start(daemon.dream.run)
-
-
-async def _run_startup_scan(daemon: Daemon) -> None:
-    """Stat the whole history, queue the active sessions; once more shortly after, to close
-    the gap between the scan and the watcher's first event."""
-    queued = 0
-    for delay in (0.0, 1.0):
-        await anyio.sleep(delay)
-        wanted = await daemon.registry.discover()
-        for path in wanted:
-            daemon.ingest_queue.mark_nowait(path)
-        queued += len(wanted)
-        daemon.state_changed.set()
-        if not daemon.history_read.is_set():
-            await daemon.ingest_queue.wait_runs(wanted)
-            daemon.history_read.set()
-    stats = daemon.registry.statistics()
-    daemon.notifier.status(f"{stats.sessions} sessions known, {stats.parsed} parsed")
-    log.info("startup scan: %d sessions known, %d queued for reading", stats.sessions, queued)
-
-
-async def _run_ingest(daemon: Daemon) -> None:
-    """Ingest queued transcripts, a turn of one file at a time. One file is the isolation
-    boundary: whatever goes wrong with it is logged and recorded, and the next file is read
-    (R-T7). A file with more to read than a turn allows goes to the back of the queue, so no
-    file, however big, holds up another session's append by more than a turn."""
-    while True:
-        path = await daemon.ingest_queue.get()
-        more = False
-        try:
-            more = await daemon.registry.ingest_turn(path)
-            daemon.health.progressed()
-        except Exception as exc:  # the per-file boundary; unreadable files never get here
-            daemon.health.record(f"ingest of {path} failed: {exc!r}")
-            log.exception("ingest of %s failed; other transcripts go on", path)
-        finally:
-            daemon.ingest_queue.done(path)
-        if more:
-            daemon.ingest_queue.mark_nowait(path)
-
-
-async def _run_compaction_warmer(daemon: Daemon) -> None:
-    """Tokenize large sessions' messages ahead of time, so a compaction request is fast."""
-    while True:
-        path = await daemon.warm_queue.get()
-        try:
-            await _warm(daemon, path)
-        finally:
-            daemon.warm_queue.done(path)
-
-
-def _load_tokenizer_soon(daemon: Daemon) -> None:
-    """Load the tokenizer (~170 ms) beside the features when sessions are known: the first
-    ingest and the first compaction need it, and one arriving with the restart would wait
-    for it. A thread of its own, not anyio's pool: nothing waits for it but its users."""
-    if daemon.registry.statistics().parsed:
-        threading.Thread(target=using_tokenizer, name="memd-tokenizer", daemon=True).start()
-
-
-async def _warm(daemon: Daemon, path: Path) -> int | None:
-    """Rebuild the session's conversation if needed and compute the token estimates it
-    lacks; how many, None when it could not be read."""
-    state = daemon.registry.get_by_path(path)
-    if state is None:
-        return None
-    try:
-        return await daemon.registry.read(state, daemon.compaction.tokens.warm)
-    except (OSError, MemdError) as exc:  # gone, unreadable, changing under us: not now
-        log.debug("not warming %s: %s", path, exc)
-        return None
-
-
-async def _warm_at_start(daemon: Daemon) -> None:
-    """After a restart, the sessions above half their compaction threshold are the ones whose
-    next request may be a compaction: rebuild and tokenize them (most recent first) before any
-    other background work, so that request finds them warm (issue 12, item 6)."""
-    hot = [
-        s
-        for s in daemon.registry.newest()
-        if s.parsed
-        and daemon.compaction.wants_warming(s.context_tokens)
-        and daemon.registry.serves_compaction(s)
-    ]
-    if not hot:
-        return
-    started = time.monotonic()
-    warmed = estimated = 0
-    for state in hot:
-        count = await _warm(daemon, Path(state.path))
-        if count is not None:
-            warmed, estimated = warmed + 1, estimated + count
-    log.info(
-        "warmed %d sessions above half their compaction threshold in %.0f ms"
-        " (%d messages estimated, the others' estimates were kept)",
-        warmed,
-        (time.monotonic() - started) * 1000,
-        estimated,
-    )
-
-
-async def _run_state_flusher(daemon: Daemon) -> None:
-    """Save state a moment after it changes; an idle daemon never wakes up for this."""
-    while True:
-        await daemon.state_changed.wait()
-        await anyio.sleep(daemon.loaded.config.daemon.state_flush_s)
-        daemon.state_changed = anyio.Event()
-        await anyio.to_thread.run_sync(daemon.save_state)
-
-
-async def _run_token_saver(daemon: Daemon) -> None:
-    """Keep the token estimates for the next start: every few minutes when new ones were
-    made, and once more when cancelled at shutdown (a kill loses the newest: they are a
-    cache)."""
-    from memd.compaction.tokencache import TOKENS_FILE
-
-    cache, path = daemon.compaction.tokens, daemon.loaded.paths.state_dir / TOKENS_FILE
-
-    async def save() -> None:  # a write the disk refuses is kept and retried (memd.writes)
-        if cache.changed:
-            await anyio.to_thread.run_sync(cache.save, path)
-
-    try:
-        while True:
-            await anyio.sleep(TOKEN_SAVE_S)
-            await save()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await save()
-
-
-async def _run_maintenance(daemon: Daemon) -> None:
-    """Each minute, drop idle conversations; each hour, sweep for transcripts deleted while
-    no event said so (the watcher reports deletions; this covers an overflowed queue). The
-    sweep stats every known transcript: not work for every minute of an idle daemon."""
-    minutes = 0
-    while True:
-        await daemon.refresh_own_memory()
-        await anyio.sleep(60.0)
-        minutes += 1
-        idle = daemon.loaded.config.transcripts.evict_idle_minutes * 60.0
-        daemon.registry.evict_idle(idle, keep=daemon.compaction.wants_warming)
-        if minutes % MISSING_SWEEP_MINUTES == 0:
-            await daemon.registry.forget_missing()
-
-
-async def _run_watchdog(daemon: Daemon) -> None:
-    interval = daemon.notifier.watchdog_interval or 10.0
-    while True:
-        daemon.notifier.watchdog()
-        await anyio.sleep(interval)
 
 
 def notes_settings(loaded: LoadedConfig) -> NotesSettings:
