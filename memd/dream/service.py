@@ -7,7 +7,7 @@ abort, log, restore, status (R-D1 … R-D4, R-B3).
 * A check that passes every gate starts a run in the service's task group: it holds the
   memory dir against memd's own extraction (:class:`~memd.dream.exclusion.DirExclusion`),
   records the run on disk (its intent: a kill from then on is undone at the next start, the
-  lock rolled back), takes the consolidation lock (:mod:`memd.dream.lock`), runs
+  lock rolled back), takes the consolidation lock (:mod:`memd.dream.claim`), runs
   :func:`memd.dream.consolidate.consolidate`, then marks the lock (success) or rolls it back.
 * :meth:`DreamService.abort`, :meth:`DreamService.log` and :meth:`DreamService.restore` serve
   ``memdctl dream``; :meth:`DreamService.statistics` is the ``dream`` section of ``status``:
@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,12 +38,12 @@ from memd.agent.runner import AgentProgress
 from memd.clock import Clock
 from memd.config import Config
 from memd.daemon.queues import CoalescingQueue
-from memd.dream import gates, lock
+from memd.dream import claim, gates, lock
 from memd.dream.consolidate import CiteRun, DreamOutcome, DreamSettings, Job, consolidate
 from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
 from memd.dream.restore import pending_reason, recover_all, recover_run
-from memd.dream.runs import UNDO_PENDING, RunRecord, RunStore, project_key
+from memd.dream.runs import UNDO_PENDING, RunRecord, RunStore
 from memd.dream.status import dir_row, printable
 from memd.dream.transcripts import count_sessions
 from memd.errors import NotFound
@@ -292,39 +291,16 @@ class DreamService:
         return self.config.dream.lock_stale_minutes * 60.0
 
     def acquire_recorded(self, found: DreamDir, kind: str, go: Go | None) -> RunRecord | lock.Busy:
-        """Take the lock for a run recorded first (blocking): the record is saved, state
-        ``running``, with the lock's prior mtime before our PID is written, and removed
-        again when the lock turns out to be someone else's."""
-        intent: list[RunRecord] = []
-
-        def record_intent(prior_ns: int) -> None:
-            intent.append(self.new_record(found, kind, prior_ns, go))
-            self.store.save(intent[0])
-
-        got = lock.acquire(
+        """Take the lock for a run recorded first (blocking): see
+        :func:`memd.dream.claim.acquire_recorded`."""
+        return claim.acquire_recorded(
+            self.store,
+            self._clock,
             found.memory_dir,
+            kind,
+            go,
             stale_s=self.lock_stale_s,
             running_here=found.running is not None,
-            before_write=record_intent,
-        )
-        if isinstance(got, lock.Busy):
-            if intent:
-                self.store.discard(intent[0])
-            return got
-        return intent[0]
-
-    def new_record(self, found: DreamDir, kind: str, prior: int, go: Go | None) -> RunRecord:
-        now = self._clock.now()
-        return RunRecord(
-            run_id=self.store.new_run_id(kind, time.time()),
-            kind=kind,
-            project=project_key(found.memory_dir),
-            memory_dir=os.path.realpath(found.memory_dir),
-            started_at=now,
-            pid=os.getpid(),
-            prior_mtime_ns=prior,
-            forced=bool(go and go.forced),
-            sessions=list(go.sessions) if go else [],
         )
 
     async def _retire(self, memory_dir: Path) -> tuple[str, ...]:
@@ -389,7 +365,7 @@ class DreamService:
         except BaseException:
             with anyio.CancelScope(shield=True):
                 record.state, record.reason = "interrupted", "the daemon stopped during the run"
-                await anyio.to_thread.run_sync(self._finish_lock, record, False)
+                await anyio.to_thread.run_sync(claim.finish_lock, record, False)
                 record.ended_at = self._clock.now()
                 await anyio.to_thread.run_sync(self.store.save, record)
             raise
@@ -416,7 +392,7 @@ class DreamService:
 
         def write() -> None:
             try:
-                self._finish_lock(record, ok)
+                claim.finish_lock(record, ok)
             except OSError as exc:  # a read-only memory dir: the lock stays as the disk has it
                 log.warning("dream in %s: the lock stays as it is: %s", record.memory_dir, exc)
             self.store.save_changes(record, list(outcome.changes))
@@ -433,14 +409,6 @@ class DreamService:
             record.turns,
             record.tokens,
         )
-
-    def _finish_lock(self, record: RunRecord, ok: bool) -> None:
-        memory_dir = Path(record.memory_dir)
-        if ok:
-            if not lock.mark_consolidated(memory_dir):
-                log.warning("dream in %s: the lock was taken over during the run", memory_dir)
-        elif not lock.roll_back(memory_dir, record.prior_mtime_ns):
-            log.warning("dream in %s: the lock is someone else's now; left alone", memory_dir)
 
     # -- the task ----------------------------------------------------------------------------
 
