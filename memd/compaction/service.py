@@ -347,6 +347,10 @@ class CompactionService:
         behind = planned.uncovered_tokens - self.config.compaction.keep_max_tokens
         if fresh_only and behind > 0:
             return {"forked": False, "reason": f"the notes are {behind} tokens behind"}
+        return await self._write_fork(state, planned)
+
+    async def _write_fork(self, state: SessionState, planned: ForkPlan) -> dict[str, Any]:
+        """Write the planned fork beside ``state``'s transcript; :meth:`fork`'s result."""
         fork = planned.fork
         folder = Path(state.path).parent
         try:
