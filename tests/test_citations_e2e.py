@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,16 @@ import yaml
 
 from memd.memory.paths import memory_dir
 from tests.citation_support import Repo
-from tests.daemon_harness import Home, call, fake_home, memdctl, read_log, start_memd, stop_memd
+from tests.daemon_harness import (
+    Home,
+    call,
+    claude_hook,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+)
 from tests.test_git_hostile import disarmed, hostile_repository, ran
 
 pytestmark = pytest.mark.slow
@@ -31,20 +38,8 @@ CLAUDE_MEMORY = (
 
 
 def hook_prompt(home: Home, cwd: Path, prompt: str) -> str:
-    event = {
-        "session_id": "sess-cite",
-        "cwd": str(cwd),
-        "transcript_path": "/nonexistent",
-        "hook_event_name": "UserPromptSubmit",
-        "prompt": prompt,
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.hook"],
-        input=json.dumps(event).encode(),
-        env=home.env,
-        cwd=cwd,
-        capture_output=True,
-        timeout=30,
+    done = claude_hook(
+        home, cwd, "UserPromptSubmit", timeout=30, session_id="sess-cite", prompt=prompt
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

@@ -5,33 +5,18 @@ turn end and takes no compaction over (issue 25). The real hook client and a rea
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from memd.memory.paths import memory_dir
-from tests.daemon_harness import Home, fake_home, read_log, start_memd, stop_memd
+from tests.daemon_harness import Home, claude_hook, fake_home, read_log, start_memd, stop_memd
 
 BODY = "Deploys go through scripts/bg-deploy.sh with a 10 minute canary."
 SUBAGENT = {"agent_id": "a31c5b6ea7d05f773", "agent_type": "general-purpose"}
 
 
 def hook(home: Home, cwd: Path, event: str, **extra: Any) -> str:
-    payload = {
-        "session_id": "main-1",
-        "cwd": str(cwd),
-        "transcript_path": "/nonexistent",
-        "hook_event_name": event,
-        **extra,
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "memd_client.hook"],
-        input=json.dumps(payload).encode(),
-        env=home.env,
-        capture_output=True,
-        timeout=60,
-    )
+    done = claude_hook(home, cwd, event, **{"session_id": "main-1", **extra})
     assert done.returncode == 0 and done.stderr == b"", done.stderr
     return done.stdout.decode()
 
