@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,13 @@ from memd.llm.ledger import LEDGER_FILE, Ledger
 from memd.memory.location import Location
 
 
-def make_service(tmp_path: Path, llm: Any, config: Config | None = None) -> DreamService:
+def make_service(
+    tmp_path: Path,
+    llm: Any,
+    config: Config | None = None,
+    *,
+    retire_candidates: Callable[[Path], list[str]] | None = None,
+) -> DreamService:
     clock = SystemClock()
     cfg = config or Config()
     ledger = Ledger(tmp_path / LEDGER_FILE, clock)
@@ -40,6 +47,7 @@ def make_service(tmp_path: Path, llm: Any, config: Config | None = None) -> Drea
         lambda: llm,
         locate,
         DirExclusion(),
+        retire_candidates=retire_candidates,
     )
 
 

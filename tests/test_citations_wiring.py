@@ -11,45 +11,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-from memd.clock import SystemClock
 from memd.config import Config, MemoryConfig
-from memd.dream.exclusion import DirExclusion
-from memd.dream.service import DreamService
 from memd.llm.client import LLM
-from memd.llm.guard import CostGuard
-from memd.llm.ledger import LEDGER_FILE, Ledger
 from memd.memory.citations import infer
-from memd.memory.location import Location
 from memd.memory.trust import CitationChecks
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from tests.citation_support import Repo
+from tests.dream_support import make_service
 from tests.test_dream_service import NOTE, forced_run, prepare
 
 DAY_S = 86_400.0
-
-
-def _service(tmp_path: Path, llm: LLM, cfg: Config, checks: CitationChecks) -> DreamService:
-    clock = SystemClock()
-    ledger = Ledger(tmp_path / LEDGER_FILE, clock)
-    projects = tmp_path / "projects"
-
-    async def locate(cwd: str) -> Location:
-        directory = projects / "proj" / "memory"
-        return Location(directory, (str(directory),), None)
-
-    return DreamService(
-        projects,
-        tmp_path / "state",
-        cfg,
-        clock,
-        ledger,
-        CostGuard(cfg.budget, ledger, clock),
-        lambda: llm,
-        locate,
-        DirExclusion(),
-        retire_candidates=checks.retire_candidates,
-    )
 
 
 def _failing_for(tmp_path: Path, memory: Path, cfg: MemoryConfig, seconds: float) -> CitationChecks:
@@ -79,7 +51,7 @@ async def test_dream_is_offered_memories_failing_for_citation_retire_days(
     cfg = dataclasses.replace(Config(), memory=MemoryConfig(citation_retire_days=2))
     checks = _failing_for(tmp_path, memory, cfg.memory, failing_s)
     api.push(replies.text("Nothing to change."))
-    service = _service(tmp_path, llm, cfg, checks)
+    service = make_service(tmp_path, llm, cfg, retire_candidates=checks.retire_candidates)
     async with anyio.create_task_group() as tg:
         await tg.start(service.run)
         await forced_run(service)
