@@ -17,7 +17,7 @@ from memd.memory.citations import from_frontmatter
 from memd.memory.frontmatter import parse_document
 from memd.memory.paths import memory_dir
 from memd.testing.loopback_process import LoopbackProcess
-from tests.daemon_harness import call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.test_git_hostile import disarmed, hostile_repository, ran
 from tests.test_memory_links_e2e import (
     MEMORY_DIR_RE,
@@ -54,6 +54,22 @@ def extraction_script() -> str:
     return "".join(json.dumps(r) + "\n" for r in rules)
 
 
+def stop_and_extract(home: Home, mdir: Path, cwd: Path, session: str) -> None:
+    """Once the daemon's model is on, a session in ``cwd`` that ends its turn (its Stop hook)
+    gets a memory extracted into ``mdir``."""
+    wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+    transcript(mdir.parent, cwd, session)
+    event = {
+        "session_id": session,
+        "cwd": str(cwd),
+        "transcript_path": str(mdir.parent / f"{session}.jsonl"),
+        "stop_hook_active": False,
+        "hook_event_name": "Stop",
+    }
+    call(home, "hook", {"event": "Stop", "input": event})
+    wait_for(lambda: extracted(home, mdir), timeout=60, what="the memory extraction")
+
+
 def test_extraction_and_dream_in_a_hostile_repository_run_no_canary(tmp_path: Path) -> None:
     repo, canaries, _ = hostile_repository(tmp_path)
     with (
@@ -67,17 +83,7 @@ def test_extraction_and_dream_in_a_hostile_repository_run_no_canary(tmp_path: Pa
         home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
         proc = start_memd(home, "--set", "memory.extract_beside_claude_code=true")
         try:
-            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
-            transcript(mdir.parent, repo.root, "sess-c")
-            event = {
-                "session_id": "sess-c",
-                "cwd": str(repo.root),
-                "transcript_path": str(mdir.parent / "sess-c.jsonl"),
-                "stop_hook_active": False,
-                "hook_event_name": "Stop",
-            }
-            call(home, "hook", {"event": "Stop", "input": event})
-            wait_for(lambda: extracted(home, mdir), timeout=60, what="the memory extraction")
+            stop_and_extract(home, mdir, repo.root, "sess-c")
             assert (mdir / "project_retry.md").read_text().endswith(LEARNT.split("---\n")[-1])
             dream = memdctl(home, "dream", str(repo.root), "--force", "--wait", "--json")
             assert dream.returncode == 0, dream.stderr
@@ -141,17 +147,7 @@ def test_extraction_and_dream_record_citations_a_restarted_daemon_checks(tmp_pat
         home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
         proc = start_memd(home, "--set", "memory.extract_beside_claude_code=true")
         try:
-            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
-            transcript(mdir.parent, repo.root, "sess-r")
-            event = {
-                "session_id": "sess-r",
-                "cwd": str(repo.root),
-                "transcript_path": str(mdir.parent / "sess-r.jsonl"),
-                "stop_hook_active": False,
-                "hook_event_name": "Stop",
-            }
-            call(home, "hook", {"event": "Stop", "input": event})
-            wait_for(lambda: extracted(home, mdir), timeout=60, what="the memory extraction")
+            stop_and_extract(home, mdir, repo.root, "sess-r")
             wait_for(
                 lambda: "citations:" in (mdir / "project_retry.md").read_text(),
                 timeout=30,
