@@ -96,6 +96,16 @@ async def _check(registry: SessionRegistry, path: Path) -> None:
     msgpack.packb(registry.statistics().__dict__)
 
 
+async def _rewritten_in_place(registry: SessionRegistry, path: Path, lines: list[bytes]) -> None:
+    """The file rewritten in place (same inode, other bytes: ``lines``, cut to its size)
+    leaves the registry settled and consistent."""
+    fd = os.open(path, os.O_WRONLY)
+    os.pwrite(fd, b"\n".join(lines)[: os.fstat(fd).st_size] + b"\n", 0)
+    os.close(fd)
+    await _settle(registry, path)
+    await _check(registry, path)
+
+
 def _registry(source: Source) -> SessionRegistry:
     config = TranscriptsConfig(max_line_bytes=MAX_LINE)
     return SessionRegistry([source], config, {}, started_at=0.0)
@@ -129,12 +139,8 @@ async def _hostile_codex(data: st.DataObject) -> None:
         assert state is not None and state.lines > 0
         if lines[0] == GOOD_LINES[0]:  # the session_meta line is intact: the session is followed
             assert not state.ignored and state.message_count > 0
-        if data.draw(st.booleans()):  # rewritten in place: same inode, other bytes
-            fd = os.open(path, os.O_WRONLY)
-            os.pwrite(fd, b"\n".join(GOOD_LINES[:5])[: path.stat().st_size] + b"\n", 0)
-            os.close(fd)
-            await _settle(registry, path)
-            await _check(registry, path)
+        if data.draw(st.booleans()):
+            await _rewritten_in_place(registry, path, GOOD_LINES[:5])
 
 
 @pytest.mark.anyio
@@ -213,12 +219,8 @@ async def _hostile_gemini(data: st.DataObject) -> None:
         reader = registry._readers[str(path)]
         conv = reader.conversation
         assert conv.entry_count <= 2 * len(GEMINI_LINES + lines) + 200  # bounded by the lines
-        if data.draw(st.booleans()):  # rewritten in place
-            fd = os.open(path, os.O_WRONLY)
-            os.pwrite(fd, b"\n".join(GEMINI_LINES[:3])[: path.stat().st_size] + b"\n", 0)
-            os.close(fd)
-            await _settle(registry, path)
-            await _check(registry, path)
+        if data.draw(st.booleans()):
+            await _rewritten_in_place(registry, path, GEMINI_LINES[:3])
 
 
 @pytest.mark.anyio
