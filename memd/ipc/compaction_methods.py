@@ -62,10 +62,10 @@ def compaction_methods(daemon: CompactionFace) -> dict[str, Handler]:
         (the model failed)."""
         started = time.perf_counter()
         if params.get("fork"):
-            return await fork(params)
+            return await _fork(daemon, params)
         state, msgs = await _input(daemon, params)
         input_ms = _ms_since(started)
-        result = await _run_compact(params, state, msgs)
+        result = await _run_compact(daemon, params, state, msgs)
         result["server_ms"] = {"total": _ms_since(started), "input": input_ms}
         log.debug(
             "compact %s: level %s in %.1f ms (messages %.1f ms)",
@@ -76,37 +76,6 @@ def compaction_methods(daemon: CompactionFace) -> dict[str, Handler]:
         )
         return result
 
-    async def _run_compact(
-        params: dict[str, Any], state: SessionState | None, msgs: list[Msg]
-    ) -> dict[str, Any]:
-        trigger = params.get("trigger", "manual")
-        if trigger not in ("auto", "manual"):
-            raise InvalidParams("'trigger' must be 'auto' or 'manual'")
-        window = svc.window(params)
-        sid = state.session_id if state else None
-        if params.get("dry_run"):
-            path = state.path if state else None
-            plan = await svc.dry_run(msgs, sid, window, trigger=trigger, transcript_path=path)
-            return {**plan, "context_tokens": state.context_tokens if state else None}
-        cwd = opt_str(params, "cwd") or (state.cwd if state else None)
-        return await svc.compact(
-            msgs,
-            session_id=sid,
-            project=state.project if state else "",
-            window=window,
-            trigger=trigger,
-            custom_instructions=opt_str(params, "custom_instructions"),
-            cwd=Path(cwd) if cwd else None,
-            transcript_path=state.path if state else None,
-            slug=state.slug if state else None,
-        )
-
-    async def fork(params: dict[str, Any]) -> dict[str, Any]:
-        if params.get("messages") is not None or params.get("dry_run"):
-            raise InvalidParams("'fork' takes a 'session', not 'messages' or 'dry_run'")
-        state = find_session(daemon, opt_str(params, "session"))
-        return await svc.fork(state, daemon.registry.read, svc.window(params))
-
     async def microcompact(params: dict[str, Any]) -> Any:
         """Params: ``session`` or ``messages``, optional ``keep_recent``. Clears old tool
         results to a placeholder, pairs kept valid; zero API calls."""
@@ -114,6 +83,43 @@ def compaction_methods(daemon: CompactionFace) -> dict[str, Handler]:
         return svc.microcompact(msgs, opt_int(params, "keep_recent"))
 
     return {"should_compact": should_compact, "compact": compact, "microcompact": microcompact}
+
+
+async def _run_compact(
+    daemon: CompactionFace, params: dict[str, Any], state: SessionState | None, msgs: list[Msg]
+) -> dict[str, Any]:
+    """``compact`` without ``fork``: the dry run's plan or the compaction's result."""
+    svc = daemon.compaction
+    trigger = params.get("trigger", "manual")
+    if trigger not in ("auto", "manual"):
+        raise InvalidParams("'trigger' must be 'auto' or 'manual'")
+    window = svc.window(params)
+    sid = state.session_id if state else None
+    if params.get("dry_run"):
+        path = state.path if state else None
+        plan = await svc.dry_run(msgs, sid, window, trigger=trigger, transcript_path=path)
+        return {**plan, "context_tokens": state.context_tokens if state else None}
+    cwd = opt_str(params, "cwd") or (state.cwd if state else None)
+    return await svc.compact(
+        msgs,
+        session_id=sid,
+        project=state.project if state else "",
+        window=window,
+        trigger=trigger,
+        custom_instructions=opt_str(params, "custom_instructions"),
+        cwd=Path(cwd) if cwd else None,
+        transcript_path=state.path if state else None,
+        slug=state.slug if state else None,
+    )
+
+
+async def _fork(daemon: CompactionFace, params: dict[str, Any]) -> dict[str, Any]:
+    """``compact`` with ``fork`` (:meth:`memd.compaction.service.CompactionService.fork`)."""
+    svc = daemon.compaction
+    if params.get("messages") is not None or params.get("dry_run"):
+        raise InvalidParams("'fork' takes a 'session', not 'messages' or 'dry_run'")
+    state = find_session(daemon, opt_str(params, "session"))
+    return await svc.fork(state, daemon.registry.read, svc.window(params))
 
 
 async def _input(
