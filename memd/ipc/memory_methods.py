@@ -72,18 +72,10 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         for Claude Code only). Result: ``{"additionalContext": text or None, "stdout": what
         the hook prints or None}`` under the injection budget; nothing for an event a
         Claude Code sub-agent fired (:func:`~memd.memory.hook_context.from_subagent`)."""
-        raw = params.get("raw")
-        if isinstance(raw, bytes):
-            parsed = parse_hook_stdin(raw)
-            if parsed is None:
-                return {"additionalContext": None, "stdout": None}
-            event, hook_input = parsed[0], dict(parsed[1])
-        else:
-            event = req_str(params, "event", "the hook event name")
-            given = params.get("input")
-            if not isinstance(given, dict):
-                raise InvalidParams("'input' must be the hook's JSON object")
-            hook_input = given
+        parsed = _hook_event(params)
+        if parsed is None:
+            return {"additionalContext": None, "stdout": None}
+        event, hook_input = parsed
         agent = opt_str(params, "agent") or CLAUDE
         if agent == CLAUDE and from_subagent(hook_input):
             return {"additionalContext": None, "stdout": None}
@@ -104,3 +96,19 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         return {**result, "stdout": hook_stdout(event, result["additionalContext"], agent)}
 
     return {"memory_index": memory_index, "memories": memories, "recall": recall, "hook": hook}
+
+
+def _hook_event(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``hook``'s event and input: from ``raw`` (None when the bytes are no hook input) or
+    from ``event`` and ``input``."""
+    raw = params.get("raw")
+    if isinstance(raw, bytes):
+        parsed = parse_hook_stdin(raw)
+        if parsed is None:
+            return None
+        return parsed[0], dict(parsed[1])
+    event = req_str(params, "event", "the hook event name")
+    given = params.get("input")
+    if not isinstance(given, dict):
+        raise InvalidParams("'input' must be the hook's JSON object")
+    return event, given
