@@ -31,6 +31,8 @@ from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
     from memd.confined import Findings
+    from memd.daemon.queues import QueueStats
+    from memd.daemon.sessions import RegistryStats
     from memd.ipc.face import DaemonFace
     from memd.llm.client import AnthropicLLM, Disabled
 
@@ -121,6 +123,20 @@ def method_table(daemon: DaemonFace) -> dict[str, Handler]:
             "claude_code": await daemon.memory.claude_code_status(state),
         }
 
+    table: dict[str, Handler] = {
+        "hello": hello,
+        "status": status,
+        "sessions": sessions,
+        "session": session,
+        **_config_methods(daemon),
+        **deferred_methods(daemon),
+    }
+    return checked(table)  # null and wrong-kind params answer invalid_params for every method
+
+
+def _config_methods(daemon: DaemonFace) -> dict[str, Handler]:
+    """``config`` and ``reload``: the configuration as in effect, and reading it again."""
+
     async def config(params: dict[str, Any]) -> Any:
         """The effective configuration and the resolved paths."""
         return config_result(daemon)
@@ -136,16 +152,7 @@ def method_table(daemon: DaemonFace) -> dict[str, Handler]:
             "env_file_problem": daemon.env_file.problem,
         }
 
-    table: dict[str, Handler] = {
-        "hello": hello,
-        "status": status,
-        "sessions": sessions,
-        "session": session,
-        "config": config,
-        "reload": reload,
-        **deferred_methods(daemon),
-    }
-    return checked(table)  # null and wrong-kind params answer invalid_params for every method
+    return {"config": config, "reload": reload}
 
 
 def feature_methods(daemon: DaemonFace) -> dict[str, Handler]:
@@ -312,34 +319,9 @@ def status_result(daemon: DaemonFace, *, limit: int, notes_rows: bool = False) -
     memory = daemon.memory.statistics()
     guard = daemon.guard.statistics().as_dict()
     return {
-        "daemon": {
-            **daemon.facts,
-            "env_file": daemon.env_file.status(),
-            "uptime_s": round(time.time() - daemon.started_at, 1),
-            "rss_bytes": _rss_bytes(),
-            "reloads": daemon.reloads,
-            "last_reload": daemon.last_reload.as_dict() if daemon.last_reload else None,
-        },
+        "daemon": _daemon_status(daemon),
         "llm": llm_status(daemon),
-        "ingest": {
-            "sessions": reg.sessions,
-            "parsed": reg.parsed,
-            "in_memory": reg.in_memory,
-            "bytes_parsed": reg.bytes_parsed,
-            "bytes_rehydrated": reg.bytes_rehydrated,
-            "lines": reg.lines,
-            "bad_lines": reg.bad_lines,
-            "unknown_types": {
-                "lines": reg.unknown_lines,
-                "recent": [escape_name(name) for name in reversed(reg.unknown_recent)],
-            },
-            "queued": queue.queued,
-            "running": queue.running,
-            **unreadable_report(daemon),
-            "watcher": daemon.watcher_status.as_dict(),
-            "sources": sources_report(daemon),
-            "token_estimates": len(daemon.compaction.tokens),  # kept across restarts
-        },
+        "ingest": _ingest_status(daemon, reg, queue),
         "notes": notes,
         "compaction": {"takeover": daemon.compaction.takeover.statistics()},
         "memory": memory,
@@ -361,6 +343,41 @@ def status_result(daemon: DaemonFace, *, limit: int, notes_rows: bool = False) -
         "last_error": errors[-1][1] if errors else None,
         "ipc": ipc_status(daemon),
         "sessions": [brief_row(s, threshold) for s in rows],
+    }
+
+
+def _daemon_status(daemon: DaemonFace) -> dict[str, Any]:
+    """``status``'s ``daemon`` section: facts, env file, uptime, memory, reloads."""
+    return {
+        **daemon.facts,
+        "env_file": daemon.env_file.status(),
+        "uptime_s": round(time.time() - daemon.started_at, 1),
+        "rss_bytes": _rss_bytes(),
+        "reloads": daemon.reloads,
+        "last_reload": daemon.last_reload.as_dict() if daemon.last_reload else None,
+    }
+
+
+def _ingest_status(daemon: DaemonFace, reg: RegistryStats, queue: QueueStats) -> dict[str, Any]:
+    """``status``'s ``ingest`` section: what was read, what waits, what could not be."""
+    return {
+        "sessions": reg.sessions,
+        "parsed": reg.parsed,
+        "in_memory": reg.in_memory,
+        "bytes_parsed": reg.bytes_parsed,
+        "bytes_rehydrated": reg.bytes_rehydrated,
+        "lines": reg.lines,
+        "bad_lines": reg.bad_lines,
+        "unknown_types": {
+            "lines": reg.unknown_lines,
+            "recent": [escape_name(name) for name in reversed(reg.unknown_recent)],
+        },
+        "queued": queue.queued,
+        "running": queue.running,
+        **unreadable_report(daemon),
+        "watcher": daemon.watcher_status.as_dict(),
+        "sources": sources_report(daemon),
+        "token_estimates": len(daemon.compaction.tokens),  # kept across restarts
     }
 
 
