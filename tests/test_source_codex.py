@@ -89,6 +89,19 @@ def test_rollouts_are_found_where_codex_writes_them(tmp_path: Path) -> None:
     assert source.locate("../x") is None
 
 
+def test_a_session_id_names_only_the_rollout_of_that_thread(tmp_path: Path) -> None:
+    """A hook's session id finds the rollout whose thread id it is, never another whose name
+    merely ends with it (a short or partial id from a peer must not adopt someone's session)."""
+    source = Codex(tmp_path / ".codex")
+    day = source.root / "2026" / "11" / "26"
+    day.mkdir(parents=True)
+    thread = "019a0000-1111-2222-3333-444455556666"
+    (day / f"rollout-2026-11-26T10-00-00-{thread}.jsonl").write_bytes(b"{}\n")
+    assert source.locate(thread) is not None
+    for partial in ("6", "6666", "444455556666", "3333-444455556666", "00-" + thread):
+        assert source.locate(partial) is None, partial
+
+
 def test_codex_s_own_memories_are_read_from_its_config(tmp_path: Path) -> None:
     source = Codex(tmp_path)
     assert source.own_memory("/") is None

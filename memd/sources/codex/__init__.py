@@ -63,7 +63,8 @@ class Codex:
         if not plain_name(session_id):
             return None
         for path, _ in self.walk():
-            if path.stem.endswith(session_id):
+            found = _ROLLOUT.fullmatch(path.stem)
+            if found is not None and found.group(1) == session_id:
                 return path
         return None
 
