@@ -5,11 +5,13 @@ gives the user's files back byte for byte when memd's install was their only cha
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import stat
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from memd.install.agents import apply
 from memd.install.codex_hooks import install, uninstall
 from memd.install.config_files import ConfigFileError
 from memd_client import hook as hook_module
-from memd_client.cli_doctor import Facts, check_codex, check_gemini
+from memd_client.cli_doctor import Check, Facts, check_codex, check_gemini
 from memd_client.hooks_codex import trust_entries, trust_hash
 from memd_client.hooks_install import (
     AGENT_HOOKS,
@@ -210,3 +212,45 @@ def test_install_refuses_a_gemini_settings_file_with_comments_and_says_why(
     assert done.returncode == 2
     assert "comments" in done.stderr and str(settings) in done.stderr
     assert settings.read_text() == original
+
+
+def test_a_fifo_as_an_agents_config_is_refused_by_doctor_and_install_never_waited_on(
+    tmp_path: Path,
+) -> None:
+    """An agent writes its own folder: a FIFO planted as its ``config.toml`` or
+    ``settings.json`` is refused as not a regular file, and ``doctor`` says so, instead of
+    both waiting forever for a writer."""
+    facts = Facts({}, tmp_path)
+    home = codex_home(tmp_path)
+    (tmp_path / ".gemini").mkdir()
+    fifos = [home / "config.toml", tmp_path / ".gemini" / "settings.json"]
+    for fifo in fifos:
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+    seen: dict[str, object] = {}
+
+    def run() -> None:
+        seen["codex"], seen["gemini"] = check_codex(facts), check_gemini(facts)
+        try:
+            install(home, command("codex"))
+        except (OSError, ValueError) as exc:
+            seen["install"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(20)
+    waited = thread.is_alive()
+    for _ in range(100):  # a reader left waiting (before the fix) gets its end of file
+        if not thread.is_alive():
+            break
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(0.1)
+    assert not waited
+    for name in ("codex", "gemini"):
+        check = seen[name]
+        assert isinstance(check, Check) and check.verdict == "fail", (name, check)
+        assert "not a regular file" in check.detail
+    assert "not a regular file" in str(seen["install"])
+    assert all(stat.S_ISFIFO(fifo.lstat().st_mode) for fifo in fifos)  # nothing written

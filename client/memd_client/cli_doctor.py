@@ -26,6 +26,7 @@ from memd_client.cli_doctor_agents import (
     runnable,
 )
 from memd_client.cli_local import agent_settings, client_version, settings_path
+from memd_client.config_read import read_config_text
 from memd_client.errors import MemdClientError
 from memd_client.hook_record import read_failed_open, record_path
 from memd_client.hooks_install import MATCHERS, read_settings, waited_for
@@ -232,7 +233,7 @@ def mcp_agents(home: Path, env: dict[str, str]) -> list[str]:
         ("gemini", home / ".gemini" / "settings.json"),
     ):
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_config_text(path)
             data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
         except (OSError, ValueError, RecursionError):
             continue

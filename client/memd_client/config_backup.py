@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memd_client.atomic import write_atomic
+from memd_client.config_read import read_config_bytes
 
 BACKUP_SUFFIX = ".memd-backup"
 
@@ -38,7 +39,7 @@ def keep_first_backup(path: Path, *, only_memd: bool = False) -> list[str]:
     if only_memd or not path.exists() or backup.exists():
         return []
     mode = path.stat().st_mode & 0o7777
-    write_atomic(backup, path.read_bytes(), mode=mode)
+    write_atomic(backup, read_config_bytes(path), mode=mode)
     return [f"backed up the previous file to {backup}"]
 
 
@@ -50,8 +51,8 @@ def give_back(
     and no file at all when memd created it (no backup) and nothing is left."""
     backup = backup_path(path)
     try:
-        saved: bytes | None = backup.read_bytes()
-    except OSError:
+        saved: bytes | None = read_config_bytes(backup)
+    except (OSError, ValueError):
         saved = None
     if saved is not None and _same(same, saved, new):
         write_atomic(path, saved)

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memd_client.config_read import read_config_text
+
 # Codex's snake-case labels of the events memd may register (HookEventName).
 LABELS = {
     "SessionStart": "session_start",
@@ -82,7 +84,7 @@ def read_config(path: Path) -> dict[str, Any]:
     """``config.toml``'s data; ``{}`` when it is missing. Raises ValueError naming the file
     when it is not TOML."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_config_text(path)
     except FileNotFoundError:
         return {}
     try:

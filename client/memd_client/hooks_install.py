@@ -37,6 +37,7 @@ from typing import Any
 
 from memd_client.atomic import write_text_atomic
 from memd_client.config_backup import give_back, keep_first_backup
+from memd_client.config_read import read_config_text
 from memd_client.json_layout import json_layout
 
 MATCHERS = {
@@ -325,9 +326,10 @@ def waited_for(settings: dict[str, Any], spec: AgentHooks = CLAUDE_HOOKS) -> lis
 def read_settings(settings_path: Path) -> dict[str, Any]:
     """The settings object; ``{}`` for a missing or empty file. Raises ValueError, naming the
     file, for one that is not a JSON object."""
-    if not settings_path.exists():
+    try:
+        text = read_config_text(settings_path, errors="replace")
+    except FileNotFoundError:
         return {}
-    text = settings_path.read_text(encoding="utf-8", errors="replace")
     try:
         loaded = json.loads(text) if text.strip() else {}
     except ValueError as exc:
@@ -389,7 +391,7 @@ def _write_like(settings_path: Path, settings: dict[str, Any]) -> None:
 def _dump_like(settings_path: Path, settings: dict[str, Any]) -> str:
     """``settings`` as JSON in the layout the file has (indent, line end)."""
     try:
-        text = settings_path.read_text(encoding="utf-8", errors="replace")
+        text = read_config_text(settings_path, errors="replace")
     except FileNotFoundError:
         text = ""
     indent, ending = json_layout(text)

@@ -27,6 +27,7 @@ from tomlkit.items import Table
 from memd.install.config_files import toml_load, toml_table
 from memd_client.atomic import write_atomic
 from memd_client.config_backup import give_back, keep_first_backup
+from memd_client.config_read import read_config_text
 from memd_client.hooks_codex import (
     codex_home,
     hooks_turned_off,
@@ -71,7 +72,7 @@ def _edit_trust(config: Path, add: Mapping[str, str], drop: set[str], prefix: st
     """Record ``add`` (key → hash) in ``config``'s ``[hooks.state]`` and remove the states
     under ``prefix`` whose hash is in ``drop``."""
     try:
-        text = config.read_text(encoding="utf-8")
+        text = read_config_text(config)
     except FileNotFoundError:
         text = ""
     new = edit_state(text, add, drop, prefix)
