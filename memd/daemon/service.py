@@ -33,6 +33,7 @@ from memd.atomic import retry_kept
 from memd.clock import Clock, SystemClock, iso_utc
 from memd.config import LoadedConfig
 from memd.daemon.background import run_background
+from memd.daemon.features import load_features, notes_settings
 from memd.daemon.health import Health
 from memd.daemon.logsetup import log_destination
 from memd.daemon.notify import Notifier
@@ -66,14 +67,12 @@ if TYPE_CHECKING:
     from memd.llm.ledger import Ledger
     from memd.memory.location import Location
     from memd.memory.service import MemoryService
-    from memd.session.extract import NotesSettings
     from memd.session.scheduler import NotesScheduler
     from memd.session.store import ExtractionStore
 
 log = logging.getLogger(__name__)
 
 SESSIONS_FILE = "sessions.json"
-NOTES_RUN_TIMEOUT_S = 300.0
 
 
 class Daemon:
@@ -166,7 +165,7 @@ class Daemon:
         records: one file per session) in a worker thread while the loop keeps serving; build
         them, replay the growth seen meanwhile and set ``features_ready``."""
         ledger, notes_store, tokens = await anyio.to_thread.run_sync(
-            _load_features, self.loaded.paths.state_dir, self.clock
+            load_features, self.loaded.paths.state_dir, self.clock
         )
         import msgspec.msgpack
 
@@ -187,7 +186,6 @@ class Daemon:
         """Compaction, session notes and memory, wired to each other and to the registry."""
         from memd.compaction.service import CompactionService
         from memd.dream.exclusion import DirExclusion
-        from memd.dream.service import DreamService
         from memd.memory.service import MemoryService
         from memd.session.scheduler import NotesScheduler
 
@@ -231,6 +229,13 @@ class Daemon:
             source_of=self.registry.source_of,
         )
         self.compaction.memory_index_for = self._memory_index_text
+        self._build_dream()
+
+    def _build_dream(self) -> None:
+        """The dream service, over the memory service's dirs and citations."""
+        from memd.dream.service import DreamService
+
+        loaded = self.loaded
         self.dream = DreamService(
             loaded.paths.projects_root,
             loaded.paths.state_dir,
@@ -466,21 +471,6 @@ async def run_daemon(
     await anyio.to_thread.run_sync(retry_kept, True)
 
 
-def notes_settings(loaded: LoadedConfig) -> NotesSettings:
-    from memd.session.extract import NotesSettings
-
-    cfg = loaded.config
-    return NotesSettings(
-        cfg.session_notes,
-        loaded.paths.projects_root,
-        loaded.paths.claude_dir,
-        cfg.llm.models.session_notes,
-        cfg.llm.max_output_tokens,
-        timeout_s=NOTES_RUN_TIMEOUT_S,
-        redact_secrets=cfg.privacy.redact_secrets,
-    )
-
-
 def _read_env_file(env: dict[str, str]) -> EnvFile:
     env_file = read_env_file(env_file_path(env))
     if env_file.problem:
@@ -488,31 +478,6 @@ def _read_env_file(env: dict[str, str]) -> EnvFile:
     elif env_file.exists:
         log.info("read %d settings from %s", len(env_file.values), env_file.path)
     return env_file
-
-
-def _load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionStore, TokenCache]:
-    """Import the feature modules and read their state (blocking: run in a worker thread).
-    Everything the loop uses of them afterwards must be imported here: an import on the loop
-    stops it serving for as long as the import takes."""
-    import msgspec.msgpack  # noqa: F401  (the IPC server's encoder, from then on)
-
-    import memd.compaction.service
-    import memd.dream.service
-    import memd.ipc.compaction_methods
-    import memd.ipc.doctor_methods
-    import memd.ipc.dream_methods
-    import memd.ipc.mcp_methods
-    import memd.ipc.memory_methods
-    import memd.ipc.notes_methods  # the feature methods' table (memd.ipc.handlers)
-    import memd.llm.guard
-    import memd.memory.service
-    import memd.session.scheduler  # noqa: F401
-    from memd.compaction.tokencache import TOKENS_FILE, TokenCache
-    from memd.llm.ledger import Ledger
-    from memd.session.store import ExtractionStore
-
-    tokens = TokenCache.load(state_dir / TOKENS_FILE)
-    return Ledger.load(state_dir, clock), ExtractionStore.load(state_dir), tokens
 
 
 def _prepare_dirs(state_dir: Path) -> None:
