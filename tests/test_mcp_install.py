@@ -3,11 +3,13 @@ other servers are untouched, a second run changes nothing, uninstall restores th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -154,6 +156,36 @@ def test_missing_files_are_created_and_bad_files_are_left_alone(tmp_path: Path) 
     for relative, text in bad.items():
         assert (tmp_path / relative).read_text() == text
         assert not (tmp_path / (relative + ".memd-backup")).exists()
+
+
+def test_a_fifo_as_an_agents_config_fails_that_agent_instead_of_waiting(tmp_path: Path) -> None:
+    """An agent writes its own folder: a FIFO planted where its config is fails that agent's
+    install as not a regular file, and is left as it is, instead of waiting for a writer."""
+    fifos = [tmp_path / relative for relative, _ in FILES.values()]
+    for fifo in fifos:
+        fifo.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(fifo)
+    outcomes: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: outcomes.extend(
+            apply(AGENTS, "user", "install", tmp_path, env_for(tmp_path))
+        ),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(20)
+    waited = thread.is_alive()
+    for _ in range(100):  # a reader left waiting (before the fix) gets its end of file
+        if not thread.is_alive():
+            break
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(0.1)
+    assert not waited
+    assert [o.result for o in outcomes] == ["failed"] * 4
+    assert all("not a regular file" in o.detail for o in outcomes), outcomes
+    assert all(stat.S_ISFIFO(fifo.lstat().st_mode) for fifo in fifos)
 
 
 def test_a_symlinked_config_stays_a_symlink(tmp_path: Path) -> None:

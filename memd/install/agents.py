@@ -45,6 +45,7 @@ from memd.install.config_files import (
     remove_entry,
 )
 from memd_client.config_backup import backup_path, give_back, keep_first_backup
+from memd_client.config_read import read_config_bytes, read_config_text
 
 AGENTS = ("claude", "codex", "cursor", "gemini")
 SERVER_NAME = "memd"
@@ -122,9 +123,9 @@ def apply_file(target: Target, action: Action) -> Outcome:
     real = Path(os.path.realpath(target.path))
     where = str(target.path)
     try:
-        old = real.read_bytes() if real.exists() else None
+        old = read_config_bytes(real) if real.exists() else None
         text = old.decode("utf-8") if old is not None else ""
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         return Outcome(target.agent, where, "failed", f"cannot read it: {exc}")
     if action == "uninstall" and old is None:
         return Outcome(target.agent, where, "absent", "no such file")
@@ -200,9 +201,9 @@ def apply_claude_cli(
         )
 
     try:
-        text = target.path.read_text(encoding="utf-8") if target.path.exists() else ""
+        text = read_config_text(target.path) if target.path.exists() else ""
         current = _servers_of(target, text).get(SERVER_NAME)
-    except (OSError, UnicodeDecodeError, ConfigFileError) as exc:
+    except (OSError, ValueError, ConfigFileError) as exc:
         return Outcome("claude", str(target.path), "failed", f"cannot read it: {exc}")
     if action == "install" and current == target.entry:
         return Outcome("claude", "claude CLI", "unchanged", "memd is already configured")
