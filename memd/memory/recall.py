@@ -197,17 +197,26 @@ async def recall(
         started + budget,
     )
     choice = await _choose(query, candidates, ranked, context)
-    now_ms = int(clock.now() * 1000)
-    load = partial(load_memories, memory_dir, choice.headers, now_ms, cfg.privacy.redact_secrets)
-    memories = await anyio.to_thread.run_sync(load)
-    if checks is not None and memories:
-        redact = cfg.privacy.redact_secrets
-        spares = partial(load_memories, memory_dir, choice.spares, now_ms, redact)
-        memories = await anyio.to_thread.run_sync(checks, memories, spares, context.deadline)
+    memories = await _load_chosen(memory_dir, choice, context, checks)
     elapsed = clock.monotonic() - started
     return RecallResult(
         memories, choice.method, choice.reason, RECALL_CAVEAT, len(candidates), elapsed
     )
+
+
+async def _load_chosen(
+    memory_dir: Path, choice: _Choice, context: _Context, checks: CheckMemories | None
+) -> Memories:
+    """Read the chosen memories (in a worker thread); with ``checks``, their citations
+    checked by the deadline, the ranker's spares standing by."""
+    now_ms = int(context.clock.now() * 1000)
+    redact = context.cfg.privacy.redact_secrets
+    load = partial(load_memories, memory_dir, choice.headers, now_ms, redact)
+    memories = await anyio.to_thread.run_sync(load)
+    if checks is not None and memories:
+        spares = partial(load_memories, memory_dir, choice.spares, now_ms, redact)
+        memories = await anyio.to_thread.run_sync(checks, memories, spares, context.deadline)
+    return memories
 
 
 def _scan_and_rank(
