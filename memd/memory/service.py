@@ -118,29 +118,38 @@ class MemoryService:
         # cwd → the variables that move the memory dir, as the newest hook there forwarded
         self._moving_env: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._recalls: Counter[str] = Counter()
-        self._jobs = ExtractionJobs(
-            state_dir,
+        self._jobs, self._turns = self._extraction(hold_dir, after_turn)
+
+    def _extraction(
+        self,
+        hold_dir: DirHold | None,
+        after_turn: Callable[[Location, SessionState], None] | None,
+    ) -> tuple[ExtractionJobs, TurnEnds]:
+        """The extraction jobs and the turn ends that start them, wired to this service."""
+        jobs = ExtractionJobs(
+            self.state_dir,
             lambda: self.config,
-            clock,
-            ledger,
-            guard,
-            get_llm,
-            conversation_of,
+            self._clock,
+            self._ledger,
+            self._guard,
+            self._get_llm,
+            self._conversation_of,
             hold_dir=hold_dir,
         )
-        self._turns = TurnEnds(
+        turns = TurnEnds(
             lambda: self.config,
-            clock,
-            self._jobs,
-            conversation_of,
+            self._clock,
+            jobs,
+            self._conversation_of,
             disabled_reason=self.disabled_reason,
             locate=self.locate,
-            session_of=session_of,
+            session_of=self._session_of,
             after_turn=after_turn,
             extraction_off=self._extraction_off,
         )
-        self._jobs.form_for = self._form_for
-        self._jobs.cite_files = self.citations.record
+        jobs.form_for = self._form_for
+        jobs.cite_files = self.citations.record
+        return jobs, turns
 
     def reconfigure(self, config: Config) -> None:
         """New settings (config reload); a running extraction finishes with the old ones."""
