@@ -14,7 +14,7 @@ a few dict inserts) and answers, at any moment, what the model currently sees:
 * :meth:`~Conversation.messages` / :meth:`~Conversation.api_messages`: that chain as
   Messages-API messages, valid for the API at every prefix of the file; a response still in
   progress is held back (:meth:`~Conversation.pending_tool_use_ids`).
-* :meth:`~Conversation.context`: the context size (R-T5).
+* :meth:`~Conversation.context`: the context size (R-T5, :mod:`memd.transcript.context_size`).
 
 Derived values are computed on demand in O(chain length) and cached until the next
 :meth:`~Conversation.add` (:meth:`~Conversation.release` drops the larger ones early). Entries
@@ -41,6 +41,7 @@ from memd.transcript.content import (
     TranscriptChanged,
     read_contents,
 )
+from memd.transcript.context_size import last_response, measure
 from memd.transcript.messages import (
     ApiMessage,
     Built,
@@ -432,31 +433,8 @@ class Conversation:
     def context(self) -> ContextFigure:
         """The session's context size now (R-T5); cached until the next :meth:`add`."""
         if self._context is None:
-            self._context = self._measure(self.active_chain())
+            self._context = measure(self.active_chain(), self._estimate_all)
         return self._context
-
-    def _measure(self, chain: tuple[Entry, ...]) -> ContextFigure:
-        last = _last_response(chain)
-        if last is None:
-            tail = self._estimate_all(chain)
-            root = chain[0] if chain else None
-            stale = isinstance(root, SystemEntry) and root.is_compact_boundary
-            return ContextFigure(tail, 0, tail, stale)
-        lines = [
-            e
-            for e in chain
-            if isinstance(e, AssistantEntry) and e.message_id == last and not e.synthetic
-        ]
-        usage = lines[-1].usage
-        prompt = usage.prompt_tokens if usage is not None else 0
-        output = max((e.usage.output_tokens for e in lines if e.usage is not None), default=0)
-        first = next(i for i, entry in enumerate(chain) if entry is lines[0])
-        tail = self._estimate_all(
-            e
-            for e in chain[first + 1 :]
-            if not (isinstance(e, AssistantEntry) and e.message_id == last)
-        )
-        return ContextFigure(prompt + output + tail, prompt + output, tail, False)
 
     def _estimate_all(self, entries: Iterable[Entry]) -> int:
         """Tokens of the entries' content that reaches the model (user lines, real responses),
@@ -502,7 +480,7 @@ class Conversation:
     @property
     def last_assistant_has_tool_calls(self) -> bool:
         """Whether the latest real response on the chain called a tool (no natural pause)."""
-        last = _last_response(self.active_chain())
+        last = last_response(self.active_chain())
         return any(e.tool_use_ids for e in self._responses() if e.message_id == last)
 
     def pending_tool_use_ids(self) -> frozenset[str]:
@@ -537,11 +515,3 @@ def _first(held: _Uuids) -> str:
 
 def _all(held: _Uuids | tuple[()]) -> Sequence[str]:
     return (held,) if isinstance(held, str) else held
-
-
-def _last_response(chain: tuple[Entry, ...]) -> str | None:
-    """``message.id`` of the last real (non-synthetic) response on the chain."""
-    for entry in reversed(chain):
-        if isinstance(entry, AssistantEntry) and not entry.synthetic:
-            return entry.message_id
-    return None
