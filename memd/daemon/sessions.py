@@ -24,7 +24,6 @@ import dataclasses
 import logging
 import os
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import anyio
 from memd import regular_file
 from memd.config import TranscriptsConfig
 from memd.daemon.session_index import SessionIndex
+from memd.daemon.session_state import from_start, new_state, publish
 from memd.errors import NotFound
 from memd.sources.base import Reader, SessionKey, Source, source_for
 from memd.state import SessionState
@@ -190,7 +190,7 @@ class SessionRegistry:
         key = found[1]
         state = self._index.by_path(str(path))
         if state is None:
-            state = _new_state(key, path, st.st_mtime)
+            state = new_state(key, path, st.st_mtime)
             self._index.put(state)
             self.dirty = True
         if not stat.S_ISREG(st.st_mode) or state.unreadable is not None:
@@ -253,7 +253,7 @@ class SessionRegistry:
             return None, False
         source, key = found
         async with self.lock_for(str(path)):
-            before = self._index.by_path(str(path)) or _new_state(key, path)
+            before = self._index.by_path(str(path)) or new_state(key, path)
             signature = self._unreadable.get(str(path), False)
             after, more = await anyio.to_thread.run_sync(
                 self._ingest_sync, source, key, before, signature, turn
@@ -318,7 +318,7 @@ class SessionRegistry:
             self._readers.pop(path, None)
             state = self._index.by_path(path)
             if state is not None:
-                self._index.put(_from_start(state))
+                self._index.put(from_start(state))
 
     def _note_readability(self, state: SessionState) -> None:
         if state.unreadable is None:
@@ -361,7 +361,7 @@ class SessionRegistry:
         except TranscriptChanged as exc:  # changed between reading it and reading it back
             log.info("%s; reading it again from the start", exc)
             self._readers.pop(before.path, None)
-            return self._read_sync_once(source, key, _from_start(before), turn)
+            return self._read_sync_once(source, key, from_start(before), turn)
 
     def _read_sync_once(
         self, source: Source, key: SessionKey, before: SessionState, turn: float | None
@@ -381,7 +381,7 @@ class SessionRegistry:
             if read.reset:
                 log.info("%s was truncated or replaced; reading it again from the start", path)
                 reader = None
-                state = _from_start(state)
+                state = from_start(state)
                 position = TailPosition(0, 0, 0)
             if reader is None:
                 reader = source.reader(before.path, read.position.inode)
@@ -398,7 +398,7 @@ class SessionRegistry:
         state.mtime = _mtime(path)
         state.parsed = True
         self._readers[before.path] = reader
-        _publish(source, key, reader, state)
+        publish(source, key, reader, state)
         return state, read.more
 
     def _rehydrate(self, source: Source, state: SessionState) -> Reader:
@@ -453,53 +453,8 @@ def _worth_retry(state: SessionState, failed: Signature | bool) -> bool:
     return transient and time.time() - float(since) >= TRANSIENT_RETRY_S
 
 
-def _from_start(state: SessionState) -> SessionState:
-    """``state`` as if nothing of its file had been read (figures are rebuilt by the read)."""
-    return SessionState(
-        state.session_id,
-        state.project,
-        state.path,
-        resets=state.resets + 1,
-        bytes_parsed=state.bytes_parsed,
-        agent=state.agent,
-    )
-
-
-def _new_state(key: SessionKey, path: Path, mtime: float = 0.0) -> SessionState:
-    return SessionState(key.session_id, key.project, str(path), mtime=mtime, agent=key.agent)
-
-
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _publish(source: Source, key: SessionKey, reader: Reader, state: SessionState) -> None:
-    """The reader's figures into ``state``; its conversation keeps no derived values."""
-    conv = reader.conversation
-    _publish_figures(conv, state)
-    conv.release()
-    cwd = reader.cwd
-    state.cwd = sys.intern(cwd) if cwd else state.cwd
-    if not state.project:  # once known it stays: the notes file lives under it
-        state.project = sys.intern(source.project_of(key, state.cwd or None))
-    state.ignored = reader.ignored or ""
-
-
-def _publish_figures(conv: Conversation, state: SessionState) -> None:
-    figure = conv.context()
-    state.context_tokens = figure.tokens
-    state.context_from_usage = figure.from_usage
-    state.context_estimated_tail = figure.estimated_tail
-    state.context_stale = figure.stale
-    state.message_count = conv.message_count
-    state.pending_tool_calls = len(conv.pending_tool_use_ids())
-    state.boundaries = [dataclasses.asdict(b) for b in conv.boundaries]
-    state.tool_uses = conv.tool_use_count
-    state.turn_ends = conv.turn_ends
-    state.unknown_types = dict(conv.unknown_types) if conv.unknown_types else None
-    state.last_timestamp = conv.last_timestamp or ""
-    state.last_uuid = conv.last_uuid or ""
-    state.slug = conv.slug or state.slug
