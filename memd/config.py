@@ -18,23 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import yaml
 
+from memd.config_check import MAX_NUMBER as MAX_NUMBER
+from memd.config_check import build
 from memd.errors import ConfigError
 from memd.regular_file import open_regular_target
-
-MAX_NUMBER: Final = 10**12
-"""The largest number memd takes from outside: a config value, a request param, a token count
-read from a transcript. Far above any real figure (a context of a million tokens, a budget of
-a billion), far below what a reply can encode (2^64) or a timeout can wait (2^63 ns), even
-summed over every session; a larger one is refused where it is read, never a figure."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +277,7 @@ def load_config(
     problems: list[str] = []
     for dotted, value in (overrides or {}).items():
         _apply_override(raw, dotted, value, problems)
-    config = _build(Config, raw, "", problems)
+    config = build(Config, raw, "", problems)
     if problems:
         where = f" in {path}" if present else ""
         raise ConfigError("invalid configuration" + where + ":\n  " + "\n  ".join(problems))
@@ -297,7 +291,7 @@ def parse_config_text(text: str) -> Config:
     if not isinstance(data, dict):
         raise ConfigError("the config file must be a YAML mapping of sections")
     problems: list[str] = []
-    config = _build(Config, data, "", problems)
+    config = build(Config, data, "", problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     assert isinstance(config, Config)
@@ -369,94 +363,6 @@ def _apply_override(raw: dict[str, Any], dotted: str, value: str, problems: list
         node[parts[-1]] = yaml.safe_load(value) if value else value
     except (yaml.YAMLError, ValueError) as exc:
         problems.append(f"{dotted}: cannot read the value ({str(exc).splitlines()[0]})")
-
-
-def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
-    if not isinstance(data, dict):
-        problems.append(f"{prefix.rstrip('.') or '(top level)'}: expected a section (mapping)")
-        return cls()
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in known:
-            problems.append(f"{prefix}{key}: unknown key (known here: {', '.join(sorted(known))})")
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        hint = hints[f.name]
-        name = prefix + f.name
-        if dataclasses.is_dataclass(hint):
-            values[f.name] = _build(
-                typing.cast(type[Any], hint), data[f.name], name + ".", problems
-            )
-            continue
-        ok, value, expected = _coerce(hint, data[f.name])
-        if ok:
-            values[f.name] = value
-        else:
-            problems.append(f"{name}: expected {expected}, got {_shown(data[f.name])}")
-    for name, value in values.items():
-        problem = _range_problem(name, value)
-        if problem:
-            problems.append(prefix + problem)
-    return cls(**values)
-
-
-def _coerce(hint: Any, value: Any) -> tuple[bool, Any, str]:
-    origin = typing.get_origin(hint)
-    if hint is bool:
-        return isinstance(value, bool), value, "true or false"
-    if hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return ok, value, "a whole number"
-    if hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return ok, float(value) if ok else value, "a number"
-    if hint is str:
-        return isinstance(value, str), value, "a string"
-    if origin is Literal:
-        choices = typing.get_args(hint)
-        return value in choices, value, "one of " + ", ".join(map(repr, choices))
-    if origin is tuple:
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        return ok, tuple(value) if ok else value, "a list of strings"
-    if origin in (types.UnionType, typing.Union):  # pragma: no cover - no such keys yet
-        for arm in typing.get_args(hint):
-            ok, coerced, _ = _coerce(arm, value)
-            if ok:
-                return True, coerced, ""
-        return False, value, str(hint)
-    raise TypeError(f"config field type {hint!r} has no validator")  # pragma: no cover
-
-
-# Keys for which 0 means nothing sensible (an idle deadline of 0 s would close every
-# connection between its requests).
-_POSITIVE = frozenset({"idle_timeout_s"})
-
-
-def _range_problem(name: str, value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if value != value:
-        return f"{name}: must be a number, got nan"
-    if value > MAX_NUMBER:
-        return f"{name}: must be at most {MAX_NUMBER:,}, got {_shown(value)}"
-    if value < 0:
-        return f"{name}: must not be negative, got {_shown(value)}"
-    if name in _POSITIVE and not value:
-        return f"{name}: must be more than 0, got {value}"
-    if name.endswith("_fraction") and not 0 < value < 1:
-        return f"{name}: must be between 0 and 1, got {value}"
-    return None
-
-
-def _shown(value: Any) -> str:
-    """A number as a problem names it: a huge one (4,300 digits cannot even be printed) by
-    its size."""
-    if isinstance(value, int) and abs(value) >= 10**30:
-        return f"a number of {value.bit_length()} bits"
-    return repr(value)
 
 
 def resolve_paths(
