@@ -20,6 +20,7 @@ has neither, and a thread stuck in it would hold the interpreter and stall the d
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,8 +28,8 @@ from typing import Literal
 
 import regex
 
-from memd.agent.files import FileLimits
-from memd.confined import Area, Entry, tree
+from memd.agent.files import FileLimits, Problem, open_problem
+from memd.confined import Area, Entry, Refused, kind_of, tree
 
 GrepMode = Literal["files_with_matches", "content", "count"]
 GREP_MODES: tuple[GrepMode, ...] = ("files_with_matches", "content", "count")
@@ -278,3 +279,20 @@ def filter_glob(
         return tuple(f for f in found if match_name(compiled, f.below, deadline))
     name = os.path.basename
     return tuple(f for f in found if match_name(compiled, name(f.below), deadline))
+
+
+def grep_targets(area: Area, relative: str, limits: FileLimits) -> tuple[Found, ...] | Problem:
+    """The files a Grep of ``relative`` searches: the file itself, or those beneath it."""
+    info = area.lstat(relative) if relative else None
+    if relative and info is None:
+        return Problem(f"{area.path(relative)} does not exist")
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        why = kind_of(info)
+        if why is not None:
+            return open_problem(area, relative, Refused(str(area.path(relative)), why))
+        name = os.path.basename(relative)
+        return (Found(str(area.path(relative)), relative, name, info.st_mtime),)
+    try:
+        return walk(area, relative, max_entries=limits.grep_max_files).found
+    except (OSError, ValueError) as exc:
+        return open_problem(area, relative, exc)

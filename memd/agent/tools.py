@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -45,7 +44,7 @@ from memd.agent.places import Place
 from memd.agent.process import ShellLimits
 from memd.agent.shell import DEFAULT_LIMITS
 from memd.agent.vcs import vcs_part
-from memd.confined import Area, Refused, kind_of
+from memd.confined import Area
 from memd.errors import WriteFailed
 
 log = logging.getLogger(__name__)
@@ -356,7 +355,7 @@ async def _grep(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     limits = context.file_limits
 
     def work(area: Area) -> str | Problem:
-        found = _grep_files(area, place.relative, limits)
+        found = search.grep_targets(area, place.relative, limits)
         if isinstance(found, Problem):
             return found
         if glob:
@@ -370,25 +369,6 @@ async def _grep(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
 
     result = await _thread(partial(_in_area, place, work))
     return _problem(result) if isinstance(result, Problem) else ToolResult(result)
-
-
-def _grep_files(
-    area: Area, relative: str, limits: FileLimits
-) -> tuple[search.Found, ...] | Problem:
-    """The files a Grep of ``relative`` searches: the file itself, or those beneath it."""
-    info = area.lstat(relative) if relative else None
-    if relative and info is None:
-        return Problem(f"{area.path(relative)} does not exist")
-    if info is not None and not stat.S_ISDIR(info.st_mode):
-        why = kind_of(info)
-        if why is not None:
-            return files.open_problem(area, relative, Refused(str(area.path(relative)), why))
-        name = os.path.basename(relative)
-        return (search.Found(str(area.path(relative)), relative, name, info.st_mtime),)
-    try:
-        return search.walk(area, relative, max_entries=limits.grep_max_files).found
-    except (OSError, ValueError) as exc:
-        return files.open_problem(area, relative, exc)
 
 
 async def _shell(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
