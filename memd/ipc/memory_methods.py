@@ -81,21 +81,26 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
             return {"additionalContext": None, "stdout": None}
         if event == "PreCompact" and agent == CLAUDE:
             return {"additionalContext": None, "stdout": await precompact(daemon, hook_input)}
-        env = params.get("env") if agent == CLAUDE else None
         result = await hook_context(
             event,
             hook_input,
             svc,
             notes_for=daemon.notes_text,
             budget_bytes=daemon.loaded.config.hook.injection_max_bytes,
-            env={k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
-            if isinstance(env, dict)
-            else None,
+            env=_forwarded_env(params) if agent == CLAUDE else None,
             agent=agent,
         )
         return {**result, "stdout": hook_stdout(event, result["additionalContext"], agent)}
 
     return {"memory_index": memory_index, "memories": memories, "recall": recall, "hook": hook}
+
+
+def _forwarded_env(params: dict[str, Any]) -> dict[str, str] | None:
+    """The Claude Code environment a hook forwarded (``env``), its string pairs only."""
+    env = params.get("env")
+    if not isinstance(env, dict):
+        return None
+    return {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _hook_event(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
