@@ -308,3 +308,31 @@ def test_uninstall_removes_the_containers_it_emptied(tmp_path: Path, agent: str)
     apply([agent], "user", "uninstall", tmp_path, env)
     assert not path.exists()
     assert not list(path.parent.glob("*.memd-backup"))
+
+
+@pytest.mark.parametrize("action", ["install", "uninstall"])
+@pytest.mark.parametrize("fault", ["ENOSPC", "EROFS"])
+def test_a_disk_that_refuses_one_agents_file_fails_that_agent_only(
+    tmp_path: Path, action: str, fault: str
+) -> None:
+    """Codex's folder is on a disk that fills up or turns read-only between the runs: its
+    result says so and its file is as it was; Gemini's, on a healthy disk, is still done."""
+    from tests.disk_support import faulty_disk
+
+    env = env_for(tmp_path)
+    gemini, _ = plant(tmp_path, "gemini")
+    with faulty_disk(tmp_path / ".codex", in_process=True) as disk:
+        codex, _ = plant(tmp_path, "codex")
+        if action == "uninstall":
+            apply(["codex", "gemini"], "user", "install", tmp_path, env)
+        before = codex.read_bytes()
+        disk.fault(fault)
+        failed, done = apply(["codex", "gemini"], "user", action, tmp_path, env)
+        assert failed.agent == "codex" and failed.result == "failed", failed
+        assert "cannot write it" in failed.detail and "nothing changed" in failed.detail
+        assert codex.read_bytes() == before
+        assert done.agent == "gemini" and done.result in {"installed", "removed"}, done
+        assert ("memd" in servers("gemini", gemini)) == (action == "install")
+        disk.heal()
+        [again] = apply(["codex"], "user", action, tmp_path, env)
+        assert again.result in {"installed", "removed"}, again

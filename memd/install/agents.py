@@ -139,10 +139,13 @@ def apply_file(target: Target, action: Action) -> Outcome:
     if new is None:
         return Outcome(target.agent, where, "unchanged" if action == "install" else "absent")
     backup = backup_path(real)
-    if action == "uninstall":
-        return _write_uninstalled(target, real, new)
-    keep_first_backup(real, only_memd=old is not None and _only_memd(target, text))
-    write_atomic(real, new.encode("utf-8"), mode=None if old is not None else target.new_mode)
+    try:
+        if action == "uninstall":
+            return _write_uninstalled(target, real, new)
+        keep_first_backup(real, only_memd=old is not None and _only_memd(target, text))
+        write_atomic(real, new.encode("utf-8"), mode=None if old is not None else target.new_mode)
+    except OSError as exc:  # a full or read-only disk: this agent fails, the others go on
+        return Outcome(target.agent, where, "failed", f"cannot write it: {exc}; nothing changed")
     result = (
         "installed" if old is None or SERVER_NAME not in _servers_of(target, text) else "updated"
     )
