@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import stat
 import sys
 import threading
@@ -33,6 +34,7 @@ from memd_client.hooks_install import (
     uninstall_hooks,
 )
 from tests.daemon_harness import run_memdctl
+from tests.uid_support import IS_ROOT, NOBODY, run_forked
 
 CODEX_CONFIG = (
     '# my Codex config\nmodel = "o3"   # the one I like\n\n[features]\nweb_search = true\n\n'
@@ -254,3 +256,34 @@ def test_a_fifo_as_an_agents_config_is_refused_by_doctor_and_install_never_waite
         assert "not a regular file" in check.detail
     assert "not a regular file" in str(seen["install"])
     assert all(stat.S_ISFIFO(fifo.lstat().st_mode) for fifo in fifos)  # nothing written
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to hand the files to another user")
+@pytest.mark.parametrize("action", ["install", "uninstall"])
+def test_codex_config_the_disk_refuses_leaves_hooks_json_as_it_was(action: str) -> None:
+    """config.toml cannot be replaced (a sticky folder, root's file) after hooks.json was
+    rewritten: hooks.json and its backup come back as they were (no hook without its trust,
+    no trust without its hook), and the exit code and message say which file and why."""
+    import tempfile
+
+    from memd.install import codex_hooks
+
+    work = Path(tempfile.mkdtemp(prefix="memd-codex-"))
+    work.chmod(0o755)
+    home = codex_home(work, {"UserPromptSubmit": [{"hooks": [USER_HOOK]}]})
+    if action == "uninstall":
+        install(home, command("codex"))
+    home.chmod(0o1777)  # anyone may create; only a file's owner may replace or remove it
+    for name in ("hooks.json", "hooks.json.memd-backup"):
+        if (home / name).exists():
+            os.chown(home / name, NOBODY, NOBODY)
+    before = {p.name: p.read_bytes() for p in home.iterdir()}
+    argv = [action, f"--command={command('codex')}"] if action == "install" else [action]
+
+    exited = run_forked(
+        lambda: codex_hooks.main(argv), uid=NOBODY, env={"CODEX_HOME": str(home), "HOME": str(work)}
+    )
+    assert exited.code == codex_hooks.EXIT_FAILED, exited
+    assert exited.stderr.startswith(f"cannot write {home / 'config.toml'}: Operation not")
+    assert {p.name: p.read_bytes() for p in home.iterdir()} == before
+    shutil.rmtree(work)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from memd.install.agents import AGENTS, apply
+from memd.install.agents import AGENTS, Action, apply
 from tests.daemon_harness import run_memdctl
 
 CLAUDE_JSON = """{
@@ -313,7 +313,7 @@ def test_uninstall_removes_the_containers_it_emptied(tmp_path: Path, agent: str)
 @pytest.mark.parametrize("action", ["install", "uninstall"])
 @pytest.mark.parametrize("fault", ["ENOSPC", "EROFS"])
 def test_a_disk_that_refuses_one_agents_file_fails_that_agent_only(
-    tmp_path: Path, action: str, fault: str
+    tmp_path: Path, action: Action, fault: str
 ) -> None:
     """Codex's folder is on a disk that fills up or turns read-only between the runs: its
     result says so and its file is as it was; Gemini's, on a healthy disk, is still done."""
@@ -329,8 +329,10 @@ def test_a_disk_that_refuses_one_agents_file_fails_that_agent_only(
         disk.fault(fault)
         failed, done = apply(["codex", "gemini"], "user", action, tmp_path, env)
         assert failed.agent == "codex" and failed.result == "failed", failed
-        assert "cannot write it" in failed.detail and "nothing changed" in failed.detail
+        assert failed.detail.startswith(f"cannot write {codex}")  # or its backup
+        assert "it is unchanged" in failed.detail
         assert codex.read_bytes() == before
+        assert not Path(f"{codex}.memd-backup").exists() or action == "uninstall"
         assert done.agent == "gemini" and done.result in {"installed", "removed"}, done
         assert ("memd" in servers("gemini", gemini)) == (action == "install")
         disk.heal()

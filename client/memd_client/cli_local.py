@@ -15,6 +15,7 @@ from pathlib import Path
 
 from memd_client import hook, hooks_install, service
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
+from memd_client.config_backup import write_refused
 from memd_client.errors import MemdClientError
 from memd_client.hooks_codex import codex_home
 from memd_client.hooks_install import (
@@ -177,7 +178,9 @@ def cmd_install_hooks(ctx: Ctx) -> int:
         if ctx.args.compact_takeover:
             spec = CLAUDE_TAKEOVER_HOOKS
         done = install_hooks(settings, command, spec)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise CliFailure(write_refused(exc, settings)) from None
+    except ValueError as exc:
         raise CliFailure(str(exc) + _gemini_hint(agent, exc), EXIT_USAGE) from None
     return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
 
@@ -200,7 +203,9 @@ def cmd_uninstall_hooks(ctx: Ctx) -> int:
         return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
     try:
         done = uninstall_hooks(settings)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise CliFailure(write_refused(exc, settings)) from None
+    except ValueError as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from None
     return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
 
@@ -218,7 +223,7 @@ def _codex_hooks(ctx: Ctx, args: list[str]) -> list[str]:
         )
     if done.returncode != 0:
         said = done.stderr.strip() or f"exit code {done.returncode}"
-        raise CliFailure(said, EXIT_USAGE)
+        raise CliFailure(said, EXIT_USAGE if done.returncode == EXIT_USAGE else EXIT_REMOTE)
     return done.stdout.strip().splitlines()
 
 

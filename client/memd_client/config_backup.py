@@ -17,17 +17,37 @@ never keeps the original from coming back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from memd_client.atomic import write_atomic
 from memd_client.config_read import read_config_bytes
 
 BACKUP_SUFFIX = ".memd-backup"
+# the temp file write_atomic renames over its target: .<name>.<8 random>.tmp
+_TEMP = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
 
 
 def backup_path(path: Path) -> Path:
     return path.with_name(path.name + BACKUP_SUFFIX)
+
+
+def write_refused(exc: OSError, default: Path) -> str:
+    """What to tell a person when the disk refuses a config file or its backup (full,
+    read-only): which file (the one the refused temp file was to become, else ``default``),
+    why, and that it is as it was (every write here is atomic)."""
+    path = default
+    if isinstance(exc.filename, str):
+        path = Path(exc.filename)
+        temp = _TEMP.fullmatch(path.name)
+        path = path.with_name(temp.group(1)) if temp else path
+    why = exc.strerror or str(exc)
+    return (
+        f"cannot write {path}: {why}; it is unchanged. Free some space or make it "
+        "writable, then run this again"
+    )
 
 
 def keep_first_backup(path: Path, *, only_memd: bool = False) -> list[str]:
@@ -70,3 +90,32 @@ def _same(same: Callable[[bytes, bytes], bool], saved: bytes, new: bytes) -> boo
         return same(saved, new)
     except (ValueError, RecursionError, UnicodeDecodeError):
         return False  # a backup that does not parse is never put back
+
+
+@contextmanager
+def undone_on_refusal(*files: Path) -> Iterator[None]:
+    """Put ``files`` and their backups back as they were when the disk refuses one of the
+    writes inside: an install or uninstall that fails leaves no half (Codex's hooks.json
+    rewritten but not the trust in its config.toml) and no backup of a file memd did not
+    change. Best effort: a disk that refused one write may refuse these too."""
+    kept: dict[Path, bytes | None] = {}
+    for path in (p for file in files for p in (file, backup_path(file))):
+        with suppress(OSError, ValueError):  # one it cannot read is left alone
+            kept[path] = _bytes_of(path)
+    try:
+        yield
+    except OSError:
+        for path, before in kept.items():
+            with suppress(OSError, ValueError):
+                if before is None:
+                    path.unlink(missing_ok=True)
+                elif _bytes_of(path) != before:
+                    write_atomic(path, before)
+        raise
+
+
+def _bytes_of(path: Path) -> bytes | None:
+    try:
+        return read_config_bytes(path)
+    except FileNotFoundError:
+        return None

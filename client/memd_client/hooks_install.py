@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from memd_client.atomic import write_text_atomic
-from memd_client.config_backup import give_back, keep_first_backup
+from memd_client.config_backup import give_back, keep_first_backup, undone_on_refusal
 from memd_client.config_read import read_config_text
 from memd_client.json_layout import json_layout
 
@@ -345,8 +345,9 @@ def install_hooks(settings_path: Path, command: str, spec: AgentHooks = CLAUDE_H
     merged, added, replaced = _merge(current, command, spec)
     if not added and not replaced:
         return [f"memd hooks already present in {settings_path}"]
-    done = keep_first_backup(settings_path, only_memd=_only_memd(current))
-    _write_like(settings_path, merged)
+    with undone_on_refusal(settings_path):  # no backup left of a file the disk kept as it was
+        done = keep_first_backup(settings_path, only_memd=_only_memd(current))
+        _write_like(settings_path, merged)
     if replaced:
         done.append(f"removed memd's older hook command for {', '.join(replaced)}")
     if added:

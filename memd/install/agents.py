@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from memd.atomic import write_atomic
 from memd.install.config_files import (
     ConfigFileError,
     Format,
@@ -44,7 +43,14 @@ from memd.install.config_files import (
     parsed,
     remove_entry,
 )
-from memd_client.config_backup import backup_path, give_back, keep_first_backup
+from memd_client.atomic import write_atomic
+from memd_client.config_backup import (
+    backup_path,
+    give_back,
+    keep_first_backup,
+    undone_on_refusal,
+    write_refused,
+)
 from memd_client.config_read import read_config_bytes, read_config_text
 
 AGENTS = ("claude", "codex", "cursor", "gemini")
@@ -142,10 +148,12 @@ def apply_file(target: Target, action: Action) -> Outcome:
     try:
         if action == "uninstall":
             return _write_uninstalled(target, real, new)
-        keep_first_backup(real, only_memd=old is not None and _only_memd(target, text))
-        write_atomic(real, new.encode("utf-8"), mode=None if old is not None else target.new_mode)
+        with undone_on_refusal(real):  # no backup left of a file the disk kept as it was
+            keep_first_backup(real, only_memd=old is not None and _only_memd(target, text))
+            mode = None if old is not None else target.new_mode
+            write_atomic(real, new.encode("utf-8"), mode=mode)
     except OSError as exc:  # a full or read-only disk: this agent fails, the others go on
-        return Outcome(target.agent, where, "failed", f"cannot write it: {exc}; nothing changed")
+        return Outcome(target.agent, where, "failed", write_refused(exc, target.path))
     result = (
         "installed" if old is None or SERVER_NAME not in _servers_of(target, text) else "updated"
     )

@@ -9,7 +9,8 @@ trust memd recorded for them (any state whose hash is one of memd's entries'), n
 both files come back byte for byte when memd was their only change
 (:mod:`memd_client.config_backup`).
 
-Exit codes: 0 done (or nothing to do), 2 a file cannot be edited safely (nothing written).
+Exit codes: 0 done (or nothing to do); 1 the disk refused a write (both files as they were);
+2 a file cannot be edited safely (nothing written).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tomlkit.items import Table
 
 from memd.install.config_files import toml_load, toml_table
 from memd_client.atomic import write_atomic
-from memd_client.config_backup import give_back, keep_first_backup
+from memd_client.config_backup import give_back, keep_first_backup, undone_on_refusal, write_refused
 from memd_client.config_read import read_config_text
 from memd_client.hooks_codex import (
     codex_home,
@@ -42,7 +43,7 @@ from memd_client.hooks_install import (
     uninstall_hooks,
 )
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def install(home: Path, command: str) -> list[str]:
@@ -50,9 +51,10 @@ def install(home: Path, command: str) -> list[str]:
     hooks_file, config = home / "hooks.json", home / "config.toml"
     read_config(config)  # a config.toml memd cannot edit stops the install before any write
     old = trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
-    done = install_hooks(hooks_file, command, CODEX_HOOKS)
-    new = trust_entries(hooks_file, read_settings(hooks_file), lambda c: c == command)
-    done += _edit_trust(config, new, set(old.values()) - set(new.values()), f"{hooks_file}:")
+    with undone_on_refusal(hooks_file, config):
+        done = install_hooks(hooks_file, command, CODEX_HOOKS)
+        new = trust_entries(hooks_file, read_settings(hooks_file), lambda c: c == command)
+        done += _edit_trust(config, new, set(old.values()) - set(new.values()), f"{hooks_file}:")
     off = hooks_turned_off(read_config(config))
     if off:
         done.append(f"warning: {config} has {off}: Codex runs no hooks until you remove it")
@@ -64,8 +66,9 @@ def uninstall(home: Path) -> list[str]:
     hooks_file, config = home / "hooks.json", home / "config.toml"
     read_config(config)
     mine = trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
-    done = uninstall_hooks(hooks_file) if hooks_file.exists() else []
-    return done + _edit_trust(config, {}, set(mine.values()), f"{hooks_file}:")
+    with undone_on_refusal(hooks_file, config):
+        done = uninstall_hooks(hooks_file) if hooks_file.exists() else []
+        return done + _edit_trust(config, {}, set(mine.values()), f"{hooks_file}:")
 
 
 def _edit_trust(config: Path, add: Mapping[str, str], drop: set[str], prefix: str) -> list[str]:
@@ -138,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             done = install(home, args.command)
         else:
             done = uninstall(home)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # the disk refused: the work failed, the usage was right
+        print(write_refused(exc, home), file=sys.stderr)
+        return EXIT_FAILED
+    except ValueError as exc:
         print(f"{exc}", file=sys.stderr)
         return EXIT_USAGE
     print("\n".join(done))
