@@ -53,28 +53,44 @@ class _Listing:
 
 
 class Area:
-    """A folder others can write, held by a directory descriptor; see the module docstring."""
+    """A folder others can write, held by a directory descriptor; see the module docstring.
 
-    def __init__(self, root: Path, fd: int) -> None:
+    ``any_owner``: files and folders of any user are read and entered (a repository's code,
+    which its other users may have written; links and hard links are still refused), not
+    only the user's own. ``report=False``: what is refused is not recorded in
+    :data:`findings` (not a folder of memd's: a link in a repository is no one's mistake)."""
+
+    def __init__(self, root: Path, fd: int, *, any_owner: bool = False, report: bool = True):
         self.root = root
         self._fd = fd
+        self._any_owner = any_owner
+        self._report = report
 
     @classmethod
-    def open(cls, root: Path, *, create: bool = False) -> Area:
+    def open(
+        cls, root: Path, *, create: bool = False, any_owner: bool = False, report: bool = True
+    ) -> Area:
         """Open ``root`` (links in its own path followed, once). ``FileNotFoundError`` when it
         does not exist (made first with ``create``), :class:`Refused` when it is not a folder
-        of the user's."""
+        (of the user's, unless ``any_owner``)."""
         if create:
             root.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
         try:
             info = os.fstat(fd)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            if not stat.S_ISDIR(info.st_mode) or not (any_owner or info.st_uid == os.getuid()):
                 raise Refused(str(root), f"a folder owned by uid {info.st_uid}")
         except BaseException:
             os.close(fd)
             raise
-        return cls(root, fd)
+        return cls(root, fd, any_owner=any_owner, report=report)
+
+    def _owned(self, info: os.stat_result) -> bool:
+        return self._any_owner or info.st_uid == os.getuid()
+
+    def _note(self, where: str, kind: str) -> None:
+        if self._report:
+            findings.record(where, kind)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -119,7 +135,7 @@ class Area:
         parts = split_relative(relative)
         at, kind = self._first_refused(parts)
         where = str(self.path("/".join(parts[: at + 1])))
-        findings.record(where, kind)
+        self._note(where, kind)
         return Refused(where, kind)
 
     def _first_refused(self, parts: list[str]) -> tuple[int, str]:
@@ -136,7 +152,8 @@ class Area:
                 if stat.S_ISLNK(info.st_mode):
                     return at, "a symbolic link"
                 if not stat.S_ISDIR(info.st_mode):
-                    return at, (kind_of(info) or "a file") if last else "not a folder"
+                    why = kind_of(info, any_owner=self._any_owner)
+                    return at, (why or "a file") if last else "not a folder"
                 if last:
                     break
                 try:
@@ -161,15 +178,15 @@ class Area:
         except OSError as exc:
             raise self._refuse_link(relative, exc) from None
         try:
-            why = kind_of(os.fstat(fd))
+            why = kind_of(os.fstat(fd), any_owner=self._any_owner)
             if why is not None:
                 where = str(self.path(relative))
-                findings.record(where, why)
+                self._note(where, why)
                 raise Refused(where, why)
         except BaseException:
             os.close(fd)
             raise
-        if len(findings):
+        if self._report and len(findings):
             findings.fine(str(self.path(relative)))
         return fd
 
@@ -231,10 +248,10 @@ class Area:
         except OSError as exc:
             raise self._refuse_link(relative, exc) from None
         info = os.fstat(fd)
-        if info.st_uid != os.getuid():
+        if not self._owned(info):
             os.close(fd)
             where = str(self.path(relative))
-            findings.record(where, f"a folder owned by uid {info.st_uid}")
+            self._note(where, f"a folder owned by uid {info.st_uid}")
             raise Refused(where, f"a folder owned by uid {info.st_uid}")
         return fd
 
@@ -282,8 +299,7 @@ class Area:
             names = os.listdir(fd)
         except OSError:
             return
-        uid = os.getuid()
-        base = f"{self.root}/" if len(findings) else None  # to drop what was fixed
+        base = f"{self.root}/" if self._report and len(findings) else None  # to drop the fixed
         if base is not None:
             findings.gone((base + prefix).rstrip("/"), set(names))
         for name in names:
@@ -295,7 +311,7 @@ class Area:
             except OSError:
                 continue
             mode = info.st_mode
-            if stat.S_ISREG(mode) and info.st_nlink == 1 and info.st_uid == uid:
+            if stat.S_ISREG(mode) and info.st_nlink == 1 and self._owned(info):
                 if base is not None:
                     findings.fine(base + relative)
                 yield Entry(relative, info)  # the common case, without kind_of's questions
@@ -311,7 +327,8 @@ class Area:
                         if seen.folders is not None:
                             seen.folders.append(relative)
             else:
-                findings.record(str(self.root / relative), kind_of(info) or "not a regular file")
+                why = kind_of(info, any_owner=self._any_owner)
+                self._note(str(self.root / relative), why or "not a regular file")
                 seen.refuse(relative)
 
     def _enter(self, fd: int, name: str, relative: str) -> int | None:
@@ -320,11 +337,11 @@ class Area:
         try:
             child = os.open(os.fsencode(name), _DIR_FLAGS, dir_fd=fd)
         except OSError:
-            findings.record(str(self.root / relative), "a folder that changed meanwhile")
+            self._note(str(self.root / relative), "a folder that changed meanwhile")
             return None
-        if os.fstat(child).st_uid != os.getuid():
+        if not self._owned(os.fstat(child)):
             os.close(child)
-            findings.record(str(self.root / relative), "a folder of another user")
+            self._note(str(self.root / relative), "a folder of another user")
             return None
         return child
 
@@ -362,7 +379,7 @@ class Area:
                     raise self._refuse_link(relative, exc) from None
                 os.close(fd)
                 fd = child
-                if os.fstat(fd).st_uid != os.getuid():
+                if not self._owned(os.fstat(fd)):
                     raise Refused(str(self.path(relative)), "a folder of another user")
         except BaseException:
             os.close(fd)
@@ -387,10 +404,10 @@ class Area:
             except FileNotFoundError:
                 existing = None
             if existing is not None:
-                why = kind_of(existing)
+                why = kind_of(existing, any_owner=self._any_owner)
                 if why is not None:
                     where = str(self.path(relative))
-                    findings.record(where, why)
+                    self._note(where, why)
                     raise Refused(where, why)
                 if mode is None:
                     mode = existing.st_mode & 0o7777

@@ -38,13 +38,14 @@ def split_relative(relative: str) -> list[str]:
     return parts
 
 
-def kind_of(info: os.stat_result) -> str | None:
-    """Why a file's ``fstat`` keeps it out of an area, or ``None`` when it may be read."""
+def kind_of(info: os.stat_result, *, any_owner: bool = False) -> str | None:
+    """Why a file's ``fstat`` keeps it out of an area (another user's file, unless
+    ``any_owner``), or ``None`` when it may be read."""
     if not stat.S_ISREG(info.st_mode):
         return regular_file.kind_of(info.st_mode, link="a symbolic link")
     if info.st_nlink != 1:
         return f"a file with {info.st_nlink} hard links"
-    if info.st_uid != os.getuid():
+    if not any_owner and info.st_uid != os.getuid():
         return f"a file owned by uid {info.st_uid}"
     return None
 

@@ -24,14 +24,14 @@ get them inferred from their text on first read, with what the file holds then a
 baseline (cached by the memory's mtime; the memory file is not written). A check stops at
 its deadline: what is left is reported unchecked, not waited for.
 
-Blocking: call from a worker thread. Files of the work tree are read as regular files only
-(no FIFO, no link as the last component), inside the work tree once resolved, at most
+Blocking: call from a worker thread. Files of the work tree are read beneath its root's
+directory descriptor (:class:`memd.confined.Area`), regular one-link files only, no link
+followed on the way (a cited path through a link counts as gone), at most
 :data:`MAX_FILE_BYTES` each.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import time
@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from memd import git
+from memd.confined import Area
 from memd.memory.citations import Citation, content_hash, symbol_in
-from memd.regular_file import read_regular
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_MOVED_SEARCH_LINES = 200_000  # file lines x cited lines searched for a moved range
@@ -366,43 +366,17 @@ def _staged_unchanged(index: _Index, citation: Citation, sig: FileSig | None) ->
     return same and times and entry.mtime_ns < index.mtime_ns
 
 
-def _inside(root: Path, relative: str) -> Path | None:
-    """``root/relative`` when its folder, resolved, is inside the resolved root (the file
-    itself is opened without following a link). Folders are resolved once each."""
-    folder, _, name = relative.rpartition("/")
-    base = _real(str(root))
-    real = _real(f"{root}/{folder}") if folder else base
-    if real is None or base is None or not (real == base or real.startswith(base + "/")):
-        return None
-    return Path(f"{root}/{relative}") if name else None
-
-
-@functools.lru_cache(maxsize=4096)
-def _real_cached(path: str, sig: FileSig | None) -> str | None:
-    try:
-        return os.path.realpath(path)
-    except (OSError, ValueError):
-        return None
-
-
-def _real(path: str) -> str | None:
-    """The resolved ``path``, cached while its own ``stat`` is the same (a folder replaced
-    by a link is resolved again)."""
-    try:
-        info = os.lstat(path)
-    except (OSError, ValueError):
-        return None
-    return _real_cached(path, _stat_sig(info))
-
-
 def _read(root: Path, relative: str) -> _File | None:
-    path = _inside(root, relative)
-    if path is None:
-        return None
+    """The file ``relative`` of the work tree, opened beneath the root's descriptor without
+    following a link on the way (:class:`memd.confined.Area`: a folder swapped for a link
+    between two reads cannot lead outside); a link, a hard-linked or special file is
+    ``None``, as a missing one is. Files and folders of any owner are read."""
     try:
-        return _File(read_regular(path, MAX_FILE_BYTES))
+        with Area.open(root, any_owner=True, report=False) as area:
+            data, _ = area.read(relative, max_bytes=MAX_FILE_BYTES)
     except (OSError, ValueError):
         return None
+    return _File(data)
 
 
 def _sig(root: Path, relative: str) -> FileSig | None:
