@@ -37,10 +37,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
+from memd import git_index
 from memd.agent.process import SAFE_PATH, shell_environment
 from memd.agent.vcs import pinned_config_environment
+from memd.git_index import IndexEntry
 
 GIT_TIMEOUT_S = 5.0
 MIN_CALL_S = 0.02
@@ -310,17 +311,6 @@ def _renames(out: bytes) -> list[tuple[str, str]]:
     return pairs
 
 
-class IndexEntry(NamedTuple):
-    """What git's index holds of a tracked file: its blob and the stat it was staged with
-    (a tuple: thousands are made per index read)."""
-
-    blob: str
-    ctime_ns: int
-    mtime_ns: int
-    ino: int
-    size: int
-
-
 _INDEX_ENTRY = re.compile(
     rb"\d+ ([0-9a-f]{40,64}) 0\t([^\0]*)\0  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n"
     rb"  dev: \d+\tino: (\d+)\n  uid: \d+\tgid: \d+\n  size: (\d+)\tflags: [0-9a-f]+\n"
@@ -328,9 +318,22 @@ _INDEX_ENTRY = re.compile(
 _NS = 1_000_000_000
 
 
-def index_entries(tree: WorkTree) -> dict[str, IndexEntry] | GitFailed:
-    """The index's stage-0 entries by path (``ls-files --debug``: reads the index, never the
-    work tree; cut at :data:`MAX_OUTPUT_BYTES` of output, the rest left out)."""
+def index_entries(
+    tree: WorkTree, *, oid_size: int | None = None
+) -> dict[str, IndexEntry] | GitFailed:
+    """The index's stage-0 entries by path: read from the index file itself
+    (:func:`memd.git_index.read_index`; ``oid_size``: the repository's object id length in
+    bytes, when known), else from ``ls-files --debug`` (reads the index, never the work tree;
+    cut at :data:`MAX_OUTPUT_BYTES` of output, the rest left out)."""
+    if oid_size is not None:
+        read = git_index.read_index(tree.git_dir, oid_size)
+        if read is not None:
+            return read.entries
+    return git_index_entries(tree)
+
+
+def git_index_entries(tree: WorkTree) -> dict[str, IndexEntry] | GitFailed:
+    """The index's stage-0 entries by path as ``git ls-files -s --debug`` gives them."""
     out = run_git(tree, ["ls-files", "-s", "--debug", "-z"])
     if isinstance(out, GitFailed):
         return out

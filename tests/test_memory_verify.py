@@ -323,11 +323,12 @@ def test_git_calls_end_by_the_recalls_deadline_and_say_so(tmp_path: Path) -> Non
     assert isinstance(git.head(where.tree), git.Head)  # type: ignore[arg-type]
 
 
-def test_a_first_check_of_many_citations_at_head_runs_git_twice(
+def test_a_first_check_of_many_citations_at_head_runs_git_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cold path (bench/citations.py): one call finds the work tree and its HEAD, one
-    reads the index; citations seen at HEAD's own commit ask git nothing more."""
+    """The cold path (bench/citations.py): one call finds the work tree and its HEAD; the
+    index is read by memd itself (memd.git_index); citations seen at HEAD's own commit ask
+    git nothing more."""
     repo = Repo(tmp_path / "proj")
     for i in range(40):
         repo.write(f"m{i}.py", f"def f{i}():\n    return {i}\n")
@@ -346,7 +347,7 @@ def test_a_first_check_of_many_citations_at_head_runs_git_twice(
     where = verifier.repository(repo.root)
     assert where.head is not None and where.head.branch == "main"
     assert verifier.check(where, cited).warnings == ()
-    assert calls == ["rev-parse", "ls-files"]
+    assert calls == ["rev-parse"]
 
 
 def test_a_repository_without_commits_or_in_a_memory_dir_is_still_said(tmp_path: Path) -> None:

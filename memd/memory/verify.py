@@ -43,6 +43,7 @@ from typing import TypeVar
 
 from memd import git
 from memd.confined import Area
+from memd.git_index import IndexEntry
 from memd.memory.citations import Citation, content_hash, symbol_in
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -223,7 +224,8 @@ class Verifier:
         with self._lock:
             if self._index_cache is not None and self._index_cache[0] == (str(path), sig):
                 return self._index_cache[1]
-        entries = git.index_entries(repo.tree)
+        oid_size = len(repo.head.commit) // 2 if repo.head is not None else None
+        entries = git.index_entries(repo.tree, oid_size=oid_size)
         if isinstance(entries, git.GitFailed):
             return None
         index = _Index(entries, sig[1])
@@ -348,7 +350,7 @@ def _moved(lines: Sequence[bytes], citation: Citation) -> str | None:
 
 @dataclass(frozen=True)
 class _Index:
-    entries: dict[str, git.IndexEntry]
+    entries: dict[str, IndexEntry]
     mtime_ns: int  # of the index file: an entry staged in its last tick may be racy
 
 
