@@ -16,7 +16,9 @@ reads commits and trees (``rev-parse``, ``rev-list``, ``log --name-status`` with
 ``--no-ext-diff --no-textconv``, ``cat-file --batch-check``), never a command that compares
 the work tree (``status``, ``diff-files``), and hashes file content itself.
 
-Each call has a timeout (:data:`GIT_TIMEOUT_S`) and runs in a session of its own. A folder
+Each call has a timeout (:data:`GIT_TIMEOUT_S`) and runs in a session of its own, killed
+with it on any way out; its output is read as it comes and cut at :data:`MAX_OUTPUT_BYTES`,
+where git is killed (a repository cannot make memd hold more). A folder
 that is not a work tree (or that git refuses: another user's repository) is reported as
 :class:`NotAWorkTree` and recorded in :data:`skipped`, which ``status`` shows; git never runs
 with a memory dir as its work tree (:func:`find_work_tree` takes the dir to avoid).
@@ -26,10 +28,14 @@ Blocking: call from a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import select
+import selectors
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -37,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from memd import git_index
 from memd.agent.process import SAFE_PATH, shell_environment
@@ -46,6 +53,8 @@ from memd.git_index import IndexEntry
 GIT_TIMEOUT_S = 5.0
 MIN_CALL_S = 0.02
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+_MAX_STDERR_BYTES = 64 * 1024
+_READ_CHUNK = 64 * 1024
 _SKIPPED_LIMIT = 64
 
 
@@ -151,24 +160,108 @@ def run_git(
     if folder is None:
         raise ValueError("run_git needs a tree or a cwd")
     try:
-        done = subprocess.run(
-            [git, "--no-pager", *args],
-            cwd=folder,
-            env=_environment(tree, folder),
-            input=stdin,
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-            start_new_session=True,
+        done = _run_bounded(
+            [git, "--no-pager", *args], folder, _environment(tree, folder), stdin, timeout_s
         )
-    except subprocess.TimeoutExpired:
-        return GitFailed(f"git {args[0]} did not answer within {timeout_s:g} s")
     except OSError as exc:
         return GitFailed(f"git could not run ({exc.strerror or exc})")
-    if done.returncode != 0:
-        words = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
-        return GitFailed(words[0][:300] if words else f"git exited with {done.returncode}")
-    return done.stdout[:MAX_OUTPUT_BYTES]
+    if done is None:
+        return GitFailed(f"git {args[0]} did not answer within {timeout_s:g} s")
+    code, out, err = done
+    if code not in (0, None):
+        words = err.decode("utf-8", errors="replace").strip().splitlines()
+        return GitFailed(words[0][:300] if words else f"git exited with {code}")
+    return out
+
+
+def _run_bounded(
+    argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes, timeout_s: float
+) -> tuple[int | None, bytes, bytes] | None:
+    """Run ``argv`` in a session of its own: its exit code, stdout and stderr, read as they
+    come; ``None`` when it did not end within ``timeout_s``. At :data:`MAX_OUTPUT_BYTES` of
+    stdout it is killed and what it wrote so far is its output (exit code ``None``): memory
+    stays bounded whatever a repository makes git print. Its process group is killed on any
+    way out, so no git outlives the call."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        read = _communicate(proc, stdin, deadline)
+        if read is None:
+            return None
+        out, err, cut = read
+        if cut:
+            return None, out, err
+        return proc.wait(max(0.0, deadline - time.monotonic())), out, err
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _communicate(
+    proc: subprocess.Popen[bytes], stdin: bytes, deadline: float
+) -> tuple[bytes, bytes, bool] | None:
+    """``proc``'s stdout and stderr (``stdin`` fed meanwhile) up to their ends, or until
+    stdout reaches :data:`MAX_OUTPUT_BYTES` (then ``True``: cut); ``None`` at the deadline."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out: list[bytes] = []
+    err: list[bytes] = []
+    sizes = {proc.stdout.fileno(): 0, proc.stderr.fileno(): 0}
+    pending = memoryview(stdin)
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ, out)
+        selector.register(proc.stderr, selectors.EVENT_READ, err)
+        if pending:
+            selector.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            for key, _ in selector.select(left):
+                if key.fileobj is proc.stdin:
+                    pending = _feed(selector, proc.stdin, pending)
+                    continue
+                fd = key.fd
+                chunk = os.read(fd, _READ_CHUNK)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                room = (MAX_OUTPUT_BYTES if key.data is out else _MAX_STDERR_BYTES) - sizes[fd]
+                if room > 0:
+                    key.data.append(chunk[:room])
+                sizes[fd] += len(chunk)
+                if key.data is out and sizes[fd] >= MAX_OUTPUT_BYTES:
+                    return b"".join(out), b"".join(err), True
+    return b"".join(out), b"".join(err), False
+
+
+def _feed(selector: selectors.BaseSelector, pipe: IO[bytes], pending: memoryview) -> memoryview:
+    """Write what the pipe takes now of ``pending`` (a pipe that is writable takes
+    ``PIPE_BUF`` bytes without blocking); closed once all is written or git stopped reading."""
+    try:
+        pending = pending[os.write(pipe.fileno(), pending[: select.PIPE_BUF]) :]
+    except BrokenPipeError:
+        pending = pending[:0]
+    if not pending:
+        selector.unregister(pipe)
+        pipe.close()
+    return pending
 
 
 def find_work_tree(folder: Path, *, avoid: Path | None = None) -> WorkTree | NotAWorkTree:

@@ -6,9 +6,11 @@ canary untouched. The same repository serves the daemon test in test_citations_e
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -216,3 +218,41 @@ def test_signed_commits_run_no_signature_program(tmp_path: Path) -> None:
     warnings = verifier.check(where, stale).warnings
     assert "src/old.py (cited) no longer exists; git saw it renamed to src/newest.py" in warnings
     assert ran(canaries) == []
+
+
+def test_output_past_the_cap_is_cut_as_it_is_read_and_git_stopped(tmp_path: Path) -> None:
+    """A blob four times the cap: memd holds the cap (and its copy), never the whole output
+    before cutting it, and the git it ran is gone when the call returns."""
+    repo = Repo(tmp_path / "proj")
+    repo.write("big.txt", "a line of a very large generated file\n" * (git.MAX_OUTPUT_BYTES // 9))
+    repo.commit()
+    tree = git.find_work_tree(repo.root)
+    assert isinstance(tree, git.WorkTree)
+    tracemalloc.start()
+    try:
+        out = git.run_git(tree, ["cat-file", "blob", "HEAD:big.txt"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(out, bytes) and len(out) == git.MAX_OUTPUT_BYTES
+    assert out.startswith(b"a line of a very large generated file\n")
+    assert peak < 2.5 * git.MAX_OUTPUT_BYTES, peak
+    assert git.run_git(tree, ["cat-file", "-s", "HEAD:big.txt"]) == b"%d\n" % (
+        len("a line of a very large generated file\n") * (git.MAX_OUTPUT_BYTES // 9)
+    )
+
+
+def test_a_git_that_does_not_answer_is_killed_with_its_group(tmp_path: Path) -> None:
+    """A git that starts a program which does not end (an alias given on the command line
+    here: memd's own calls name git's commands, which no alias can replace): the call ends at its timeout, and the program git
+    started is killed with it, not left running."""
+    repo = Repo(tmp_path / "proj")
+    repo.write("a.txt", "a\n")
+    repo.commit()
+    tree = git.find_work_tree(repo.root)
+    assert isinstance(tree, git.WorkTree)
+    sleep = f"sleep 47.{secrets.randbelow(10**6):06d}"  # this run's own
+    hung = git.run_git(tree, ["-c", f"alias.x=!{sleep}", "x"], timeout_s=0.5)
+    assert isinstance(hung, git.GitFailed) and "did not answer" in hung.reason
+    left = subprocess.run(["pgrep", "-f", sleep], capture_output=True, check=False)
+    assert left.stdout == b"", left.stdout
