@@ -127,7 +127,9 @@ class _Choice:
     headers: tuple[MemoryHeader, ...]
     method: RecallMethod
     reason: str
-    spares: tuple[MemoryHeader, ...] = ()  # the ranker's next candidates (lexical choice)
+    # The ranker's strong candidates not chosen: one that verifies takes the place of a
+    # chosen memory whose citations all fail, whoever chose (issue 26's ranking).
+    spares: tuple[MemoryHeader, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -261,21 +263,24 @@ async def _choose(
     ranked: Sequence[tuple[MemoryHeader, float]],
     context: _Context,
 ) -> _Choice:
+    limit = context.cfg.memory.recall_max
+    best = ranked[: 2 * limit]
+    strong = [h for h, _ in best[: strong_count([score for _, score in best])]]
     why = model_unavailable(context.llm, context.guard, context.project)
     if why is None:
         assert context.llm is not None and not isinstance(context.llm, Disabled)
-        limit = context.cfg.memory.scan_max_files
-        shown = manifest_candidates([h for h, _ in ranked], candidates, limit)
+        shown = manifest_candidates(
+            [h for h, _ in ranked], candidates, context.cfg.memory.scan_max_files
+        )
         picked = await _ask_model(context.llm, query, shown, context)
         if not isinstance(picked, str):
             model = context.cfg.llm.models.recall
-            return _Choice(tuple(picked), "model", f"chosen by {model}")
+            chosen = {h.relative for h in picked}
+            spares = tuple(h for h in strong if h.relative not in chosen)[:limit]
+            return _Choice(tuple(picked), "model", f"chosen by {model}", spares)
         why = picked
-    limit = context.cfg.memory.recall_max
-    strong = ranked[: 2 * limit]
-    strong = strong[: strong_count([score for _, score in strong])]
-    chosen, spares = tuple(h for h, _ in strong[:limit]), tuple(h for h, _ in strong[limit:])
-    return _Choice(chosen, "lexical", f"lexical ranking: {why}", spares)
+    chosen_lexically, spares = tuple(strong[:limit]), tuple(strong[limit:])
+    return _Choice(chosen_lexically, "lexical", f"lexical ranking: {why}", spares)
 
 
 def manifest_candidates(
