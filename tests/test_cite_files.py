@@ -14,7 +14,7 @@ from typing import Any
 from memd.config import MemoryConfig
 from memd.dream import journal, snapshot
 from memd.dream.journal import Journal
-from memd.memory.cite_files import record_citations
+from memd.memory.cite_files import WRITE_ATTEMPTS, Recorded, record_citations
 from memd.memory.frontmatter import parse_document
 from memd.memory.trust import CitationChecks
 from memd_client.render_status import render_status
@@ -134,3 +134,42 @@ def test_citations_the_disk_refuses_are_shown_in_status(tmp_path: Path) -> None:
         assert f"{work}/memory/project_retry.md: Permission denied" in shown
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_write_by_another_program_while_citing_is_never_overwritten(tmp_path: Path) -> None:
+    """Claude Code edits the memory (in place, the same size: a stat could miss it) while
+    memd makes its citations: memd's rewrite of what it read would lose that edit, so it
+    reads the file again and records the citations in what Claude Code wrote."""
+    path = tmp_path / "project_retry.md"
+    path.write_text(MEMORY)
+    theirs = MEMORY.replace("The backoff", "Our backoff")
+    edits = [theirs]
+
+    def cite_while_they_write(body: str) -> list[dict[str, Any]]:
+        if edits:
+            with open(path, "r+", encoding="utf-8") as file:  # the same inode and size
+                file.write(edits.pop())
+        return cite(body)
+
+    done = record_citations(tmp_path, ["project_retry.md"], cite_while_they_write)
+    assert done.changed == ("project_retry.md",)
+    text = path.read_text()
+    assert "Our backoff is `backoff()`" in text
+    assert dict(parse_document(text).meta.extra)["citations"] == ROWS
+
+
+def test_a_file_that_keeps_changing_is_left_as_its_writer_left_it(tmp_path: Path) -> None:
+    path = tmp_path / "project_retry.md"
+    path.write_text(MEMORY)
+    writes = [0]
+
+    def cite_while_they_keep_writing(body: str) -> list[dict[str, Any]]:
+        writes[0] += 1
+        path.write_text(MEMORY.replace("src/retry.py:1-2", f"src/retry.py:{writes[0]}"))
+        return cite(body)
+
+    done = record_citations(tmp_path, ["project_retry.md"], cite_while_they_keep_writing)
+    assert done == Recorded((), ())
+    assert path.read_text() == MEMORY.replace("src/retry.py:1-2", f"src/retry.py:{writes[0]}")
+    assert writes[0] == WRITE_ATTEMPTS
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "project_retry.md"]  # no temp

@@ -22,6 +22,7 @@ from memd.confined.resolve import (
     _READ_FLAGS,
     TEMP_MARK,
     _openat2,
+    holds,
     kind_of,
     split_relative,
 )
@@ -386,12 +387,23 @@ class Area:
             raise
         return fd
 
-    def write(self, relative: str, data: bytes, *, mode: int | None = None) -> None:
-        """Replace ``relative`` with ``data`` atomically, making its folders.
+    def write(
+        self,
+        relative: str,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        expected: bytes | None = None,
+    ) -> bool:
+        """Replace ``relative`` with ``data`` atomically, making its folders; whether it was.
 
         An existing entry that is not a regular one-link file of the user's (a link, a hard
         link, a FIFO) is :class:`Refused`, never written through or replaced. The mode of the
-        file replaced is kept unless ``mode`` is given (new files: 0600).
+        file replaced is kept unless ``mode`` is given (new files: 0600). With ``expected``
+        (the file's bytes as the caller read them), nothing is written (``False``) when the
+        file is gone or holds anything else, looked at just before the rename: another
+        program's write meanwhile is not overwritten (compare and swap, as near as a
+        folder others write allows).
         """
         parts = split_relative(relative)
         parent = self.make_dirs("/".join(parts[:-1]))
@@ -403,6 +415,8 @@ class Area:
                 )
             except FileNotFoundError:
                 existing = None
+            if expected is not None and existing is None:
+                return False
             if existing is not None:
                 why = kind_of(existing, any_owner=self._any_owner)
                 if why is not None:
@@ -412,12 +426,12 @@ class Area:
                 if mode is None:
                     mode = existing.st_mode & 0o7777
             with reporting(self.path(relative)):  # a disk fault raises WriteFailed
-                self._replace(parent, name, data, 0o600 if mode is None else mode)
+                return self._replace(parent, name, data, 0o600 if mode is None else mode, expected)
         finally:
             os.close(parent)
 
     @staticmethod
-    def _replace(parent: int, name: bytes, data: bytes, mode: int) -> None:
+    def _replace(parent: int, name: bytes, data: bytes, mode: int, expected: bytes | None) -> bool:
         temp = b"." + name + os.fsencode(TEMP_MARK) + secrets.token_hex(4).encode() + b".tmp"
         fd = os.open(
             temp,
@@ -435,6 +449,9 @@ class Area:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            if expected is not None and not holds(parent, name, expected):
+                os.unlink(temp, dir_fd=parent)
+                return False
             os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -442,6 +459,7 @@ class Area:
             raise
         with contextlib.suppress(OSError):
             os.fsync(parent)
+        return True
 
     def unlink(self, relative: str) -> bool:
         """Remove the entry ``relative`` (a link itself, never what it names); whether it was

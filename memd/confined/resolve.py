@@ -50,6 +50,27 @@ def kind_of(info: os.stat_result, *, any_owner: bool = False) -> str | None:
     return None
 
 
+def holds(parent: int, name: bytes, expected: bytes) -> bool:
+    """The regular file ``name`` of the folder ``parent`` (a link not followed, nothing
+    that could block opened) holds exactly ``expected``."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=parent)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        data = b""
+        while len(data) <= len(expected):
+            block = os.read(fd, len(expected) + 1 - len(data))
+            if not block:
+                break
+            data += block
+        return data == expected
+    finally:
+        os.close(fd)
+
+
 class _OpenHow(ctypes.Structure):
     _fields_ = [
         ("flags", ctypes.c_uint64),

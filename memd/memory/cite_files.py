@@ -12,7 +12,10 @@ whose recorded citations still name what its text cites (the same paths and line
 recorded symbol still named) keeps them: a run that leaves a memory's claims alone does not
 move its baseline, so a claim the code stopped matching still warns. A file whose
 frontmatter does not parse cleanly, a link, or one over the size limit is left alone (its
-citations are inferred when read, as for anyone's memory).
+citations are inferred when read, as for anyone's memory). A file another program (Claude
+Code, the user) writes while memd cites it is not overwritten: what the file holds is
+compared with what was read just before the rename, and when it differs the file is read
+and cited again.
 
 Blocking: call from a worker thread.
 """
@@ -36,6 +39,7 @@ from memd.memory.scan import opened_area
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 256 * 1024
+WRITE_ATTEMPTS = 3
 _FENCE = "---"
 
 Cite = Callable[[str], list[dict[str, Any]] | None]
@@ -77,7 +81,22 @@ def record_citations(
 def _record_one(
     area: Area, relative: str, cite: Cite, before_write: Callable[[str], None] | None
 ) -> bool | str:
-    """Whether the file was rewritten, or why the disk refused it."""
+    """Whether the file was rewritten, or why the disk refused it. A file someone else
+    wrote while its citations were made is read again and cited anew, at most
+    :data:`WRITE_ATTEMPTS` times, then left as they wrote it (never overwritten)."""
+    for _ in range(WRITE_ATTEMPTS):
+        done = _record_once(area, relative, cite, before_write)
+        if done is not None:
+            return done
+    log.info("left the citations of %s unrecorded: it kept changing", shown(relative))
+    return False
+
+
+def _record_once(
+    area: Area, relative: str, cite: Cite, before_write: Callable[[str], None] | None
+) -> bool | str | None:
+    """As :func:`_record_one`; ``None`` when the file changed between the read and the
+    write (nothing was written)."""
     try:
         data, _ = area.read(relative, max_bytes=MAX_FILE_BYTES + 1)
     except (OSError, ValueError):
@@ -103,11 +122,11 @@ def _record_one(
     if before_write is not None:
         before_write(relative)
     try:
-        area.write(relative, updated.encode("utf-8"))
+        written = area.write(relative, updated.encode("utf-8"), expected=data)
     except OSError as exc:
         log.warning("cannot record the citations of %s: %s", shown(relative), exc)
         return exc.strerror or type(exc).__name__
-    return True
+    return True if written else None
 
 
 def _still_cited(recorded: Sequence[Citation], body: str) -> bool:
