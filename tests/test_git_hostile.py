@@ -244,8 +244,8 @@ def test_output_past_the_cap_is_cut_as_it_is_read_and_git_stopped(tmp_path: Path
 
 def test_a_git_that_does_not_answer_is_killed_with_its_group(tmp_path: Path) -> None:
     """A git that starts a program which does not end (an alias given on the command line
-    here: memd's own calls name git's commands, which no alias can replace): the call ends at its timeout, and the program git
-    started is killed with it, not left running."""
+    here: memd's own calls name git's commands, which no alias can replace): the call ends
+    at its timeout, and the program git started is killed with it, not left running."""
     repo = Repo(tmp_path / "proj")
     repo.write("a.txt", "a\n")
     repo.commit()
