@@ -99,6 +99,17 @@ class CompactionConfig:
 
 
 @dataclass(frozen=True)
+class SemanticConfig:
+    """Issue 27: the optional semantic recall stage (the ``memd[semantic]`` extra)."""
+
+    enabled: bool = False
+    # A model2vec model: a folder, or a model id that `memdctl fetch-model` saved under
+    # <state_dir>/models/ (the daemon never downloads).
+    model: str = "minishlab/potion-base-8M"
+    min_similarity: float = 0.35  # a memory less alike than this (cosine) is not a semantic hit
+
+
+@dataclass(frozen=True)
 class MemoryConfig:
     auto_memory: bool = True
     team: bool = False
@@ -118,6 +129,7 @@ class MemoryConfig:
     # whose citations have all failed this many days is offered to dream to fix or retire.
     verify_citations: bool = True
     citation_retire_days: float = 28.0
+    semantic: SemanticConfig = field(default_factory=SemanticConfig)
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,14 @@ def test_status_shows_which_recall_stages_are_on() -> None:
     text = render_status({"memory": {"recall_stages": stages}})
     assert "model claude-haiku-4-5 over the ranker's best 200" in text
     assert "recall" not in render_status({"memory": {}})
+    stages["semantic"] = {"on": False, "off_reason": "memory.semantic.enabled is false"}
+    assert "semantic off\n" in render_status({"memory": {"recall_stages": stages}}) + "\n"
+    stages["semantic"] = {"on": False, "off_reason": "/m/model.safetensors is missing: fetch it"}
+    text = render_status({"memory": {"recall_stages": stages}})
+    assert "semantic off (/m/model.safetensors is missing: fetch it)" in text
+    stages["semantic"] = {"on": True, "model": "o/m", "embedded_memories": 7, "embedded_dirs": 2}
+    text = render_status({"memory": {"recall_stages": stages}})
+    assert "semantic o/m (7 embedded in 2 projects)" in text
 
 
 def test_top_screen_fits_80x24_and_shows_a_bar_per_session() -> None:

@@ -101,9 +101,22 @@ def recall_lines(stages: dict[str, Any] | None, st: Style) -> list[str]:
         parts.append(f"model {model.get('model')} over the ranker's best {model.get('manifest')}")
     else:
         parts.append(st.warn(f"model off ({model.get('off_reason')})"))
-    semantic = stages.get("semantic") or {}
-    parts.append("semantic on" if semantic.get("on") else "semantic off")
+    parts.append(semantic_part(stages.get("semantic") or {}, st))
     return [f"recall    {'; '.join(parts)}"]
+
+
+def semantic_part(semantic: dict[str, Any], st: Style) -> str:
+    """The semantic stage (issue 27): its model and what it has embedded, or why it is off
+    (not enabled is no warning; enabled and off is)."""
+    if semantic.get("on"):
+        return (
+            f"semantic {semantic.get('model')} ({semantic.get('embedded_memories', 0)} "
+            f"embedded in {semantic.get('embedded_dirs', 0)} projects)"
+        )
+    why = semantic.get("off_reason")
+    if not why or why == "memory.semantic.enabled is false":
+        return "semantic off"
+    return st.warn(f"semantic off ({why})")
 
 
 def watcher_lines(w: dict[str, Any] | None, st: Style) -> list[str]:

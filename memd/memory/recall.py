@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 import anyio
 import anyio.to_thread
@@ -58,6 +58,9 @@ from memd.memory.rank import (
 from memd.memory.rank_index import RecallCache
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.privacy import scrub_text
+
+if TYPE_CHECKING:
+    from memd.memory.semantic import SemanticStage
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +167,7 @@ async def recall(
     timeout_s: float | None = None,
     cache: RecallCache | None = None,
     checks: CheckMemories | None = None,
+    semantic: SemanticStage | None = None,
 ) -> RecallResult:
     """Memories for ``query`` from ``memory_dir``; see the module docstring. Never raises
     for a model, guard or file problem. ``timeout_s`` overrides ``memory.recall_timeout_s``.
@@ -171,7 +175,8 @@ async def recall(
     the ranker's index is kept up to date; without, every head is read and indexed.
     ``checks`` (run in a worker thread, by the deadline) checks the chosen memories'
     citations and may reorder them, or put one of the ranker's next candidates that verifies
-    in the place of one whose citations all fail.
+    in the place of one whose citations all fail. ``semantic`` (issue 27, when on) fuses the
+    memories most alike to the query into the ranking (:mod:`memd.memory.semantic`).
     """
     started = clock.monotonic()
     budget = cfg.memory.recall_timeout_s if timeout_s is None else timeout_s
@@ -186,6 +191,11 @@ async def recall(
         return _empty("the query is empty", started, clock, len(candidates))
     if not candidates:
         return _empty("no memories to choose from", started, clock)
+    if semantic is not None:
+        semantic.want(memory_dir, headers)
+        limit = max(cfg.memory.scan_max_files, cfg.memory.recall_max)
+        fuse = partial(semantic.fuse, memory_dir, query, candidates, ranked, limit=limit)
+        ranked = await anyio.to_thread.run_sync(partial(fuse, recent_tools=tuple(recent_tools)))
     context = _Context(
         llm,
         cfg,

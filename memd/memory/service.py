@@ -63,6 +63,7 @@ from memd.memory.rank_index import RecallCache
 from memd.memory.reads import loaded_index, manifest_rows, scan_headers
 from memd.memory.recall import recall
 from memd.memory.scan import MemoryHeader
+from memd.memory.semantic import SemanticStage, recall_stages
 from memd.memory.session_context import SessionContext, SessionContexts, apply, scan_transcript
 from memd.memory.trust import CitationChecks
 from memd.memory.turns import TurnEnds
@@ -111,6 +112,7 @@ class MemoryService:
         self._claude_dir = str(claude_dir or projects_root.parent)
         self.contexts = SessionContexts()
         self.headers = RecallCache()
+        self.semantic = SemanticStage(lambda: self.config.memory, state_dir)
         self.citations = CitationChecks(
             state_dir, lambda: self.config.memory, wall=clock.now, monotonic=clock.monotonic
         )
@@ -154,6 +156,7 @@ class MemoryService:
     def reconfigure(self, config: Config) -> None:
         """New settings (config reload); a running extraction finishes with the old ones."""
         self.config = config
+        self.semantic.wake()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -383,6 +386,7 @@ class MemoryService:
             timeout_s=timeout_s,
             cache=self.headers,
             checks=partial(self.citations.recalled, cwd, where.memory_dir),
+            semantic=self.semantic if self.semantic.enabled else None,
         )
         self._recalls[result.method] += 1
         answer = {**base, **result.as_dict()}
@@ -455,6 +459,7 @@ class MemoryService:
         await self._turns.resume_pending()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._turns.run_timers, name="memory quiet timers")
+            tg.start_soon(self.semantic.run, name="semantic recall")
             for number in range(self._workers):
                 tg.start_soon(self._jobs.run_worker, name=f"memory extraction {number}")
             task_status.started()
@@ -466,21 +471,8 @@ class MemoryService:
     # -- status --------------------------------------------------------------------------------
 
     def recall_stages(self, model_off: str | None) -> dict[str, Any]:
-        """Which recall stages are on (issue 27): the lexical ranker always, over every memory
-        of a project; the model selector with a key, shown the ranker's best (R-M4's cap); no
-        semantic stage in this build."""
-        dirs, memories = self.headers.statistics()
-        memory = self.config.memory
-        return {
-            "lexical": {"on": True, "indexed_dirs": dirs, "indexed_memories": memories},
-            "model": {
-                "on": model_off is None,
-                "model": self.config.llm.models.recall,
-                "manifest": memory.scan_max_files,
-                "off_reason": model_off,
-            },
-            "semantic": {"on": False, "off_reason": "not part of this build"},
-        }
+        """Which recall stages are on (issue 27): :func:`memd.memory.semantic.recall_stages`."""
+        return recall_stages(self.config, self.headers.statistics(), model_off, self.semantic)
 
     def statistics(self) -> dict[str, Any]:
         """A snapshot for ``memdctl status``."""
