@@ -1,5 +1,6 @@
-"""The semantic recall stage through the real daemon (issue 27): the config file turns it on
-and names the model by id (a folder under the state dir, as ``memdctl fetch-model`` saves it),
+"""The semantic recall stage through the real daemon (issue 27): ``memdctl fetch-model`` puts
+the model under the state dir (here from a folder the test builds: nothing is downloaded), the
+config file turns the stage on and names the model by id,
 ``status`` says which stages are on, a prompt that shares no word with a memory recalls it, and
 a model folder damaged while the daemon runs (a truncated tensor file, then a FIFO in its
 place) turns the stage off with the reason in ``status`` while recall answers lexically."""
@@ -18,9 +19,12 @@ pytest.importorskip(
     "model2vec", reason="the semantic extra is not installed: pip install -e '.[semantic]'"
 )
 
+import numpy as np
+from safetensors.numpy import save_file
+
 from memd.memory.paths import memory_dir
 from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
-from tests.semantic_support import build_model, memory_file
+from tests.semantic_support import build_model, memory_file, vocabulary
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +50,60 @@ def _off_for(home: Home, cwd: Path, text: str) -> str:
     return wait_for(off, timeout=30, what=f"the stage to be off for {text!r}")
 
 
+def _memdctl(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", *args],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _config(home: Home, text: str) -> None:
+    config = home.root / ".config" / "memd" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(text)
+
+
+def test_fetch_model_keeps_only_a_model_the_daemon_can_read(tmp_path: Path) -> None:
+    with fake_home(tmp_path) as home:
+        _config(home, "memory:\n  semantic:\n    model: test/tiny\n")
+        source = build_model(tmp_path / "elsewhere")
+        tensors = source / "model.safetensors"
+        good = tensors.read_bytes()
+        tensors.write_bytes(good[:80])
+        done = _memdctl(home, "fetch-model", "--from", str(source))
+        assert done.returncode == 1
+        assert f"cannot fetch {source} (SafetensorError" in done.stderr
+        # One the library takes but the daemon would refuse: checked before it is kept.
+        matrix = np.zeros((len(vocabulary()), 16), dtype=np.float32)
+        mapping = np.full(len(vocabulary()), 99, dtype=np.int64)
+        save_file({"embeddings": matrix, "mapping": mapping}, str(tensors))
+        done = _memdctl(home, "fetch-model", "--from", str(source))
+        assert done.returncode == 1 and "'mapping' points past the" in done.stderr
+        models = home.state_dir / "models"
+        assert not any(models.iterdir())  # nothing half-fetched left to be found
+        tensors.write_bytes(good)
+        done = _memdctl(home, "fetch-model", "--from", str(source))
+        assert done.returncode == 0, done.stderr
+        assert f"test/tiny: saved in {models / 'test--tiny'} (16 dimensions)" in done.stdout
+        assert "memory.semantic.enabled: true" in done.stdout  # the next step, named
+        assert [p.name for p in models.iterdir()] == ["test--tiny"]
+        done = _memdctl(home, "fetch-model", "--model", "/opt/tiny")
+        assert done.returncode == 2 and "nothing to fetch" in done.stderr
+        done = _memdctl(home, "fetch-model", "--from", str(tmp_path / "nowhere"))
+        assert done.returncode == 2 and "is not a folder" in done.stderr
+
+
 def test_the_daemon_recalls_by_meaning_and_survives_a_damaged_model(tmp_path: Path) -> None:
     cwd = tmp_path / "work" / "proj"
     cwd.mkdir(parents=True)
     with fake_home(tmp_path) as home:
-        folder = build_model(home.state_dir / "models" / "test--tiny")
-        config = home.root / ".config" / "memd" / "config.yaml"
-        config.parent.mkdir(parents=True)
-        config.write_text("memory:\n  semantic:\n    enabled: true\n    model: test/tiny\n")
+        _config(home, "memory:\n  semantic:\n    enabled: true\n    model: test/tiny\n")
+        fetched = _memdctl(home, "fetch-model", "--from", str(build_model(tmp_path / "built")))
+        assert fetched.returncode == 0, fetched.stderr
+        folder = home.state_dir / "models" / "test--tiny"
         mdir = memory_dir(home.projects, cwd)
         memory_file(mdir, "guinea", "Keeps a guinea pig called Biscuit", "Biscuit is old.")
         memory_file(mdir, "testing", "Never mock Postgres in integration tests", "Use sql.")
@@ -68,13 +118,7 @@ def test_the_daemon_recalls_by_meaning_and_survives_a_damaged_model(tmp_path: Pa
             wait_for(embedded, timeout=30, what="the memories to be embedded")
             assert _semantic(home)["model"] == "test/tiny"
             assert _recall(home, cwd, "which pet") == ["guinea.md"]
-            shown = subprocess.run(
-                [sys.executable, "-m", "memd_client.cli", "status"],
-                env=home.env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            shown = _memdctl(home, "status")
             assert "semantic test/tiny (2 embedded in 1 projects)" in shown.stdout
 
             tensors = folder / "model.safetensors"

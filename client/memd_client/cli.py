@@ -17,7 +17,15 @@ import os
 import sys
 from collections.abc import Callable
 
-from memd_client import cli_daemon, cli_doctor, cli_dream, cli_local, cli_mcp, cli_top
+from memd_client import (
+    cli_daemon,
+    cli_doctor,
+    cli_dream,
+    cli_local,
+    cli_mcp,
+    cli_model,
+    cli_top,
+)
 from memd_client.cli_base import (
     EXIT_DOWN,
     EXIT_NOT_FOUND,
@@ -48,6 +56,7 @@ COMMAND_GROUPS: tuple[Callable[[Registrar], None], ...] = (
     cli_dream.register,
     cli_local.register,
     cli_mcp.register,
+    cli_model.register,
 )
 
 

@@ -60,7 +60,7 @@ def import_library() -> Any:
         ) from None
 
 
-def _guarded(problem: str, call: Callable[[], T]) -> T:
+def guarded(problem: str, call: Callable[[], T]) -> T:
     """``call()``; whatever the library raises (its own error classes, ``ValueError``,
     ``IndexError`` …) becomes :class:`ModelProblem`: ``problem`` and the error."""
     try:
@@ -87,7 +87,7 @@ def _read(folder: Path, name: str, limit: int) -> bytes:
 
 def _tensors(path: Path, data: bytes) -> dict[str, Any]:
     load = importlib.import_module("safetensors.numpy").load
-    tensors = _guarded(f"{path} is not a readable safetensors file", partial(load, data))
+    tensors = guarded(f"{path} is not a readable safetensors file", partial(load, data))
     if not isinstance(tensors, dict):
         raise ModelProblem(f"{path} holds no tensors")
     return tensors
@@ -129,8 +129,8 @@ def _tokenizer(folder: Path) -> Any:
     data = _read(folder, TOKENIZER_FILE, MAX_TOKENIZER_BYTES)
     tokenizers = importlib.import_module("tokenizers")
     text = data.decode("utf-8", errors="replace")
-    tokenizer = _guarded(f"{path} is not a tokenizer", partial(tokenizers.Tokenizer.from_str, text))
-    if not _guarded(f"{path} is not a tokenizer", tokenizer.get_vocab_size):
+    tokenizer = guarded(f"{path} is not a tokenizer", partial(tokenizers.Tokenizer.from_str, text))
+    if not guarded(f"{path} is not a tokenizer", tokenizer.get_vocab_size):
         raise ModelProblem(f"{path} has an empty vocabulary")
     return tokenizer
 
@@ -169,7 +169,7 @@ def load_encoder(folder: Path) -> Encoder:
         max_length=MAX_TOKENS,
         **extras,
     )
-    model = _guarded(f"{folder} is not a usable model2vec model", build)
+    model = guarded(f"{folder} is not a usable model2vec model", build)
     encoder = Encoder(model, str(config.get("model_name") or folder.name))
     encoder.encode(["memd"])  # what only shows when encoding shows now
     return encoder
@@ -196,7 +196,7 @@ class Encoder:
             use_multiprocessing=False,
         )
         with self._lock, np.errstate(all="ignore"):
-            rows = _guarded("the model failed to encode", encode)
+            rows = guarded("the model failed to encode", encode)
         return unit_rows(np.asarray(rows, dtype=np.float32).reshape(len(cut), self.dim))
 
 
