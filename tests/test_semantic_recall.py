@@ -105,6 +105,9 @@ async def test_on_a_memory_with_a_related_meaning_and_no_shared_word_is_recalled
         answer = await world.service.recall(PET_QUERY, str(world.cwd))
         assert _recalled(answer) == ["guinea.md"]
         assert answer["method"] == "lexical"  # no model: the fused ranking answered
+        # What the session was shown is not offered again, by meaning either.
+        world.service.mark_surfaced("s1", [str(world.memory / "guinea.md")])
+        assert _recalled(await world.service.recall(PET_QUERY, str(world.cwd), "s1")) == []
         # A lexical match keeps its place: the words still decide where they meet.
         answer = await world.service.recall("mock postgres", str(world.cwd))
         assert _recalled(answer)[0] == "testing.md"

@@ -299,7 +299,9 @@ class SemanticStage:
         floor = self._config_of().semantic.min_similarity
         by_key = {h.relative: h for h in candidates}
         hits: list[tuple[MemoryHeader, float]] = []
-        for at, score in similarities(vectors.matrix, wanted, floor):
+        # Room among the most alike for those surfaced already and the tool rule's leavings.
+        most = 4 * SEMANTIC_HITS + max(0, len(vectors.keys) - len(candidates))
+        for at, score in similarities(vectors.matrix, wanted, floor, most):
             header = by_key.get(vectors.keys[at])
             if header is None or is_tool_usage_reference(doc_from_header(header), recent_tools):
                 continue

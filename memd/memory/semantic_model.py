@@ -223,13 +223,19 @@ def stacked(matrix: Vectors, count: int, rows: Sequence[int], vectors: Vectors) 
     return out
 
 
-def similarities(matrix: Vectors, query: Vectors, floor: float) -> list[tuple[int, float]]:
-    """The rows of ``matrix`` whose cosine with ``query`` (unit vectors) is at least
-    ``floor``, as (row, cosine), most alike first; none for a query of zeros."""
+def similarities(
+    matrix: Vectors, query: Vectors, floor: float, most: int
+) -> list[tuple[int, float]]:
+    """The ``most`` rows of ``matrix`` most alike to ``query`` (unit vectors) whose cosine is
+    at least ``floor``, as (row, cosine), most alike first; none for a query of zeros. The
+    product is numpy's own loop (``einsum``), not BLAS: BLAS's thread pool waits for threads
+    the scheduler has parked when the machine is busy (milliseconds, on the prompt's path)."""
     if not query.any() or matrix.ndim != 2 or matrix.shape[1] != query.shape[0]:
         return []
     with np.errstate(all="ignore"):
-        scores = matrix @ query
+        scores = np.einsum("ij,j->i", matrix, query)
     found = np.flatnonzero(scores >= floor)
+    if len(found) > most:
+        found = found[np.argpartition(-scores[found], most - 1)[:most]]
     order = found[np.argsort(-scores[found], kind="stable")]
     return [(int(at), float(scores[at])) for at in order]
