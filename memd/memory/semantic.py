@@ -167,6 +167,13 @@ class SemanticStage:
             log.exception("semantic recall: the worker failed")
             self._broken(f"the semantic worker failed ({type(exc).__name__}: {exc})")
 
+    def embed(self, memory_dir: Path, headers: Sequence[MemoryHeader]) -> None:
+        """Blocking, now: the model loaded and ``headers`` embedded (``bench/``, which has no
+        worker running; the daemon's recalls go through :meth:`want`)."""
+        encoder = self._prepare()
+        if encoder is not None:
+            self._embed_dir(encoder, memory_dir, headers)
+
     def _prepare(self) -> Encoder | None:
         """The model the config names, loaded when it (or its files) changed."""
         config = self._config_of().semantic

@@ -1,0 +1,126 @@
+"""The semantic recall stage on the recall-quality benchmark (issue 27): memd with and without.
+
+The same data, memories, questions and figures as ``bench/recall_quality.py`` (whose loading
+and scoring this uses), for two methods over the same files:
+
+* ``memd``: the offline recall with the default config (lexical only);
+* ``memd+semantic``: the same with the semantic stage on (``memory.semantic.model`` is
+  MODEL_DIR), every memory embedded before the first question, as the daemon's worker would
+  have done by then;
+
+and the random floor and the ceiling. It needs the ``semantic`` extra and a model2vec folder:
+``memdctl fetch-model`` saves ``minishlab/potion-base-8M`` in
+``~/.local/state/memd/models/minishlab--potion-base-8M``. BENCHMARKS.md has no figures yet:
+the machine the stage was built on could not download a model (its tests run on a tiny one
+they build, which knows none of the benchmark's words).
+
+Run: ``python3 bench/recall_semantic.py PATH/locomo10.json MODEL_DIR [--split dev|held-out|
+all|both] [--min-similarity X]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO)]
+
+from bench import recall_quality as rq  # noqa: E402
+from memd.clock import SystemClock  # noqa: E402
+from memd.config import Config, SemanticConfig  # noqa: E402
+from memd.memory.rank_index import RecallCache  # noqa: E402
+from memd.memory.recall import recall  # noqa: E402
+from memd.memory.semantic import SemanticStage  # noqa: E402
+
+
+def semantic_ranker(memory_dir: Path, cfg: Config, state_dir: Path) -> rq.Ranker:
+    """The offline recall with the semantic stage on, every memory embedded first."""
+    cache = RecallCache()
+    clock = SystemClock()
+    stage = SemanticStage(lambda: cfg.memory, state_dir)
+    stage.embed(memory_dir, cache.scan(memory_dir, max_files=None))
+    why = stage.statistics().get("off_reason")
+    if why:
+        raise SystemExit(f"recall_semantic: the semantic stage is off: {why}")
+
+    def ranked(question: str) -> list[str]:
+        async def run() -> list[str]:
+            result = await recall(
+                question,
+                memory_dir=memory_dir,
+                llm=None,
+                cfg=cfg,
+                clock=clock,
+                cache=cache,
+                semantic=stage,
+            )
+            return [m.relative for m in result.memories]
+
+        return anyio.run(run)
+
+    return ranked
+
+
+def evaluate(
+    conversations: Sequence[rq.Conversation], cfg: Config, semantic: Config
+) -> dict[str, dict[str, rq.Score]]:
+    """method -> category name (and "all", "ceiling") -> score."""
+    table: dict[str, dict[str, rq.Score]] = defaultdict(lambda: defaultdict(rq.Score))
+    with tempfile.TemporaryDirectory(prefix="memd-recall-semantic-") as tmp:
+        for number, conv in enumerate(conversations):
+            memory_dir = Path(tmp) / f"project{number}"
+            rq.write_memories(memory_dir, conv.memories)
+            methods = {
+                "memd": rq.memd_ranker(memory_dir, cfg),
+                "memd+semantic": semantic_ranker(memory_dir, semantic, Path(tmp)),
+            }
+            rq._score_conversation(conv, methods, table)
+    return table
+
+
+def report(table: dict[str, dict[str, rq.Score]], title: str) -> str:
+    categories = [c for c in (*rq.CATEGORIES.values(), "all") if c in table["ceiling"]]
+    lines = [f"### {title}", "", "| method | category | n | R@1 | R@3 | R@5 | MRR |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for method in ("memd", "memd+semantic", "random", "ceiling"):
+        for category in categories:
+            score = table[method][category]
+            cells = " | ".join(f"{v:.3f}" for v in score.row())
+            lines.append(f"| {method} | {category} | {score.n} | {cells} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("data", type=Path, help="a LoCoMo-format JSON file (locomo10.json)")
+    parser.add_argument("model", type=Path, help="a model2vec folder (memdctl fetch-model)")
+    parser.add_argument("--split", choices=("dev", "held-out", "all", "both"), default="both")
+    parser.add_argument("--min-similarity", type=float, default=SemanticConfig.min_similarity)
+    args = parser.parse_args(argv)
+    try:
+        conversations = rq.load(args.data)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"recall_semantic: {args.data} is not a LoCoMo-format file: {exc}", file=sys.stderr)
+        return 2
+    cfg = Config()
+    on = SemanticConfig(True, str(args.model.absolute()), args.min_similarity)
+    semantic = dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, semantic=on))
+    splits = {"dev": conversations[0::2], "held-out": conversations[1::2], "all": conversations}
+    chosen = ("dev", "held-out") if args.split == "both" else (args.split,)
+    for name in chosen:
+        table = evaluate(splits[name], cfg, semantic)
+        print(report(table, f"{name} ({len(splits[name])} conversations)"))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""bench/recall_semantic.py on the recall-quality fixture with the tiny model the semantic
+tests build: it runs memd's offline recall with and without the semantic stage over the same
+files and reports both; a model it cannot use stops it with the stage's reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "model2vec", reason="the semantic extra is not installed: pip install -e '.[semantic]'"
+)
+
+from bench import recall_semantic
+from tests.semantic_support import build_model
+
+FIXTURE = Path(__file__).resolve().parents[1] / "bench" / "data" / "recall_quality" / "fixture.json"
+
+
+def test_reports_memd_with_and_without_the_semantic_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = build_model(tmp_path / "model")
+    assert recall_semantic.main([str(FIXTURE), str(model), "--split", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "| memd | all | 10 |" in out and "| memd+semantic | all | 10 |" in out
+    assert "| ceiling | all | 10 |" in out
+
+
+def test_a_model_it_cannot_use_stops_it_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="the semantic stage is off: no model folder at"):
+        recall_semantic.main([str(FIXTURE), str(tmp_path / "none"), "--split", "dev"])
