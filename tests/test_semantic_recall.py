@@ -138,6 +138,30 @@ async def test_a_changed_memory_is_embedded_again_and_a_gone_one_dropped(tmp_pat
         tg.cancel_scope.cancel()
 
 
+async def test_a_recall_does_not_wait_behind_an_encode_that_does_not_end(tmp_path: Path) -> None:
+    """An encode stuck on a text (a hostile tokenizer's pattern) holds the model: the recalls
+    meanwhile answer with the words alone, at once, and the stage is used again after."""
+    world = _world(tmp_path, _config(enabled=True, model=str(build_model(tmp_path / "m"))))
+    async with anyio.create_task_group() as tg:
+        await tg.start(world.service.run)
+        await _settled(world)
+        model = world.service.semantic._model
+        assert model is not None and model.encoder is not None
+        held = model.encoder._lock  # what a stuck encode holds
+        held.acquire()
+        try:
+            with anyio.fail_after(20):
+                for _ in range(5):
+                    assert _recalled(await world.service.recall(PET_QUERY, str(world.cwd))) == []
+                answer = await world.service.recall("mock postgres", str(world.cwd))
+            assert _recalled(answer) == ["testing.md"]
+        finally:
+            held.release()
+        assert _recalled(await world.service.recall(PET_QUERY, str(world.cwd))) == ["guinea.md"]
+        assert world.service.semantic.statistics()["on"] is True
+        tg.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(("floor", "found"), [(0.99, False), (0.5, True)])
 async def test_min_similarity_is_how_alike_a_memory_must_be(
     tmp_path: Path, floor: float, found: bool

@@ -195,7 +195,9 @@ async def recall(
         semantic.want(memory_dir, headers)
         limit = max(cfg.memory.scan_max_files, cfg.memory.recall_max)
         fuse = partial(semantic.fuse, memory_dir, query, candidates, ranked, limit=limit)
-        ranked = await anyio.to_thread.run_sync(partial(fuse, recent_tools=tuple(recent_tools)))
+        fuse = partial(fuse, recent_tools=tuple(recent_tools))
+        with anyio.move_on_after(max(0.0, started + budget - clock.monotonic())):
+            ranked = await anyio.to_thread.run_sync(fuse, abandon_on_cancel=True)
     context = _Context(
         llm,
         cfg,

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 SEMANTIC_HITS = 20  # the most alike memories a recall adds to the lexical ranking
 MAX_VECTOR_BYTES = 32 * 1024 * 1024  # every dir's vectors together (8,192 a dir at 1,024 dims)
 BATCH = 64  # memories read and embedded between two publications
+QUERY_WAIT_S = 0.1  # a recall waits this long at most for the worker's encode to finish
 MAX_WANTED = 64  # memory dirs waiting for the worker
 MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 OFF = "memory.semantic.enabled is false"
@@ -296,10 +297,12 @@ class SemanticStage:
         recent_tools: Sequence[str],
     ) -> list[tuple[MemoryHeader, float]]:
         """The candidates most alike to ``query``, at least ``min_similarity``, best first."""
-        from memd.memory.semantic_model import ModelProblem, similarities
+        from memd.memory.semantic_model import Busy, ModelProblem, similarities
 
         try:
-            wanted = encoder.encode([query])[0]
+            wanted = encoder.encode([query], wait=QUERY_WAIT_S)[0]
+        except Busy:
+            return []  # the words alone this time
         except ModelProblem as exc:
             self._broken(str(exc))
             return []

@@ -45,6 +45,10 @@ class ModelProblem(Exception):
     """The model cannot be used; the message says why and what to do, for ``status``."""
 
 
+class Busy(Exception):
+    """The model is encoding for another caller: try again later (nothing is wrong)."""
+
+
 def import_library() -> Any:
     """The ``model2vec`` module, or :class:`ModelProblem` naming the extra to install.
 
@@ -185,8 +189,11 @@ class Encoder:
         self.dim = int(model.dim)
         self._lock = threading.Lock()
 
-    def encode(self, texts: Sequence[str]) -> Vectors:
-        """One unit-length row per text (a text with no known token: zeros)."""
+    def encode(self, texts: Sequence[str], *, wait: float = -1) -> Vectors:
+        """One unit-length row per text (a text with no known token: zeros). Waits ``wait``
+        seconds at most (-1: as long as it takes) for another encode to finish, then raises
+        :class:`Busy`: a recall does not queue behind the worker's batch, nor behind an
+        encode stuck on a text (a hostile tokenizer's pattern)."""
         cut = [t[:MAX_TEXT_CHARS] for t in texts]
         encode = partial(
             self._model.encode,
@@ -195,8 +202,13 @@ class Encoder:
             normalize=False,
             use_multiprocessing=False,
         )
-        with self._lock, np.errstate(all="ignore"):
-            rows = guarded("the model failed to encode", encode)
+        if not self._lock.acquire(timeout=wait):
+            raise Busy(f"the model was still encoding after {wait} s")
+        try:
+            with np.errstate(all="ignore"):
+                rows = guarded("the model failed to encode", encode)
+        finally:
+            self._lock.release()
         return unit_rows(np.asarray(rows, dtype=np.float32).reshape(len(cut), self.dim))
 
 
