@@ -188,8 +188,12 @@ class SemanticStage:
         except ValueError as exc:
             self._set_model(_Model(("bad", config.model), config.model, None, str(exc)))
             return None
-        from memd.memory.semantic_model import FILES
-
+        try:
+            from memd.memory.semantic_model import FILES
+        except ImportError as exc:  # numpy, which the extra brings, is missing
+            why = f"{exc}; install memd's semantic extra: pip install 'memd[semantic]'"
+            self._set_model(_Model(("missing", str(exc)), config.model, None, why))
+            return None
         key = (str(folder), *(signature(folder / name) for name in FILES))
         known = self._model
         if known is not None and known.key == key:
