@@ -7,6 +7,7 @@ the real library, real files."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,13 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 from memd.config import Config, MemoryConfig, SemanticConfig
-from memd.llm.client import Disabled
+from memd.llm.client import LLM, Disabled
 from memd.memory.scan import scan_memories
 from memd.memory.semantic import OFF, SemanticStage, fused, model_folder
 from memd.memory.semantic_model import ModelProblem, load_encoder
+from memd.testing import loopback_replies as replies
+from memd.testing.loopback import LoopbackAPI
+from memd.testing.loopback_replies import When
 from tests.semantic_support import build_model, memory_file
 from tests.test_memory_service import World
 
@@ -159,6 +163,34 @@ async def test_a_recall_does_not_wait_behind_an_encode_that_does_not_end(tmp_pat
             held.release()
         assert _recalled(await world.service.recall(PET_QUERY, str(world.cwd))) == ["guinea.md"]
         assert world.service.semantic.statistics()["on"] is True
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("on", [False, True])
+async def test_the_models_manifest_holds_an_old_memory_found_by_meaning(
+    tmp_path: Path, api: LoopbackAPI, llm: LLM, on: bool
+) -> None:
+    """The model is shown the fused ranking's best and the newest few (R-M4's cap of 12
+    here): an old memory that shares no word with the prompt is in its manifest only with
+    the stage on, and then the model can choose it."""
+    model = str(build_model(tmp_path / "m"))
+    config = _config(enabled=on, model=model)
+    memory = replace(config.memory, scan_max_files=12, recall_model_budget_s=30.0)
+    config = replace(config, memory=replace(memory, recall_timeout_s=60.0))
+    world = _world(tmp_path, config)
+    world.llm = llm
+    os.utime(world.memory / "guinea.md", (1e9, 1e9))
+    for n in range(20):
+        memory_file(world.memory, f"db{n}", f"Postgres note {n}", "Use sql in integration.")
+    api.add_rule(When(model=config.llm.models.recall), replies.text('["guinea.md"]'))
+    async with anyio.create_task_group() as tg:
+        await tg.start(world.service.run)
+        if on:
+            await _settled(world, want=23)
+        answer = await world.service.recall(PET_QUERY, str(world.cwd))
+        prompt = str(api.requests[-1].body["messages"][0]["content"])
+        assert ("guinea.md" in prompt) is on
+        assert _recalled(answer) == (["guinea.md"] if on else [])
         tg.cancel_scope.cancel()
 
 
