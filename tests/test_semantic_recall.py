@@ -358,3 +358,26 @@ def test_the_stage_never_fuses_without_a_model(tmp_path: Path) -> None:
     assert "no model folder at" in stage.statistics()["off_reason"]
     assert "memdctl fetch-model" in stage.statistics()["off_reason"]
     assert stage.fuse(tmp_path, PET_QUERY, [], [], limit=5) == []
+
+
+def test_the_vectors_stay_within_their_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every dir's vectors together stay within MAX_VECTOR_BYTES (here room for 3 vectors of
+    16 dims): the dir used least recently gives way, and a dir alone keeps its newest."""
+    monkeypatch.setattr("memd.memory.semantic.MAX_VECTOR_BYTES", 3 * 16 * 4)
+    config = _config(enabled=True, model=str(build_model(tmp_path / "m")))
+    stage = SemanticStage(lambda: config.memory, tmp_path)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for at, folder in enumerate(dirs):
+        for n in range(3 + 2 * at):
+            path = memory_file(folder, f"pet{n}", "a guinea pig", "the vet")
+            os.utime(path, (1e9 + n, 1e9 + n))
+    stage.embed(dirs[0], scan_memories(dirs[0], max_files=None))
+    assert stage.statistics()["embedded_memories"] == 3
+    newest = scan_memories(dirs[1], max_files=None)  # 5, newest first
+    stage.embed(dirs[1], newest)
+    stats = stage.statistics()
+    assert (stats["embedded_dirs"], stats["embedded_memories"]) == (1, 3)
+    kept = stage.fuse(dirs[1], PET_QUERY, newest, [], limit=10)
+    assert [h.relative for h, _ in kept] == ["pet4.md", "pet3.md", "pet2.md"]
