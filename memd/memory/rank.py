@@ -9,10 +9,10 @@ errors. Both paths follow the same rules:
   out (the conversation already shows how), but warnings and gotchas about them are kept.
 
 The ranker is BM25F over four fields (name, description, file path, body head) with field
-weights and per-field length normalisation, a light suffix stemmer, English stopwords, a few
-common developer abbreviations, and identifier splitting (``camelCase``, ``snake_case``,
-``path/to/file.py`` each also match their parts). A name the query gives (a capitalised word
-that does not start a sentence) narrows the field: a memory without it keeps only
+weights and per-field length normalisation, the English Snowball stemmer, English stopwords,
+a few common developer abbreviations, and identifier splitting (``camelCase``,
+``snake_case``, ``path/to/file.py`` each also match their parts). A name the query gives (a
+capitalised word that does not start a sentence) narrows the field: a memory without it keeps only
 :data:`ENTITY_MISS` of its score, since a person's or project's name is in so many memories
 that its idf alone counts for little. Terms that keep company with the query's in the
 memories themselves are added with a small weight (:func:`expansion`), and a lexical answer

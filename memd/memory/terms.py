@@ -11,14 +11,17 @@
   length, without leading zeros (``4`` and ``04`` in "December 4" and "04/12" meet);
 * a handful of common developer abbreviations also emit their long form (``db`` ->
   ``database``), in documents and queries alike, so either spelling finds the other;
-* a light suffix stemmer maps ``cache/caches/cached/caching`` to one term. It is not Porter:
-  it only needs to be consistent between documents and queries.
+* the English Snowball stemmer (Porter2, :mod:`memd.memory.porter2`) maps
+  ``cache/caches/cached/caching`` to one term, and ``vacation/vacationed``,
+  ``organize/organization`` too.
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+from memd.memory import porter2
 
 _WORD = re.compile(r"[^\W_]+(?:[_\-][^\W_]+)*")
 _SEPARATORS = re.compile(r"[_\-]")
@@ -65,20 +68,6 @@ ABBREVIATIONS: dict[str, str] = {
     "ci": "continuous integration",
 }
 
-_VOWELS = frozenset("aeiouy")
-_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("izations", "ize"),
-    ("ization", "ize"),
-    ("urations", "ur"),
-    ("uration", "ur"),
-    ("ations", "at"),
-    ("ation", "at"),
-    ("ments", ""),
-    ("ment", ""),
-    ("nesses", ""),
-    ("ness", ""),
-)
-
 _WARNING_TEXT = """\
     gotcha gotchas warning warn caveat pitfall careful beware never avoid
     trap footgun quirk broken breaks break bug buggy fails failure fail flaky hang hangs danger
@@ -89,44 +78,9 @@ _WARNING_PHRASES = ("don't", "do not", "must not", "watch out", "doesn't work", 
 
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light, consistent English suffix stripper (lowercase input)."""
-    if len(word) <= 2 or not word.isalpha():
-        return word
-    for suffix, replacement in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return _tidy(word[: -len(suffix)] + replacement)
-    if len(word) > 3:
-        word = _strip_plural(word)
-    for suffix in ("ing", "ed"):
-        rest = word[: -len(suffix)]
-        if word.endswith(suffix) and len(rest) >= 2 and _VOWELS.intersection(rest):
-            if suffix == "ed" and rest.endswith("e"):
-                break  # need, feed, speed: the "ed" is part of the word
-            word = rest
-            if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in "lsz":
-                word = word[:-1]
-            break
-    return _tidy(word)
-
-
-def _strip_plural(word: str) -> str:
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith(("xes", "ches", "shes", "zes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-def _tidy(word: str) -> str:
-    if len(word) > 2 and word.endswith("e"):
-        word = word[:-1]
-    if len(word) > 3 and word.endswith("y"):
-        word = word[:-1] + "i"
-    return word
+    """The English Snowball stem of a lower-case word (:mod:`memd.memory.porter2`); a word
+    with a digit or other non-letter is kept as it is."""
+    return porter2.stem(word) if word.isalpha() else word
 
 
 def split_identifier(word: str) -> list[str]:
