@@ -62,6 +62,21 @@ def _doc(key: str, name: str = "", description: str = "", body: str = "", **kw: 
     return RankDoc(key, name, description, body, **kw)
 
 
+def test_what_kind_of_asks_about_the_word_after_of() -> None:
+    index = LexicalIndex.build(
+        [
+            _doc("thanks.md", "Thanks", "Tim thanked Maria for her kind words"),
+            _doc("band.md", "Band", "John played music in a band at college"),
+            _doc("festival.md", "Festival", "a music festival in June"),
+            _doc("lessons.md", "Lessons", "piano and music lessons"),
+        ]
+    )
+    got = [r.key for r in rank(index, "What kind of music does John like?")]
+    assert got[0] == "band.md"
+    assert "thanks.md" not in got
+    assert "kind" in " ".join(analyze("kind words"))  # a kind word still counts
+
+
 DOCS = [
     _doc("flaky.md", "Known flaky tests", "test_refund_webhook fails intermittently in CI"),
     _doc("deploy.md", "Deploy pipeline", "Argo CD promotes staging to production"),

@@ -7,8 +7,10 @@
   (``parseHTTPHeader`` -> ``parse``, ``http``, ``header``), and a
   joined compound is kept too (``parsehttpheader``), so ``getUserName`` in a memory matches
   both "get user name" and ``get_user_name`` in a query;
-* English stopwords and one-letter words are dropped; numbers are kept whatever their
-  length, without leading zeros (``4`` and ``04`` in "December 4" and "04/12" meet);
+* English stopwords and one-letter words are dropped, and so are "kind", "sort" and "type"
+  before "of" (in "what kind of music" the topic is "music"; "kind" would match "kind
+  words"); numbers are kept whatever their length, without leading zeros (``4`` and ``04``
+  in "December 4" and "04/12" meet);
 * a handful of common developer abbreviations also emit their long form (``db`` ->
   ``database``), in documents and queries alike, so either spelling finds the other;
 * the English Snowball stemmer (Porter2, :mod:`memd.memory.porter2`) maps
@@ -38,6 +40,7 @@ _STOPWORD_TEXT = """\
     when where which while who whom why will with would you your yours don doesn didn isn aren
     wasn weren won shouldn couldn wouldn"""
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+_HEDGES = frozenset(("kind", "kinds", "sort", "sorts", "type", "types"))  # before "of"
 
 ABBREVIATIONS: dict[str, str] = {
     "db": "database",
@@ -95,7 +98,10 @@ def split_identifier(word: str) -> list[str]:
 def analyze(text: str) -> tuple[str, ...]:
     """Stemmed search terms of ``text``, in order, with repeats (see the module docstring)."""
     terms: list[str] = []
-    for word in _WORD.findall(text):
+    words = _WORD.findall(text)
+    for at, word in enumerate(words):
+        if word.lower() in _HEDGES and at + 1 < len(words) and words[at + 1].lower() == "of":
+            continue  # "what kind of music": the topic is the word after "of"
         terms.extend(_word_terms(word))
     return tuple(terms)
 
