@@ -494,6 +494,26 @@ async def test_recall_follows_one_link_hop(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_pin_or_a_link_older_than_the_scan_cap_still_counts(tmp_path: Path) -> None:
+    """The scan cap (the newest 200) bounds what a model's manifest shows, not what a pin or
+    a ``[[name]]`` means: a memory pinned long ago, and one a recalled memory links to, come
+    in behind 210 newer memories."""
+    world = Fixture(tmp_path)
+    pinned_file(world, "house-rules", "Always run the linter.", pinned=True, days=400)
+    pinned_file(world, "metrics-board", "Graphs live at grafana.", pinned=False, days=400)
+    for n in range(210):
+        pinned_file(world, f"note-{n}", f"Unrelated fact number {n}.", pinned=False, days=2)
+    pinned_file(
+        world, "deploy-flow", "Deploys use the canary; see [[metrics-board]].", pinned=False, days=0
+    )
+    event = world.event("UserPromptSubmit", prompt="how do deploys go out")
+    first = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    text = first["additionalContext"]
+    assert text is not None and "Always run the linter." in text
+    assert "Deploys use the canary" in text and "Graphs live at grafana." in text
+
+
+@pytest.mark.anyio
 async def test_the_hook_env_moves_the_memory_dir_as_claude_code_does(tmp_path: Path) -> None:
     """CLAUDE_COWORK_MEMORY_PATH_OVERRIDE forwarded by the hook: memd reads (and would write)
     the memories where Claude Code keeps them; a later hook without it moves them back."""

@@ -7,9 +7,9 @@ recalled memory). Its memories link to each other with ``[[name]]``: :func:`link
 follows one hop from recall's picks to the memories those names name (at most
 :data:`MAX_LINKED`, never one the session has seen or recall already picked).
 
-Both read through the same scan as recall (the newest ``memory.scan_max_files`` headers,
-through :class:`memd.confined.Area`) and load what they give with recall's loader, so a
-pinned or linked memory is scrubbed, cut and dated exactly as a recalled one.
+Both read through the same scan as recall (every header, as the ranker considers every
+memory: issue 27; through :class:`memd.confined.Area`) and load what they give with recall's
+loader, so a pinned or linked memory is scrubbed, cut and dated exactly as a recalled one.
 """
 
 from __future__ import annotations
@@ -80,22 +80,14 @@ def linked_headers(
 
 
 async def _headers(memory_dir: Path, cfg: Config, cache: HeaderCache | None) -> list[MemoryHeader]:
-    memory = cfg.memory
+    """Every memory's header, newest first: the scan cap bounds what a model's manifest
+    shows, not which memory a pin or a ``[[name]]`` reaches (the cache has just read them
+    all for recall's ranking, so this reads nothing more)."""
+    head_lines = cfg.memory.frontmatter_lines
     if cache is not None:
-        scan = partial(
-            cache.scan,
-            memory_dir,
-            exclude=frozenset(),
-            max_files=memory.scan_max_files,
-            head_lines=memory.frontmatter_lines,
-        )
+        scan = partial(cache.scan, memory_dir, max_files=None, head_lines=head_lines)
     else:
-        scan = partial(
-            scan_memories,
-            memory_dir,
-            max_files=memory.scan_max_files,
-            head_lines=memory.frontmatter_lines,
-        )
+        scan = partial(scan_memories, memory_dir, max_files=None, head_lines=head_lines)
     try:
         return await anyio.to_thread.run_sync(scan)
     except OSError:
