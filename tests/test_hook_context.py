@@ -7,6 +7,7 @@ import json
 import os
 import time
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -511,6 +512,28 @@ async def test_a_pin_or_a_link_older_than_the_scan_cap_still_counts(tmp_path: Pa
     text = first["additionalContext"]
     assert text is not None and "Always run the linter." in text
     assert "Deploys use the canary" in text and "Graphs live at grafana." in text
+
+
+@pytest.mark.anyio
+async def test_a_memory_copied_afresh_keeps_the_age_claude_code_stamped_in_it(
+    tmp_path: Path,
+) -> None:
+    """A clone or a sync gives an old memory a new mtime; its ``modified`` (Claude Code
+    2.1.214 on) still says when it was written, so recall dates it and warns from that. A
+    ``modified`` later than the file (a hand edit after it) leaves the mtime in charge."""
+    world = Fixture(tmp_path)
+    now = datetime.fromtimestamp(world.clock.now(), tz=UTC)
+    for name, days in (("copied-rule", 90), ("fresh-rule", -30)):
+        stamp = (now - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        (world.memory / f"{name}.md").write_text(
+            f"---\nname: {name}\ndescription: deploy rule\nmetadata:\n  type: project\n"
+            f"  modified: {stamp}\n---\n\nDeploys go through the canary ({name}).\n"
+        )
+        os.utime(world.memory / f"{name}.md", (world.clock.now() - 60,) * 2)
+    result = await world.service.recall("how do deploys go", str(world.cwd))
+    by_file = {m["relative"]: m for m in result["memories"]}
+    assert by_file["copied-rule.md"]["age_days"] == 90 and by_file["copied-rule.md"]["warning"]
+    assert by_file["fresh-rule.md"]["age_days"] == 0 and not by_file["fresh-rule.md"]["warning"]
 
 
 @pytest.mark.anyio

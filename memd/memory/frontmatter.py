@@ -184,6 +184,15 @@ def modified_ms(meta: Frontmatter) -> int | None:
     return int(datetime.fromisoformat(meta.modified.replace("Z", "+00:00")).timestamp() * 1000)
 
 
+def written_ms(mtime_ms: int, meta: Frontmatter) -> int:
+    """When a memory was last written, for its age (R-M7): the file's mtime, or the
+    ``modified`` Claude Code stamps in it when that is earlier. A copy, a checkout or a sync
+    gives an old memory a new mtime; a hand edit that leaves ``modified`` behind makes it
+    look older than it is, the safe side for a warning about stale memories."""
+    stamped = modified_ms(meta)
+    return mtime_ms if stamped is None or stamped < 0 else min(mtime_ms, stamped)
+
+
 def links(body: str) -> tuple[str, ...]:
     """The names ``[[name]]`` links point at in ``body``, in order, each once (at most
     :data:`MAX_LINKS`); ``[[name|label]]`` and ``[[name#part]]`` name ``name``."""

@@ -44,7 +44,7 @@ from memd.llm.guard import CostGuard, Go, Parked, Wait, describe
 from memd.llm.ledger import Ledger
 from memd.memory.citations import Citation, from_frontmatter
 from memd.memory.freshness import RECALL_CAVEAT, age_days, age_text, freshness_warning
-from memd.memory.frontmatter import MemoryType, parse_document
+from memd.memory.frontmatter import MemoryType, parse_document, written_ms
 from memd.memory.rank import (
     build_selector_prompt,
     doc_from_header,
@@ -436,6 +436,7 @@ def load_memory(
     document = parse_document(text)
     meta = document.meta
     mtime_ms = header.mtime_ms
+    dated_ms = written_ms(mtime_ms, meta)
     return RecalledMemory(
         path=str(header.path),
         relative=header.relative,
@@ -446,8 +447,8 @@ def load_memory(
         content_truncated=truncated,
         mtime=iso_mtime(mtime_ms),
         mtime_ms=mtime_ms,
-        age=age_text(mtime_ms, now_ms),
-        age_days=age_days(mtime_ms, now_ms),
-        warning=freshness_warning(mtime_ms, now_ms),
+        age=age_text(dated_ms, now_ms),
+        age_days=age_days(dated_ms, now_ms),
+        warning=freshness_warning(dated_ms, now_ms),
         recorded_citations=from_frontmatter(meta.extra),
     )
