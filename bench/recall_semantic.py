@@ -15,7 +15,8 @@ the machine the stage was built on could not download a model (its tests run on 
 they build, which knows none of the benchmark's words).
 
 Run: ``python3 bench/recall_semantic.py PATH/locomo10.json MODEL_DIR [--split dev|held-out|
-all|both] [--min-similarity X]``.
+all|both] [--min-similarity X [X ...]]``; several floors are compared over the same memories,
+one method each (``memd+semantic@X``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import dataclasses
 import sys
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -70,18 +71,18 @@ def semantic_ranker(memory_dir: Path, cfg: Config, state_dir: Path) -> rq.Ranker
 
 
 def evaluate(
-    conversations: Sequence[rq.Conversation], cfg: Config, semantic: Config
+    conversations: Sequence[rq.Conversation], cfg: Config, semantic: Mapping[str, Config]
 ) -> dict[str, dict[str, rq.Score]]:
-    """method -> category name (and "all", "ceiling") -> score."""
+    """method -> category name (and "all", "ceiling") -> score; ``semantic``: method name ->
+    the config with the stage on (one per ``min_similarity`` tried)."""
     table: dict[str, dict[str, rq.Score]] = defaultdict(lambda: defaultdict(rq.Score))
     with tempfile.TemporaryDirectory(prefix="memd-recall-semantic-") as tmp:
         for number, conv in enumerate(conversations):
             memory_dir = Path(tmp) / f"project{number}"
             rq.write_memories(memory_dir, conv.memories)
-            methods = {
-                "memd": rq.memd_ranker(memory_dir, cfg),
-                "memd+semantic": semantic_ranker(memory_dir, semantic, Path(tmp)),
-            }
+            methods = {"memd": rq.memd_ranker(memory_dir, cfg)}
+            for name, on in semantic.items():
+                methods[name] = semantic_ranker(memory_dir, on, Path(tmp))
             rq._score_conversation(conv, methods, table)
     return table
 
@@ -90,7 +91,8 @@ def report(table: dict[str, dict[str, rq.Score]], title: str) -> str:
     categories = [c for c in (*rq.CATEGORIES.values(), "all") if c in table["ceiling"]]
     lines = [f"### {title}", "", "| method | category | n | R@1 | R@3 | R@5 | MRR |"]
     lines.append("|---|---|---|---|---|---|---|")
-    for method in ("memd", "memd+semantic", "random", "ceiling"):
+    semantic = [m for m in table if m.startswith("memd+semantic")]
+    for method in ("memd", *semantic, "random", "ceiling"):
         for category in categories:
             score = table[method][category]
             cells = " | ".join(f"{v:.3f}" for v in score.row())
@@ -103,7 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("data", type=Path, help="a LoCoMo-format JSON file (locomo10.json)")
     parser.add_argument("model", type=Path, help="a model2vec folder (memdctl fetch-model)")
     parser.add_argument("--split", choices=("dev", "held-out", "all", "both"), default="both")
-    parser.add_argument("--min-similarity", type=float, default=SemanticConfig.min_similarity)
+    parser.add_argument(
+        "--min-similarity",
+        type=float,
+        nargs="+",
+        default=[SemanticConfig.min_similarity],
+        help="one value, or several to compare (each a method of its own, same memories)",
+    )
     args = parser.parse_args(argv)
     try:
         conversations = rq.load(args.data)
@@ -111,8 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"recall_semantic: {args.data} is not a LoCoMo-format file: {exc}", file=sys.stderr)
         return 2
     cfg = Config()
-    on = SemanticConfig(True, str(args.model.absolute()), args.min_similarity)
-    semantic = dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, semantic=on))
+    semantic = {
+        _method(floor, args.min_similarity): _with_stage(cfg, args.model, floor)
+        for floor in args.min_similarity
+    }
     splits = {"dev": conversations[0::2], "held-out": conversations[1::2], "all": conversations}
     chosen = ("dev", "held-out") if args.split == "both" else (args.split,)
     for name in chosen:
@@ -120,6 +130,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report(table, f"{name} ({len(splits[name])} conversations)"))
         print()
     return 0
+
+
+def _method(floor: float, floors: Sequence[float]) -> str:
+    return "memd+semantic" if len(floors) == 1 else f"memd+semantic@{floor:g}"
+
+
+def _with_stage(cfg: Config, model: Path, floor: float) -> Config:
+    on = SemanticConfig(True, str(model.absolute()), floor)
+    return dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, semantic=on))
 
 
 if __name__ == "__main__":

@@ -31,3 +31,14 @@ def test_reports_memd_with_and_without_the_semantic_stage(
 def test_a_model_it_cannot_use_stops_it_with_the_reason(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="the semantic stage is off: no model folder at"):
         recall_semantic.main([str(FIXTURE), str(tmp_path / "none"), "--split", "dev"])
+
+
+def test_several_floors_are_compared_on_the_same_memories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = build_model(tmp_path / "model")
+    argv = [str(FIXTURE), str(model), "--split", "all", "--min-similarity", "0.3", "0.5"]
+    assert recall_semantic.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| memd+semantic@0.3 | all | 10 |" in out and "| memd+semantic@0.5 | all | 10 |" in out
+    assert "| memd | all | 10 |" in out
