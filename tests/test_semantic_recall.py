@@ -351,6 +351,28 @@ def test_fusion_keeps_the_lexical_order_and_adds_the_semantic_hits(tmp_path: Pat
     assert order == [("testing.md", 1.0), ("guinea.md", 0.846), ("baking.md", 0.481)]
 
 
+def test_a_memory_alike_by_meaning_gets_its_share_however_many_are_more_alike(
+    tmp_path: Path,
+) -> None:
+    """Each memory at least min_similarity alike adds its share, not only the few most alike:
+    a memory that the words rank second and that is also alike by meaning comes first, ahead
+    of 30 that are more alike but share no word with the prompt."""
+    config = _config(enabled=True, model=str(build_model(tmp_path / "m")), min_similarity=0.5)
+    stage = SemanticStage(lambda: config.memory, tmp_path)
+    folder = tmp_path / "memory"
+    for n in range(30):
+        memory_file(folder, f"animal{n}", "dog cat vet", "guinea pig")
+    memory_file(folder, "notes", "dog pet postgres", "")  # cosine ~0.9 with "which pet"
+    memory_file(folder, "words", "postgres database sql mock", "")  # the words' best
+    headers = scan_memories(folder, max_files=None)
+    stage.embed(folder, headers)
+    by_key = {h.relative: h for h in headers}
+    lexical = [(by_key["words.md"], 10.0), (by_key["notes.md"], 7.0)]
+    order = [h.relative for h, _ in stage.fuse(folder, PET_QUERY, headers, lexical, limit=200)]
+    assert order[:2] == ["notes.md", "words.md"]
+    assert len(order) == 32  # the 30 alike by meaning too, within the limit
+
+
 def test_the_stage_never_fuses_without_a_model(tmp_path: Path) -> None:
     config = _config(enabled=True, model=str(tmp_path / "none"))
     stage = SemanticStage(lambda: config.memory, tmp_path)

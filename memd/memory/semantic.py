@@ -3,7 +3,7 @@
 The lexical ranker misses a memory that shares no word with the prompt ("what pet" against
 "guinea pig"). With ``memory.semantic.enabled`` (off by default) and the ``memd[semantic]``
 extra, each memory is also embedded by a small static model (model2vec: numpy only, no torch,
-no GPU; :mod:`memd.memory.semantic_model`), and a recall adds the memories most alike to the
+no GPU; :mod:`memd.memory.semantic_model`), and a recall adds the memories alike to the
 prompt to the lexical ranking:
 
 * **Off the request path.** The model is loaded, and memories are embedded, by
@@ -18,8 +18,11 @@ prompt to the lexical ranking:
 * **Fused with the lexical ranking.** Each stage's score counts as a share of its scale: the
   lexical score as a share of the best one, a semantic hit (cosine at least
   ``memory.semantic.min_similarity``) as how far it is from that floor to 1; a memory's
-  score is their sum. The lexical answer's cut (:func:`memd.memory.rank.strong_count`) then
-  works on the fused scores as before, and the model's manifest is the fused ranking's best.
+  score is their sum. Every memory at least that alike adds its share (as many as the
+  ranking holds), not only the few most alike: capped at 20, a memory that the words and
+  the meaning both found lost its share to 20 that only the meaning found. The lexical
+  answer's cut (:func:`memd.memory.rank.strong_count`) then works on the fused scores as
+  before, and the model's manifest is the fused ranking's best.
 * **Never an error on recall.** A missing library, a missing or broken model folder, a model
   that fails to encode: the stage is off with the reason in ``status`` (``recall_stages``),
   and recall answers lexically. A broken model is tried again only when its files change or
@@ -53,7 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SEMANTIC_HITS = 20  # the most alike memories a recall adds to the lexical ranking
 MAX_VECTOR_BYTES = 32 * 1024 * 1024  # every dir's vectors together (8,192 a dir at 1,024 dims)
 BATCH = 64  # memories read and embedded between two publications
 QUERY_WAIT_S = 0.1  # a recall waits this long at most for the worker's encode to finish
@@ -280,14 +282,14 @@ class SemanticStage:
         recent_tools: Sequence[str] = (),
     ) -> list[tuple[MemoryHeader, float]]:
         """``ranked`` (the lexical ranking, best first) with the memories among
-        ``candidates`` most alike to ``query`` fused in, at most ``limit``; ``ranked``
-        itself while the stage has nothing to add. Never raises."""
+        ``candidates`` alike to ``query`` fused in (the ``limit`` most alike at most), at
+        most ``limit``; ``ranked`` itself while the stage has nothing to add. Never raises."""
         with self._lock:
             model = self._model
             vectors = self._dirs.get(str(memory_dir))
         if model is None or model.encoder is None or vectors is None or not vectors.keys:
             return list(ranked)
-        hits = self._hits(model.encoder, vectors, query, candidates, recent_tools)
+        hits = self._hits(model.encoder, vectors, query, candidates, recent_tools, limit)
         if not hits:
             return list(ranked)
         return fused(ranked, hits, self._config_of().semantic.min_similarity)[:limit]
@@ -299,8 +301,10 @@ class SemanticStage:
         query: str,
         candidates: Sequence[MemoryHeader],
         recent_tools: Sequence[str],
+        limit: int,
     ) -> list[tuple[MemoryHeader, float]]:
-        """The candidates most alike to ``query``, at least ``min_similarity``, best first."""
+        """The ``limit`` candidates most alike to ``query`` at most, each at least
+        ``min_similarity`` alike, best first."""
         from memd.memory.semantic_model import Busy, ModelProblem, similarities
 
         try:
@@ -314,13 +318,13 @@ class SemanticStage:
         by_key = {h.relative: h for h in candidates}
         hits: list[tuple[MemoryHeader, float]] = []
         # Room among the most alike for those surfaced already and the tool rule's leavings.
-        most = 4 * SEMANTIC_HITS + max(0, len(vectors.keys) - len(candidates))
+        most = 2 * limit + max(0, len(vectors.keys) - len(candidates))
         for at, score in similarities(vectors.matrix, wanted, floor, most):
             header = by_key.get(vectors.keys[at])
             if header is None or is_tool_usage_reference(doc_from_header(header), recent_tools):
                 continue
             hits.append((header, score))
-            if len(hits) >= SEMANTIC_HITS:
+            if len(hits) >= limit:
                 break
         return hits
 
