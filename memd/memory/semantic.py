@@ -321,7 +321,10 @@ class SemanticStage:
         most = 2 * limit + max(0, len(vectors.keys) - len(candidates))
         for at, score in similarities(vectors.matrix, wanted, floor, most):
             header = by_key.get(vectors.keys[at])
-            if header is None or is_tool_usage_reference(doc_from_header(header), recent_tools):
+            if header is None:
+                continue
+            # The tool rule reads the memory as a document: built only after tools were used.
+            if recent_tools and is_tool_usage_reference(doc_from_header(header), recent_tools):
                 continue
             hits.append((header, score))
             if len(hits) >= limit:
