@@ -163,11 +163,12 @@ def _timed(action: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1000.0
 
 
-def _padded_memory_dir(tmp: Path) -> Path:
+def padded_memory_dir(tmp: Path, count: int = TARGET_FILES) -> Path:
+    """``tmp/memory``: the hand-written memories padded with generated ones to ``count``."""
     memory = tmp / "memory"
     shutil.copytree(DATA / "memories", memory)
     have = len(list(memory.glob("*.md")))
-    for relative, text in padding_memories(TARGET_FILES - have):
+    for relative, text in padding_memories(count - have):
         (memory / relative).write_text(text, encoding="utf-8")
     return memory
 
@@ -175,7 +176,7 @@ def _padded_memory_dir(tmp: Path) -> Path:
 def bench_latency(queries: Sequence[Query]) -> dict[str, tuple[float, float]]:
     """(p50, p95) in ms of each step at 200 memories."""
     with tempfile.TemporaryDirectory() as tmp:
-        memory = _padded_memory_dir(Path(tmp))
+        memory = padded_memory_dir(Path(tmp))
         scans = [_timed(lambda: scan_memories(memory)) for _ in range(7)]
         headers = scan_memories(memory)
         rescans = [scan_memories(memory) for _ in range(REPEATS)]
@@ -223,11 +224,7 @@ def bench_cached_recall(queries: Sequence[Query], count: int) -> dict[str, tuple
     cfg, clock, llm = Config(), SystemClock(), Disabled("bench: lexical")
     caches = {"cached": RecallCache(), "cached, stat every call": RecallCache(refresh_s=0.0)}
     with tempfile.TemporaryDirectory() as tmp:
-        memory = Path(tmp) / "memory"
-        shutil.copytree(DATA / "memories", memory)
-        have = len(list(memory.glob("*.md")))
-        for relative, text in padding_memories(count - have):
-            (memory / relative).write_text(text, encoding="utf-8")
+        memory = padded_memory_dir(Path(tmp), count)
 
         async def timed(cache: RecallCache | None, query: Query) -> float:
             start = time.perf_counter()
@@ -267,10 +264,7 @@ def bench_index_memory(count: int) -> tuple[float, float, float]:
         return used
 
     with tempfile.TemporaryDirectory() as tmp:
-        memory = Path(tmp) / "memory"
-        shutil.copytree(DATA / "memories", memory)
-        for relative, text in padding_memories(count - len(list(memory.glob("*.md")))):
-            (memory / relative).write_text(text, encoding="utf-8")
+        memory = padded_memory_dir(Path(tmp), count)
         headers = scan_memories(memory, max_files=None)
         _clear_caches()
         cold = index_bytes(headers)

@@ -14,17 +14,25 @@ and the random floor and the ceiling. It needs the ``semantic`` extra and a mode
 the machine the stage was built on could not download a model (its tests run on a tiny one
 they build, which knows none of the benchmark's words).
 
+Speed and memory (``--latency COUNT``): a whole cached recall (``bench/recall.py``'s memories
+padded to COUNT in one dir, its 32 queries, each run with the stage off and on in turn, every
+memory embedded first), p50 and p95 in ms, and the vectors' bytes per memory as traced by
+``tracemalloc`` (the matrix, keys and file identities the stage keeps; the model not counted).
+
 Run: ``python3 bench/recall_semantic.py PATH/locomo10.json MODEL_DIR [--split dev|held-out|
-all|both] [--min-similarity X [X ...]]``; several floors are compared over the same memories,
-one method each (``memd+semantic@X``).
+all|both|none] [--min-similarity X [X ...]] [--latency COUNT]``; several floors are compared
+over the same memories, one method each (``memd+semantic@X``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import sys
 import tempfile
+import time
+import tracemalloc
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +42,7 @@ import anyio
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
+from bench import recall as rb  # noqa: E402
 from bench import recall_quality as rq  # noqa: E402
 from memd.clock import SystemClock  # noqa: E402
 from memd.config import Config, SemanticConfig  # noqa: E402
@@ -87,6 +96,56 @@ def evaluate(
     return table
 
 
+def latency(model: Path, count: int) -> tuple[dict[str, tuple[float, float]], float]:
+    """(p50, p95) in ms of a whole cached recall at ``count`` memories with the stage off and
+    on, and the vectors' bytes per memory (see the module docstring)."""
+    queries = rb.load_queries()
+    off = Config()
+    on = _with_stage(off, model, SemanticConfig.min_similarity)
+    clock = SystemClock()
+    with tempfile.TemporaryDirectory(prefix="memd-recall-semantic-") as tmp:
+        memory = rb.padded_memory_dir(Path(tmp), count)
+        cache = RecallCache()
+        stage = SemanticStage(lambda: on.memory, Path(tmp))
+        headers = cache.scan(memory, max_files=None)
+        stage.embed(memory, ())  # the model loaded: only the vectors are traced
+        tracemalloc.start()
+        stage.embed(memory, headers)
+        vector_bytes = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        if stage.statistics().get("embedded_memories") != len(headers):
+            raise SystemExit(f"recall_semantic: the stage is off: {stage.statistics()}")
+
+        async def timed(cfg: Config, semantic: SemanticStage | None, query: str) -> float:
+            start = time.perf_counter()
+            await recall(
+                query,
+                memory_dir=memory,
+                llm=None,
+                cfg=cfg,
+                clock=clock,
+                cache=cache,
+                semantic=semantic,
+            )
+            return (time.perf_counter() - start) * 1000.0
+
+        async def run() -> dict[str, tuple[float, float]]:
+            times: dict[str, list[float]] = {"lexical": [], "lexical + semantic": []}
+            await timed(on, stage, queries[0].text)  # fill the cache
+            for _ in range(5):
+                for query in queries:
+                    times["lexical"].append(await timed(off, None, query.text))
+                    times["lexical + semantic"].append(await timed(on, stage, query.text))
+            return {name: _p50_p95(values) for name, values in times.items()}
+
+        return anyio.run(run), vector_bytes / len(headers)
+
+
+def _p50_p95(values: Sequence[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(values), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
 def report(table: dict[str, dict[str, rq.Score]], title: str) -> str:
     categories = [c for c in (*rq.CATEGORIES.values(), "all") if c in table["ceiling"]]
     lines = [f"### {title}", "", "| method | category | n | R@1 | R@3 | R@5 | MRR |"]
@@ -104,7 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("data", type=Path, help="a LoCoMo-format JSON file (locomo10.json)")
     parser.add_argument("model", type=Path, help="a model2vec folder (memdctl fetch-model)")
-    parser.add_argument("--split", choices=("dev", "held-out", "all", "both"), default="both")
+    parser.add_argument(
+        "--split", choices=("dev", "held-out", "all", "both", "none"), default="both"
+    )
+    parser.add_argument("--latency", type=int, default=0, metavar="COUNT")
     parser.add_argument(
         "--min-similarity",
         type=float,
@@ -124,11 +186,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for floor in args.min_similarity
     }
     splits = {"dev": conversations[0::2], "held-out": conversations[1::2], "all": conversations}
-    chosen = ("dev", "held-out") if args.split == "both" else (args.split,)
+    chosen = {"both": ("dev", "held-out"), "none": ()}.get(args.split, (args.split,))
     for name in chosen:
         table = evaluate(splits[name], cfg, semantic)
         print(report(table, f"{name} ({len(splits[name])} conversations)"))
         print()
+    if args.latency > 0:
+        figures, per_memory = latency(args.model, args.latency)
+        print(f"whole cached recall at {args.latency} memories, ms (p50 / p95):")
+        for name, (p50, p95) in figures.items():
+            print(f"  {name:20} {p50:8.3f} / {p95:8.3f}")
+        print(f"  vectors: {per_memory:.0f} bytes per memory")
     return 0
 
 

@@ -42,3 +42,16 @@ def test_several_floors_are_compared_on_the_same_memories(
     out = capsys.readouterr().out
     assert "| memd+semantic@0.3 | all | 10 |" in out and "| memd+semantic@0.5 | all | 10 |" in out
     assert "| memd | all | 10 |" in out
+
+
+def test_latency_times_recall_with_the_stage_off_and_on_and_weighs_the_vectors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = build_model(tmp_path / "model")
+    argv = [str(FIXTURE), str(model), "--split", "none", "--latency", "80"]
+    assert recall_semantic.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "whole cached recall at 80 memories" in out and "| memd |" not in out
+    assert "  lexical + semantic " in out and "  lexical " in out
+    per_memory = int(out.split("vectors: ")[1].split(" bytes")[0])
+    assert 16 * 4 <= per_memory < 4096  # 16 dims of float32, and what keeps them
