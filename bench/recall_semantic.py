@@ -10,9 +10,9 @@ and scoring this uses), for two methods over the same files:
 
 and the random floor and the ceiling. It needs the ``semantic`` extra and a model2vec folder:
 ``memdctl fetch-model`` saves ``minishlab/potion-base-8M`` in
-``~/.local/state/memd/models/minishlab--potion-base-8M``. BENCHMARKS.md has no figures yet:
-the machine the stage was built on could not download a model (its tests run on a tiny one
-they build, which knows none of the benchmark's words).
+``~/.local/state/memd/models/minishlab--potion-base-8M``. BENCHMARKS.md's figures are for
+all-MiniLM-L6-v2 distilled into a static model offline (it says how); no potion model was
+measured (the machine could not download one).
 
 Speed and memory (``--latency COUNT``): a whole cached recall (``bench/recall.py``'s memories
 padded to COUNT in one dir, its 32 queries, each run with the stage off and on in turn, every
