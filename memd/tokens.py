@@ -82,6 +82,20 @@ def using_tokenizer() -> bool:
     return _get_counter() is not _chars_per_token
 
 
+_loader: list[threading.Thread] = []  # the one thread :func:`load_soon` started
+
+
+def load_soon() -> None:
+    """Load the tokenizer in a thread of its own now (once), so the first estimate does not
+    wait for it (~200 ms): the ingest of the first line a session appends after its last
+    response, for one. Nothing waits for the thread but the tokenizer's users."""
+    with _lock:
+        if _counter is not None or _loader:
+            return
+        _loader.append(threading.Thread(target=_get_counter, name="memd-tokenizer", daemon=True))
+    _loader[0].start()
+
+
 def estimate_text(text: str) -> int:
     """Tokens of ``text`` in ``cl100k_base`` (an estimate of Claude's count)."""
     if not text:

@@ -10,7 +10,6 @@ back).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from memd.errors import MemdError, StartupError
-from memd.tokens import using_tokenizer
+from memd.tokens import load_soon
 
 if TYPE_CHECKING:
     from memd.clock import Clock
@@ -154,6 +153,7 @@ async def _run_ingest(daemon: Background) -> None:
         try:
             more = await daemon.registry.ingest_turn(path)
             daemon.health.progressed()
+            _load_tokenizer_soon(daemon)
         except Exception as exc:  # the per-file boundary; unreadable files never get here
             daemon.health.record(f"ingest of {path} failed: {exc!r}")
             log.exception("ingest of %s failed; other transcripts go on", path)
@@ -174,11 +174,12 @@ async def _run_compaction_warmer(daemon: Background) -> None:
 
 
 def _load_tokenizer_soon(daemon: Background) -> None:
-    """Load the tokenizer (~170 ms) beside the features when sessions are known: the first
-    ingest and the first compaction need it, and one arriving with the restart would wait
-    for it. A thread of its own, not anyio's pool: nothing waits for it but its users."""
+    """Load the tokenizer (~200 ms) once sessions are parsed (beside the features after a
+    restart, else after the first ingest): the first line a session appends after its last
+    response is estimated in its ingest, and the first compaction needs it too; either
+    arriving first would wait for the load. A daemon with no session never loads it."""
     if daemon.registry.statistics().parsed:
-        threading.Thread(target=using_tokenizer, name="memd-tokenizer", daemon=True).start()
+        load_soon()
 
 
 async def _warm(daemon: Background, path: Path) -> int | None:
