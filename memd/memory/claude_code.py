@@ -106,6 +106,13 @@ class ClaudeCodeFacts:
             "problems": list(self.problems),
         }
 
+    def extraction_off(self, beside: bool) -> str | None:
+        """Why memd extracts nothing in this session (Claude Code's agent does it), or None;
+        ``beside``: ``memory.extract_beside_claude_code``."""
+        if beside or not self.auto_memory:
+            return None
+        return f"Claude Code's own auto memory is on ({self.auto_memory_reason})"
+
 
 def parse_version(text: object) -> tuple[int, int, int] | None:
     """``"2.1.197"`` → ``(2, 1, 197)``; ``None`` for anything else."""

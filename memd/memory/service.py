@@ -187,8 +187,11 @@ class MemoryService:
         while len(self._moving_env) > MAX_SURFACED_SESSIONS:
             self._moving_env.popitem(last=False)
 
-    async def _settings(self, project_dir: str) -> Settings:
-        return await anyio.to_thread.run_sync(read_settings, self._claude_dir, project_dir)
+    def _settings_and_dir(self, project_dir: str, cwd: str) -> tuple[Settings, Path | None]:
+        """Claude Code's settings for ``project_dir`` and the memory dir of ``cwd`` (None for
+        a relative one), read in one worker thread: ``session`` asks for both on every call."""
+        where = memory_dir(self.projects_root, Path(cwd)) if cwd.startswith("/") else None
+        return read_settings(self._claude_dir, project_dir), where
 
     # -- what the session's context holds, what its Claude Code does ---------------------------
 
@@ -219,7 +222,7 @@ class MemoryService:
     async def claude_code(self, record: SessionContext, cwd: str) -> ClaudeCodeFacts:
         """What the session's Claude Code does itself (settings, environment, version)."""
         project = record.env.get("CLAUDE_PROJECT_DIR") or cwd
-        settings = await self._settings(project)
+        settings, where = await anyio.to_thread.run_sync(self._settings_and_dir, project, cwd)
         key = cwd or project
         if record.version and key:
             self._project_versions[key] = record.version
@@ -227,10 +230,7 @@ class MemoryService:
             while len(self._project_versions) > MAX_SURFACED_SESSIONS:
                 self._project_versions.popitem(last=False)
         version = record.version or self._project_versions.get(key)
-        folder = ""
-        if cwd.startswith("/"):
-            where = await anyio.to_thread.run_sync(memory_dir, self.projects_root, Path(cwd))
-            folder = where.parent.name
+        folder = where.parent.name if where is not None else ""
         facts = decide(settings, record.env, version, self._home, folder)
         self.contexts.set_facts(record, facts)
         return facts
@@ -244,7 +244,7 @@ class MemoryService:
             return {"agent": state.agent, "memd_extraction": f"off: {off}" if off else "on"}
         record = await self.session_context(state.session_id, state.path)
         facts = await self.claude_code(record, state.cwd or "")
-        off = await self._extraction_off(state)
+        off = facts.extraction_off(self.config.memory.extract_beside_claude_code)
         return {
             **facts.as_dict(),
             "memd_index": "not injected: Claude Code loads MEMORY.md itself"
@@ -276,9 +276,7 @@ class MemoryService:
             return await anyio.to_thread.run_sync(source.own_memory, state.cwd or "")
         record = await self.session_context(state.session_id, state.path)
         facts = await self.claude_code(record, state.cwd or "")
-        if facts.auto_memory:
-            return f"Claude Code's own auto memory is on ({facts.auto_memory_reason})"
-        return None
+        return facts.extraction_off(self.config.memory.extract_beside_claude_code)
 
     async def index(self, cwd: str) -> dict[str, Any]:
         """The project's MEMORY.md as it goes into context (R-M2). ``ValueError`` for a
