@@ -83,13 +83,15 @@ def using_tokenizer() -> bool:
 
 
 _loader: list[threading.Thread] = []  # the one thread :func:`load_soon` started
+_loader_lock = threading.Lock()  # not ``_lock``, which the loading thread holds throughout
 
 
 def load_soon() -> None:
     """Load the tokenizer in a thread of its own now (once), so the first estimate does not
     wait for it (~200 ms): the ingest of the first line a session appends after its last
-    response, for one. Nothing waits for the thread but the tokenizer's users."""
-    with _lock:
+    response, for one. Never waits: the event loop calls it. Nothing waits for the thread
+    but the tokenizer's users."""
+    with _loader_lock:
         if _counter is not None or _loader:
             return
         _loader.append(threading.Thread(target=_get_counter, name="memd-tokenizer", daemon=True))
