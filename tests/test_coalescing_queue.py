@@ -70,3 +70,69 @@ async def test_keys_not_queued_need_no_wait_and_nothing_is_left_behind() -> None
     assert await queue.get() == "x"
     queue.done("x")
     assert queue.statistics().queued == queue.statistics().running == 0
+
+
+async def test_the_now_lane_goes_first_and_bulk_work_stays_in_the_later_lane() -> None:
+    """A file with more to read (marked ``later``) waits behind a change to any other file,
+    and a change reported to it meanwhile does not bring it back to the front."""
+    queue: CoalescingQueue[str] = CoalescingQueue()
+    queue.mark_nowait("big-1", later=True)
+    queue.mark_nowait("big-2")
+    queue.mark_nowait("big-2", later=True)  # its turn left more: to the back of ``later``
+    queue.mark_nowait("big-1")  # it grew meanwhile: it keeps its place
+    queue.mark_nowait("live")
+    assert queue.statistics().queued == 3
+    with anyio.fail_after(5):
+        assert await queue.get(now_only=True) == "live"
+        assert await queue.get() == "big-1"
+        assert await queue.get() == "big-2"
+        queue.mark_nowait("big-1", later=True)
+        with anyio.move_on_after(0.05):
+            await queue.get(now_only=True)  # the live worker never takes bulk work
+            raise AssertionError("a now_only get took a key of the later lane")
+        queue.done("big-1")
+        assert await queue.get() == "big-1"
+
+
+async def test_a_deferred_key_is_not_a_run_for_waiters() -> None:
+    """The live worker hands back a file that needs a rebuild: whoever waits for that file's
+    run still waits for the run that reads it."""
+    queue: CoalescingQueue[str] = CoalescingQueue()
+    queue.mark_nowait("evicted")
+    ended = anyio.Event()
+
+    async def wait() -> None:
+        await queue.wait_runs(["evicted"])
+        ended.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await anyio.wait_all_tasks_blocked()
+            assert await queue.get(now_only=True) == "evicted"
+            queue.defer("evicted")
+            await anyio.wait_all_tasks_blocked()
+            assert not ended.is_set() and queue.is_queued("evicted")
+            assert await queue.get() == "evicted"
+            queue.done("evicted")
+            await ended.wait()
+
+
+async def test_every_waiting_worker_wakes_for_work() -> None:
+    """Each getter made an event of its own and only the newest was ever set: of the two
+    ingest workers waiting on an idle queue, one never took a key again."""
+    queue: CoalescingQueue[str] = CoalescingQueue()
+    taken: list[str] = []
+
+    async def take() -> None:
+        taken.append(await queue.get())
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(take)
+            tg.start_soon(take)
+            await anyio.wait_all_tasks_blocked()
+            queue.mark_nowait("a")
+            queue.mark_nowait("b")
+    assert sorted(taken) == ["a", "b"]
+    assert queue.statistics().running == 2

@@ -39,6 +39,8 @@ TOKEN_SAVE_S = 300.0  # token estimates kept for the next start (and at shutdown
 MISSING_SWEEP_MINUTES = 60
 # Ingest turns are bounded, but rebuilding an evicted conversation is one step: with two
 # workers, one file's rebuild (a 1 GB transcript after a restart) never stops the others.
+# One more worker takes only the queue's ``now`` lane (a change the watcher reported to a
+# file that needs no rebuild), so an append to a live session waits behind no bulk turn.
 INGEST_WORKERS = 2
 
 
@@ -92,6 +94,7 @@ async def _background(daemon: Background) -> None:
     async with anyio.create_task_group() as tg:
         for _ in range(INGEST_WORKERS):
             tg.start_soon(_run_ingest, daemon)
+        tg.start_soon(_run_ingest, daemon, True)
         tg.start_soon(_run_compaction_warmer, daemon)
         tg.start_soon(_run_token_saver, daemon)
         tg.start_soon(_run_state_flusher, daemon)
@@ -131,7 +134,7 @@ async def _run_startup_scan(daemon: Background) -> None:
         await anyio.sleep(delay)
         wanted = await daemon.registry.discover()
         for path in wanted:
-            daemon.ingest_queue.mark_nowait(path)
+            daemon.ingest_queue.mark_nowait(path, later=True)  # read whole: bulk work
         queued += len(wanted)
         daemon.state_changed.set()
         if not daemon.history_read.is_set():
@@ -142,13 +145,19 @@ async def _run_startup_scan(daemon: Background) -> None:
     log.info("startup scan: %d sessions known, %d queued for reading", stats.sessions, queued)
 
 
-async def _run_ingest(daemon: Background) -> None:
+async def _run_ingest(daemon: Background, live: bool = False) -> None:
     """Ingest queued transcripts, a turn of one file at a time. One file is the isolation
     boundary: whatever goes wrong with it is logged and recorded, and the next file is read
-    (R-T7). A file with more to read than a turn allows goes to the back of the queue, so no
-    file, however big, holds up another session's append by more than a turn."""
+    (R-T7). A file with more to read than a turn allows goes to the back of the queue's
+    ``later`` lane, so no file, however big, holds up another session's append by more than
+    a turn. The ``live`` worker takes the ``now`` lane only and hands a file whose
+    conversation must be rebuilt (one step, however big) to the others."""
+    queue = daemon.ingest_queue
     while True:
-        path = await daemon.ingest_queue.get()
+        path = await queue.get(now_only=live)
+        if live and _needs_rebuild(daemon, path):
+            queue.defer(path)
+            continue
         more = False
         try:
             more = await daemon.registry.ingest_turn(path)
@@ -158,9 +167,16 @@ async def _run_ingest(daemon: Background) -> None:
             daemon.health.record(f"ingest of {path} failed: {exc!r}")
             log.exception("ingest of %s failed; other transcripts go on", path)
         finally:
-            daemon.ingest_queue.done(path)
+            queue.done(path)
         if more:
-            daemon.ingest_queue.mark_nowait(path)
+            queue.mark_nowait(path, later=True)
+
+
+def _needs_rebuild(daemon: Background, path: Path) -> bool:
+    """Whether the next ingest of ``path`` rebuilds its conversation from the file (read
+    before, not in memory now: evicted, or known from the state of an earlier run)."""
+    state = daemon.registry.get_by_path(path)
+    return state is not None and state.parsed and not daemon.registry.resident(str(path))
 
 
 async def _run_compaction_warmer(daemon: Background) -> None:
