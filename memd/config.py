@@ -47,7 +47,7 @@ class PathsConfig:
 @dataclass(frozen=True)
 class TranscriptsConfig:
     active_window_hours: float = 24.0  # R-T6: sessions modified this recently are parsed at start
-    watch_step_ms: int = 50  # after a read of inotify events, gather the next burst this long
+    watch_step_ms: int = 50  # past 8 reads of inotify events in this long, gather the rest
     watch_debounce_ms: int = 50  # watchfiles' debounce, where it is used (not Linux)
     max_line_bytes: int = 16 * 1024 * 1024  # a longer line is counted as bad and skipped
     poll_interval_ms: int = 1_000  # when inotify is unavailable (out of watches): poll this often

@@ -12,7 +12,7 @@ import pytest
 
 from memd.config import TranscriptsConfig
 from memd.daemon.queues import CoalescingQueue
-from memd.daemon.watch import WatchedRoot, run_watcher, transcripts_below
+from memd.daemon.watch import READS_PER_STEP, WatchedRoot, run_watcher, transcripts_below
 
 pytestmark = pytest.mark.anyio
 
@@ -104,5 +104,39 @@ async def test_a_lone_append_is_marked_without_waiting_for_the_step(tmp_path: Pa
         with transcript.open("ab") as out:
             out.write(b'{"type":"assistant"}\n')
         assert await drain(queue, {transcript}) == {transcript}
+        stop.set()
+        tg.cancel_scope.cancel()
+
+
+async def test_appends_that_follow_one_another_are_each_marked_at_once(tmp_path: Path) -> None:
+    """After a read the watcher slept ``watch_step_ms`` whatever came: with other sessions
+    growing, an append waited up to a step (50 ms) to be read. Now only a storm (more reads
+    in a step than ``READS_PER_STEP``) is gathered: with a step of ten minutes, each of a few
+    appends in a row is still marked within the test's deadline, and the one after them
+    waits for the step."""
+    folder = tmp_path / "-project"
+    folder.mkdir()
+    transcript = folder / "s.jsonl"
+    transcript.write_bytes(b'{"type":"user"}\n')
+    queue: CoalescingQueue[Path] = CoalescingQueue()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            functools.partial(run_watcher, stop=stop),
+            [WatchedRoot(tmp_path)],
+            TranscriptsConfig(watch_step_ms=600_000),
+            queue,
+        )
+        for _ in range(READS_PER_STEP):
+            with transcript.open("ab") as out:
+                out.write(b'{"type":"assistant"}\n')
+            with anyio.fail_after(20):
+                assert await queue.get() == transcript
+            queue.done(transcript)
+        with transcript.open("ab") as out:  # a storm: the rest of the step is gathered
+            out.write(b'{"type":"assistant"}\n')
+        with anyio.move_on_after(0.5):
+            await queue.get()
+            raise AssertionError("a read past READS_PER_STEP in one step was not gathered")
         stop.set()
         tg.cancel_scope.cancel()

@@ -48,6 +48,9 @@ RESTART_DELAY_S = 5.0  # after the root's watch ended (the root was removed or m
 LIMIT_CHECK_S = 10.0  # while degraded: try the missing watches again this often
 SKIPPED_SHOWN = 20  # skipped paths listed in status (all are counted)
 INLINE_EVENTS = 64  # at most this many events of names only are handled on the event loop
+# Reads of inotify events made at once within one ``watch_step_ms``; past them (a storm),
+# what comes is gathered until the step ends: at most this many wake-ups per step.
+READS_PER_STEP = 8
 
 
 def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
@@ -187,6 +190,7 @@ class Watcher:
         self.gaps = Gaps()
         self._warned = False
         self._checked = 0.0  # when the missing watches were last tried
+        self._step = (-math.inf, 0)  # when the current step began, reads made in it
 
     async def run(
         self, *, news: bool = False, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -267,9 +271,7 @@ class Watcher:
                         log.warning("the watch of %s ended; watching it again", self.root)
                         await anyio.sleep(RESTART_DELAY_S)
                         return
-                    # The first event of a quiet period is marked at once (follow latency);
-                    # what comes within the step after it is gathered into one read.
-                    await anyio.sleep(self.config.watch_step_ms / 1000)
+                    await self._pace()
             if self.gaps.unwatched:
                 for path in await anyio.to_thread.run_sync(self.gaps.scan):
                     self.queue.mark_nowait(path)
@@ -279,6 +281,20 @@ class Watcher:
                     return  # try inotify again
                 await self._retry_unwatched(tree)
             self._show_mode(tree)
+
+    async def _pace(self) -> None:
+        """After a read: the events of a few files growing are marked as they come (follow
+        latency: an append waits for no other file's step); past :data:`READS_PER_STEP`
+        reads in one ``watch_step_ms`` (a storm), the rest of the step is gathered into
+        one read."""
+        step = self.config.watch_step_ms / 1000
+        began, reads = self._step
+        now = anyio.current_time()
+        if now - began >= step:
+            began, reads = now, 0
+        self._step = (began, reads + 1)
+        if reads + 1 >= READS_PER_STEP:
+            await anyio.sleep(began + step - now)
 
     def _degraded(self, tree: Tree | None) -> bool:
         return tree is None or bool(self.gaps.unwatched)
