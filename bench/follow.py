@@ -10,8 +10,11 @@ quiet gap (``--gap``), and measures from the ``write()``:
   file's new size.
 
 Both come from the same write, so a loaded machine weighs on both alike; the ratio is printed.
+With ``--bulk N``, N other sessions of the same folder grow by ``--bulk-kib`` KiB of lines
+every 50 ms throughout (bulk ingest beside the followed session: what a busy machine with
+several agents writing gives the ingest workers).
 
-    python3 bench/follow.py [--appends 60] [--gap 0.2]
+    python3 bench/follow.py [--appends 60] [--gap 0.2] [--bulk 0] [--bulk-kib 512]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -71,6 +75,19 @@ def wait_parsed(client: Client, session_id: str, size: int, limit: float = 10.0)
             raise SystemExit(f"memd did not read the appended line within {limit} s")
 
 
+def grow(paths: list[Path], kib: int, stop: threading.Event) -> None:
+    """Append ``kib`` KiB of user lines to each of ``paths`` every 50 ms until ``stop``."""
+    n = 0
+    while not stop.wait(0.05):
+        for path in paths:
+            lines = []
+            while sum(map(len, lines)) < kib * 1024:
+                lines.append(user_line(path.stem, None, n)[0].replace(b"probe", b"bulk " * 200))
+                n += 1
+            with path.open("ab") as out:
+                out.write(b"".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -78,6 +95,9 @@ def main() -> None:
     ap.add_argument("--appends", type=int, default=60)
     ap.add_argument("--gap", type=float, default=0.2, help="quiet seconds before each append")
     ap.add_argument("--set", action="append", default=[], help="memd --set KEY=VALUE")
+    ap.add_argument("--bulk", type=int, default=0, help="sessions growing beside it")
+    ap.add_argument("--build", type=Path, default=REPO, help="run the daemon from this tree")
+    ap.add_argument("--bulk-kib", type=int, default=512, help="KiB each grows by per 50 ms")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="memd-follow-"))
     runtime = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp"))
@@ -89,12 +109,14 @@ def main() -> None:
     shutil.copyfile(src, path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMD_", "XDG_"))}
     env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime))
-    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{REPO / 'client'}"
+    build = args.build.resolve()
+    env["PYTHONPATH"] = f"{build}{os.pathsep}{build / 'client'}"
     sock = runtime / "memd" / "memd.sock"
     proc = subprocess.Popen(
         [sys.executable, "-m", "memd.daemon.main", *(f"--set={kv}" for kv in args.set)],
         env=env,
         stderr=subprocess.DEVNULL,
+        cwd=home,  # ``-m`` puts the cwd first on sys.path: a checkout there would win over --build
     )
     raw: list[float] = []
     memd: list[float] = []
@@ -110,6 +132,10 @@ def main() -> None:
                     raise SystemExit("memd did not start") from None
                 time.sleep(0.05)
         time.sleep(3.0)  # the follow-up scan, the state flush and the SDK load settle
+        bulk = [project / f"{uuid.uuid4()}.jsonl" for _ in range(args.bulk)]
+        stop = threading.Event()
+        grower = threading.Thread(target=grow, args=(bulk, args.bulk_kib, stop), daemon=True)
+        grower.start()
         probe = Inotify()
         probe.add(str(project).encode())
         parent: str | None = None
@@ -127,12 +153,17 @@ def main() -> None:
                 wait_parsed(c, session_id, size)
                 memd.append(time.perf_counter() - t0)
         probe.close()
+        stop.set()
+        grower.join()
     finally:
         proc.terminate()
         proc.wait(30)
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(runtime, ignore_errors=True)
-    print(f"follow latency, {args.appends} appends of one line, {args.gap:.2f} s apart")
+    print(f"follow latency, {args.appends} appends of one line, {args.gap:.2f} s apart", end="")
+    beside = f"; {args.bulk} sessions growing by {args.bulk_kib} KiB / 50 ms beside"
+    print(beside if args.bulk else "")
+    print(f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'':22}{'p50':>9}{'p90':>9}{'p99':>9}  (ms)")
     for name, xs in (("raw inotify (floor)", raw), ("memd session reply", memd)):
         p50, p90, p99 = (pct(xs, q) * 1000 for q in (0.5, 0.9, 0.99))
