@@ -80,9 +80,11 @@ def grow(paths: list[Path], kib: int, stop: threading.Event) -> None:
     n = 0
     while not stop.wait(0.05):
         for path in paths:
-            lines = []
-            while sum(map(len, lines)) < kib * 1024:
+            lines: list[bytes] = []
+            size = 0
+            while size < kib * 1024:
                 lines.append(user_line(path.stem, None, n)[0].replace(b"probe", b"bulk " * 200))
+                size += len(lines[-1])
                 n += 1
             with path.open("ab") as out:
                 out.write(b"".join(lines))
