@@ -162,7 +162,6 @@ async def _run_ingest(daemon: Background, live: bool = False) -> None:
         try:
             more = await daemon.registry.ingest_turn(path)
             daemon.health.progressed()
-            _load_tokenizer_soon(daemon)
         except Exception as exc:  # the per-file boundary; unreadable files never get here
             daemon.health.record(f"ingest of {path} failed: {exc!r}")
             log.exception("ingest of %s failed; other transcripts go on", path)
@@ -190,10 +189,10 @@ async def _run_compaction_warmer(daemon: Background) -> None:
 
 
 def _load_tokenizer_soon(daemon: Background) -> None:
-    """Load the tokenizer (~200 ms) once sessions are parsed (beside the features after a
-    restart, else after the first ingest): the first line a session appends after its last
-    response is estimated in its ingest, and the first compaction needs it too; either
-    arriving first would wait for the load. A daemon with no session never loads it."""
+    """Load the tokenizer (~200 ms) beside the features when sessions are parsed already
+    (else the first session read starts it: ``Daemon._on_growth``): the first line a session
+    appends after its last response is estimated in its ingest, and the first compaction
+    needs it too; either arriving first would wait for the load."""
     if daemon.registry.statistics().parsed:
         load_soon()
 

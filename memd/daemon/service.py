@@ -50,6 +50,7 @@ from memd.ipc.limits import ServeLimits
 from memd.ipc.server import Server, run_server
 from memd.sources.registry import sources_for
 from memd.state import SessionState, load_sessions, save_sessions
+from memd.tokens import load_soon
 from memd.transcript.conversation import Conversation
 from memd.transcript.view import ConversationView
 from memd.writes import run_write_retries
@@ -301,6 +302,7 @@ class Daemon:
         if not self.features_ready.is_set():
             self._early_growth[state.path] = state  # replayed once the features exist
             return
+        load_soon()  # a session was read (by a worker or a request): its appends estimate
         if self.optouts.reason(state.cwd) is None:
             self.notes.notify_growth(state)
             self.memory.notify_growth(state)
