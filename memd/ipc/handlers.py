@@ -23,6 +23,7 @@ from memd.errors import NotFound
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
 from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
+from memd.ipc.status_rows import StatusRows, unreadable
 from memd.memory.paths import project_slug
 from memd.state import SessionState
 from memd.writes import WRITES
@@ -93,12 +94,14 @@ def method_table(daemon: DaemonFace) -> dict[str, Handler]:
         """Protocol handshake. Result: protocol version, daemon version, pid."""
         return {**hello_result(), "version": __version__, "pid": os.getpid()}
 
+    rows = StatusRows()
+
     async def status(params: dict[str, Any]) -> Any:
         """Health at a glance. Params: ``limit`` (the newest sessions listed, default 10),
         ``notes`` (true: each listed session's notes status too, in ``notes.sessions``)."""
         limit = int_param(params, "limit", STATUS_ROWS)
         await daemon.wait_features()
-        return status_result(daemon, limit=limit, notes_rows=bool(params.get("notes")))
+        return status_result(daemon, rows, limit=limit, notes_rows=bool(params.get("notes")))
 
     async def sessions(params: dict[str, Any]) -> Any:
         """Every known session, newest first. Params: ``project`` (folder name filter) or
@@ -240,7 +243,7 @@ def session_row(
         "lines": s.lines,
         "bad_lines": s.bad_lines,
         "unknown_types": {escape_name(k): n for k, n in (s.unknown_types or {}).items()},
-        "unreadable": _unreadable(s),
+        "unreadable": unreadable(s),
         "ignored": s.ignored or None,
         "pending_tool_calls": s.pending_tool_calls,
     }
@@ -260,24 +263,6 @@ async def session_read_first(daemon: DaemonFace, ident: str | None) -> SessionSt
         return find_session(daemon, ident)
 
 
-def brief_row(s: SessionState, threshold: int) -> dict[str, Any]:
-    """A session as ``status`` lists it: what a glance shows (``memdctl status`` and ``top``);
-    ``sessions`` and ``session`` give every figure."""
-    return {
-        "session_id": escape_name(s.session_id),
-        "agent": s.agent,
-        "project": escape_name(s.project),
-        "parsed": s.parsed,
-        "message_count": s.message_count,
-        "context_tokens": s.context_tokens,
-        "context_stale": s.context_stale,
-        "compact_threshold": threshold,
-        "last_activity": iso_utc(s.mtime),
-        "bad_lines": s.bad_lines,
-        "unreadable": _unreadable(s),
-    }
-
-
 def unreadable_report(daemon: DaemonFace, limit: int = 20) -> dict[str, Any]:
     """``unreadable_count`` and the first ``limit`` unreadable transcripts with their reasons."""
     count, states = daemon.registry.unreadable(limit)
@@ -287,27 +272,19 @@ def unreadable_report(daemon: DaemonFace, limit: int = 20) -> dict[str, Any]:
             {
                 "session_id": escape_name(s.session_id),
                 "path": escape_name(s.path),
-                **(_unreadable(s) or {}),
+                **(unreadable(s) or {}),
             }
             for s in states
         ],
     }
 
 
-def _unreadable(s: SessionState) -> dict[str, Any] | None:
-    """Why the transcript cannot be read (``reason``, ``since`` ISO time), None if it can."""
-    if s.unreadable is None:
-        return None
-    since = s.unreadable.get("since")
-    return {
-        "reason": s.unreadable.get("reason"),
-        "since": iso_utc(since) if isinstance(since, int | float) else None,
-    }
-
-
-def status_result(daemon: DaemonFace, *, limit: int, notes_rows: bool = False) -> dict[str, Any]:
-    """``status``: figures kept as they change, and only the rows asked for (its cost does
-    not grow with the sessions known; ``memdctl status`` sends it on every refresh)."""
+def status_result(
+    daemon: DaemonFace, rows_kept: StatusRows, *, limit: int, notes_rows: bool = False
+) -> dict[str, Any]:
+    """``status``: figures kept as they change, and only the rows asked for, each packed
+    once per state (its cost does not grow with the sessions known; ``memdctl status``
+    sends it on every refresh)."""
     reg = daemon.registry.statistics()
     queue = daemon.ingest_queue.statistics()
     rows = daemon.registry.newest(limit)
@@ -342,7 +319,7 @@ def status_result(daemon: DaemonFace, *, limit: int, notes_rows: bool = False) -
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
         "ipc": ipc_status(daemon),
-        "sessions": [brief_row(s, threshold) for s in rows],
+        "sessions": rows_kept.packed(rows, threshold),
     }
 
 
