@@ -90,11 +90,13 @@ async def _background(daemon: Background) -> None:
     # kept the first requests waiting for it (~140 ms).
     from memd.llm.ledger import run_ledger_flusher
 
-    await _warm_at_start(daemon)
     async with anyio.create_task_group() as tg:
         for _ in range(INGEST_WORKERS):
             tg.start_soon(_run_ingest, daemon)
         tg.start_soon(_run_ingest, daemon, True)
+        # Live appends are read meanwhile: a restart with many big sessions to warm held
+        # every session's new lines until the last one was warm.
+        await _warm_at_start(daemon)
         tg.start_soon(_run_compaction_warmer, daemon)
         tg.start_soon(_run_token_saver, daemon)
         tg.start_soon(_run_state_flusher, daemon)
@@ -213,7 +215,8 @@ async def _warm(daemon: Background, path: Path) -> int | None:
 async def _warm_at_start(daemon: Background) -> None:
     """After a restart, the sessions above half their compaction threshold are the ones whose
     next request may be a compaction: rebuild and tokenize them (most recent first) before any
-    other background work, so that request finds them warm (issue 12, item 6)."""
+    other background work but the reading of live appends, so that request finds them warm
+    (issue 12, item 6)."""
     hot = [
         s
         for s in daemon.registry.newest()

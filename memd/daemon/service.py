@@ -3,7 +3,8 @@
 Start order (each step waits for the previous one's ``task_status.started()``): signal
 handling, the watcher, the IPC server; then READY is sent. Only then do the feature modules
 (compaction, session notes, memory, dream) load, in a worker thread, and the background work
-starts: the ingest worker, the startup scan, the warmer. Work arriving meanwhile waits: the
+starts: the ingest workers, then the warming of sessions near compaction (live appends are
+read meanwhile), the startup scan and the rest. Work arriving before that waits: the
 watcher's marks stay on the coalescing ingest queue, and the methods that need a feature wait
 for it. The daemon serves until a signal asks it to stop.
 
