@@ -151,7 +151,7 @@ class GuardStatistics:
     budget: BudgetStatus
     hold_until: float | None  # the API's retry-after, for every kind
     account_blocked: str | None  # the error that blocks every job
-    kinds: tuple[KindStatus, ...]
+    kinds: tuple[KindStatus, ...]  # the kinds that ever failed or have parked jobs
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as ``status`` sends it; ``kinds`` names only the job kinds that have
@@ -397,6 +397,8 @@ class CostGuard:
             parked_of.setdefault(kind, []).append(job)
         kinds = []
         for kind in JOB_KINDS:
+            if kind not in self._failures and kind not in parked_of:
+                continue  # never failed, nothing parked: ``status`` leaves it out anyway
             state = self._failures.get(kind, _NO_FAILURES)
             parked = tuple(parked_of.get(kind, ()))
             retry_at = (
