@@ -360,11 +360,11 @@ def print_sessions(total: int, fig: dict[str, float]) -> None:
         f" RSS floor + {fig['rss_over_floor']:.0f} MiB"
     )
     for key in ("hello", "status", "sessions_all", "sessions_50", "session"):
-        print(f"  {key:<14} p50 {fig[key]:8.2f} ms  ({fig[key] / hello:5.1f}x hello)")
+        print(f"  {key:<14} p50 {fig[key]:8.3f} ms  ({fig[key] / hello:5.2f}x hello)")
     paired = fig["hello_paired"]
     print(
-        f"  in turn: hello p50 {paired:.2f} ms, status p50 {fig['status_paired']:.2f} ms"
-        f" ({fig['status_paired'] / paired:.1f}x hello)"
+        f"  in turn: hello p50 {paired:.3f} ms, status p50 {fig['status_paired']:.3f} ms"
+        f" ({fig['status_paired'] / paired:.2f}x hello)"
     )
     for unit, key in (("ticks", ""), ("schedstat", "_ns")):
         mine = fig[f"idle_cpu{key}"]
