@@ -349,6 +349,45 @@ def test_content_of_any_shape_is_judged_for_depth(content: bytes, around: int, d
             line_content(line)
 
 
+# Siblings beside each level: brackets and escapes inside strings (a byte count is fooled),
+# a number past a float's range and a lone surrogate (msgspec refuses to decode them).
+_SIBLINGS = ["", r'"[{\\\"]"', r'"\\"', "[]", '{"k":"]]"}', "1e999", r'"\ud83d"']
+
+
+@st.composite
+def _nested_json(draw: st.DrawFn) -> str:
+    text: str = draw(st.sampled_from(["0", '"x"', "[]", "{}"]))
+    for _ in range(draw(st.integers(min_value=96, max_value=102))):
+        sibling = draw(st.sampled_from(_SIBLINGS))
+        if draw(st.booleans()):
+            text = '{"k":' + text + (',"s":' + sibling if sibling else "") + "}"
+        else:
+            text = "[" + text + ("," + sibling if sibling else "") + "]"
+    return text
+
+
+def _nesting(value: Any) -> int:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return 1 + max(map(_nesting, value), default=0)
+    return 0
+
+
+@settings(deadline=None, max_examples=150)
+@given(nested=_nested_json())
+def test_content_depth_is_judged_as_the_json_nests_whatever_surrounds_it(nested: str) -> None:
+    """The depth limit counts nesting as the JSON has it (json.loads, recursively), also when
+    strings hold brackets and escapes and when msgspec cannot decode the content."""
+    content = '[{"type":"text","text":"x","extra":' + nested + "}]"
+    line = b'{"type":"assistant","uuid":"u","message":{"content":%s}}' % content.encode()
+    if _nesting(json.loads(content)) > 100:
+        with pytest.raises(BadLine, match="nested"):
+            parse_line(line)
+    else:
+        assert isinstance(parse_line(line), AssistantEntry)
+
+
 def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
     text = rb'"cut \ud83d in half \\ud83d \ud83d\ude00"'  # lone, escaped backslash, a pair
     line = b'{"type":"user","uuid":"u","message":{"content":%s}}' % text

@@ -59,6 +59,7 @@ class _RawLine(msgspec.Struct, gc=False):
 
 
 _raw_decoder: Final = msgspec.json.Decoder(_RawLine)
+_any_decoder: Final = msgspec.json.Decoder()
 
 
 def of_text(text: str) -> Outline:
@@ -68,21 +69,27 @@ def of_text(text: str) -> Outline:
 
 def of_blocks(blocks: list[WireBlock], role: Role) -> Outline:
     """One ref per block of a type memd knows, in order, judged for ``role``."""
-    user = role == "user"
     refs: list[BlockRef] = []
+    shared = True  # no tool id: outlines of a few blocks repeat, one copy is kept
     for index, block in enumerate(blocks):
         kind = _KINDS.get(block.type) if block.type.__class__ is str else None
         if kind is None:
             continue
+        ident = None
+        is_object = False
         if kind == "tool_use":
             ident = block.id if block.id.__class__ is str else None
+            is_object = bytes(memoryview(block.input)[:1]) == b"{"
         elif kind == "tool_result":
             ident = block.tool_use_id if block.tool_use_id.__class__ is str else None
+        ok = accepted(role, kind, block.text, ident, block.name, is_object)
+        if ident is None:
+            refs.append(_one_copy(_refs, (index, kind, None, ok)))
         else:
-            ident = None
-        ok = _user_accepts(kind, block) if user else _assistant_accepts(kind, block)
-        refs.append(_ref(index, kind, ident, ok))
-    return _shared_outline(tuple(refs))
+            refs.append((index, kind, ident, ok))
+            shared = False
+    outline = tuple(refs)
+    return _one_copy(_outlines, outline) if shared and len(outline) <= 4 else outline
 
 
 def too_deep(line: bytes) -> bool:
@@ -94,13 +101,20 @@ def too_deep(line: bytes) -> bool:
 
 def content_too_deep(content: msgspec.Raw) -> bool:
     """Whether ``message.content``, as its bytes (valid JSON), nests deeper than
-    :data:`MAX_CONTENT_DEPTH`: strings taken out, then the running depth of the brackets
-    left. Content with fewer brackets than the limit cannot: most stops at the count."""
-    raw = bytes(memoryview(content))
-    if len(raw) <= 2 * MAX_CONTENT_DEPTH or raw.count(b"[") + raw.count(b"{") <= MAX_CONTENT_DEPTH:
+    :data:`MAX_CONTENT_DEPTH`. Content with fewer opening brackets than the limit cannot (most
+    stops at that count, one pass); the rest is decoded and its containers counted level by
+    level, or, when msgspec refuses it (a lone surrogate escape, a number past a float's
+    range, nesting past its own limit), judged on its bytes (:func:`_bracket_depth`)."""
+    if len(content) <= 2 * MAX_CONTENT_DEPTH:
         return False
-    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
-    return len(brackets) > 2 * MAX_CONTENT_DEPTH and _depth(brackets) > MAX_CONTENT_DEPTH
+    raw = bytes(memoryview(content))
+    if len(raw.translate(None, _NOT_OPENING)) <= MAX_CONTENT_DEPTH:
+        return False
+    try:
+        value = _any_decoder.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return _bracket_depth(raw) > MAX_CONTENT_DEPTH
+    return _nesting_over(value, MAX_CONTENT_DEPTH)
 
 
 _KINDS: Final = {
@@ -115,15 +129,6 @@ _KINDS: Final = {
         "redacted_thinking",
     )
 }
-
-
-def _user_accepts(kind: str, block: WireBlock) -> bool:
-    return accepted("user", kind, block.text, block.tool_use_id, block.name, False)
-
-
-def _assistant_accepts(kind: str, block: WireBlock) -> bool:
-    is_object = bytes(memoryview(block.input)[:1]) == b"{"
-    return accepted("assistant", kind, block.text, block.id, block.name, is_object)
 
 
 def _nonblank(text: object) -> bool:
@@ -141,19 +146,33 @@ def _ref(index: int, kind: str, ident: str | None, ok: bool) -> BlockRef:
     return ref if ident is not None else _one_copy(_refs, ref)
 
 
-def _shared_outline(refs: Outline) -> Outline:
-    """Outlines without tool ids repeat (one text block, text + thinking…): share them."""
-    if len(refs) > 4 or any(ref[2] is not None for ref in refs):
-        return refs
-    return _one_copy(_outlines, refs)
-
-
 def _one_copy(table: dict[_T, _T], value: _T) -> _T:
     """The copy of ``value`` kept in ``table`` (bounded: past its size, ``value`` itself)."""
     shared = table.get(value)
     if shared is None and len(table) < _SHARED_MAX:
         shared = table[value] = value
     return value if shared is None else shared
+
+
+def _nesting_over(value: Any, limit: int) -> bool:
+    """Whether decoded JSON nests its lists and objects deeper than ``limit``."""
+    level: list[Any] = [value] if isinstance(value, list | dict) else []
+    depth = 0
+    while level and depth <= limit:
+        depth += 1
+        inner: list[Any] = []
+        for container in level:
+            items = container.values() if isinstance(container, dict) else container
+            inner += [item for item in items if isinstance(item, list | dict)]
+        level = inner
+    return depth > limit
+
+
+def _bracket_depth(raw: bytes) -> int:
+    """The nesting of valid JSON judged on its bytes: strings taken out, then the running
+    depth of the brackets left."""
+    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
+    return _depth(brackets) if len(brackets) > 2 * MAX_CONTENT_DEPTH else 0
 
 
 def _outside_strings(json: bytes) -> bytes:
@@ -166,6 +185,7 @@ def _outside_strings(json: bytes) -> bytes:
 
 
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
 _STEP: Final = [0] * 256
 _STEP[ord("[")] = _STEP[ord("{")] = 1
 _STEP[ord("]")] = _STEP[ord("}")] = -1
