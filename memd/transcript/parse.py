@@ -127,10 +127,8 @@ def parse_line(line: bytes, at: int = -1) -> Entry | None:
     exception comes out of it, whatever the bytes.
     """
     try:
-        found = _wire(line)
-        if found is None:
-            return None
-        return _to_entry(found, at, len(line))
+        found = _decode(_line_decoder, line, _lenient)
+        return None if found is None else _to_entry(found[0], at, len(line))
     except RecursionError:
         raise BadLine("nested deeper than the decoder can follow") from None
 
@@ -141,11 +139,11 @@ def parse_kind(line: bytes, at: int = -1) -> Entry | str | None:
     ``None`` only for a blank line. (Not shared with :func:`parse_line`: a call more per line
     is measurable in ingest.)"""
     try:
-        found = _wire(line)
+        found = _decode(_line_decoder, line, _lenient)
         if found is None:
             return None
-        entry = _to_entry(found, at, len(line))
-        return (found.type or "") if entry is None else entry
+        entry = _to_entry(found[0], at, len(line))
+        return (found[0].type or "") if entry is None else entry
     except RecursionError:
         raise BadLine("nested deeper than the decoder can follow") from None
 
@@ -173,12 +171,6 @@ def line_content(line: bytes) -> tuple[str | None, Content]:
     if not isinstance(value, list):
         return uuid, ()
     return uuid, tuple(block for block in value if isinstance(block, dict))
-
-
-def _wire(line: bytes) -> _WireLine | None:
-    """The decoded line (lone surrogates replaced), ``None`` for a blank one."""
-    found = _decode(_line_decoder, line, _lenient)
-    return None if found is None else found[0]
 
 
 def _decode(
@@ -244,13 +236,7 @@ def _to_entry(wire: _WireLine, at: int, size: int) -> Entry | None:
     uuid = wire.uuid
     if not uuid:
         return None
-    match wire.type:
-        case "user":
-            return _user(wire, uuid, _outline(wire.message, "user"), at, size)
-        case "assistant":
-            return _assistant(wire, uuid, _outline(wire.message, "assistant"), at, size)
-        case "system":
-            return _system(wire, uuid, at, size)
+    match wire.type:  # progress first: most lines are
         case "progress":
             return ProgressEntry(
                 uuid=uuid,
@@ -263,6 +249,12 @@ def _to_entry(wire: _WireLine, at: int, size: int) -> Entry | None:
                 slug=wire.slug,
                 session_id=wire.sessionId,
             )
+        case "assistant":
+            return _assistant(wire, uuid, _outline(wire.message, "assistant"), at, size)
+        case "user":
+            return _user(wire, uuid, _outline(wire.message, "user"), at, size)
+        case "system":
+            return _system(wire, uuid, at, size)
         case "attachment":
             return AttachmentEntry(
                 uuid=uuid,
