@@ -17,6 +17,8 @@ from __future__ import annotations
 import errno
 import os
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any, BinaryIO, Final
 
 from memd import regular_file
@@ -57,10 +59,12 @@ class LineSplitter:
     newline and counted in :attr:`skipped`.
     """
 
-    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *, origin: int = 0) -> None:
+        """``origin``: where the first byte fed sits in its file (offsets are counted from it)."""
         if max_line_bytes <= 0:
             raise ValueError("max_line_bytes must be positive")
         self.max_line_bytes = max_line_bytes
+        self.origin = origin
         self._parts: list[bytes] = []
         self._pending = 0  # bytes held in _parts
         self._discarding = False  # inside an over-long line, waiting for its newline
@@ -75,35 +79,46 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add ``data``; return the lines it completed, in order."""
-        return [line for _, line in self.feed_at(data)]
+        return self.feed_lines(data)[1]
 
     def feed_at(self, data: bytes) -> list[tuple[int, bytes]]:
-        """Add ``data``; return the lines it completed, each with its offset in the input."""
+        """Add ``data``; return the lines it completed, each with its offset (from ``origin``)."""
+        return list(zip(*self.feed_lines(data), strict=True))
+
+    def feed_lines(self, data: bytes) -> tuple[list[int], list[bytes]]:
+        """Add ``data``; return the offsets (from ``origin``) of the lines it completed, and the
+        lines, in order. The offsets are summed and the lines checked in C: an empty or
+        over-long line (rare) is the only case that takes a Python loop over them."""
         if not data:
-            return []
-        start = self.consumed  # where the held line (or the first new one) begins
-        base = self.fed
+            return [], []
+        start = self.origin + self.consumed  # where the held line (or the first new one) begins
+        base = self.origin + self.fed
         self.fed += len(data)
-        pieces = data.split(b"\n")
-        tail = pieces.pop()
-        if not pieces:
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        if not lines:
             self._hold(tail)
-            return []
+            return [], []
         self.consumed = self.fed - len(tail)
-        first = self._finish(pieces[0])
-        limit = self.max_line_bytes
-        lines = [(start, first)] if first else []
-        at = base + len(pieces[0]) + 1
-        for line in pieces[1:]:
-            if not line:
-                pass
-            elif len(line) <= limit:
-                lines.append((at, line))
-            else:
-                self.skipped += 1
-            at += len(line) + 1
+        lengths = list(map(len, lines))
+        offsets = list(accumulate(map(add, lengths, repeat(1)), initial=base))
+        offsets.pop()  # where the tail starts
+        offsets[0] = start
+        lines[0] = self._finish(lines[0])
+        lengths[0] = len(lines[0])
         self._hold(tail)
-        return lines
+        if min(lengths) == 0 or max(lengths) > self.max_line_bytes:
+            return self._kept(offsets, lines)
+        return offsets, lines
+
+    def _kept(self, offsets: list[int], lines: list[bytes]) -> tuple[list[int], list[bytes]]:
+        """The lines neither empty nor over-long (counted in :attr:`skipped`), and offsets."""
+        limit = self.max_line_bytes
+        self.skipped += sum(len(line) > limit for line in lines[1:])  # _finish counted the first
+        kept = [
+            (at, line) for at, line in zip(offsets, lines, strict=True) if 0 < len(line) <= limit
+        ]
+        return [at for at, _ in kept], [line for _, line in kept]
 
     def _finish(self, piece: bytes) -> bytes:
         """Complete the held line with ``piece`` (b"" when it was too long)."""
@@ -216,8 +231,8 @@ def read_appended(
     except OSError as exc:
         raise UnreadableTranscript.of(path, exc) from exc
     return TailRead(
-        lines=[line for _, line in scan.lines],
-        offsets=[at for at, _ in scan.lines],
+        lines=scan.lines,
+        offsets=scan.offsets,
         position=TailPosition(
             offset=scan.consumed,
             inode=stat.st_ino,
@@ -259,7 +274,8 @@ class _Scan:
         self.size = size  # at open: what lies below it and is a hole stays one
         self.max_bytes = max_bytes
         self.max_line_bytes = max_line_bytes
-        self.lines: list[tuple[int, bytes]] = []
+        self.offsets: list[int] = []
+        self.lines: list[bytes] = []
         self.consumed = self.scanned = start
         self.skipped = 0
         self.read = 0
@@ -291,7 +307,8 @@ class _Scan:
         elif length:
             line = os.pread(self.file.fileno(), length, start)
             self.read += len(line)
-            self.lines.append((start, line))
+            self.offsets.append(start)
+            self.lines.append(line)
         self.consumed = self.scanned = newline + 1
 
     def read_lines(self) -> None:
@@ -300,19 +317,23 @@ class _Scan:
             return
         base = self.scanned
         self.file.seek(base)
-        splitter = LineSplitter(self.max_line_bytes)
+        splitter = LineSplitter(self.max_line_bytes, origin=base)
         while True:
             block = self.file.read(min(_BLOCK, self.max_bytes - self.read))
             if not block:
                 self.eof = True
                 break
             self.read += len(block)
-            self.lines.extend((base + at, line) for at, line in splitter.feed_at(block))
+            self._add(splitter.feed_lines(block))
             if self.read >= self.max_bytes:
                 break
         self.skipped += splitter.skipped
         self.consumed = base + splitter.consumed
         self.scanned = base + splitter.fed
+
+    def _add(self, found: tuple[list[int], list[bytes]]) -> None:
+        self.offsets += found[0]
+        self.lines += found[1]
 
 
 def _next_data(fd: int, at: int, size: int) -> int:
