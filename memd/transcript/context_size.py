@@ -21,12 +21,12 @@ def measure(
     if last is None:
         tail = estimate_all(chain)
         root = chain[0] if chain else None
-        stale = isinstance(root, SystemEntry) and root.is_compact_boundary
+        stale = type(root) is SystemEntry and root.is_compact_boundary
         return ContextFigure(tail, 0, tail, stale)
     lines = [
         e
         for e in chain
-        if isinstance(e, AssistantEntry) and e.message_id == last and not e.synthetic
+        if type(e) is AssistantEntry and e.message_id == last and not e.synthetic
     ]
     usage = lines[-1].usage
     prompt = usage.prompt_tokens if usage is not None else 0
@@ -35,7 +35,7 @@ def measure(
     tail = estimate_all(
         e
         for e in chain[first + 1 :]
-        if not (isinstance(e, AssistantEntry) and e.message_id == last)
+        if not (type(e) is AssistantEntry and e.message_id == last)
     )
     return ContextFigure(prompt + output + tail, prompt + output, tail, False)
 
@@ -43,6 +43,6 @@ def measure(
 def last_response(chain: tuple[Entry, ...]) -> str | None:
     """``message.id`` of the last real (non-synthetic) response on the chain."""
     for entry in reversed(chain):
-        if isinstance(entry, AssistantEntry) and not entry.synthetic:
+        if type(entry) is AssistantEntry and not entry.synthetic:
             return entry.message_id
     return None

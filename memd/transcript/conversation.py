@@ -27,6 +27,7 @@ read with ``Conversation(sidechain=True)``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,24 +132,26 @@ class Conversation:
         Progress and attachment entries are links, never context: only where they lead is
         kept (:attr:`_links`), and an entry whose parent is a link gets the entry the link
         leads to as its parent, so the chain is walked the same without keeping them.
+        (Classes are told apart by ``type() is``: ``isinstance`` of a struct that is not one
+        costs a call of its metaclass, measurable per line.)
         """
         if entry.is_sidechain and not self.sidechain:
             return
-        uuid = entry.uuid
+        uuid, kind = entry.uuid, type(entry)
         if uuid in self._entries or hash(uuid) in self._links:
             self.duplicates += 1
             return
-        if isinstance(entry, SystemEntry):
+        if type(entry) is SystemEntry:
             self._note_system(entry)
         parent = self._parent_of(entry.parent_uuid)
         self._note_envelope(entry)
-        if isinstance(entry, ProgressEntry | AttachmentEntry):
-            self._links[hash(uuid)] = self._resolve(parent)
+        resolved = parent if parent is None else self._links.get(hash(parent), parent)
+        if kind is ProgressEntry or kind is AttachmentEntry:
+            self._links[hash(uuid)] = resolved
             self._leaf = uuid
         else:
-            self._index(self._kept(entry, self._resolve(parent)), parent)
-        self._derived = self._chain_only = None
-        self._context = None
+            self._index(self._kept(entry, resolved), parent)
+        self._derived = self._chain_only = self._context = None
 
     def _parent_of(self, parent: str | None) -> str | None:
         """The parent as kept: the very string of the entry it names (one copy of each
@@ -173,38 +176,41 @@ class Conversation:
         """The entry as kept: its resolved parent; no timestamp, cwd, slug or session id (the
         conversation notes them, entries need not repeat them); one copy of a response's id
         and usage for all its lines, and of a tool id for its call and its result."""
-        if isinstance(entry, AssistantEntry):
+        replace = msgspec.structs.replace
+        if type(entry) is AssistantEntry:
             lines = self._response_lines.get(entry.message_id)
             if lines:
                 first = self._entries[_first(lines)]
-                assert isinstance(first, AssistantEntry)
-                usage = first.usage if first.usage == entry.usage else entry.usage
-                return msgspec.structs.replace(
+                assert type(first) is AssistantEntry
+                return replace(
                     entry,
                     message_id=first.message_id,
-                    usage=usage,
-                    **self._bare(parent),
+                    usage=first.usage if first.usage == entry.usage else entry.usage,
+                    parent_uuid=parent,
+                    timestamp=None,
+                    cwd=None,
+                    slug=None,
+                    session_id=None,
                 )
-        if isinstance(entry, UserEntry) and entry.blocks:
-            blocks = self._shared_ids(entry.blocks, parent)
-            return msgspec.structs.replace(entry, blocks=blocks, **self._bare(parent))
-        return msgspec.structs.replace(entry, **self._bare(parent))
-
-    @staticmethod
-    def _bare(parent: str | None) -> dict[str, Any]:
-        return {
-            "parent_uuid": parent,
-            "timestamp": None,
-            "cwd": None,
-            "slug": None,
-            "session_id": None,
-        }
+        elif type(entry) is UserEntry and entry.blocks:
+            return replace(
+                entry,
+                blocks=self._shared_ids(entry.blocks, parent),
+                parent_uuid=parent,
+                timestamp=None,
+                cwd=None,
+                slug=None,
+                session_id=None,
+            )
+        return replace(
+            entry, parent_uuid=parent, timestamp=None, cwd=None, slug=None, session_id=None
+        )
 
     def _shared_ids(self, blocks: Outline, parent: str | None) -> Outline:
         """A result's tool id as the very string of the call it answers (in the line it
         names as its parent, where Claude Code writes it), else as it is."""
         called = self._entries.get(parent) if parent is not None else None
-        if not isinstance(called, AssistantEntry) or not called.blocks:
+        if type(called) is not AssistantEntry or not called.blocks:
             return blocks
         ids = {ref[2]: ref[2] for ref in called.blocks if ref[1] == "tool_use" and ref[2]}
         if not ids:
@@ -273,15 +279,16 @@ class Conversation:
             self._boundaries.append(boundary)
 
     def _note_envelope(self, entry: Entry) -> None:
-        if entry.timestamp is not None and (
-            self.last_timestamp is None or entry.timestamp > self.last_timestamp
+        timestamp = entry.timestamp
+        if timestamp is not None and (
+            self.last_timestamp is None or timestamp > self.last_timestamp
         ):
-            self.last_timestamp = entry.timestamp
-        if entry.cwd is not None and entry.cwd != self.cwd:
+            self.last_timestamp = timestamp
+        if entry.cwd is not None:
             self.cwd = entry.cwd
-        if entry.slug is not None and entry.slug != self.slug:
+        if entry.slug is not None:
             self.slug = entry.slug
-        if entry.session_id is not None and entry.session_id != self.session_id:
+        if entry.session_id is not None:
             self.session_id = entry.session_id
 
     def _index(self, entry: Entry, named_parent: str | None) -> None:
@@ -290,12 +297,12 @@ class Conversation:
         uuid = entry.uuid
         self._entries[uuid] = entry
         self._leaf = uuid
-        if isinstance(entry, AssistantEntry):
+        if type(entry) is AssistantEntry:
             _append(self._response_lines, entry.message_id, uuid)
         elif (
-            isinstance(entry, UserEntry)
-            and entry.tool_result_ids
+            type(entry) is UserEntry
             and named_parent in self._entries  # results are looked up by response lines
+            and entry.tool_result_ids
         ):
             _append(self._results_by_parent, named_parent or "", uuid)
 
@@ -336,7 +343,7 @@ class Conversation:
         if not extra:
             return tuple(spine)
         merged = {entry.uuid: entry for entry in (*spine, *extra)}
-        return tuple(sorted(merged.values(), key=lambda entry: entry.at))
+        return tuple(sorted(merged.values(), key=_AT))
 
     def _spine(self) -> tuple[list[Entry], set[str]]:
         spine: list[Entry] = []
@@ -348,7 +355,7 @@ class Conversation:
                 break
             seen.add(current)
             spine.append(entry)
-            if isinstance(entry, SystemEntry) and entry.is_compact_boundary:
+            if type(entry) is SystemEntry and entry.is_compact_boundary:
                 break
             current = entry.parent_uuid
         spine.reverse()
@@ -357,24 +364,15 @@ class Conversation:
     def _recovered(self, spine: list[Entry], on_spine: set[str]) -> list[Entry]:
         """Lines of the chain's responses that the walk missed, and their tool results."""
         extra: list[Entry] = []
-        responses = {e.message_id for e in spine if isinstance(e, AssistantEntry)}
+        entries, results = self._entries, self._results_by_parent
+        responses = {e.message_id for e in spine if type(e) is AssistantEntry}
         for message_id in responses:
             lines = _all(self._response_lines[message_id])
-            tool_ids: set[str] = set()
-            for uuid in lines:
-                line = self._entries[uuid]
-                assert isinstance(line, AssistantEntry)
-                tool_ids.update(line.tool_use_ids)
-                if uuid not in on_spine:
-                    extra.append(line)
-            for uuid in lines:
-                for result_uuid in _all(self._results_by_parent.get(uuid, ())):
-                    result = self._entries[result_uuid]
-                    assert isinstance(result, UserEntry)
-                    if result_uuid not in on_spine and tool_ids.intersection(
-                        result.tool_result_ids
-                    ):
-                        extra.append(result)
+            extra += [entries[uuid] for uuid in lines if uuid not in on_spine]
+            missed = [r for uuid in lines for r in _all(results.get(uuid, ())) if r not in on_spine]
+            if missed:
+                called = {i for uuid in lines for i in _calls(entries[uuid])}
+                extra += [entries[r] for r in missed if called.intersection(_answers(entries[r]))]
         return extra
 
     # -- messages ------------------------------------------------------------------------------
@@ -442,7 +440,7 @@ class Conversation:
         counted = [
             e
             for e in entries
-            if isinstance(e, UserEntry) or (isinstance(e, AssistantEntry) and not e.synthetic)
+            if type(e) is UserEntry or (type(e) is AssistantEntry and not e.synthetic)
         ]
         new = [e for e in counted if e.uuid not in self._estimates]
         if new:
@@ -507,6 +505,17 @@ def _append(index: dict[str, _Uuids], key: str, uuid: str) -> None:
         index[key] = [held, uuid]
     else:
         held.append(uuid)
+
+
+_AT = operator.attrgetter("at")
+
+
+def _calls(entry: Entry) -> tuple[str, ...]:
+    return entry.tool_use_ids if type(entry) is AssistantEntry else ()
+
+
+def _answers(entry: Entry) -> tuple[str, ...]:
+    return entry.tool_result_ids if type(entry) is UserEntry else ()
 
 
 def _first(held: _Uuids) -> str:

@@ -90,15 +90,15 @@ class MessageLines:
 def group_lines(chain: Iterable[Entry]) -> list[MessageLines]:
     """Group the entries of an active chain (oldest first) into API messages."""
     groups: list[MessageLines] = []
-    for entry in chain:
-        if isinstance(entry, UserEntry):
+    for entry in chain:  # type() is, not isinstance: a struct's costs a metaclass call
+        if type(entry) is UserEntry:
             tool_results = bool(entry.tool_result_ids)
             if groups and groups[-1].role == "user":
                 groups[-1].lines.append(entry)
                 groups[-1].only_tool_results &= tool_results
             else:
                 groups.append(MessageLines("user", None, [entry], tool_results))
-        elif isinstance(entry, AssistantEntry) and not entry.synthetic:
+        elif type(entry) is AssistantEntry and not entry.synthetic:
             owner = _open_response(groups, entry.message_id)
             if owner is not None:
                 owner.lines.append(entry)
@@ -208,9 +208,10 @@ def _draft(group: MessageLines) -> _Draft:
     """The blocks of a group the API accepts in its role (the parser judged each one)."""
     blocks: list[Part] = [(line, ref) for line in group.lines for ref in line.blocks if ref[3]]
     if group.role == "user":
-        results = [p for p in blocks if _kind(p) == "tool_result"]
-        blocks = results + [p for p in blocks if _kind(p) != "tool_result"]
-    return _Draft(group.role, blocks, list(group.uuids))
+        results = [p for p in blocks if p[1][1] == "tool_result"]
+        if results and len(results) < len(blocks):
+            blocks = results + [p for p in blocks if p[1][1] != "tool_result"]
+    return _Draft(group.role, blocks, [line.uuid for line in group.lines])
 
 
 def _drop_repeated_calls(drafts: list[_Draft]) -> None:
