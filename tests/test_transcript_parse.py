@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memd.transcript.model import (
@@ -374,18 +374,39 @@ def _nesting(value: Any) -> int:
     return 0
 
 
-@settings(deadline=None, max_examples=150)
-@given(nested=_nested_json())
-def test_content_depth_is_judged_as_the_json_nests_whatever_surrounds_it(nested: str) -> None:
-    """The depth limit counts nesting as the JSON has it (json.loads, recursively), also when
-    strings hold brackets and escapes and when msgspec cannot decode the content."""
-    content = '[{"type":"text","text":"x","extra":' + nested + "}]"
+_BLOCKS = [  # where the nested value sits: a field the decode skips, or one it takes raw
+    '{"type":"text","text":"x","extra":%s}',
+    '{"type":"tool_use","id":"t","name":"n","input":%s}',
+    '{"type":"tool_result","tool_use_id":"t","content":%s}',
+    '{"type":"thinking","thinking":%s,"signature":"s"}',
+    '{"type":"text","text":%s}',
+]
+
+
+@settings(deadline=None, max_examples=200)
+@given(nested=_nested_json(), block=st.sampled_from(_BLOCKS), before=st.booleans())
+def test_content_depth_is_judged_as_the_json_nests_whatever_surrounds_it(
+    nested: str, block: str, before: bool
+) -> None:
+    """The depth limit counts nesting as the JSON has it (json.loads, recursively), wherever
+    it sits in a block, also when strings hold brackets and escapes and when msgspec cannot
+    decode the content."""
+    assume(not ("1e999" in nested and '"text":%s' in block))  # a text memd cannot decode
+    other = '{"type":"text","text":"before"},' if before else ""
+    content = "[" + other + block.replace("%s", nested) + "]"
     line = b'{"type":"assistant","uuid":"u","message":{"content":%s}}' % content.encode()
     if _nesting(json.loads(content)) > 100:
         with pytest.raises(BadLine, match="nested"):
             parse_line(line)
     else:
         assert isinstance(parse_line(line), AssistantEntry)
+
+
+def test_a_number_past_a_floats_range_in_the_content_is_a_bad_line() -> None:
+    """Not an exception out of the parser (it was msgspec's ValidationError)."""
+    line = b'{"type":"user","uuid":"u","message":{"content":[1e999,{"type":"text","text":"x"}]}}'
+    with pytest.raises(BadLine, match="content"):
+        parse_line(line)
 
 
 def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:

@@ -24,18 +24,14 @@ def measure(
         stale = type(root) is SystemEntry and root.is_compact_boundary
         return ContextFigure(tail, 0, tail, stale)
     lines = [
-        e
-        for e in chain
-        if type(e) is AssistantEntry and e.message_id == last and not e.synthetic
+        e for e in chain if type(e) is AssistantEntry and e.message_id == last and not e.synthetic
     ]
     usage = lines[-1].usage
     prompt = usage.prompt_tokens if usage is not None else 0
     output = max((e.usage.output_tokens for e in lines if e.usage is not None), default=0)
     first = next(i for i, entry in enumerate(chain) if entry is lines[0])
     tail = estimate_all(
-        e
-        for e in chain[first + 1 :]
-        if not (type(e) is AssistantEntry and e.message_id == last)
+        e for e in chain[first + 1 :] if not (type(e) is AssistantEntry and e.message_id == last)
     )
     return ContextFigure(prompt + output + tail, prompt + output, tail, False)
 

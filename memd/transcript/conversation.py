@@ -144,7 +144,17 @@ class Conversation:
         if type(entry) is SystemEntry:
             self._note_system(entry)
         parent = self._parent_of(entry.parent_uuid)
-        self._note_envelope(entry)
+        timestamp = entry.timestamp  # the envelope, noted here: a call less per line
+        if timestamp is not None and (
+            self.last_timestamp is None or timestamp > self.last_timestamp
+        ):
+            self.last_timestamp = timestamp
+        if entry.cwd is not None:
+            self.cwd = entry.cwd
+        if entry.slug is not None:
+            self.slug = entry.slug
+        if entry.session_id is not None:
+            self.session_id = entry.session_id
         resolved = parent if parent is None else self._links.get(hash(parent), parent)
         if kind is ProgressEntry or kind is AttachmentEntry:
             self._links[hash(uuid)] = resolved
@@ -216,10 +226,7 @@ class Conversation:
         if not ids:
             return blocks
         return tuple(
-            (index, kind, ids.get(ident, ident), ok)
-            if ident is not None
-            else (index, kind, ident, ok)
-            for index, kind, ident, ok in blocks
+            ref if ref[2] not in ids else (ref[0], ref[1], ids[ref[2]], ref[3]) for ref in blocks
         )
 
     def add_lines(self, lines: Iterable[bytes]) -> None:
@@ -277,19 +284,6 @@ class Conversation:
                 context_before=self.context(),
             )
             self._boundaries.append(boundary)
-
-    def _note_envelope(self, entry: Entry) -> None:
-        timestamp = entry.timestamp
-        if timestamp is not None and (
-            self.last_timestamp is None or timestamp > self.last_timestamp
-        ):
-            self.last_timestamp = timestamp
-        if entry.cwd is not None:
-            self.cwd = entry.cwd
-        if entry.slug is not None:
-            self.slug = entry.slug
-        if entry.session_id is not None:
-            self.session_id = entry.session_id
 
     def _index(self, entry: Entry, named_parent: str | None) -> None:
         """Index a kept entry; ``named_parent`` is the parent it named (a link's uuid stays:

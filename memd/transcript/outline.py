@@ -24,6 +24,7 @@ __all__ = [
     "MAX_CONTENT_DEPTH",
     "NO_CONTENT",
     "WireBlock",
+    "blocks_too_deep",
     "content_too_deep",
     "of_blocks",
     "of_text",
@@ -48,6 +49,10 @@ class WireBlock(msgspec.Struct, gc=False):
     tool_use_id: Any = None
     text: Any = None
     input: msgspec.Raw = _NOTHING
+    # Taken as raw bytes only to judge nesting without scanning them (a string nests nothing).
+    content: msgspec.Raw = _NOTHING
+    thinking: msgspec.Raw = _NOTHING
+    signature: msgspec.Raw = _NOTHING
 
 
 class _RawMessage(msgspec.Struct, gc=False):
@@ -101,20 +106,48 @@ def too_deep(line: bytes) -> bool:
 
 def content_too_deep(content: msgspec.Raw) -> bool:
     """Whether ``message.content``, as its bytes (valid JSON), nests deeper than
-    :data:`MAX_CONTENT_DEPTH`. Content with fewer opening brackets than the limit cannot (most
-    stops at that count, one pass); the rest is decoded and its containers counted level by
-    level, or, when msgspec refuses it (a lone surrogate escape, a number past a float's
-    range, nesting past its own limit), judged on its bytes (:func:`_bracket_depth`)."""
-    if len(content) <= 2 * MAX_CONTENT_DEPTH:
+    :data:`MAX_CONTENT_DEPTH` (see :func:`_too_deep`)."""
+    return _too_deep(content, MAX_CONTENT_DEPTH)
+
+
+def blocks_too_deep(content: msgspec.Raw, blocks: list[WireBlock]) -> bool:
+    """:func:`content_too_deep` for content that decoded as ``blocks``, judged on what the
+    decode gave where it can: a block's raw fields are judged on their own bytes (two levels
+    in: the list, the block; a string nests nothing), and when the bytes left over (skipped
+    fields, keys, syntax) are too few to nest past the limit, that is all. Otherwise the
+    whole content is judged."""
+    limit = MAX_CONTENT_DEPTH - 2
+    rest = len(content)
+    for block in blocks:
+        rest -= len(block.input) + len(block.content) + len(block.thinking) + len(block.signature)
+        if block.text.__class__ is str:
+            rest -= len(block.text)  # no more characters than its bytes
+    if rest > 2 * limit:
+        return _too_deep(content, MAX_CONTENT_DEPTH)
+    return any(
+        _too_deep(raw, limit)
+        for block in blocks
+        for raw in (block.input, block.content, block.thinking, block.signature)
+        if len(raw) > 2 * limit
+    )
+
+
+def _too_deep(value: msgspec.Raw, limit: int) -> bool:
+    """Whether JSON ``value`` nests deeper than ``limit``. A string cannot, nor can a value
+    with fewer opening brackets than the limit (most stops at that count, one pass); the rest
+    is decoded and its containers counted level by level, or, when msgspec refuses it (a lone
+    surrogate escape, a number past a float's range, nesting past its own limit), judged on
+    its bytes (:func:`_bracket_depth`)."""
+    if len(value) <= 2 * limit or memoryview(value)[0] == _QUOTE:
         return False
-    raw = bytes(memoryview(content))
-    if len(raw.translate(None, _NOT_OPENING)) <= MAX_CONTENT_DEPTH:
+    raw = bytes(memoryview(value))
+    if len(raw.translate(None, _NOT_OPENING)) <= limit:
         return False
     try:
-        value = _any_decoder.decode(raw)
+        decoded = _any_decoder.decode(raw)
     except (msgspec.MsgspecError, RecursionError):
-        return _bracket_depth(raw) > MAX_CONTENT_DEPTH
-    return _nesting_over(value, MAX_CONTENT_DEPTH)
+        return _bracket_depth(raw) > limit
+    return _nesting_over(decoded, limit)
 
 
 _KINDS: Final = {
@@ -171,8 +204,7 @@ def _nesting_over(value: Any, limit: int) -> bool:
 def _bracket_depth(raw: bytes) -> int:
     """The nesting of valid JSON judged on its bytes: strings taken out, then the running
     depth of the brackets left."""
-    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
-    return _depth(brackets) if len(brackets) > 2 * MAX_CONTENT_DEPTH else 0
+    return _depth(_outside_strings(raw).translate(None, _NOT_BRACKETS))
 
 
 def _outside_strings(json: bytes) -> bytes:
@@ -186,6 +218,7 @@ def _outside_strings(json: bytes) -> bytes:
 
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
+_QUOTE: Final = ord('"')
 _STEP: Final = [0] * 256
 _STEP[ord("[")] = _STEP[ord("{")] = 1
 _STEP[ord("]")] = _STEP[ord("}")] = -1

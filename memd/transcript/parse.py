@@ -279,30 +279,36 @@ def _shared(value: str | None) -> str | None:
 def _outline(message: _WireMessage | None, role: Role) -> Outline:
     """The outline of ``message.content`` (see :mod:`memd.transcript.outline`), judged for
     depth on its own bytes (not the whole line's: most of a long line is elsewhere)."""
-    if message is None:
+    if message is None or not message.content:
         return ()
-    value = _blocks(message.content)
+    try:
+        value = _blocks_decoder.decode(message.content)
+    except msgspec.ValidationError:
+        return _other_outline(message.content, role)
     if isinstance(value, str):
         return outline.of_text(value)
-    if outline.content_too_deep(message.content):
+    if not value:
+        return ()
+    if outline.blocks_too_deep(message.content, value):
         raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
-    return outline.of_blocks(value, role) if value else ()
+    return outline.of_blocks(value, role)
 
 
-def _blocks(raw: msgspec.Raw) -> _Blocks:
-    """``message.content`` decoded; a list keeps its object items (as :func:`line_content`
-    does), any other type is no content."""
-    if not raw:
-        return None
+def _other_outline(raw: msgspec.Raw, role: Role) -> Outline:
+    """Content that is neither a string nor a list of objects: a list keeps its object items
+    (as :func:`line_content` does), any other type is no content."""
     try:
-        return _blocks_decoder.decode(raw)
-    except msgspec.ValidationError:
         value = _any_decoder.decode(raw)
+    except msgspec.ValidationError as exc:  # a number past a float's range
+        raise BadLine(f"message.content cannot be decoded: {exc}") from None
+    if outline.content_too_deep(raw):
+        raise BadLine(f"message.content is nested deeper than {MAX_CONTENT_DEPTH} levels")
     if not isinstance(value, list):
-        return None
-    return _blocks_decoder.decode(
+        return ()
+    blocks = _blocks_decoder.decode(
         _encoder.encode([item for item in value if isinstance(item, dict)])
     )
+    return outline.of_blocks(blocks, role) if isinstance(blocks, list) else ()
 
 
 def _user(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) -> UserEntry:
