@@ -259,8 +259,7 @@ def _not_at_line_start(file: BinaryIO, position: TailPosition | None) -> bool:
     rewritten in place (same inode, e.g. deleted and re-created, or copied over)."""
     if position is None or position.offset == 0:
         return False
-    file.seek(position.offset - 1)
-    return file.read(1) != b"\n"
+    return os.pread(file.fileno(), 1, position.offset - 1) != b"\n"
 
 
 class _Scan:
@@ -280,6 +279,7 @@ class _Scan:
         self.skipped = 0
         self.read = 0
         self.eof = False
+        self._rest = b""  # read by resume() past the newline it looked for: the next lines
 
     def resume(self, scanned: int) -> None:
         """Go on looking for the newline of the line at ``consumed`` from ``scanned`` (the
@@ -296,6 +296,7 @@ class _Scan:
             found = block.find(b"\n")
             if found >= 0:
                 self._take(at + found)
+                self._rest = block[found + 1 :]
                 return
             at += len(block)
         self.scanned = at
@@ -312,21 +313,24 @@ class _Scan:
         self.consumed = self.scanned = newline + 1
 
     def read_lines(self) -> None:
-        """Split what follows ``scanned`` (at a line start here) until the cap or the end."""
-        if self.eof or self.read >= self.max_bytes:
+        """Split what follows ``scanned`` (at a line start here) until the cap or the end,
+        starting with what :meth:`resume` read past its newline (not read twice)."""
+        base, block = self.scanned, self._rest
+        self._rest = b""
+        if not block and (self.eof or self.read >= self.max_bytes):
             return
-        base = self.scanned
-        self.file.seek(base)
+        fd, at = self.file.fileno(), base + len(block)
         splitter = LineSplitter(self.max_line_bytes, origin=base)
         while True:
-            block = self.file.read(min(_BLOCK, self.max_bytes - self.read))
+            self._add(splitter.feed_lines(block))
+            if self.read >= self.max_bytes:
+                break
+            block = os.pread(fd, min(_BLOCK, self.max_bytes - self.read), at)
             if not block:
                 self.eof = True
                 break
             self.read += len(block)
-            self._add(splitter.feed_lines(block))
-            if self.read >= self.max_bytes:
-                break
+            at += len(block)
         self.skipped += splitter.skipped
         self.consumed = base + splitter.consumed
         self.scanned = base + splitter.fed
