@@ -138,12 +138,13 @@ class Conversation:
         if entry.is_sidechain and not self.sidechain:
             return
         uuid, kind = entry.uuid, type(entry)
-        if uuid in self._entries or hash(uuid) in self._links:
+        key = hash(uuid)
+        if key in self._links or uuid in self._entries:
             self.duplicates += 1
             return
         if type(entry) is SystemEntry:
             self._note_system(entry)
-        parent = self._parent_of(entry.parent_uuid)
+        parent, resolved = self._parent_of(entry.parent_uuid)
         timestamp = entry.timestamp  # the envelope, noted here: a call less per line
         if timestamp is not None and (
             self.last_timestamp is None or timestamp > self.last_timestamp
@@ -155,26 +156,29 @@ class Conversation:
             self.slug = entry.slug
         if entry.session_id is not None:
             self.session_id = entry.session_id
-        resolved = parent if parent is None else self._links.get(hash(parent), parent)
         if kind is ProgressEntry or kind is AttachmentEntry:
-            self._links[hash(uuid)] = resolved
+            self._links[key] = resolved
             self._leaf = uuid
         else:
-            self._index(self._kept(entry, resolved), parent)
+            self._keep(entry, parent, resolved)
         self._derived = self._chain_only = self._context = None
 
-    def _parent_of(self, parent: str | None) -> str | None:
-        """The parent as kept: the very string of the entry it names (one copy of each
-        uuid), a link's uuid, or, when it names nothing seen yet, the previous entry."""
-        if parent is None:
-            return None
-        known = self._entries.get(parent)
+    def _parent_of(self, named: str | None) -> tuple[str | None, str | None]:
+        """The parent as kept and the entry it leads to. As kept: the very string of the
+        entry it names (one copy of each uuid), a link's uuid, or, when it names nothing seen
+        yet, the previous entry; it leads to itself, or a link to where the link leads."""
+        if named is None:
+            return None, None
+        known = self._entries.get(named)
         if known is not None:
-            return known.uuid
-        if hash(parent) in self._links or self._leaf is None:
-            return parent  # a link, or the file's first entry: a root
+            return known.uuid, known.uuid
+        key = hash(named)
+        if key in self._links:
+            return named, self._links[key]
+        if self._leaf is None:
+            return named, named  # the file's first entry: a root
         self.relinked += 1
-        return self._leaf
+        return self._leaf, self._resolve(self._leaf)
 
     def _resolve(self, uuid: str | None) -> str | None:
         """The entry a link leads to (links lead to entries: one step), else ``uuid``."""
@@ -182,39 +186,52 @@ class Conversation:
             return None
         return self._links.get(hash(uuid), uuid)
 
-    def _kept(self, entry: Entry, parent: str | None) -> Entry:
-        """The entry as kept: its resolved parent; no timestamp, cwd, slug or session id (the
-        conversation notes them, entries need not repeat them); one copy of a response's id
-        and usage for all its lines, and of a tool id for its call and its result."""
+    def _keep(self, entry: Entry, parent: str | None, resolved: str | None) -> None:
+        """Keep and index a user, assistant or system entry. As kept: its resolved parent; no
+        timestamp, cwd, slug or session id (the conversation notes them, entries need not
+        repeat them); one copy of a response's id and usage for all its lines, and of a tool
+        id for its call and its result. A tool result is indexed by the parent it named (a
+        link's uuid stays: the results recovered for a response are those naming one of its
+        lines)."""
+        uuid = entry.uuid
         replace = msgspec.structs.replace
         if type(entry) is AssistantEntry:
             lines = self._response_lines.get(entry.message_id)
-            if lines:
-                first = self._entries[_first(lines)]
-                assert type(first) is AssistantEntry
-                return replace(
-                    entry,
-                    message_id=first.message_id,
-                    usage=first.usage if first.usage == entry.usage else entry.usage,
-                    parent_uuid=parent,
-                    timestamp=None,
-                    cwd=None,
-                    slug=None,
-                    session_id=None,
-                )
-        elif type(entry) is UserEntry and entry.blocks:
-            return replace(
+            first = self._entries[_first(lines)] if lines else entry
+            assert type(first) is AssistantEntry
+            kept: Entry = replace(
                 entry,
-                blocks=self._shared_ids(entry.blocks, parent),
-                parent_uuid=parent,
+                message_id=first.message_id,
+                usage=first.usage if first.usage == entry.usage else entry.usage,
+                parent_uuid=resolved,
                 timestamp=None,
                 cwd=None,
                 slug=None,
                 session_id=None,
             )
-        return replace(
-            entry, parent_uuid=parent, timestamp=None, cwd=None, slug=None, session_id=None
-        )
+            _append(self._response_lines, first.message_id, uuid)
+        elif type(entry) is UserEntry and entry.blocks:
+            kept = replace(
+                entry,
+                blocks=self._shared_ids(entry.blocks, resolved),
+                parent_uuid=resolved,
+                timestamp=None,
+                cwd=None,
+                slug=None,
+                session_id=None,
+            )
+        else:
+            kept = replace(
+                entry, parent_uuid=resolved, timestamp=None, cwd=None, slug=None, session_id=None
+            )
+        self._entries[uuid] = kept
+        self._leaf = uuid
+        if (
+            type(kept) is UserEntry
+            and parent in self._entries  # results are looked up by response lines
+            and kept.tool_result_ids
+        ):
+            _append(self._results_by_parent, parent or "", uuid)
 
     def _shared_ids(self, blocks: Outline, parent: str | None) -> Outline:
         """A result's tool id as the very string of the call it answers (in the line it
@@ -284,21 +301,6 @@ class Conversation:
                 context_before=self.context(),
             )
             self._boundaries.append(boundary)
-
-    def _index(self, entry: Entry, named_parent: str | None) -> None:
-        """Index a kept entry; ``named_parent`` is the parent it named (a link's uuid stays:
-        the tool results recovered for a response are those naming one of its lines)."""
-        uuid = entry.uuid
-        self._entries[uuid] = entry
-        self._leaf = uuid
-        if type(entry) is AssistantEntry:
-            _append(self._response_lines, entry.message_id, uuid)
-        elif (
-            type(entry) is UserEntry
-            and named_parent in self._entries  # results are looked up by response lines
-            and entry.tool_result_ids
-        ):
-            _append(self._results_by_parent, named_parent or "", uuid)
 
     # -- the active chain --------------------------------------------------------------------
 
