@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 from memd.transcript.model import AssistantEntry, Block, BlockRef, Content, Entry, UserEntry
 
 Role = Literal["user", "assistant"]
@@ -61,9 +63,9 @@ class ApiMessage:
         return {"role": self.role, "content": list(self.content)}
 
 
-@dataclass(frozen=True)
-class OutlineMessage:
-    """One API message before its content is read: its role, blocks and lines."""
+class OutlineMessage(msgspec.Struct, frozen=True):
+    """One API message before its content is read: its role, blocks and lines (a struct: a
+    build makes one per message, and a frozen dataclass's init costs a call per field)."""
 
     role: Role
     parts: tuple[Part, ...]
@@ -134,7 +136,7 @@ def _ident(part: Part) -> str | None:
     return part[1][2]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Draft:
     role: Role
     blocks: list[Part]
@@ -369,4 +371,5 @@ def _clean(block: Block) -> Block:
 
 
 def _nonblank(text: object) -> bool:
-    return isinstance(text, str) and text.strip() != ""
+    """Not empty nor all whitespace (as ``text.strip() != ""``, without copying the text)."""
+    return isinstance(text, str) and text != "" and not text.isspace()

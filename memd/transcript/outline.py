@@ -165,7 +165,8 @@ _KINDS: Final = {
 
 
 def _nonblank(text: object) -> bool:
-    return isinstance(text, str) and text.strip() != ""
+    """Not empty nor all whitespace (as ``text.strip() != ""``, without copying the text)."""
+    return isinstance(text, str) and text != "" and not text.isspace()
 
 
 _refs: dict[BlockRef, BlockRef] = {}
