@@ -357,7 +357,7 @@ _SIBLINGS = ["", r'"[{\\\"]"', r'"\\"', "[]", '{"k":"]]"}', "1e999", r'"\ud83d"'
 @st.composite
 def _nested_json(draw: st.DrawFn) -> str:
     text: str = draw(st.sampled_from(["0", '"x"', "[]", "{}"]))
-    for _ in range(draw(st.integers(min_value=96, max_value=102))):
+    for _ in range(draw(st.integers(min_value=96, max_value=100))):
         sibling = draw(st.sampled_from(_SIBLINGS))
         if draw(st.booleans()):
             text = '{"k":' + text + (',"s":' + sibling if sibling else "") + "}"
@@ -383,16 +383,16 @@ _BLOCKS = [  # where the nested value sits: a field the decode skips, or one it 
 ]
 
 
-@settings(deadline=None, max_examples=200)
-@given(nested=_nested_json(), block=st.sampled_from(_BLOCKS), before=st.booleans())
+@settings(deadline=None, max_examples=300)
+@given(nested=_nested_json(), block=st.sampled_from(_BLOCKS), before=st.sampled_from([0, 6, 6000]))
 def test_content_depth_is_judged_as_the_json_nests_whatever_surrounds_it(
-    nested: str, block: str, before: bool
+    nested: str, block: str, before: int
 ) -> None:
     """The depth limit counts nesting as the JSON has it (json.loads, recursively), wherever
     it sits in a block, also when strings hold brackets and escapes and when msgspec cannot
     decode the content."""
     assume(not ("1e999" in nested and '"text":%s' in block))  # a text memd cannot decode
-    other = '{"type":"text","text":"before"},' if before else ""
+    other = '{"type":"text","text":"' + "x" * before + '"},' if before else ""  # 6000: KiBs
     content = "[" + other + block.replace("%s", nested) + "]"
     line = b'{"type":"assistant","uuid":"u","message":{"content":%s}}' % content.encode()
     if _nesting(json.loads(content)) > 100:

@@ -115,20 +115,25 @@ def blocks_too_deep(content: msgspec.Raw, blocks: list[WireBlock]) -> bool:
     decode gave where it can: a block's raw fields are judged on their own bytes (two levels
     in: the list, the block; a string nests nothing), and when the bytes left over (skipped
     fields, keys, syntax) are too few to nest past the limit, that is all. Otherwise the
-    whole content is judged."""
+    whole content is judged, as is content of a few KiB (one pass in C costs less than a
+    look at each block)."""
+    if len(content) < _SCAN_BELOW:
+        return _too_deep(content, MAX_CONTENT_DEPTH)
     limit = MAX_CONTENT_DEPTH - 2
     rest = len(content)
+    raws = False  # a raw field long enough to nest past the limit
     for block in blocks:
-        rest -= len(block.input) + len(block.content) + len(block.thinking) + len(block.signature)
+        sizes = len(block.input), len(block.content), len(block.thinking), len(block.signature)
+        rest -= sum(sizes)
+        raws = raws or max(sizes) > 2 * limit
         if block.text.__class__ is str:
             rest -= len(block.text)  # no more characters than its bytes
     if rest > 2 * limit:
         return _too_deep(content, MAX_CONTENT_DEPTH)
-    return any(
+    return raws and any(
         _too_deep(raw, limit)
         for block in blocks
         for raw in (block.input, block.content, block.thinking, block.signature)
-        if len(raw) > 2 * limit
     )
 
 
@@ -220,6 +225,7 @@ def _outside_strings(json: bytes) -> bytes:
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
 _QUOTE: Final = ord('"')
+_SCAN_BELOW: Final = 4096
 _STEP: Final = [0] * 256
 _STEP[ord("[")] = _STEP[ord("{")] = 1
 _STEP[ord("]")] = _STEP[ord("}")] = -1
