@@ -67,7 +67,7 @@ class UserEntry(_Envelope, frozen=True, kw_only=True, gc=False):
     def tool_result_ids(self) -> tuple[str, ...]:
         """The tool_use ids this line answers."""
         return tuple(
-            ref[2] for ref in self.blocks if ref[1] == "tool_result" and ref[2] is not None
+            [ref[2] for ref in self.blocks if ref[1] == "tool_result" and ref[2] is not None]
         )
 
 
@@ -82,7 +82,7 @@ class AssistantEntry(_Envelope, frozen=True, kw_only=True, gc=False):
     @property
     def tool_use_ids(self) -> tuple[str, ...]:
         """The ids of the tool calls in this line."""
-        return tuple(ref[2] for ref in self.blocks if ref[1] == "tool_use" and ref[2] is not None)
+        return tuple([ref[2] for ref in self.blocks if ref[1] == "tool_use" and ref[2] is not None])
 
     @property
     def synthetic(self) -> bool:
