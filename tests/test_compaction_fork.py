@@ -116,6 +116,32 @@ def test_a_line_claude_code_wrote_with_a_lone_surrogate_is_written_back_escaped(
     assert encode_line({"t": "é"}) == '{"t":"é"}'.encode()
 
 
+def test_a_number_past_a_floats_range_is_written_back_as_claude_code_would_not_infinity(
+    tmp_path: Path,
+) -> None:
+    """JSON allows ``1e999`` in a tool's input; Claude Code reads it as Infinity and writes
+    null. The fork reads such a kept line back (it used to be refused, a "changed" transcript
+    on every try) and writes JSON: no ``Infinity``, which no JSON reader takes."""
+    lines = CORPUS[0].read_bytes().splitlines()
+    last = max(i for i, line in enumerate(lines) if b'"type":"tool_use"' in line)
+    lines[last] = lines[last].replace(b'"input":{', b'"input":{"huge":1e999,', 1)
+    source = tmp_path / "huge.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    _, plan = fork_of(source, 0.3)
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    written = [json.loads(line, parse_constant=refuse) for line in plan.fork.data.splitlines()]
+    inputs = [
+        block["input"]
+        for line in written
+        for block in (line.get("message") or {}).get("content") or []
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+    assert {"huge": None}.items() <= next(i for i in inputs if "huge" in i).items()
+
+
 def test_the_new_file_is_owner_only_and_never_written_over_an_existing_one(
     tmp_path: Path,
 ) -> None:

@@ -492,3 +492,61 @@ def test_any_integer_is_a_figure_in_range_or_a_bad_line(
         return
     assert 0 <= value <= MAX
     assert entry is not None
+
+
+# JSON text whose values include what msgspec cannot hold but JSON allows (numbers past a
+# float's range, integers past 64 bits) and escapes Python cannot encode (lone surrogates).
+_json_numbers = st.sampled_from(
+    [b"1e999", b"-2E+400", b"1e-999", b"0", b"-0.5", b"1" + b"0" * 30, b"18446744073709551616"]
+)
+_json_strings = st.sampled_from([b'"x"', b'"\\ud800"', b'"\\udc00\\ud83d"', b'""', b'"{[\\""'])
+_json_values = st.recursive(
+    _json_numbers | _json_strings | st.sampled_from([b"null", b"true", b"[]", b"{}"]),
+    lambda inner: (
+        st.lists(inner, max_size=3).map(lambda items: b"[" + b",".join(items) + b"]")
+        | st.lists(st.tuples(st.sampled_from([b"a", b"n", b"text"]), inner), max_size=3).map(
+            lambda pairs: b"{" + b",".join(b'"%s":%s' % pair for pair in pairs) + b"}"
+        )
+    ),
+    max_leaves=8,
+)
+_blocks = st.sampled_from(
+    [
+        b'{"type":"text","text":"t","extra":%s}',
+        b'{"type":"tool_use","id":"t1","name":"Bash","input":{"cmd":%s}}',
+        b'{"type":"tool_result","tool_use_id":"t1","content":%s}',
+        b'{"type":"thinking","thinking":"th","signature":"s","more":%s}',
+        b"%s",
+    ]
+)
+
+
+@given(
+    st.lists(st.tuples(_blocks, _json_values), max_size=4),
+    _json_values,
+    st.sampled_from([b"user", b"assistant"]),
+)
+def test_a_line_the_parser_accepts_is_never_refused_when_read_back(
+    blocks: list[tuple[bytes, bytes]], elsewhere: bytes, kind: bytes
+) -> None:
+    """Whatever the values in a content block's fields (a number past a float's range in a
+    tool's input, as JSON allows), a line parse_line accepts reads back with line_content,
+    its blocks where the outline says: else every read of the session (a compaction, notes)
+    rebuilt it from the start and failed again. Nothing read back holds an Infinity."""
+    content = b"[" + b",".join(block % value for block, value in blocks) + b"]"
+    line = b'{"type":"%s","uuid":"u","extra":%s,"message":{"role":"%s","content":%s}}' % (
+        kind,
+        elsewhere,
+        kind,
+        content,
+    )
+    try:
+        entry = parse_line(line)
+    except BadLine:
+        return
+    assert isinstance(entry, UserEntry | AssistantEntry)
+    uuid, read_back = line_content(line)
+    assert uuid == "u"
+    for index, block_kind, _, _ in entry.blocks:
+        assert read_back[index]["type"] == block_kind
+    assert "Infinity" not in json.dumps(read_back)

@@ -12,7 +12,6 @@ file that exists; the folder is held by a descriptor opened without following a 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import uuid
@@ -34,6 +33,7 @@ from memd.tokens import estimate_content
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.model import Entry
+from memd.transcript.parse import loads_as_the_agent
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,8 @@ def read_lines(conv: Conversation, entries: Sequence[Entry]) -> dict[str, Line]:
     out: dict[str, Line] = {}
     for entry in entries:
         try:
-            line = json.loads(by_offset[entry.at])
-        except (KeyError, ValueError, RecursionError):
+            line = loads_as_the_agent(by_offset[entry.at])  # never an Infinity to write
+        except (KeyError, ValueError, RecursionError):  # BadLine is a ValueError
             raise TranscriptChanged(f"the line of {entry.uuid} can no longer be read") from None
         if not isinstance(line, dict) or line.get("uuid") != entry.uuid:
             raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")

@@ -21,6 +21,8 @@ line: it becomes U+FFFD.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -44,7 +46,14 @@ from memd.transcript.model import (
 )
 from memd.transcript.outline import MAX_CONTENT_DEPTH, NO_CONTENT, WireBlock
 
-__all__ = ["MAX_CONTENT_DEPTH", "BadLine", "line_content", "parse_kind", "parse_line"]
+__all__ = [
+    "MAX_CONTENT_DEPTH",
+    "BadLine",
+    "line_content",
+    "loads_as_the_agent",
+    "parse_kind",
+    "parse_line",
+]
 
 
 class BadLine(ValueError):
@@ -184,15 +193,46 @@ def _decode(
     while True:
         try:
             return decoder.decode(line), line
-        except msgspec.ValidationError:
+        except msgspec.ValidationError:  # a value of another type, or past a float's range
+            line = replace_lone_surrogates(line) or line
             return lenient(line), line
         except msgspec.DecodeError as exc:
             if not line.strip():
                 return None
+            if _OUT_OF_RANGE in str(exc):  # valid JSON a JavaScript agent reads: so do we
+                line = replace_lone_surrogates(line) or line
+                return lenient(line), line
             repaired = replace_lone_surrogates(line)
             if repaired is None:
                 raise BadLine(f"not valid JSON: {exc}") from None
             line = repaired
+
+
+# msgspec's word for a number past a float's range (``1e999``): valid JSON, which a JavaScript
+# agent reads as Infinity and writes back (and sends to its model) as null.
+_OUT_OF_RANGE: Final = "Number out of range"
+
+
+def loads_as_the_agent(line: bytes) -> Any:
+    """``line``'s JSON as an agent written in JavaScript reads and passes it on: a number past
+    a float's range is ``None`` (what ``JSON.stringify`` makes of Infinity), so that what
+    parsing accepted is never refused when the line is read back, and nothing memd writes
+    holds ``Infinity`` (not JSON). Raises :class:`BadLine` for what is not JSON;
+    ``RecursionError`` for nesting past Python's limit."""
+    text = replace_lone_surrogates(line) or line
+    try:
+        return json.loads(text, parse_float=_finite_or_none, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise BadLine(f"not valid JSON: {exc}") from None
+
+
+def _finite_or_none(literal: str) -> float | None:
+    number = float(literal)
+    return number if math.isfinite(number) else None
+
+
+def _no_constant(literal: str) -> None:
+    raise ValueError(f"{literal} is not JSON")
 
 
 _ESCAPE: Final = re.compile(rb"(\\+)u([dD][89a-fA-F][0-9a-fA-F]{2})")
@@ -391,7 +431,9 @@ def _repaired(line: bytes, struct: type[msgspec.Struct]) -> dict[str, Any]:
     try:
         value = _any_decoder.decode(line)
     except msgspec.DecodeError as exc:
-        raise BadLine(f"not valid JSON: {exc}") from None
+        if _OUT_OF_RANGE not in str(exc):
+            raise BadLine(f"not valid JSON: {exc}") from None
+        value = loads_as_the_agent(line)
     if not isinstance(value, dict):
         raise BadLine(f"not a JSON object but {type(value).__name__}")
     return _repair(value, struct)
