@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
+from memd.daemon.gc_pauses import freeze_loaded
 from memd.errors import MemdError, StartupError
 from memd.tokens import load_soon
 
@@ -90,6 +91,8 @@ async def _background(daemon: Background) -> None:
     # kept the first requests waiting for it (~140 ms).
     from memd.llm.ledger import run_ledger_flusher
 
+    freeze_loaded("features loaded")
+
     async with anyio.create_task_group() as tg:
         for _ in range(INGEST_WORKERS):
             tg.start_soon(_run_ingest, daemon)
@@ -102,7 +105,7 @@ async def _background(daemon: Background) -> None:
         tg.start_soon(_run_state_flusher, daemon)
         tg.start_soon(_run_startup_scan, daemon)
         tg.start_soon(_run_maintenance, daemon)
-        tg.start_soon(daemon.open_model)  # the SDK import: after the daemon serves
+        tg.start_soon(_open_model, daemon)  # the SDK import: after the daemon serves
         tg.start_soon(_run_model_jobs, daemon)
         await tg.start(
             run_ledger_flusher,
@@ -112,6 +115,11 @@ async def _background(daemon: Background) -> None:
         )
         if daemon.notifier.watchdog_interval:
             tg.start_soon(_run_watchdog, daemon)
+
+
+async def _open_model(daemon: Background) -> None:
+    await daemon.open_model()
+    freeze_loaded("model client opened")  # the SDK's objects, loaded once for good
 
 
 async def _run_model_jobs(daemon: Background) -> None:
