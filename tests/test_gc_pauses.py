@@ -20,8 +20,10 @@ def test_the_loaded_daemon_keeps_its_code_out_of_full_collections(tmp_path: Path
         proc = start_memd(home)
         try:
             found = wait_for(
-                lambda: call(home, "status")["daemon"]["gc"]["frozen"] > 10_000
-                and call(home, "status")["daemon"]["gc"],
+                lambda: (
+                    call(home, "status")["daemon"]["gc"]["frozen"] > 10_000
+                    and call(home, "status")["daemon"]["gc"]
+                ),
                 timeout=60,
                 what="the features' objects to be frozen",
             )
