@@ -89,7 +89,7 @@ budget:
 # What differs between two processes whatever they do: the process, the clock, what this one
 # happens to hold in memory.
 VOLATILE = re.compile(
-    r"daemon\.(pid|started_at|uptime_s|rss_bytes|reloads|last_reload)\b"
+    r"daemon\.(pid|started_at|uptime_s|rss_bytes|gc|reloads|last_reload)\b"
     r"|(guard|usage)\.at$|pipeline\.last_progress_at$|ingest\.(in_memory|bytes_rehydrated)$"
 )
 
