@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import memd_client
 from memd.memory.hook_context import hook_stdout
+from memd.memory.paths import memory_dir
 from memd_client import hook
 from memd_client.hooks_install import (
     HOOK_CODE,
@@ -28,6 +29,7 @@ from memd_client.hooks_install import (
     uninstall_hooks,
     waited_for,
 )
+from tests.daemon_harness import fake_home, start_memd, stop_memd
 
 EVENTS = [
     {"hook_event_name": "SessionStart", "source": "startup", "session_id": "s", "cwd": "/x"},
@@ -279,6 +281,46 @@ def test_the_hook_command_names_its_paths_whatever_they_hold(folder: str, name: 
     parsed = parse_memd_hook(command)
     assert parsed is not None and parsed.form == "interpreter"
     assert (parsed.program, parsed.module_file) == (python, hook_file)
+
+
+def loaded_modules(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[set[str], bytes]:
+    """The modules ``argv`` (an interpreter and its arguments) imports, by ``-X importtime``,
+    and what it printed."""
+    done = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]], input=stdin, env=env, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.decode().splitlines()
+    return {line.rsplit("|", 1)[1].strip() for line in lines[1:]}, done.stdout
+
+
+def test_the_registered_command_loads_the_hook_and_a_socket_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """Claude Code waits for the registered command on every prompt: past what the
+    interpreter loads to start (``-I -S``), it loads the hook, its package and ``_socket``,
+    nothing else (``os`` was a sixth of the start, ``__future__`` a few percent more), and
+    a real daemon's recalled memory still comes back."""
+    with fake_home(tmp_path) as home:
+        project = tmp_path / "proj"
+        folder = memory_dir(home.projects, project)
+        folder.mkdir(parents=True)
+        (folder / "deploy.md").write_text(
+            "---\nname: deploy\ndescription: how deploys work\nmetadata:\n  type: project\n"
+            "---\n\nDeploys go through scripts/bg-deploy.sh.\n"
+        )
+        (folder / "MEMORY.md").write_text("- [deploy](deploy.md) — how deploys work\n")
+        command = shlex.split(hook_command(sys.executable, hook.__file__))
+        prompt = {"hook_event_name": "UserPromptSubmit", "session_id": "s", "cwd": str(project)}
+        prompt["prompt"] = "how do we deploy?"
+        daemon = start_memd(home)
+        try:
+            loaded, out = loaded_modules(command, json.dumps(prompt).encode(), home.env)
+        finally:
+            stop_memd(daemon)
+        start, _ = loaded_modules([sys.executable, "-I", "-S", "-c", "pass"], b"", home.env)
+    assert b"scripts/bg-deploy.sh" in out
+    assert loaded - start == {"memd_client", "memd_client.hook", "_socket"}
 
 
 @pytest.mark.parametrize("shell", ["bash", "sh"])

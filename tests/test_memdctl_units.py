@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import plistlib
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -26,7 +27,13 @@ from memd_client.cli_base import Ctx
 from memd_client.cli_daemon import extraction_failure, project_params
 from memd_client.cli_doctor import Facts, check_hooks, check_writes
 from memd_client.cli_top import screen_lines
-from memd_client.hooks_install import MATCHERS, hook_command, install_hooks, uninstall_hooks
+from memd_client.hooks_install import (
+    HOOK_CODE,
+    MATCHERS,
+    hook_command,
+    install_hooks,
+    uninstall_hooks,
+)
 from memd_client.render import render_session, render_sessions
 from memd_client.render_status import render_status
 from memd_client.textfmt import ago, table, unique_prefixes
@@ -416,6 +423,30 @@ def test_doctor_names_an_older_install_that_claude_code_waits_for(tmp_path: Path
     waited = check_hooks(facts)
     assert waited.verdict == "warn" and "waits for memd's Stop and SessionEnd hook" in waited.detail
     install_hooks(settings, new)
+    assert check_hooks(facts).verdict == "ok"
+
+
+# What install-hooks registered before the hook left out ``os`` and the interpreter's teardown.
+OLDER_HOOK_CODE = (
+    "import sys, os.path as p; sys.path.insert(0, p.dirname(p.dirname(sys.argv[1]))); "
+    "from memd_client.hook import main; sys.exit(main())"
+)
+
+
+def test_doctor_names_the_hook_code_install_hooks_wrote_before(tmp_path: Path) -> None:
+    """A hook registered with the code install-hooks wrote before (it imported ``os`` and
+    tore the interpreter down: a third more of the hook's work, on every prompt) still
+    runs, and the doctor says install-hooks replaces it."""
+    settings = tmp_path / "settings.json"
+    new = hook_command(sys.executable, memd_client.hook.__file__)
+    old = new.replace(shlex.quote(HOOK_CODE), shlex.quote(OLDER_HOOK_CODE))
+    assert old != new
+    install_hooks(settings, old)
+    facts = Facts({}, tmp_path, settings=settings)
+    older = check_hooks(facts)
+    assert (older.verdict, older.fix) == ("warn", "run `memdctl install-hooks`: it replaces it")
+    assert "interpreter, older code" in older.detail
+    assert install_hooks(settings, new) != [f"memd hooks already present in {settings}"]
     assert check_hooks(facts).verdict == "ok"
 
 

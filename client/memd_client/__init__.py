@@ -1,10 +1,9 @@
 """Thin client for the memd daemon. Imports only msgpack and the standard library.
 
 The names below are loaded on first use, so ``memd_client.hook`` (run on every prompt)
-does not pay for the full client's imports.
+does not pay for the full client's imports (nor for ``__future__``: the annotations below
+are plain names).
 """
-
-from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing's: importing typing would slow down every hook
 if TYPE_CHECKING:

@@ -22,27 +22,28 @@ its context. So that a failure is not silent, it then leaves a few lines beside 
 which ``memdctl doctor`` and ``memdctl top`` show. Nothing is written when the hook works.
 
 It runs on every prompt, so it starts as fast as Python itself: the JSON is parsed by the
-daemon, and the import graph is ``os``, ``sys`` and ``_socket`` — no ``pathlib``,
-``socket``, ``json``, ``typing``, not even ``msgpack`` (whose ``datetime`` import alone costs
-more than the rest): the one request frame and the reply are coded by the small msgpack
-subset below (:func:`pack`, :func:`unpack`; the reply may use any msgpack type but ext).
-``python -X importtime -m memd_client.hook`` shows it; ``bench/hook.py --regular`` measures
-it in a regular install.
+daemon, and the import graph is ``posix``, ``sys`` (both built in) and ``_socket`` — not even
+``os`` (whose ``_collections_abc`` and the environment's decoding cost a sixth of the
+interpreter's start), no ``pathlib``, ``socket``, ``json``, ``typing``, ``__future__``, nor
+``msgpack`` (whose ``datetime`` import alone costs more than the rest): the one request frame
+and the reply are coded by the small msgpack subset below (:func:`pack`, :func:`unpack`; the
+reply may use any msgpack type but ext). ``python -X importtime -m memd_client.hook`` shows
+it; ``bench/hook.py --regular`` measures it in a regular install.
 
-``memdctl install-hooks`` registers it as ``<python> -I -c '…from memd_client.hook import
-main…' <…>/memd_client/hook.py`` (:func:`memd_client.hooks_install.hook_command`): no
-console-script launcher (which imports ``re``), and the module's cached bytecode rather than
-a compile of this file on every run. The ``memd-hook`` console script stays for hand-written
-settings. The module needs nothing else from ``memd_client``, so it also runs as a script
-(``python …/memd_client/hook.py``; no file beside it shadows a standard-library module).
+``memdctl install-hooks`` registers it as ``<python> -I -S -c '…from memd_client.hook import
+main; main(exit_at_once=True)' <…>/memd_client/hook.py``
+(:func:`memd_client.hooks_install.hook_command`): no console-script launcher (which imports
+``re``), the module's cached bytecode rather than a compile of this file on every run, and an
+exit that skips the interpreter's teardown (a fifth of the process; nothing is left to
+flush or close by then). The ``memd-hook`` console script stays for hand-written settings.
+The module needs nothing else from ``memd_client``, so it also runs as a script (``python
+…/memd_client/hook.py``; no file beside it shadows a standard-library module).
 """
 
-from __future__ import annotations
-
-import os
+import posix
 import sys
 
-Env = dict[str, str] | os._Environ[str]  # both are Mappings; no typing import needed
+Env = dict[str, str]
 
 FORWARDED_ENV = (
     "CLAUDE_CODE_DISABLE_AUTO_MEMORY",
@@ -84,16 +85,16 @@ def socket_path(env: Env) -> str:
     """The daemon's socket, as :func:`memd_client.paths.socket_path` finds it (a copy: the
     hook imports nothing it can do without)."""
     if env.get("MEMD_SOCKET"):
-        return os.path.expanduser(env["MEMD_SOCKET"])
+        return _expanduser(env["MEMD_SOCKET"])
     if env.get("MEMD_RUNTIME_DIR"):
-        return os.path.join(os.path.expanduser(env["MEMD_RUNTIME_DIR"]), "memd.sock")
-    uid = os.getuid()
+        return _join(_expanduser(env["MEMD_RUNTIME_DIR"]), "memd.sock")
+    uid = posix.getuid()
     candidates = [f"{RUN_USER}/{uid}/memd", f"/tmp/memd-{uid}"]
     if env.get("XDG_RUNTIME_DIR"):
-        candidates.insert(0, os.path.join(env["XDG_RUNTIME_DIR"], "memd"))
+        candidates.insert(0, _join(env["XDG_RUNTIME_DIR"], "memd"))
     for folder in candidates:
         try:
-            info, sock = os.lstat(folder), os.lstat(os.path.join(folder, "memd.sock"))
+            info, sock = posix.lstat(folder), posix.lstat(_join(folder, "memd.sock"))
         except OSError:
             continue
         if (
@@ -102,10 +103,30 @@ def socket_path(env: Env) -> str:
             and info.st_uid == uid
             and not info.st_mode & 0o022  # that no one else can write
         ):
-            return os.path.join(folder, "memd.sock")
-    return os.path.join(
-        candidates[0] if env.get("XDG_RUNTIME_DIR") else candidates[-1], "memd.sock"
-    )
+            return _join(folder, "memd.sock")
+    return _join(candidates[0] if env.get("XDG_RUNTIME_DIR") else candidates[-1], "memd.sock")
+
+
+def _join(folder: str, name: str) -> str:
+    """``os.path.join(folder, name)`` for a relative ``name``."""
+    return folder + name if not folder or folder.endswith("/") else f"{folder}/{name}"
+
+
+def _expanduser(path: str) -> str:
+    """``os.path.expanduser``, which imports ``os``: only for a path that starts with ``~``."""
+    if not path.startswith("~"):
+        return path
+    import posixpath
+
+    return posixpath.expanduser(path)
+
+
+def environ() -> Env:
+    """The process's environment as ``os.environ`` decodes it (UTF-8, surrogateescape)."""
+    return {
+        k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
+        for k, v in posix.environ.items()
+    }
 
 
 def request(stdin: bytes, env: Env, agent: str = "") -> bytes:
@@ -278,16 +299,23 @@ def run(stdin: bytes, env: Env, agent: str = "") -> str | None:
     return _stdout(reply)
 
 
-def main() -> int:
-    stdin = b""
+def main(exit_at_once: bool = False) -> int:
+    """Run the hook on stdin; 0 (it fails open). ``exit_at_once``: end the process here,
+    without the interpreter's teardown (the registered command, whose process ends anyway)."""
+    stdin, env = b"", environ()
     try:
         stdin = sys.stdin.buffer.read(MAX_STDIN_BYTES)
-        out = run(stdin, os.environ, agent_of(sys.argv))
+        out = run(stdin, env, agent_of(sys.argv))
     except BaseException as exc:  # noqa: BLE001 - fail open: the agent must never see a hook error
-        note_failed_open(os.environ, stdin, exc)
-        return 0
-    if out:
-        sys.stdout.write(out + "\n")
+        note_failed_open(env, stdin, exc)
+        out = None
+    try:
+        if out:
+            sys.stdout.write(out + "\n")
+            sys.stdout.flush()
+    finally:
+        if exit_at_once:
+            posix._exit(0)
     return 0
 
 
@@ -316,20 +344,24 @@ def note_failed_open(env: Env, stdin: bytes, exc: BaseException) -> None:
     own that nobody else may enter (the runtime dir memd makes), through a new owner-only
     file renamed over the last record. Never raises; a local file, so it does not wait."""
     try:
-        where = os.path.dirname(socket_path(env))
+        import posixpath
+
+        where = posixpath.dirname(socket_path(env))
         if not where.startswith("/"):
             return  # a relative socket names no folder of memd's
-        folder = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = posix.open(
+            where, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW | posix.O_CLOEXEC
+        )
     except BaseException:  # noqa: BLE001 - no folder (memd never ran): nowhere to say it
         return
     try:
-        info = os.fstat(folder)
-        if info.st_uid == os.getuid() and not info.st_mode & 0o077:
+        info = posix.fstat(folder)
+        if info.st_uid == posix.getuid() and not info.st_mode & 0o077:
             _write_record(folder, _record(folder, env, stdin, exc))
     except BaseException:  # noqa: BLE001 - failing open must not fail
         pass
     finally:
-        os.close(folder)
+        posix.close(folder)
 
 
 def _record(folder: int, env: Env, stdin: bytes, exc: BaseException) -> bytes:
@@ -361,35 +393,35 @@ def _record(folder: int, env: Env, stdin: bytes, exc: BaseException) -> bytes:
 
 
 def _last_record(folder: int) -> list[str]:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags = posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK | posix.O_CLOEXEC
     try:
-        fd = os.open(FAILED_OPEN_FILE, flags, dir_fd=folder)
+        fd = posix.open(FAILED_OPEN_FILE, flags, dir_fd=folder)
     except OSError:
         return []
     try:
-        return os.read(fd, 1024).decode("utf-8", "replace").split("\n")
+        return posix.read(fd, 1024).decode("utf-8", "replace").split("\n")
     except OSError:
         return []
     finally:
-        os.close(fd)
+        posix.close(fd)
 
 
 def _write_record(folder: int, data: bytes) -> None:
-    temp = f".{FAILED_OPEN_FILE}.{os.getpid()}"
+    temp = f".{FAILED_OPEN_FILE}.{posix.getpid()}"
     try:
-        os.unlink(temp, dir_fd=folder)  # left by a hook that was killed, with this pid
+        posix.unlink(temp, dir_fd=folder)  # left by a hook that was killed, with this pid
     except OSError:
         pass
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(temp, flags, 0o600, dir_fd=folder)
+    flags = posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC
+    fd = posix.open(temp, flags, 0o600, dir_fd=folder)
     try:
-        os.write(fd, data)
+        posix.write(fd, data)
     finally:
-        os.close(fd)
+        posix.close(fd)
     try:
-        os.rename(temp, FAILED_OPEN_FILE, src_dir_fd=folder, dst_dir_fd=folder)
+        posix.rename(temp, FAILED_OPEN_FILE, src_dir_fd=folder, dst_dir_fd=folder)
     except OSError:
-        os.unlink(temp, dir_fd=folder)
+        posix.unlink(temp, dir_fd=folder)
         raise
 
 

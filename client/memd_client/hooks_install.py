@@ -135,9 +135,12 @@ AGENT_HOOKS = {spec.agent: spec for spec in (CLAUDE_HOOKS, CODEX_HOOKS, GEMINI_H
 # an ordinary shell-quoted argument and never has to be escaped inside Python source. ``-S``:
 # no ``site`` (the hook needs no site-packages but its own, put on sys.path here), whose
 # ``.pth`` files (editable installs, setuptools' hack) cost more than the rest of the start.
+# The parent dir is cut from the path by hand (``os.path`` would import ``os``, a sixth of the
+# start), and the hook ends its process without the interpreter's teardown (a fifth of it):
+# BENCHMARKS.md, issue 25.
 HOOK_CODE = (
-    "import sys, os.path as p; sys.path.insert(0, p.dirname(p.dirname(sys.argv[1]))); "
-    "from memd_client.hook import main; sys.exit(main())"
+    "import sys; sys.path.insert(0, sys.argv[1].rsplit('/', 2)[0] or '/'); "
+    "from memd_client.hook import main; main(exit_at_once=True)"
 )
 HOOK_MODULE = "memd_client.hook"
 HOOK_FILE_TAIL = ("memd_client", "hook.py")
@@ -159,8 +162,9 @@ class MemdHook:
 
     program: str
     module_file: str | None
-    # "interpreter" (what install-hooks writes), "interpreter with site" (the same before
-    # ``-S``), "script", "module", "console script"
+    # "interpreter" (what install-hooks writes), "interpreter, older code" (before the
+    # hook skipped ``os`` and the teardown), "interpreter with site" (before ``-S``),
+    # "script", "module", "console script"
     form: str
     agent: str = "claude"  # the agent the command names (its last argument)
 
@@ -178,7 +182,9 @@ def parse_memd_hook(command: object) -> MemdHook | None:
         return MemdHook(program, None, "console script", agent)
     if _after(args, "-c")[:1] and f"from {HOOK_MODULE} import main" in _after(args, "-c")[0]:
         file = _after(args, "-c")[1:2]
-        form = "interpreter" if "-S" in args[: args.index("-c")] else "interpreter with site"
+        form = "interpreter" if _after(args, "-c")[0] == HOOK_CODE else "interpreter, older code"
+        if "-S" not in args[: args.index("-c")]:
+            form = "interpreter with site"
         return MemdHook(program, file[0] if file else None, form, agent)
     if _after(args, "-m")[:1] == [HOOK_MODULE]:
         return MemdHook(program, None, "module", agent)
