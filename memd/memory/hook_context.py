@@ -56,6 +56,7 @@ from typing import Any
 from memd.config import Config
 from memd.memory.claude_code import FORWARDED_ENV
 from memd.memory.freshness import RECALL_CAVEAT
+from memd.memory.location import Location
 from memd.memory.service import MemoryService
 from memd.memory.session_context import INDEX_MARK, NOTES_MARK, RECALL_MARK, SessionContext
 from memd.privacy import scrub_text
@@ -295,15 +296,22 @@ async def _session_start(
     return fitted.text or None
 
 
-async def _index(record: SessionContext, cwd: str, service: MemoryService, *, claude: bool) -> str:
+async def _index(
+    record: SessionContext,
+    cwd: str,
+    service: MemoryService,
+    *,
+    claude: bool,
+    where: Location | None = None,
+) -> str:
     """The project's memory index as a section, when the conversation does not hold it yet
-    and its agent does not load it itself; "" otherwise."""
+    and its agent does not load it itself; "" otherwise (``where``: ``cwd``'s location)."""
     if not cwd or record.index_injected:
         return ""
     # Claude Code loads MEMORY.md itself when its auto memory is on; no other agent does.
     if claude and (await service.claude_code(record, cwd)).auto_memory:
         return ""
-    index = await service.index(cwd)
+    index = await service.index(cwd, where)
     body = str(index.get("text") or "").strip()
     return INDEX_HEAD.format(memory_dir=index["memory_dir"]) + "\n\n" + body if body else ""
 
@@ -333,15 +341,18 @@ async def _prompt_submit(
         if notes:
             sections.append(notes)
             record.notes_delivered = True
-    # Pinned memories (at most 4, once a session) go ahead of what recall picks.
+    # Pinned memories (at most 4, once a session) go ahead of what recall picks. The memory
+    # dir is located once for all three (each look reads Claude Code's settings files).
     memories: list[Mapping[str, Any]] = []
-    if cwd:
-        memories += await service.pinned(cwd, record.session_id)
+    where = await service.locate(cwd) if cwd else None
+    if where is not None:
+        memories += await service.pinned(cwd, record.session_id, where)
     caveat = RECALL_CAVEAT
-    if prompt.strip() and cwd:
+    if prompt.strip() and where is not None:
         tools = await service.recent_tools(record.session_id)
+        timeout_s = hook_recall_timeout(service.config)
         result = await service.recall(
-            prompt, cwd, record.session_id, tools, timeout_s=hook_recall_timeout(service.config)
+            prompt, cwd, record.session_id, tools, timeout_s=timeout_s, where=where
         )
         pinned = {m["path"] for m in memories}
         memories += [m for m in result.get("memories") or [] if m["path"] not in pinned]
@@ -353,7 +364,7 @@ async def _prompt_submit(
     # The index goes in with the first prompt when no SessionStart brought it (memdctl
     # install-hooks runs no SessionStart hook at a startup, so ``claude -p`` waits for one
     # hook process, not two: issue 25), after what was recalled for the prompt.
-    index = await _index(record, cwd, service, claude=claude) if prompt.strip() else ""
+    index = await _index(record, cwd, service, claude=claude, where=where) if prompt.strip() else ""
     last = len(sections)
     shown_of = [str(m["path"]) for m in memories]
     if not index:

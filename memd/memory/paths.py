@@ -159,13 +159,16 @@ def match_ignore_globs(
     return None
 
 
-def check_opt_out(cwd: Path, globs: Sequence[str], *, home: str | None = None) -> OptedOut | None:
+def check_opt_out(
+    cwd: Path, globs: Sequence[str], *, home: str | None = None, root: Path | None = None
+) -> OptedOut | None:
     """Whether memory work is off for a session in ``cwd``; ``None`` means it is allowed.
 
     Opted out when a config glob matches the project root, the cwd, or either's slug, or when
-    the project root holds a ``.memd-ignore`` file.
+    the project root holds a ``.memd-ignore`` file. ``root``: ``cwd``'s :func:`project_root`,
+    when the caller has it (finding it again walks up the tree).
     """
-    root = project_root(cwd)
+    root = root or project_root(cwd)
     here = Path(os.path.realpath(cwd))
     candidates = [str(root), str(here), project_slug(str(root)), project_slug(str(here))]
     glob = match_ignore_globs(candidates, globs, home=home)

@@ -104,6 +104,8 @@ async def pinned_memories(
     """The pinned memories of ``memory_dir`` not yet ``surfaced``, loaded (blocking I/O in a
     worker thread; never raises for a file problem)."""
     chosen = pinned_headers(await _headers(memory_dir, cfg, cache), surfaced)
+    if not chosen:  # most projects pin nothing: no worker-thread call for nothing
+        return ()
     load = partial(load_memories, memory_dir, chosen, now_ms, cfg.privacy.redact_secrets)
     return await anyio.to_thread.run_sync(load)
 
@@ -122,6 +124,8 @@ async def linked_memories(
         return []
     rows = [Picked.of(row) for row in picked]
     chosen = linked_headers(rows, await _headers(memory_dir, cfg, cache), surfaced)
+    if not chosen:
+        return []
     via = {str(header.path): source for header, source in chosen}
     headers = [header for header, _ in chosen]
     load = partial(load_memories, memory_dir, headers, now_ms, cfg.privacy.redact_secrets)

@@ -27,7 +27,6 @@ no extraction.
 
 from __future__ import annotations
 
-import os
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from functools import partial
@@ -50,13 +49,12 @@ from memd.memory.claude_code import (
     ClaudeCodeFacts,
     Settings,
     decide,
-    moved_memory_dir,
     read_settings,
 )
 from memd.memory.freshness import RECALL_CAVEAT
 from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.jobs import DirHold, ExtractionJobs
-from memd.memory.location import Location, locate, locate_project
+from memd.memory.location import Location, locate_moved, locate_project
 from memd.memory.paths import memory_dir
 from memd.memory.pinned import linked_memories, pinned_memories
 from memd.memory.rank_index import RecallCache
@@ -165,21 +163,11 @@ class MemoryService:
 
     async def locate(self, cwd: str) -> Location:
         """The memory dir for ``cwd``: where Claude Code's switches move it (the variables
-        the newest hook in ``cwd`` forwarded, ``autoMemoryDirectory`` from the user, local or
-        policy settings: :func:`moved_memory_dir`), else its default under the projects
-        root."""
-        return await anyio.to_thread.run_sync(self._locate_sync, cwd)
-
-    def _locate_sync(self, cwd: str) -> Location:
-        globs = self.config.privacy.ignore_projects
-        where = locate(self.projects_root, cwd, globs, self._home)
-        settings = read_settings(self._claude_dir, cwd)
-        env = self._moving_env.get(cwd, {})
-        moved = moved_memory_dir(settings, env, self._home, where.memory_dir.parent.name)
-        if moved is None:
-            return where
-        path = moved[0]
-        return Location(Path(path), (path, os.path.realpath(path)), where.opted_out)
+        the newest hook in ``cwd`` forwarded: :func:`~memd.memory.location.locate_moved`),
+        else its default under the projects root."""
+        globs, env = self.config.privacy.ignore_projects, self._moving_env.get(cwd, {})
+        find = partial(locate_moved, self.projects_root, cwd, globs, self._home)
+        return await anyio.to_thread.run_sync(find, self._claude_dir, env)
 
     def _remember_env(self, cwd: str, env: dict[str, str]) -> None:
         self._moving_env[cwd] = {k: v for k, v in env.items() if k in MOVING_ENV}
@@ -278,10 +266,10 @@ class MemoryService:
         facts = await self.claude_code(record, state.cwd or "")
         return facts.extraction_off(self.config.memory.extract_beside_claude_code)
 
-    async def index(self, cwd: str) -> dict[str, Any]:
+    async def index(self, cwd: str, where: Location | None = None) -> dict[str, Any]:
         """The project's MEMORY.md as it goes into context (R-M2). ``ValueError`` for a
-        relative ``cwd``."""
-        where = await self.locate(cwd)
+        relative ``cwd``. ``where``: ``cwd``'s :meth:`locate`, when the caller has it."""
+        where = where if where is not None else await self.locate(cwd)
         off = where.opted_out or self.disabled_reason()
         result: dict[str, Any] = {
             "memory_dir": str(where.memory_dir),
@@ -358,9 +346,11 @@ class MemoryService:
         already_surfaced: Collection[str] = (),
         *,
         timeout_s: float | None = None,
+        where: Location | None = None,
     ) -> dict[str, Any]:
-        """Memories for ``query`` (R-M6, R-M7), leaving out what ``session`` was shown."""
-        where = await self.locate(cwd)
+        """Memories for ``query`` (R-M6, R-M7), leaving out what ``session`` was shown
+        (``where``: as for :meth:`index`)."""
+        where = where if where is not None else await self.locate(cwd)
         off = where.opted_out or self.disabled_reason()
         base = {"memory_dir": str(where.memory_dir), "opted_out": where.opted_out}
         if off:
@@ -394,10 +384,13 @@ class MemoryService:
         picked += await linked_memories(where.memory_dir, cfg, picked, surfaced, now_ms, cache)
         return answer
 
-    async def pinned(self, cwd: str, session: str = "") -> list[dict[str, Any]]:
+    async def pinned(
+        self, cwd: str, session: str = "", where: Location | None = None
+    ) -> list[dict[str, Any]]:
         """The project's pinned memories (at most 4, newest first) that ``session`` has not
-        been shown yet, as recall's rows; none when memory is off for ``cwd``."""
-        where = await self.locate(cwd)
+        been shown yet, as recall's rows; none when memory is off for ``cwd`` (``where``: as
+        for :meth:`index`)."""
+        where = where if where is not None else await self.locate(cwd)
         if where.opted_out or self.disabled_reason():
             return []
         record = self.contexts.peek(session) if session else None
