@@ -22,8 +22,11 @@ On a loaded machine the end-to-end figures vary by more than the hooks cost, so 
 then times what ``claude -p`` waits for, hook by hook: each entry the ``noop`` and ``memd``
 homes have for an event ``claude -p`` fires (SessionStart with ``source: startup`` only if
 its matcher takes it), run as Claude Code runs it (``sh -c``, the hook's JSON on stdin)
-against the same daemon, interleaved, median of ``--runs`` × 3; their sum is memd's share
-of one ``claude -p``, to a millisecond.
+against the same daemon, interleaved, median of ``--runs`` × 3, each round a new session
+(each ``claude -p`` is one: its prompt gets the recall, which a session seen before would not
+get again); their sum is memd's share of one ``claude -p``, to a millisecond.
+``--callgrind`` also counts the instructions of the prompt hook's process (valgrind), which
+load on the machine does not change.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import statistics
 import subprocess
 import tempfile
@@ -116,8 +120,8 @@ def _p90(values: list[float]) -> float:
 
 
 def run(
-    runs: int, version: str, client: str | None
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    runs: int, version: str, client: str | None, callgrind: bool = False
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, int]]:
     command = installed_claude(version=version)
     if command is None:
         raise SystemExit("claude -p: skipped (npm is not installed)")
@@ -144,9 +148,10 @@ def run(
                     if config == "memd" and not _injected(api, before):
                         raise SystemExit("memd's hook injected nothing: it failed open")
             parts = hook_parts(homes["memd"], memd_settings, runs * 3)
+            counts = hook_instructions(homes["memd"], memd_settings) if callgrind else {}
         finally:
             stop_memd(daemon)
-    return times, parts
+    return times, parts, counts
 
 
 def _fired(settings: dict[str, Any]) -> dict[str, str]:
@@ -162,27 +167,61 @@ def _fired(settings: dict[str, Any]) -> dict[str, str]:
     return fired
 
 
+INPUTS: dict[str, dict[str, Any]] = {
+    "SessionStart": {"source": "startup"},
+    "UserPromptSubmit": {"prompt": PROMPT},
+    "Stop": {"stop_hook_active": False},
+    "SessionEnd": {"reason": "other"},
+}
+
+
+def _hook_input(home: Home, event: str, number: int) -> bytes:
+    """``event``'s input for the ``number``-th session: each ``claude -p`` is a new session,
+    whose first prompt gets the recall (a session seen before gets nothing again)."""
+    sid = f"0d6f5a8e-1111-2222-3333-{number:012d}"
+    common = {"session_id": sid, "cwd": str(home.root / "proj")}
+    common["transcript_path"] = f"/nowhere/{sid}.jsonl"
+    return json.dumps({**common, "hook_event_name": event, **INPUTS[event]}).encode()
+
+
 def hook_parts(home: Home, settings: dict[str, Any], rounds: int) -> dict[str, list[float]]:
-    """Seconds Claude Code waits for each fired hook, ``memd`` and ``noop`` interleaved."""
-    project, sid = home.root / "proj", "0d6f5a8e-1111-2222-3333-444455556666"
-    common = {"session_id": sid, "cwd": str(project), "transcript_path": f"/nowhere/{sid}.jsonl"}
-    inputs: dict[str, dict[str, Any]] = {
-        "SessionStart": {"source": "startup"},
-        "UserPromptSubmit": {"prompt": PROMPT},
-        "Stop": {"stop_hook_active": False},
-        "SessionEnd": {"reason": "other"},
-    }
+    """Seconds Claude Code waits for each fired hook, ``memd`` and ``noop`` interleaved, a
+    new session each round."""
     times: dict[str, list[float]] = {}
-    for _ in range(rounds):
+    for number in range(rounds):
         for config, commands in (("memd", _fired(settings)), ("noop", _fired(_noop(settings)))):
             for event, command in commands.items():
-                stdin = json.dumps({**common, "hook_event_name": event, **inputs[event]})
+                stdin = _hook_input(home, event, number)
                 started = time.perf_counter()
-                subprocess.run(
-                    ["sh", "-c", command], input=stdin.encode(), env=home.env, capture_output=True
+                done = subprocess.run(
+                    ["sh", "-c", command], input=stdin, env=home.env, capture_output=True
                 )
                 times.setdefault(f"{config} {event}", []).append(time.perf_counter() - started)
+                if (
+                    config == "memd"
+                    and event == "UserPromptSubmit"
+                    and MARK.encode() not in done.stdout
+                ):
+                    raise SystemExit("memd's prompt hook injected nothing: it failed open")
     return times
+
+
+def hook_instructions(home: Home, settings: dict[str, Any]) -> dict[str, int]:
+    """Instructions (``valgrind --tool=callgrind``: the same on a busy machine as on a quiet
+    one) of the prompt hook's own process, a new session's first prompt, and of the bare
+    interpreter it starts (``-I -S -c pass``); the daemon's work is not in them."""
+    command = _fired(settings)["UserPromptSubmit"]
+    python = shlex.quote(shlex.split(command)[0])
+    counted = {"UserPromptSubmit hook": command, "python -I -S -c pass": f"{python} -I -S -c pass"}
+    found = {}
+    for number, (name, line) in enumerate(counted.items()):
+        stdin = _hook_input(home, "UserPromptSubmit", 10**9 + number)
+        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        argv += shlex.split(line)
+        done = subprocess.run(argv, input=stdin, env=home.env, capture_output=True)
+        counts = re.findall(rb"Collected : (\d+)", done.stderr)
+        found[name] = int(counts[-1]) if counts else 0
+    return found
 
 
 def report_parts(parts: dict[str, list[float]]) -> None:
@@ -214,10 +253,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--version", default=NEWEST_VERSION)
     parser.add_argument("--client", help="the client dir whose install-hooks writes the hooks")
+    parser.add_argument(
+        "--callgrind", action="store_true", help="also count the prompt hook's instructions"
+    )
     args = parser.parse_args()
-    times, parts = run(args.runs, args.version, args.client)
+    times, parts, counts = run(args.runs, args.version, args.client, args.callgrind)
     report(times, args.version)
     report_parts(parts)
+    for name, count in counts.items():
+        print(f"  instructions, {name}: {count / 1e6:.1f} M (callgrind)")
 
 
 if __name__ == "__main__":

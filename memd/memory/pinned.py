@@ -120,9 +120,9 @@ async def linked_memories(
 ) -> list[dict[str, Any]]:
     """The memories one ``[[name]]`` hop from recall's ``picked`` (its result rows), as rows
     of the same shape with ``via`` naming the memory that links to them."""
-    if not picked:
-        return []
     rows = [Picked.of(row) for row in picked]
+    if not any(links(row.content) for row in rows):  # nothing to follow: no scan for it
+        return []
     chosen = linked_headers(rows, await _headers(memory_dir, cfg, cache), surfaced)
     if not chosen:
         return []
