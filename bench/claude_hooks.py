@@ -14,7 +14,9 @@ Messages-API server in its real-client profile, three throwaway homes that diffe
 
 Runs are interleaved (none, noop, memd, none, …) so the load on the shared machine hits all
 three alike. Printed: the median and p90 of each, memd − none (what a user pays) and memd −
-noop (memd's share: what memd's own work costs over a hook that does nothing). Each memd run
+noop (memd's share: what memd's own work costs over a hook that does nothing), also as the
+median of each round's memd − noop (runs next to each other: a load that comes and goes on a
+shared machine moves both). Each memd run
 is checked to have had the recalled memory injected (the loopback server saw it in the
 request), so a hook that failed open cannot pass for a fast one.
 
@@ -245,6 +247,10 @@ def report(times: dict[str, list[float]], version: str) -> None:
     print(f"  memd - none {med['memd'] - med['none']:6.0f}   (what a user pays)")
     print(f"  noop - none {med['noop'] - med['none']:6.0f}   (the hook processes themselves)")
     print(f"  memd - noop {med['memd'] - med['noop']:6.0f}   (memd's share)")
+    paired = [m - n for m, n in zip(times["memd"], times["noop"], strict=True)]
+    print(
+        f"  memd - noop {statistics.median(paired) * 1e3:6.0f}   (paired: median of each round's)"
+    )
     print(json.dumps({k: [round(t, 4) for t in v] for k, v in times.items()}))
 
 
