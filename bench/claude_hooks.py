@@ -6,11 +6,14 @@ The real Claude Code CLI (``tests/claude_cli.py``: npm, pinned) against the loop
 Messages-API server in its real-client profile, three throwaway homes that differ only in
 ``~/.claude/settings.json``:
 
+The project has the same three memories in every home (Claude Code reads its own memory dir
+whatever the hooks).
+
 - ``none``: no hooks;
 - ``noop``: the entries ``memdctl install-hooks`` writes (same events, matchers, timeouts,
   ``async`` flags), each command replaced by ``true``: a hook that does nothing;
 - ``memd``: what the real ``memdctl install-hooks`` writes, with a real daemon (no API key:
-  lexical recall) holding three memories of the project, one of which the prompt recalls.
+  lexical recall) reading those memories, one of which the prompt recalls.
 
 Runs are interleaved (none, noop, memd, none, …) so the load on the shared machine hits all
 three alike. Printed: the median and p90 of each, memd − none (what a user pays) and memd −
@@ -83,6 +86,11 @@ def _memd_home(home: Home, project: Path, client: str | None = None) -> None:
     )
     if done.returncode != 0:
         raise SystemExit(f"memdctl install-hooks failed: {done.stderr}")
+
+
+def _memories(home: Home, project: Path) -> None:
+    """The project's memories, in every home: Claude Code reads its own memory dir whatever
+    the hooks (``MEMORY.md`` with auto memory on), so only the hooks differ between homes."""
     mdir = memory_dir(home.projects, project)
     mdir.mkdir(parents=True)
     index = []
@@ -134,6 +142,7 @@ def run(
         homes = {c: stack.enter_context(fake_home(tmp[c])) for c in CONFIGS}
         for home in homes.values():
             (home.root / "proj").mkdir()
+            _memories(home, home.root / "proj")
         _memd_home(homes["memd"], homes["memd"].root / "proj", client)
         memd_settings = json.loads(_settings(homes["memd"]).read_text())
         _settings(homes["noop"]).write_text(json.dumps(_noop(memd_settings)))
