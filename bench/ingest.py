@@ -8,9 +8,10 @@ process, alternating, and the best round of each counts (the machine is shared):
 * baseline: read each file, split it into lines and decode every line with the fastest
   general-purpose JSON decoder available (msgspec untyped or orjson, whichever is faster here),
   building nothing else;
-* memd: ``read_appended`` (256 KiB steps) + ``parse_line`` + ``Conversation.add`` for every
-  line into a conversation that reads its content back from the file (``FileLines``), then
-  ``context()`` and ``message_count`` once per file, as the daemon does after a read.
+* memd: ``Tail.read`` (256 KiB steps, one descriptor, as the daemon's read turn) +
+  ``parse_line`` + ``Conversation.add`` for every line into a conversation that reads its
+  content back from the file (``FileLines``), then ``context()`` and ``message_count`` once
+  per file, as the daemon does after a read.
 
 Prints MB/s for both and the ratio; the target is memd >= 50% of the baseline. The ratio to
 msgspec's untyped decode (issue 28's baseline) is printed too, in wall time and in the
@@ -38,7 +39,7 @@ from memd import tokens  # noqa: E402
 from memd.transcript.content import FileLines  # noqa: E402
 from memd.transcript.conversation import Conversation  # noqa: E402
 from memd.transcript.parse import BadLine, parse_line  # noqa: E402
-from memd.transcript.tail import TailPosition, read_appended  # noqa: E402
+from memd.transcript.tail import Tail  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "data" / "transcripts"
 TARGET = 0.5
@@ -76,19 +77,18 @@ def baseline(files: list[Path], decode: Decoder) -> int:
 def read_conversation(path: Path, stage: int = 2) -> Conversation:
     """Tail, parse (``stage`` >= 1) and add (``stage`` >= 2) every line of ``path``."""
     conversation = Conversation(sidechain="subagents" in path.parts, lines=FileLines(path))
-    position: TailPosition | None = None
-    while True:
-        read = read_appended(path, position)
-        for at, line in zip(read.offsets, read.lines, strict=True) if stage else ():
-            try:
-                entry = parse_line(line, at)
-            except BadLine:
-                continue
-            if entry is not None and stage > 1:
-                conversation.add(entry)
-        position = read.position
-        if not read.more:
-            return conversation
+    with Tail(path) as tail:
+        while True:
+            read = tail.read()
+            for at, line in zip(read.offsets, read.lines, strict=True) if stage else ():
+                try:
+                    entry = parse_line(line, at)
+                except BadLine:
+                    continue
+                if entry is not None and stage > 1:
+                    conversation.add(entry)
+            if not read.more:
+                return conversation
 
 
 def ingest(files: list[Path], stage: int = 3) -> int:

@@ -43,9 +43,9 @@ from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.tail import (
     LineSplitter,
+    Tail,
     TailPosition,
     UnreadableTranscript,
-    read_appended,
 )
 
 log = logging.getLogger(__name__)
@@ -373,26 +373,27 @@ class SessionRegistry:
             reader = self._rehydrate(source, before)
         state = dataclasses.replace(before, boundaries=list(before.boundaries), unreadable=None)
         position = TailPosition(before.offset, before.inode, before.size, before.scanned)
-        while True:
-            try:
-                read = read_appended(path, position, max_line_bytes=self.config.max_line_bytes)
-            except FileNotFoundError:
-                return None, False
-            if read.reset:
-                log.info("%s was truncated or replaced; reading it again from the start", path)
-                reader = None
-                state = from_start(state)
-                position = TailPosition(0, 0, 0)
-            if reader is None:
-                reader = source.reader(before.path, read.position.inode)
-            state.bytes_parsed += read.position.offset - position.offset
-            state.lines += len(read.lines)
-            state.bad_lines += (
-                reader.feed(zip(read.offsets, read.lines, strict=True)) + read.skipped
-            )
-            position = read.position
-            if not read.more or (deadline is not None and time.monotonic() >= deadline):
-                break
+        with Tail(path, position, max_line_bytes=self.config.max_line_bytes) as tail:
+            while True:
+                try:
+                    read = tail.read()
+                except FileNotFoundError:
+                    return None, False
+                if read.reset:
+                    log.info("%s was truncated or replaced; reading it again from the start", path)
+                    reader = None
+                    state = from_start(state)
+                    position = TailPosition(0, 0, 0)
+                if reader is None:
+                    reader = source.reader(before.path, read.position.inode)
+                state.bytes_parsed += read.position.offset - position.offset
+                state.lines += len(read.lines)
+                state.bad_lines += (
+                    reader.feed(zip(read.offsets, read.lines, strict=True)) + read.skipped
+                )
+                position = read.position
+                if not read.more or (deadline is not None and time.monotonic() >= deadline):
+                    break
         state.inode, state.offset, state.size = position.inode, position.offset, position.size
         state.scanned = position.scanned
         state.mtime = _mtime(path)

@@ -9,17 +9,20 @@ thread), keeps no state between calls, reads a bounded number of bytes per call,
 the new :class:`TailPosition` to store: only complete lines advance its offset, so a line
 still being written is read whole once its newline is there, and the position remembers how
 far that newline was looked for, so a huge incomplete line is scanned once, not from its
-start on every change.
+start on every change. :class:`Tail` makes the successive calls of one read turn through one
+descriptor, carrying the incomplete last line in memory from one call to the next.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
-from typing import Any, BinaryIO, Final
+from stat import S_ISREG
+from typing import Any, Final
 
 from memd import regular_file
 from memd.errors import StateError, TranscriptError
@@ -135,6 +138,12 @@ class LineSplitter:
         self._pending = 0
         return line
 
+    def held(self) -> bytes | None:
+        """The bytes of the incomplete last line, or ``None`` when it is being skipped."""
+        if self._discarding:
+            return None
+        return b"".join(self._parts)
+
     def _hold(self, tail: bytes) -> None:
         if self._discarding or not tail:
             return
@@ -217,33 +226,115 @@ def read_appended(
     is gone (an ordinary event: Claude Code deletes old transcripts) and
     :class:`UnreadableTranscript` when it cannot be read otherwise.
     """
-    try:
-        with regular_file.open_regular(path) as file:
-            stat = os.fstat(file.fileno())
-            reset = _was_replaced(position, stat) or _not_at_line_start(file, position)
-            start = 0 if position is None or reset else position.offset
-            scan = _Scan(file, start, stat.st_size, max_bytes, max_line_bytes)
-            if position is not None and not reset and start < position.scanned <= stat.st_size:
+    with Tail(path, position, max_bytes=max_bytes, max_line_bytes=max_line_bytes) as tail:
+        return tail.read()
+
+
+class Tail:
+    """Successive :func:`read_appended` calls on one file, through one descriptor.
+
+    Each :meth:`read` reads at most ``max_bytes`` new bytes, as :func:`read_appended` does
+    from the position the previous one returned, and gives the same lines. Between reads the
+    descriptor stays open (closed once a read reaches the end, or by :meth:`close`) and the
+    incomplete last line, when the read held it whole (at most ``max_bytes``), is carried in
+    memory instead of being read again (so a read may get further than a lone one would).
+    Before each read the path is looked at again (``lstat``): when it no longer names the
+    open file's inode as a regular file, the descriptor is dropped and the read opens the
+    path as :func:`read_appended` does, so a replacement, a removal or a link swapped in
+    between two reads is seen exactly as there; a truncation or a rewrite in place is told
+    by the same checks on the open file (the bytes of the carried line, like the lines read
+    before it, are not read again to compare).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        position: TailPosition | None = None,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
+        self.path = path
+        self.position = position
+        self.max_bytes = max_bytes
+        self.max_line_bytes = max_line_bytes
+        self._file: io.FileIO | None = None
+        self._identity = (0, 0)  # the open file's (device, inode)
+        self._cut: bytes | None = None  # the incomplete line's bytes from offset to scanned
+
+    def __enter__(self) -> Tail:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the descriptor (the next read opens the path again); idempotent."""
+        file, self._file, self._cut = self._file, None, None
+        if file is not None:
+            file.close()
+
+    def read(self) -> TailRead:
+        """The complete lines after :attr:`position`, which then moves past them; raises as
+        :func:`read_appended`."""
+        try:
+            read = self._read()
+        except FileNotFoundError:
+            self.close()
+            raise
+        except OSError as exc:
+            self.close()
+            raise UnreadableTranscript.of(self.path, exc) from exc
+        self.position = read.position
+        if not read.more:
+            self.close()
+        return read
+
+    def _read(self) -> TailRead:
+        position = self.position
+        file, stat, cut = self._file, self._still_open(), self._cut
+        if file is None or stat is None:
+            self.close()
+            file = self._file = regular_file.open_regular(self.path)
+            stat, cut = os.fstat(file.fileno()), None
+            self._identity = (stat.st_dev, stat.st_ino)
+        fd = file.fileno()
+        reset = _was_replaced(position, stat) or _not_at_line_start(fd, position)
+        start = 0 if position is None or reset else position.offset
+        scan = _Scan(fd, start, stat.st_size, self.max_bytes, self.max_line_bytes)
+        if position is not None and not reset and start < position.scanned <= stat.st_size:
+            if cut is not None and len(cut) == position.scanned - start:
+                scan.carry(cut)
+            else:
                 scan.resume(position.scanned)
-            scan.read_lines()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise UnreadableTranscript.of(path, exc) from exc
-    return TailRead(
-        lines=scan.lines,
-        offsets=scan.offsets,
-        position=TailPosition(
-            offset=scan.consumed,
-            inode=stat.st_ino,
-            size=max(stat.st_size, scan.scanned),
-            scanned=scan.scanned if scan.scanned > scan.consumed else 0,
-        ),
-        reset=reset,
-        more=not scan.eof,
-        skipped=scan.skipped,
-        bytes_read=scan.read,
-    )
+        scan.read_lines()
+        self._cut = scan.cut if scan.cut is None or len(scan.cut) <= self.max_bytes else None
+        return TailRead(
+            lines=scan.lines,
+            offsets=scan.offsets,
+            position=TailPosition(
+                offset=scan.consumed,
+                inode=stat.st_ino,
+                size=max(stat.st_size, scan.scanned),
+                scanned=scan.scanned if scan.scanned > scan.consumed else 0,
+            ),
+            reset=reset,
+            more=not scan.eof,
+            skipped=scan.skipped,
+            bytes_read=scan.read,
+        )
+
+    def _still_open(self) -> os.stat_result | None:
+        """The path's status when it still names the open file as a regular file, else None."""
+        if self._file is None:
+            return None
+        try:
+            stat = os.lstat(self.path)
+        except OSError:
+            return None
+        if not S_ISREG(stat.st_mode) or (stat.st_dev, stat.st_ino) != self._identity:
+            return None
+        return stat
 
 
 def _was_replaced(position: TailPosition | None, stat: os.stat_result) -> bool:
@@ -254,22 +345,20 @@ def _was_replaced(position: TailPosition | None, stat: os.stat_result) -> bool:
     return replaced or stat.st_size < position.offset
 
 
-def _not_at_line_start(file: BinaryIO, position: TailPosition | None) -> bool:
+def _not_at_line_start(fd: int, position: TailPosition | None) -> bool:
     """A saved offset always follows a newline: any other byte there means the file was
     rewritten in place (same inode, e.g. deleted and re-created, or copied over)."""
     if position is None or position.offset == 0:
         return False
-    return os.pread(file.fileno(), 1, position.offset - 1) != b"\n"
+    return os.pread(fd, 1, position.offset - 1) != b"\n"
 
 
 class _Scan:
     """One bounded read: the complete lines from ``consumed`` on (absolute offsets), and how
     far the newline of the line still incomplete was looked for (``scanned``)."""
 
-    def __init__(
-        self, file: BinaryIO, start: int, size: int, max_bytes: int, max_line_bytes: int
-    ) -> None:
-        self.file = file
+    def __init__(self, fd: int, start: int, size: int, max_bytes: int, max_line_bytes: int) -> None:
+        self.fd = fd
         self.size = size  # at open: what lies below it and is a hole stays one
         self.max_bytes = max_bytes
         self.max_line_bytes = max_line_bytes
@@ -280,11 +369,17 @@ class _Scan:
         self.read = 0
         self.eof = False
         self._rest = b""  # read by resume() past the newline it looked for: the next lines
+        self.cut: bytes | None = None  # the incomplete line read whole (None: not in memory)
+
+    def carry(self, cut: bytes) -> None:
+        """Go on from the incomplete line at ``consumed`` whose bytes, read before, are
+        ``cut`` (no newline): its newline is looked for from where ``cut`` ends."""
+        self._rest = cut
 
     def resume(self, scanned: int) -> None:
         """Go on looking for the newline of the line at ``consumed`` from ``scanned`` (the
         bytes between hold none); take the line once found, or skip it when over-long."""
-        fd = self.file.fileno()
+        fd = self.fd
         at = scanned
         while self.read < self.max_bytes:
             at = _next_data(fd, at, self.size)
@@ -306,7 +401,7 @@ class _Scan:
         if length > self.max_line_bytes:
             self.skipped += 1
         elif length:
-            line = os.pread(self.file.fileno(), length, start)
+            line = os.pread(self.fd, length, start)
             self.read += len(line)
             self.offsets.append(start)
             self.lines.append(line)
@@ -319,7 +414,7 @@ class _Scan:
         self._rest = b""
         if not block and (self.eof or self.read >= self.max_bytes):
             return
-        fd, at = self.file.fileno(), base + len(block)
+        fd, at = self.fd, base + len(block)
         splitter = LineSplitter(self.max_line_bytes, origin=base)
         while True:
             self._add(splitter.feed_lines(block))
@@ -334,6 +429,7 @@ class _Scan:
         self.skipped += splitter.skipped
         self.consumed = base + splitter.consumed
         self.scanned = base + splitter.fed
+        self.cut = splitter.held()
 
     def _add(self, found: tuple[list[int], list[bytes]]) -> None:
         self.offsets += found[0]
