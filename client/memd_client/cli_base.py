@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -208,3 +209,21 @@ def _isatty(stream: TextIO) -> bool:
 def use_colour(stream: TextIO, env: dict[str, str]) -> bool:
     """Colour only on a terminal, never with ``NO_COLOR`` set (https://no-color.org)."""
     return _isatty(stream) and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
+
+
+def run_memd_module(argv: list[str], what: str, install: str) -> int:
+    """Run ``python -m <memd module>`` (``argv``, with this interpreter) for a command whose
+    work lives in the ``memd`` package (``memd_client`` stays msgpack-only), relaying its
+    output; its exit code when it is one of memdctl's (0, 1, 2), else 1. Without memd in
+    this interpreter, says so: ``what`` needs it, ``install`` is how to get it."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    sys.stdout.write(done.stdout)
+    if "No module named memd" in done.stderr:
+        print(
+            f"memdctl: {what} needs the memd package in {sys.executable}; install memd "
+            f"there{install}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    sys.stderr.write(done.stderr)
+    return done.returncode if done.returncode in (EXIT_OK, EXIT_REMOTE, EXIT_USAGE) else EXIT_REMOTE

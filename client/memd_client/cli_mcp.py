@@ -9,13 +9,11 @@ one memd is installed in, so the server command written into the configs is that
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 
-from memd_client.cli_base import Registrar
+from memd_client.cli_base import Registrar, run_memd_module
 
 AGENTS = ("claude", "codex", "cursor", "gemini", "all")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def register(reg: Registrar) -> None:
@@ -42,14 +40,4 @@ def cmd_mcp_config(args: argparse.Namespace) -> int:
         argv.append(f"--project={args.project}")  # a dash-leading path stays a value
     if args.json:
         argv.append("--json")
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    sys.stdout.write(done.stdout)
-    if "No module named memd" in done.stderr:
-        print(
-            f"memdctl: {args.command} needs the memd package in {sys.executable}; "
-            "install memd there (pip install memd)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    sys.stderr.write(done.stderr)
-    return done.returncode if done.returncode in (EXIT_OK, EXIT_FAILED, EXIT_USAGE) else EXIT_FAILED
+    return run_memd_module(argv, args.command, " (pip install memd)")

@@ -9,12 +9,9 @@ in. The daemon never downloads: it reads the folder this saves.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 
-from memd_client.cli_base import Registrar
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from memd_client.cli_base import Registrar, run_memd_module
 
 
 def register(reg: Registrar) -> None:
@@ -36,14 +33,5 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
     for flag, value in given.items():
         if value:
             argv.append(f"{flag}={value}")  # a dash-leading value stays a value
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    sys.stdout.write(done.stdout)
-    if "No module named memd" in done.stderr:
-        print(
-            f"memdctl: fetch-model needs the memd package in {sys.executable}; "
-            "install memd there with its semantic extra (pip install 'memd[semantic]')",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    sys.stderr.write(done.stderr)
-    return done.returncode if done.returncode in (EXIT_OK, EXIT_FAILED, EXIT_USAGE) else EXIT_FAILED
+    extra = " with its semantic extra (pip install 'memd[semantic]')"
+    return run_memd_module(argv, "fetch-model", extra)
