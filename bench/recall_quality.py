@@ -268,11 +268,17 @@ def _score_conversation(
             table[method]["all"].add(hits, rr)
 
 
-def report(table: Mapping[str, Mapping[str, Score]], title: str) -> str:
+def report(
+    table: Mapping[str, Mapping[str, Score]],
+    title: str,
+    methods: Sequence[str] = ("memd", "bm25", "bm25+stop", "random", "ceiling"),
+) -> str:
+    """``table`` as a Markdown table under ``title``: a row per method (those of ``methods``
+    it has, in that order) and category."""
     categories = [c for c in (*CATEGORIES.values(), "all") if c in table["ceiling"]]
     lines = [f"### {title}", "", "| method | category | n | R@1 | R@3 | R@5 | MRR |"]
     lines.append("|---|---|---|---|---|---|---|")
-    for method in ("memd", "bm25", "bm25+stop", "random", "ceiling"):
+    for method in methods:
         if method not in table:
             continue
         for category in categories:

@@ -147,16 +147,8 @@ def _p50_p95(values: Sequence[float]) -> tuple[float, float]:
 
 
 def report(table: dict[str, dict[str, rq.Score]], title: str) -> str:
-    categories = [c for c in (*rq.CATEGORIES.values(), "all") if c in table["ceiling"]]
-    lines = [f"### {title}", "", "| method | category | n | R@1 | R@3 | R@5 | MRR |"]
-    lines.append("|---|---|---|---|---|---|---|")
     semantic = [m for m in table if m.startswith("memd+semantic")]
-    for method in ("memd", *semantic, "random", "ceiling"):
-        for category in categories:
-            score = table[method][category]
-            cells = " | ".join(f"{v:.3f}" for v in score.row())
-            lines.append(f"| {method} | {category} | {score.n} | {cells} |")
-    return "\n".join(lines)
+    return rq.report(table, title, ("memd", *semantic, "random", "ceiling"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
