@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -15,6 +17,27 @@ from memd.daemon.queues import CoalescingQueue
 from memd.daemon.watch import READS_PER_STEP, WatchedRoot, run_watcher, transcripts_below
 
 pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def one_session_watched(
+    tmp_path: Path, config: TranscriptsConfig
+) -> AsyncIterator[tuple[Path, CoalescingQueue[Path]]]:
+    """A project folder with one transcript under a running watcher; the transcript and the
+    queue the watcher marks; the watcher stopped at the end."""
+    folder = tmp_path / "-project"
+    folder.mkdir()
+    transcript = folder / "s.jsonl"
+    transcript.write_bytes(b'{"type":"user"}\n')
+    queue: CoalescingQueue[Path] = CoalescingQueue()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            functools.partial(run_watcher, stop=stop), [WatchedRoot(tmp_path)], config, queue
+        )
+        yield transcript, queue
+        stop.set()
+        tg.cancel_scope.cancel()
 
 
 async def drain(queue: CoalescingQueue[Path], want: set[Path]) -> set[Path]:
@@ -88,24 +111,11 @@ async def test_a_lone_append_is_marked_without_waiting_for_the_step(tmp_path: Pa
     """The first event of a quiet period is marked at once: ``watch_step_ms`` gathers what
     follows a read, it is not a delay before it (follow latency, issue 28). With a step of ten
     minutes, the append must still be marked well within the test's deadline."""
-    folder = tmp_path / "-project"
-    folder.mkdir()
-    transcript = folder / "s.jsonl"
-    transcript.write_bytes(b'{"type":"user"}\n')
-    queue: CoalescingQueue[Path] = CoalescingQueue()
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        await tg.start(
-            functools.partial(run_watcher, stop=stop),
-            [WatchedRoot(tmp_path)],
-            TranscriptsConfig(watch_step_ms=600_000),
-            queue,
-        )
+    step = TranscriptsConfig(watch_step_ms=600_000)
+    async with one_session_watched(tmp_path, step) as (transcript, queue):
         with transcript.open("ab") as out:
             out.write(b'{"type":"assistant"}\n')
         assert await drain(queue, {transcript}) == {transcript}
-        stop.set()
-        tg.cancel_scope.cancel()
 
 
 async def test_appends_that_follow_one_another_are_each_marked_at_once(tmp_path: Path) -> None:
@@ -114,19 +124,8 @@ async def test_appends_that_follow_one_another_are_each_marked_at_once(tmp_path:
     in a step than ``READS_PER_STEP``) is gathered: with a step of ten minutes, each of a few
     appends in a row is still marked within the test's deadline, and the one after them
     waits for the step."""
-    folder = tmp_path / "-project"
-    folder.mkdir()
-    transcript = folder / "s.jsonl"
-    transcript.write_bytes(b'{"type":"user"}\n')
-    queue: CoalescingQueue[Path] = CoalescingQueue()
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        await tg.start(
-            functools.partial(run_watcher, stop=stop),
-            [WatchedRoot(tmp_path)],
-            TranscriptsConfig(watch_step_ms=600_000),
-            queue,
-        )
+    step = TranscriptsConfig(watch_step_ms=600_000)
+    async with one_session_watched(tmp_path, step) as (transcript, queue):
         for _ in range(READS_PER_STEP):
             with transcript.open("ab") as out:
                 out.write(b'{"type":"assistant"}\n')
@@ -138,5 +137,3 @@ async def test_appends_that_follow_one_another_are_each_marked_at_once(tmp_path:
         with anyio.move_on_after(0.5):
             await queue.get()
             raise AssertionError("a read past READS_PER_STEP in one step was not gathered")
-        stop.set()
-        tg.cancel_scope.cancel()
