@@ -96,6 +96,50 @@ def test_fetch_model_keeps_only_a_model_the_daemon_can_read(tmp_path: Path) -> N
         assert done.returncode == 2 and "is not a folder" in done.stderr
 
 
+@pytest.mark.parametrize("fault", ["ENOSPC", "EROFS"])
+def test_fetch_model_on_a_disk_that_refuses_says_where_and_keeps_the_old_model(
+    tmp_path: Path, fault: str
+) -> None:
+    """The state dir fills up or turns read-only: fetch-model fails (exit 1) naming the
+    folder and what to do, and the model fetched before is still there, whole."""
+    from tests.disk_support import faulty_disk
+
+    with fake_home(tmp_path) as home:
+        _config(home, "memory:\n  semantic:\n    model: test/tiny\n")
+        source = build_model(tmp_path / "elsewhere")
+        models = home.state_dir / "models"
+        with faulty_disk(models) as disk:
+            if not disk.real:
+                pytest.skip("needs a real disk that fills up (root and tmpfs)")
+            assert _memdctl(home, "fetch-model", "--from", str(source)).returncode == 0
+            kept = {p.name: p.read_bytes() for p in (models / "test--tiny").iterdir()}
+            disk.fault(fault)
+            done = _memdctl(home, "fetch-model", "--from", str(source))
+            assert done.returncode == 1, done.stderr
+            assert f"cannot save the model in {models}" in done.stderr
+            assert "No space left" in done.stderr or "Free some space" in done.stderr
+            disk.heal()
+            assert {p.name: p.read_bytes() for p in (models / "test--tiny").iterdir()} == kept
+
+
+def test_a_fetch_killed_between_its_renames_gets_its_model_back_at_the_next(
+    tmp_path: Path,
+) -> None:
+    """fetch-model moves the kept model aside, then the new one in: killed in between, the
+    next fetch-model (even one that fails) puts the kept model back first."""
+    with fake_home(tmp_path) as home:
+        _config(home, "memory:\n  semantic:\n    model: test/tiny\n")
+        source = build_model(tmp_path / "elsewhere")
+        assert _memdctl(home, "fetch-model", "--from", str(source)).returncode == 0
+        models = home.state_dir / "models"
+        kept = {p.name: p.read_bytes() for p in (models / "test--tiny").iterdir()}
+        (models / "test--tiny").rename(models / ".test--tiny.old")  # the kill's state
+        (source / "model.safetensors").write_bytes(b"not a tensor file")
+        done = _memdctl(home, "fetch-model", "--from", str(source))
+        assert done.returncode == 1
+        assert {p.name: p.read_bytes() for p in (models / "test--tiny").iterdir()} == kept
+
+
 def test_the_daemon_recalls_by_meaning_and_survives_a_damaged_model(tmp_path: Path) -> None:
     cwd = tmp_path / "work" / "proj"
     cwd.mkdir(parents=True)

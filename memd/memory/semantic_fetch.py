@@ -41,19 +41,26 @@ def parser() -> argparse.ArgumentParser:
 def fetch(model: str, target: Path, source: Path | None = None) -> Encoder:
     """Fetch ``model`` (or copy ``source``) into ``target``; the loaded model. Raises
     :class:`ModelProblem` only; ``target`` is untouched then."""
+    old = target.with_name(f".{target.name}.old")
+    if old.is_dir() and not target.exists():
+        old.rename(target)  # a fetch killed between its two renames: the model it had
     library = import_library()
     where = str(source) if source is not None else model
     static = guarded(f"cannot fetch {where}", lambda: library.StaticModel.from_pretrained(where))
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        guarded(f"cannot save the model in {temp}", lambda: static.save_pretrained(temp))
+        guarded(f"cannot save the model in {target.parent}", lambda: static.save_pretrained(temp))
         encoder = load_encoder(temp)  # the daemon's own reading, before it is kept
-        old = target.with_name(f".{target.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if target.exists():
             target.rename(old)
-        temp.rename(target)
+        try:
+            temp.rename(target)
+        except OSError:
+            if old.exists():
+                old.rename(target)  # the model it had stays
+            raise
         shutil.rmtree(old, ignore_errors=True)
         return encoder
     finally:
@@ -86,8 +93,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         encoder = fetch(model, target, source)
-    except (ModelProblem, OSError) as exc:
+    except ModelProblem as exc:
         print(f"memdctl fetch-model: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:  # the state dir refused: full, read-only
+        why = exc.strerror or str(exc)
+        print(
+            f"memdctl fetch-model: cannot save the model in {target.parent}: {why}; nothing "
+            "was changed there. Free some space or make it writable, then run this again",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     print(f"{model}: saved in {target} ({encoder.dim} dimensions)")
     semantic = loaded.config.memory.semantic
