@@ -1,5 +1,4 @@
-"""The garbage collector's pauses: the daemon's loaded code out of every full collection,
-and the longest pause shown in ``status``.
+"""The garbage collector's pauses: the daemon's loaded code out of every full collection.
 
 A full collection walks every object the collector tracks, with the event loop stopped
 meanwhile. Most of a running daemon's objects come from its imports (the model SDK and its
@@ -10,8 +9,10 @@ every object then alive out of the collector's view (:func:`gc.freeze`): later f
 collections walk only what came since. It runs when the features are loaded and again when
 the model client is first opened (the SDK's import), each time taking what came since.
 
-:data:`PAUSES` times every full collection (a :data:`gc.callbacks` hook), so ``status``
-says how many there were and the longest.
+``status`` says how many objects are frozen. Full collections are not timed from a
+:data:`gc.callbacks` hook: a callback is Python code that runs wherever a collection starts,
+so the start's signal handler (which raises to stop it, :mod:`memd.daemon.signals`) could
+raise inside it, where the interpreter only prints the exception and drops it.
 """
 
 from __future__ import annotations
@@ -24,40 +25,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-class Pauses:
-    """How many full collections there were and how long the longest took."""
-
-    def __init__(self) -> None:
-        self.full = 0
-        self.longest_ms = 0.0
-        self._started: float | None = None
-
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if info.get("generation") != 2:
-            return
-        if phase == "start":
-            self._started = time.perf_counter()
-        elif self._started is not None:
-            took = (time.perf_counter() - self._started) * 1000
-            self._started = None
-            self.full += 1
-            self.longest_ms = max(self.longest_ms, took)
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "frozen": gc.get_freeze_count(),
-            "full_collections": self.full,
-            "longest_full_ms": round(self.longest_ms, 1),
-        }
-
-
-PAUSES = Pauses()
-
-
-def watch() -> None:
-    """Time every full collection from now on (once per process)."""
-    if PAUSES not in gc.callbacks:
-        gc.callbacks.append(PAUSES)
+def status() -> dict[str, Any]:
+    """``status``'s ``daemon.gc``: how many objects full collections no longer walk."""
+    return {"frozen": gc.get_freeze_count()}
 
 
 def freeze_loaded(why: str) -> int:

@@ -17,7 +17,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from memd import __version__
-from memd.daemon import gc_pauses
 from memd.daemon.signals import Signals, Stopped
 
 if TYPE_CHECKING:
@@ -89,7 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     signals = Signals()
     signals.install()
-    gc_pauses.watch()
     try:
         return _main(argv, signals)
     except Stopped as stop:  # before the log is set up, maybe: one line of our own

@@ -18,7 +18,7 @@ import anyio
 from memd import __version__
 from memd.clock import iso_utc
 from memd.config import config_as_dict
-from memd.daemon.gc_pauses import PAUSES
+from memd.daemon import gc_pauses
 from memd.daemon.health import pipeline_report
 from memd.errors import NotFound
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
@@ -331,7 +331,7 @@ def _daemon_status(daemon: DaemonFace) -> dict[str, Any]:
         "env_file": daemon.env_file.status(),
         "uptime_s": round(time.time() - daemon.started_at, 1),
         "rss_bytes": _rss_bytes(),
-        "gc": PAUSES.status(),
+        "gc": gc_pauses.status(),
         "reloads": daemon.reloads,
         "last_reload": daemon.last_reload.as_dict() if daemon.last_reload else None,
     }
