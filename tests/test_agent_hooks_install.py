@@ -58,7 +58,7 @@ def test_gemini_gets_its_events_in_milliseconds_and_its_file_back(tmp_path: Path
     settings.chmod(0o600)
     install_hooks(settings, command("gemini"), GEMINI_HOOKS)
     data = json.loads(settings.read_text())
-    assert sorted(data["hooks"]) == ["BeforeAgent", "BeforeTool", "SessionStart"]
+    assert sorted(data["hooks"]) == ["AfterAgent", "BeforeAgent", "BeforeTool", "SessionStart"]
     (entry,) = data["hooks"]["BeforeAgent"][0]["hooks"]
     assert entry["timeout"] == 10_000  # Gemini's timeouts are milliseconds
     hook = parse_memd_hook(entry["command"])

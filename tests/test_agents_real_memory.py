@@ -1,7 +1,8 @@
 """One memory for every agent, with the real CLIs (issue 24): a fact stated in a real ``codex
 exec`` session is extracted by memd into the repository's memory and recalled into a real
 ``claude -p`` prompt in the same repository; a fact stated in a real ``claude -p`` session
-reaches a real ``gemini -p`` prompt through memd's Gemini hook.
+reaches a real ``gemini -p`` prompt through memd's Gemini hook; a fact stated in a real
+``gemini -p`` is extracted when its ``AfterAgent`` hook says the turn ended.
 
 Each CLI talks to its loopback model server (Codex: Responses API; Claude Code: the Messages
 API in the real-client profile; Gemini: ``generateContent``); memd's own model is a scripted
@@ -140,5 +141,39 @@ def test_a_fact_from_real_claude_code_reaches_real_gemini_through_its_hook(
             done = gemini_cli.run(gemini_cli.prompt_args(QUESTION), cwd=repo, env=env)
             assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
             assert "make ship" in gemini_api.texts()
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_a_fact_from_real_gemini_is_extracted_when_its_turn_ends(
+    gemini_cli: AgentCLI, tmp_path: Path
+) -> None:
+    """Gemini's AfterAgent is a turn end: with the quiet period at ten minutes, a fact stated
+    in a real ``gemini -p`` is in the repository's memory within a minute of its end."""
+    with (
+        fake_home(tmp_path) as home,
+        LoopbackProcess() as memd_api,
+        LoopbackAgentAPI("gemini", text="Understood: `make ship`.") as gemini_api,
+    ):
+        memd_api.add_script(extraction_script())
+        config = home.root / "memd.yaml"
+        config.write_text("memory:\n  extraction_quiet_s: 600\n")  # the turn end is AfterAgent
+        home.env.update(
+            MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test"
+        )
+        repo = repository(home)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            env = gemini_cli.env(home.env, gemini_api.url)
+            done = memdctl(home, "install-hooks", "--agent", "gemini")
+            assert done.returncode == 0, done.stderr
+            done = gemini_cli.run(
+                gemini_cli.prompt_args(f"Note for later: {FACT}"), cwd=repo, env=env
+            )
+            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+            learnt(home, repo, "the Gemini session")
+            (row,) = call(home, "sessions", {})
+            assert row["agent"] == "gemini", row
         finally:
             assert stop_memd(proc) == 0, read_log(home)

@@ -191,7 +191,7 @@ def _gemini_hint(agent: str, exc: Exception) -> str:
         return ""
     return (
         ". If it holds comments (Gemini allows them), memd cannot edit it without losing them: "
-        "remove them, or add memd's SessionStart and BeforeAgent hooks by hand"
+        "remove them, or add memd's SessionStart, BeforeAgent and AfterAgent hooks by hand"
     )
 
 

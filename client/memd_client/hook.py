@@ -64,7 +64,15 @@ SESSION_END_TIMEOUT_S = 1.0  # Claude Code gives SessionEnd hooks 1.5 s in all
 FAILED_OPEN_FILE = "hook-failed-open"
 FAILED_OPEN_TITLE = "memd-hook failed open"
 BURST_S = 3600.0
-EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "PreCompact", "BeforeAgent")
+EVENTS = (
+    "SessionStart",
+    "UserPromptSubmit",
+    "Stop",
+    "SessionEnd",
+    "PreCompact",
+    "BeforeAgent",
+    "AfterAgent",
+)
 AGENTS = ("claude", "codex", "gemini")  # the last argument, when it names one
 
 

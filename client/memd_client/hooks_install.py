@@ -127,8 +127,10 @@ CLAUDE_TAKEOVER_HOOKS = AgentHooks(
 CODEX_HOOKS = AgentHooks(
     "codex", {"SessionStart": None, "UserPromptSubmit": None, "Stop": None}, 10
 )
-# Gemini's prompt event is BeforeAgent; its timeouts are milliseconds.
-GEMINI_HOOKS = AgentHooks("gemini", {"SessionStart": None, "BeforeAgent": None}, 10_000)
+# Gemini's prompt event is BeforeAgent, its turn end AfterAgent; its timeouts are milliseconds.
+GEMINI_HOOKS = AgentHooks(
+    "gemini", {"SessionStart": None, "BeforeAgent": None, "AfterAgent": None}, 10_000
+)
 AGENT_HOOKS = {spec.agent: spec for spec in (CLAUDE_HOOKS, CODEX_HOOKS, GEMINI_HOOKS)}
 # Run as ``python -I -S -c HOOK_CODE <…/memd_client/hook.py>``: the package's parent dir first
 # on sys.path, then the module imported (from its cached bytecode). A constant, so the path is

@@ -32,8 +32,9 @@ Code's alone: for Codex and Gemini the index always goes in at a session start (
 ``MEMORY.md``) and what is in the session is known from this daemon's own record. Codex's
 ``Stop`` is a turn end as Claude Code's is (its ``session_id`` is the rollout's, the session
 memd follows; its ``last_assistant_message`` the answer to wait for), so a ``codex exec`` is
-extracted when it ends rather than after the quiet period. Gemini's ``AfterAgent`` is not read
-(its ``session_id`` is not the name memd keys its chat by).
+extracted when it ends rather than after the quiet period. Gemini's ``AfterAgent`` is its turn
+end too; its ``session_id`` is not the name memd keys a chat by, so its ``transcript_path`` (the
+chat file) names the session.
 
 Claude Code 2.1 sends ``additionalContext`` to the model as a ``role: "system"`` message of
 its own ("SessionStart hook additional context: …"), so the text here is plain (the
@@ -80,7 +81,11 @@ CLAUDE = "claude"
 AGENT_EVENTS: dict[str, dict[str, str]] = {
     CLAUDE: {e: e for e in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")},
     "codex": {e: e for e in ("SessionStart", "UserPromptSubmit", "Stop")},
-    "gemini": {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit"},
+    "gemini": {
+        "SessionStart": "SessionStart",
+        "BeforeAgent": "UserPromptSubmit",
+        "AfterAgent": "Stop",
+    },
 }
 INJECTING = ("SessionStart", "UserPromptSubmit")
 _GEMINI_CONTEXT = re.compile(r"\A\s*<hook_context>.*?</hook_context>\s*", re.DOTALL)
@@ -216,6 +221,8 @@ async def hook_context(
             text = await _prompt_submit(
                 prompt, cwd, record, service, notes_for, budget_bytes, claude=claude
             )
+        case "Stop" | "SessionEnd" if agent == "gemini":
+            _gemini_turn_end(hook_input, cwd, service)
         case "Stop" | "SessionEnd" if session_id:
             if env is not None:
                 service.contexts.get(session_id).env = _forwarded(env)
@@ -226,6 +233,19 @@ async def hook_context(
     if agent == "codex" and text:
         text = within_tokens(text, CODEX_MAX_TOKENS)
     return {"additionalContext": text or None}
+
+
+def _gemini_turn_end(hook_input: Mapping[str, Any], cwd: str, service: MemoryService) -> None:
+    """Gemini's ``AfterAgent``: a turn end of the chat ``transcript_path`` names. Its
+    ``session_id`` is the chat's own, which one chat keeps across the files a resume starts;
+    memd keys a chat by its file's name, so the file names the session, and the turn end
+    waits for that file to hold ``prompt_response`` as a Stop waits for its answer."""
+    transcript = _field(hook_input, "transcript_path")
+    name = transcript.rsplit("/", 1)[-1]
+    stem, dot, suffix = name.rpartition(".")
+    if not transcript.startswith("/") or not dot or suffix not in ("json", "jsonl") or not stem:
+        return
+    service.on_stop(stem, "", cwd, _field(hook_input, "prompt_response"))
 
 
 # Codex CLI writes a hook's output over ~2,500 tokens (its additionalContextLimit) to a file
