@@ -3,10 +3,11 @@
 :class:`Conversation` is fed one parsed entry at a time (:meth:`Conversation.add` is cheap:
 a few dict inserts) and answers, at any moment, what the model currently sees:
 
-* :meth:`~Conversation.active_chain`: from the newest entry, follow ``parentUuid`` back to a
-  root; a ``compact_boundary`` is a root (what came before is no longer in context). A parent
-  that names no earlier entry of the file (Claude Code writes such progress entries) links to
-  the previous entry in file order (R-T7); only the first entry of a file keeps it as a root.
+* :meth:`~Conversation.active_chain` (the walk is :mod:`memd.transcript.chain`'s): from the
+  newest entry, follow ``parentUuid`` back to a root; a ``compact_boundary`` is a root (what
+  came before is no longer in context). A parent that names no earlier entry of the file
+  (Claude Code writes such progress entries) links to the previous entry in file order
+  (R-T7); only the first entry of a file keeps it as a root.
   Parallel tool calls make the transcript a little tree — each tool_use line gets its own
   tool_result child, and the walk passes through only one of them — so the other lines of
   each response on the chain, and the tool results answering them, are taken back in
@@ -27,14 +28,14 @@ read with ``Conversation(sidechain=True)``.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from memd.tokens import estimate_content
+from memd.transcript.chain import Uuids, active_chain, append, first_of
 from memd.transcript.content import (
     ContentCache,
     LineStore,
@@ -116,8 +117,8 @@ class Conversation:
         self._leaf: str | None = None
         # message.id -> its line uuids; tool-result lines by the line they name as parent.
         # One uuid is kept as itself, more as a list (most responses have one line).
-        self._response_lines: dict[str, _Uuids] = {}
-        self._results_by_parent: dict[str, _Uuids] = {}
+        self._response_lines: dict[str, Uuids] = {}
+        self._results_by_parent: dict[str, Uuids] = {}
         self._boundaries: list[Boundary] = []
         self._estimates: dict[str, int] = {}
         self._derived: _Derived | None = None
@@ -197,7 +198,7 @@ class Conversation:
         replace = msgspec.structs.replace
         if type(entry) is AssistantEntry:
             lines = self._response_lines.get(entry.message_id)
-            first = self._entries[_first(lines)] if lines else entry
+            first = self._entries[first_of(lines)] if lines else entry
             assert type(first) is AssistantEntry
             kept: Entry = replace(
                 entry,
@@ -209,7 +210,7 @@ class Conversation:
                 slug=None,
                 session_id=None,
             )
-            _append(self._response_lines, first.message_id, uuid)
+            append(self._response_lines, first.message_id, uuid)
         elif type(entry) is UserEntry and entry.blocks:
             kept = replace(
                 entry,
@@ -231,7 +232,7 @@ class Conversation:
             and parent in self._entries  # results are looked up by response lines
             and kept.tool_result_ids
         ):
-            _append(self._results_by_parent, parent or "", uuid)
+            append(self._results_by_parent, parent or "", uuid)
 
     def _shared_ids(self, blocks: Outline, parent: str | None) -> Outline:
         """A result's tool id as the very string of the call it answers (in the line it
@@ -320,7 +321,12 @@ class Conversation:
         if self._derived is not None:
             return self._derived.chain
         if self._chain_only is None:
-            self._chain_only = self._chain()
+            self._chain_only = active_chain(
+                self._resolve(self._leaf),
+                self._entries,
+                self._response_lines,
+                self._results_by_parent,
+            )
         return self._chain_only
 
     def _derive(self) -> _Derived:
@@ -332,44 +338,6 @@ class Conversation:
             self._derived = _Derived(chain, groups, build_messages(groups))
             self._chain_only = None
         return self._derived
-
-    def _chain(self) -> tuple[Entry, ...]:
-        spine, on_spine = self._spine()
-        extra = self._recovered(spine, on_spine)
-        if not extra:
-            return tuple(spine)
-        merged = {entry.uuid: entry for entry in (*spine, *extra)}
-        return tuple(sorted(merged.values(), key=_AT))
-
-    def _spine(self) -> tuple[list[Entry], set[str]]:
-        spine: list[Entry] = []
-        seen: set[str] = set()
-        current = self._resolve(self._leaf)
-        while current is not None and current not in seen:
-            entry = self._entries.get(current)
-            if entry is None:
-                break
-            seen.add(current)
-            spine.append(entry)
-            if type(entry) is SystemEntry and entry.is_compact_boundary:
-                break
-            current = entry.parent_uuid
-        spine.reverse()
-        return spine, seen
-
-    def _recovered(self, spine: list[Entry], on_spine: set[str]) -> list[Entry]:
-        """Lines of the chain's responses that the walk missed, and their tool results."""
-        extra: list[Entry] = []
-        entries, results = self._entries, self._results_by_parent
-        responses = {e.message_id for e in spine if type(e) is AssistantEntry}
-        for message_id in responses:
-            lines = _all(self._response_lines[message_id])
-            extra += [entries[uuid] for uuid in lines if uuid not in on_spine]
-            missed = [r for uuid in lines for r in _all(results.get(uuid, ())) if r not in on_spine]
-            if missed:
-                called = {i for uuid in lines for i in _calls(entries[uuid])}
-                extra += [entries[r] for r in missed if called.intersection(_answers(entries[r]))]
-        return extra
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -488,35 +456,3 @@ class Conversation:
 
     def _responses(self) -> list[AssistantEntry]:
         return [e for e in self.active_chain() if isinstance(e, AssistantEntry) and not e.synthetic]
-
-
-_Uuids = str | list[str]
-
-
-def _append(index: dict[str, _Uuids], key: str, uuid: str) -> None:
-    held = index.get(key)
-    if held is None:
-        index[key] = uuid
-    elif isinstance(held, str):
-        index[key] = [held, uuid]
-    else:
-        held.append(uuid)
-
-
-_AT = operator.attrgetter("at")
-
-
-def _calls(entry: Entry) -> tuple[str, ...]:
-    return entry.tool_use_ids if type(entry) is AssistantEntry else ()
-
-
-def _answers(entry: Entry) -> tuple[str, ...]:
-    return entry.tool_result_ids if type(entry) is UserEntry else ()
-
-
-def _first(held: _Uuids) -> str:
-    return held if isinstance(held, str) else held[0]
-
-
-def _all(held: _Uuids | tuple[()]) -> Sequence[str]:
-    return (held,) if isinstance(held, str) else held
