@@ -66,33 +66,38 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         )()
 
     async def hook(params: dict[str, Any]) -> Any:
-        """Params: ``raw`` (the hook's stdin bytes, as ``memd-hook`` sends them) or ``event``
-        (a hook event) and ``input`` (its stdin JSON); ``agent``: ``claude`` (the default),
-        ``codex`` or ``gemini``; ``env``: the Claude Code environment the hook forwards (read
-        for Claude Code only). Result: ``{"additionalContext": text or None, "stdout": what
-        the hook prints or None}`` under the injection budget; nothing for an event a
-        Claude Code sub-agent fired (:func:`~memd.memory.hook_context.from_subagent`)."""
-        parsed = _hook_event(params)
-        if parsed is None:
-            return {"additionalContext": None, "stdout": None}
-        event, hook_input = parsed
-        agent = opt_str(params, "agent") or CLAUDE
-        if agent == CLAUDE and from_subagent(hook_input):
-            return {"additionalContext": None, "stdout": None}
-        if event == "PreCompact" and agent == CLAUDE:
-            return {"additionalContext": None, "stdout": await precompact(daemon, hook_input)}
-        result = await hook_context(
-            event,
-            hook_input,
-            svc,
-            notes_for=daemon.notes_text,
-            budget_bytes=daemon.loaded.config.hook.injection_max_bytes,
-            env=_forwarded_env(params) if agent == CLAUDE else None,
-            agent=agent,
-        )
-        return {**result, "stdout": hook_stdout(event, result["additionalContext"], agent)}
+        """A hook event of Claude Code, Codex or Gemini: see :func:`_hook`."""
+        return await _hook(daemon, params)
 
     return {"memory_index": memory_index, "memories": memories, "recall": recall, "hook": hook}
+
+
+async def _hook(daemon: MemoryFace, params: dict[str, Any]) -> Any:
+    """Params: ``raw`` (the hook's stdin bytes, as ``memd-hook`` sends them) or ``event``
+    (a hook event) and ``input`` (its stdin JSON); ``agent``: ``claude`` (the default),
+    ``codex`` or ``gemini``; ``env``: the Claude Code environment the hook forwards (read
+    for Claude Code only). Result: ``{"additionalContext": text or None, "stdout": what
+    the hook prints or None}`` under the injection budget; nothing for an event a
+    Claude Code sub-agent fired (:func:`~memd.memory.hook_context.from_subagent`)."""
+    parsed = _hook_event(params)
+    if parsed is None:
+        return {"additionalContext": None, "stdout": None}
+    event, hook_input = parsed
+    agent = opt_str(params, "agent") or CLAUDE
+    if agent == CLAUDE and from_subagent(hook_input):
+        return {"additionalContext": None, "stdout": None}
+    if event == "PreCompact" and agent == CLAUDE:
+        return {"additionalContext": None, "stdout": await precompact(daemon, hook_input)}
+    result = await hook_context(
+        event,
+        hook_input,
+        daemon.memory,
+        notes_for=daemon.notes_text,
+        budget_bytes=daemon.loaded.config.hook.injection_max_bytes,
+        env=_forwarded_env(params) if agent == CLAUDE else None,
+        agent=agent,
+    )
+    return {**result, "stdout": hook_stdout(event, result["additionalContext"], agent)}
 
 
 def _forwarded_env(params: dict[str, Any]) -> dict[str, str] | None:

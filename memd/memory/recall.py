@@ -175,11 +175,10 @@ async def recall(
     the ranker's index is kept up to date; without, every head is read and indexed.
     ``checks`` (run in a worker thread, by the deadline) checks the chosen memories'
     citations and may reorder them, or put one of the ranker's next candidates that verifies
-    in the place of one whose citations all fail. ``semantic`` (issue 27, when on) fuses the
-    memories most alike to the query into the ranking (:mod:`memd.memory.semantic`).
+    in the place of one whose citations all fail. ``semantic``: see :func:`_fused`.
     """
     started = clock.monotonic()
-    budget = cfg.memory.recall_timeout_s if timeout_s is None else timeout_s
+    deadline = started + (cfg.memory.recall_timeout_s if timeout_s is None else timeout_s)
     surfaced = frozenset(already_surfaced)
     scan = partial(_scan_and_rank, memory_dir, query, cfg, surfaced, tuple(recent_tools), cache)
     try:
@@ -193,11 +192,8 @@ async def recall(
         return _empty("no memories to choose from", started, clock)
     if semantic is not None:
         semantic.want(memory_dir, headers)
-        limit = max(cfg.memory.scan_max_files, cfg.memory.recall_max)
-        fuse = partial(semantic.fuse, memory_dir, query, candidates, ranked, limit=limit)
-        fuse = partial(fuse, recent_tools=tuple(recent_tools))
-        with anyio.move_on_after(max(0.0, started + budget - clock.monotonic())):
-            ranked = await anyio.to_thread.run_sync(fuse, abandon_on_cancel=True)
+        fuse = partial(semantic.fuse, memory_dir, query, candidates, ranked)
+        ranked = await _fused(fuse, cfg, tuple(recent_tools), deadline - clock.monotonic(), ranked)
     context = _Context(
         llm,
         cfg,
@@ -208,14 +204,29 @@ async def recall(
         ledger,
         project,
         session,
-        started + budget,
+        deadline,
     )
     choice = await _choose(query, candidates, ranked, context)
     memories = await _load_chosen(memory_dir, choice, context, checks)
-    elapsed = clock.monotonic() - started
-    return RecallResult(
-        memories, choice.method, choice.reason, RECALL_CAVEAT, len(candidates), elapsed
-    )
+    elapsed, found = clock.monotonic() - started, len(candidates)
+    return RecallResult(memories, choice.method, choice.reason, RECALL_CAVEAT, found, elapsed)
+
+
+async def _fused(
+    fuse: Callable[..., list[tuple[MemoryHeader, float]]],
+    cfg: Config,
+    recent_tools: tuple[str, ...],
+    left_s: float,
+    ranked: list[tuple[MemoryHeader, float]],
+) -> list[tuple[MemoryHeader, float]]:
+    """The semantic stage's ranking (issue 27, when on: ``fuse`` puts the memories most alike
+    to the query into ``ranked``, in a worker thread; :mod:`memd.memory.semantic`), or
+    ``ranked`` when it has not answered within the ``left_s`` seconds the recall has left."""
+    limit = max(cfg.memory.scan_max_files, cfg.memory.recall_max)
+    with anyio.move_on_after(max(0.0, left_s)):
+        call = partial(fuse, limit=limit, recent_tools=recent_tools)
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    return ranked
 
 
 async def _load_chosen(
