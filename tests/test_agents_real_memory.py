@@ -75,6 +75,32 @@ def learnt(home: Home, repo: Path, what: str) -> None:
     assert path.read_text() == LEARNT
 
 
+def turn_ends_only(home: Home, memd_api: LoopbackProcess) -> None:
+    """memd's model is ``memd_api`` (which writes the fact when an extraction sees it), and
+    the quiet period is ten minutes: only an agent's own turn-end hook starts an extraction
+    within a test."""
+    memd_api.add_script(extraction_script())
+    config = home.root / "memd.yaml"
+    config.write_text("memory:\n  extraction_quiet_s: 600\n")
+    home.env.update(
+        MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test"
+    )
+
+
+def fact_learnt_from(home: Home, repo: Path, cli: AgentCLI, api: LoopbackAgentAPI) -> None:
+    """With memd running: the agent's hooks installed, the fact stated in a real prompt of
+    its CLI, and the fact in the repository's memory, from that agent's session."""
+    wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+    env = cli.env(home.env, api.url)
+    done = memdctl(home, "install-hooks", "--agent", cli.agent)
+    assert done.returncode == 0, done.stderr
+    done = cli.run(cli.prompt_args(f"Note for later: {FACT}"), cwd=repo, env=env)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    learnt(home, repo, f"the {cli.agent} session")
+    (row,) = call(home, "sessions", {})
+    assert row["agent"] == cli.agent, row
+
+
 def test_a_fact_from_real_codex_is_recalled_into_real_claude_code(
     codex_cli: AgentCLI, claude_cli: ClaudeCLI, claude_api: LoopbackAPI, tmp_path: Path
 ) -> None:
@@ -83,27 +109,12 @@ def test_a_fact_from_real_codex_is_recalled_into_real_claude_code(
         LoopbackProcess() as memd_api,
         LoopbackAgentAPI("responses", text="Understood: `make ship`.") as codex_api,
     ):
-        memd_api.add_script(extraction_script())
-        config = home.root / "memd.yaml"
-        config.write_text("memory:\n  extraction_quiet_s: 600\n")  # the turn end is Codex's Stop
-        home.env.update(
-            MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test"
-        )
+        turn_ends_only(home, memd_api)  # the turn end is Codex's Stop
         repo = repository(home)
         claude_hooks(home)
         proc = start_memd(home)
         try:
-            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
-            env = codex_cli.env(home.env, codex_api.url)
-            done = memdctl(home, "install-hooks", "--agent", "codex")
-            assert done.returncode == 0, done.stderr
-            done = codex_cli.run(
-                codex_cli.prompt_args(f"Note for later: {FACT}"), cwd=repo, env=env
-            )
-            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
-            learnt(home, repo, "the Codex session")
-            (row,) = call(home, "sessions", {})
-            assert row["agent"] == "codex", row
+            fact_learnt_from(home, repo, codex_cli, codex_api)
             since = len(claude_api.requests)
             env = claude_cli.env(home.env, claude_api.url)
             done = claude_cli.run(["-p", QUESTION], cwd=repo, env=env, timeout=60)
@@ -155,25 +166,10 @@ def test_a_fact_from_real_gemini_is_extracted_when_its_turn_ends(
         LoopbackProcess() as memd_api,
         LoopbackAgentAPI("gemini", text="Understood: `make ship`.") as gemini_api,
     ):
-        memd_api.add_script(extraction_script())
-        config = home.root / "memd.yaml"
-        config.write_text("memory:\n  extraction_quiet_s: 600\n")  # the turn end is AfterAgent
-        home.env.update(
-            MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test"
-        )
+        turn_ends_only(home, memd_api)  # the turn end is AfterAgent
         repo = repository(home)
         proc = start_memd(home)
         try:
-            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
-            env = gemini_cli.env(home.env, gemini_api.url)
-            done = memdctl(home, "install-hooks", "--agent", "gemini")
-            assert done.returncode == 0, done.stderr
-            done = gemini_cli.run(
-                gemini_cli.prompt_args(f"Note for later: {FACT}"), cwd=repo, env=env
-            )
-            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
-            learnt(home, repo, "the Gemini session")
-            (row,) = call(home, "sessions", {})
-            assert row["agent"] == "gemini", row
+            fact_learnt_from(home, repo, gemini_cli, gemini_api)
         finally:
             assert stop_memd(proc) == 0, read_log(home)
