@@ -5,14 +5,12 @@ gives the user's files back byte for byte when memd's install was their only cha
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
 import shutil
 import stat
 import sys
-import threading
 import tomllib
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from memd_client.hooks_install import (
     uninstall_hooks,
 )
 from tests.daemon_harness import run_memdctl
+from tests.fifo_support import waited_on_fifos
 from tests.uid_support import IS_ROOT, NOBODY, run_forked
 
 CODEX_CONFIG = (
@@ -238,18 +237,7 @@ def test_a_fifo_as_an_agents_config_is_refused_by_doctor_and_install_never_waite
         except (OSError, ValueError) as exc:
             seen["install"] = exc
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(20)
-    waited = thread.is_alive()
-    for _ in range(100):  # a reader left waiting (before the fix) gets its end of file
-        if not thread.is_alive():
-            break
-        for fifo in fifos:
-            with contextlib.suppress(OSError):
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        thread.join(0.1)
-    assert not waited
+    assert not waited_on_fifos(run, fifos)
     for name in ("codex", "gemini"):
         check = seen[name]
         assert isinstance(check, Check) and check.verdict == "fail", (name, check)

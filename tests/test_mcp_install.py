@@ -3,13 +3,11 @@ other servers are untouched, a second run changes nothing, uninstall restores th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
-import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import pytest
 
 from memd.install.agents import AGENTS, Action, apply
 from tests.daemon_harness import run_memdctl
+from tests.fifo_support import waited_on_fifos
 
 CLAUDE_JSON = """{
     "numStartups": 12,
@@ -166,23 +165,11 @@ def test_a_fifo_as_an_agents_config_fails_that_agent_instead_of_waiting(tmp_path
         fifo.parent.mkdir(parents=True, exist_ok=True)
         os.mkfifo(fifo)
     outcomes: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: outcomes.extend(
-            apply(AGENTS, "user", "install", tmp_path, env_for(tmp_path))
-        ),
-        daemon=True,
-    )
-    thread.start()
-    thread.join(20)
-    waited = thread.is_alive()
-    for _ in range(100):  # a reader left waiting (before the fix) gets its end of file
-        if not thread.is_alive():
-            break
-        for fifo in fifos:
-            with contextlib.suppress(OSError):
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        thread.join(0.1)
-    assert not waited
+
+    def install() -> None:
+        outcomes.extend(apply(AGENTS, "user", "install", tmp_path, env_for(tmp_path)))
+
+    assert not waited_on_fifos(install, fifos)
     assert [o.result for o in outcomes] == ["failed"] * 4
     assert all("not a regular file" in o.detail for o in outcomes), outcomes
     assert all(stat.S_ISFIFO(fifo.lstat().st_mode) for fifo in fifos)
