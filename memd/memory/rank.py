@@ -14,11 +14,12 @@ a few common developer abbreviations, and identifier splitting (``camelCase``,
 ``snake_case``, ``path/to/file.py`` each also match their parts). A name the query gives (a
 capitalised word that does not start a sentence) narrows the field: a memory without it keeps only
 :data:`ENTITY_MISS` of its score, since a person's or project's name is in so many memories
-that its idf alone counts for little. Terms that keep company with the query's in the
-memories themselves are added with a small weight (:func:`expansion`), and a lexical answer
-leaves out results far below the best (:func:`strong_count`). It is pure and needs no
-model; term weights per document are computed once when the index is built, so a query costs
-a dictionary walk.
+that its idf alone counts for little. Terms related in meaning to the query's (a table
+distilled offline from an embedding model, shipped with memd: :mod:`memd.memory.related`)
+and terms that keep company with the query's in the memories (:func:`expansion`) are added
+with smaller weights, and a lexical answer leaves out results far below the best
+(:func:`strong_count`). It is pure and needs no model; term weights per document are
+computed once when the index is built, so a query costs a dictionary walk.
 Figures: ``bench/recall_quality.py`` (BENCHMARKS.md).
 """
 
@@ -33,6 +34,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from memd.memory import related
 from memd.memory.frontmatter import MemoryType
 from memd.memory.scan import MemoryHeader, format_manifest
 from memd.memory.terms import (
@@ -55,6 +57,8 @@ EXPAND_WEIGHT = 0.1  # their weight against the query's own terms (1.0)
 EXPAND_MIN_COUNT = 2  # memories a term must share with the seed
 EXPAND_LIFT = 6.0  # a term offered is at least this many times likelier beside the seed
 EXPAND_MAX_DF = 32  # only a query term held by at most this many memories is expanded
+RELATED_TERMS = 5  # terms related in meaning added per query term (memd.memory.related)
+RELATED_WEIGHT = 0.3  # their weight against the query's own terms (1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,18 +271,20 @@ def ranking(
 
 
 def query_slots(index: LexicalIndex, query: str, names: Collection[str]) -> dict[int, float]:
-    """The slots of the query's terms that some memory holds, with their weights, and those
-    of :func:`expansion`."""
+    """The slots of the query's terms that some memory holds, with their weights; then those
+    of the terms related in meaning to each that is not a name or a number (the shipped table,
+    :func:`memd.memory.related.expand`), at :data:`RELATED_WEIGHT`; then those of
+    :func:`expansion`."""
     weights: dict[int, float] = {}
     for term, weight in terms_of(query).items():
         slot = index.slot(term)
         if slot is not None:
             weights[slot] = weight
-    seeds = [
-        slot
-        for term in terms_of(query)
-        if term not in names and not term.isdigit() and (slot := index.slot(term)) is not None
-    ]
+    plain = [term for term in terms_of(query) if term not in names and not term.isdigit()]
+    for term in related.expand(plain, RELATED_TERMS):
+        if (slot := index.slot(term)) is not None and slot not in weights:
+            weights[slot] = RELATED_WEIGHT
+    seeds = [slot for term in plain if (slot := index.slot(term)) is not None]
     for slot in expansion(index, seeds, exclude=weights.keys()):
         weights[slot] = EXPAND_WEIGHT
     return weights
