@@ -142,6 +142,23 @@ def test_a_number_past_a_floats_range_is_written_back_as_claude_code_would_not_i
     assert {"huge": None}.items() <= next(i for i in inputs if "huge" in i).items()
 
 
+def test_a_kept_line_with_bytes_that_are_not_utf8_is_written_as_claude_code_reads_it(
+    tmp_path: Path,
+) -> None:
+    """Claude Code reads invalid UTF-8 as U+FFFD, and so does memd: a kept line with such
+    bytes (here in a tool's output, a field memd skips) is copied into the fork as U+FFFD,
+    valid UTF-8, never refused as a changed transcript."""
+    lines = CORPUS[0].read_bytes().splitlines()
+    last = max(i for i, line in enumerate(lines) if b'"toolUseResult":{' in line)
+    lines[last] = lines[last].replace(b'"toolUseResult":{', b'"toolUseResult":{"b":"\xff(",', 1)
+    source = tmp_path / "not-utf8.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    _, plan = fork_of(source, 0.3)
+    written = [json.loads(line.decode("utf-8")) for line in plan.fork.data.splitlines()]
+    results = [line.get("toolUseResult") for line in written]
+    assert [r["b"] for r in results if isinstance(r, dict) and "b" in r] == ["\ufffd("]
+
+
 def test_the_new_file_is_owner_only_and_never_written_over_an_existing_one(
     tmp_path: Path,
 ) -> None:

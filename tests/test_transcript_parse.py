@@ -280,28 +280,79 @@ _ENTRY_LINES = [
             "uuid": "a",
             "message": {
                 "id": "m",
+                "usage": {"input_tokens": 5, "output_tokens": 1},
                 "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {"c": "ls"}}],
             },
+        }
+    ),
+    _line(
+        {
+            "type": "user",
+            "uuid": "r",
+            "parentUuid": "a",
+            "message": {"content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]},
+            "toolUseResult": {"stdout": "x", "interrupted": False},
         }
     ),
     _line({"type": "system", "uuid": "s", "subtype": "compact_boundary", "slug": "x"}),
     _line({"type": "progress", "uuid": "p", "data": {"hookName": "PostToolUse"}}),
     _line({"type": "attachment", "uuid": "t", "attachment": {"type": "skill_listing"}}),
 ]
+# A bad start, a cut sequence before ASCII, a surrogate, past U+10FFFF, a lone continuation,
+# a sequence cut short, an overlong form.
+_NOT_UTF8 = [
+    b"\xff",
+    b"\xc3(",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\x80",
+    b"\xe2\x82",
+    b"\xc0\xaf",
+]
+
+
+def _as_node_reads(line: bytes) -> bytes:
+    """What Claude Code (Node: ``readFile(path, "utf8")``) reads: U+FFFD for each invalid
+    sequence."""
+    return line.decode("utf-8", "replace").encode("utf-8")
 
 
 @given(
     line=st.sampled_from(_ENTRY_LINES),
     where=st.integers(min_value=0),
-    bad=st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80"]),
+    bad=st.lists(st.sampled_from(_NOT_UTF8), min_size=1, max_size=3).map(b"".join),
 )
-def test_invalid_utf8_anywhere_inside_a_string_is_a_bad_line(
+def test_bytes_that_are_not_utf8_are_read_as_claude_code_reads_them(
     line: bytes, where: int, bad: bytes
 ) -> None:
-    quotes = [i for i in range(len(line)) if line[i : i + 1] == b'"']
-    at = quotes[where % len(quotes)] + 1
-    with pytest.raises(BadLine, match="UTF-8"):
-        parse_line(line[:at] + bad + line[at:])
+    """Wherever they sit (a string memd reads, one it skips, a key, between tokens), invalid
+    bytes make the line what Claude Code reads: the entry of the line with U+FFFD in their
+    place (its size the line's on disk), its content read back alike; a bad line only if that
+    is one (U+FFFD outside a string is no JSON). They made every such line bad, and Claude
+    Code kept it."""
+    at = where % (len(line) + 1)
+    spoiled = line[:at] + bad + line[at:]
+    read = _as_node_reads(spoiled)
+    try:
+        expected = parse_line(read, 7)
+    except BadLine:
+        with pytest.raises(BadLine):
+            parse_line(spoiled, 7)
+        return
+    entry = parse_line(spoiled, 7)
+    if expected is None:
+        assert entry is None
+        return
+    assert entry == msgspec.structs.replace(expected, size=len(spoiled))
+    assert line_content(spoiled) == line_content(read)
+
+
+def test_invalid_utf8_in_a_string_memd_reads_is_a_replacement_character() -> None:
+    line = _line({"type": "user", "uuid": "u", "cwd": "/w", "message": {"content": "hi"}})
+    spoiled = line.replace(b"/w", b"/\xffw").replace(b"hi", b"h\xc3(i")
+    entry = parse_line(spoiled)
+    assert isinstance(entry, UserEntry) and entry.cwd == "/\ufffdw"
+    assert line_content(spoiled) == ("u", ({"type": "text", "text": "h\ufffd(i"},))
 
 
 @pytest.mark.parametrize("depth", [10, 100, 101, 1_000, 10_000, 100_000, 1_000_000])

@@ -92,9 +92,10 @@ def read_values(values: list[dict[str, Any] | None], *, sidechain_file: bool) ->
 
 
 def load(raw: bytes) -> dict[str, Any] | None:
-    """One line as a dict, or None when it is not a JSON object."""
+    """One line as a dict, or None when it is not a JSON object. Bytes that are not UTF-8 are
+    read as Claude Code (Node) reads its file: each invalid sequence is U+FFFD."""
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

@@ -11,12 +11,14 @@ returns is safe to use anywhere (R-T7).
 Transcripts change between Claude Code versions, so the parser is tolerant: unknown types and
 fields are ignored, and a known field with an unexpected type is dropped (slow path, rare)
 rather than losing the whole entry. A line is bad (:class:`BadLine`) when it is not a JSON
-object: invalid UTF-8 anywhere in it, invalid JSON, or content nested deeper than
-:data:`MAX_CONTENT_DEPTH`; and when a number memd reads (a token count) is out of 0 …
-:data:`~memd.config.MAX_NUMBER`: such a figure is never taken (2^64 made every ``status``
-unencodable), nor is the rest of a line that carries it. A lone UTF-16 surrogate escape
-(``"\\ud83d"``, what JavaScript writes for an emoji cut in half) is not a reason to lose a
-line: it becomes U+FFFD.
+object (invalid JSON, or content nested deeper than :data:`MAX_CONTENT_DEPTH`) and when a
+number memd reads (a token count) is out of 0 … :data:`~memd.config.MAX_NUMBER`: such a figure
+is never taken (2^64 made every ``status`` unencodable), nor is the rest of a line that carries
+it. A line is read as Claude Code (JavaScript) reads it: bytes that are not UTF-8 are U+FFFD,
+each invalid sequence (Node decodes a file so), and so is a lone UTF-16 surrogate escape
+(``"\\ud83d"``, what JavaScript writes for an emoji cut in half). msgspec checks UTF-8 in the
+strings it decodes and nowhere else, so the replacing costs nothing on a line that needs none;
+invalid bytes in a field memd skips change nothing memd reads.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ _blocks_decoder: Final[msgspec.json.Decoder[_Blocks]] = msgspec.json.Decoder(_Bl
 _content_decoder: Final = msgspec.json.Decoder(_ContentLine)
 _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
+_TOO_DEEP: Final = "nested deeper than the decoder can follow"
 _W = TypeVar("_W")
 
 
@@ -139,7 +142,9 @@ def parse_line(line: bytes, at: int = -1) -> Entry | None:
         found = _decode(_line_decoder, line, _lenient)
         return None if found is None else _to_entry(found[0], at, len(line))
     except RecursionError:
-        raise BadLine("nested deeper than the decoder can follow") from None
+        raise BadLine(_TOO_DEEP) from None
+    except UnicodeDecodeError:  # in a string memd reads
+        return _replaced_entry(line, at)[0]
 
 
 def parse_kind(line: bytes, at: int = -1) -> Entry | str | None:
@@ -154,7 +159,29 @@ def parse_kind(line: bytes, at: int = -1) -> Entry | str | None:
         entry = _to_entry(found[0], at, len(line))
         return (found[0].type or "") if entry is None else entry
     except RecursionError:
-        raise BadLine("nested deeper than the decoder can follow") from None
+        raise BadLine(_TOO_DEEP) from None
+    except UnicodeDecodeError:  # in a string memd reads
+        entry, kind = _replaced_entry(line, at)
+        return kind if entry is None else entry
+
+
+def _replaced_entry(line: bytes, at: int) -> tuple[Entry | None, str]:
+    """The entry and ``type`` of ``line`` read with its invalid UTF-8 replaced (what Claude
+    Code reads); its size stays the line's on disk."""
+    try:
+        found = _decode(_line_decoder, _as_the_agent_reads(line), _lenient)
+        if found is None:
+            return None, ""
+        return _to_entry(found[0], at, len(line)), found[0].type or ""
+    except RecursionError:
+        raise BadLine(_TOO_DEEP) from None
+
+
+def _as_the_agent_reads(line: bytes) -> bytes:
+    """``line`` with each invalid UTF-8 sequence made U+FFFD, as Node decodes a file (a
+    sequence is never longer than its valid prefix: no ASCII byte, so no JSON structure, is
+    ever taken into a replacement)."""
+    return line.decode("utf-8", "replace").encode("utf-8")
 
 
 def line_content(line: bytes) -> tuple[str | None, Content]:
@@ -165,9 +192,12 @@ def line_content(line: bytes) -> tuple[str | None, Content]:
     line is no longer one the parser accepts.
     """
     try:
-        found = _decode(_content_decoder, line, _lenient_content)
+        try:
+            found = _decode(_content_decoder, line, _lenient_content)
+        except UnicodeDecodeError:  # read as parse_line reads it
+            found = _decode(_content_decoder, _as_the_agent_reads(line), _lenient_content)
     except RecursionError:
-        raise BadLine("nested deeper than the decoder can follow") from None
+        raise BadLine(_TOO_DEEP) from None
     if found is None:
         raise BadLine("blank line")
     decoded, checked = found
@@ -185,11 +215,6 @@ def line_content(line: bytes) -> tuple[str | None, Content]:
 def _decode(
     decoder: msgspec.json.Decoder[_W], line: bytes, lenient: Callable[[bytes], _W]
 ) -> tuple[_W, bytes] | None:
-    if not line.isascii():
-        try:
-            line.decode("utf-8")  # also checks the fields the typed decoder skips
-        except UnicodeDecodeError as exc:
-            raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
     while True:
         try:
             return decoder.decode(line), line
@@ -219,7 +244,7 @@ def loads_as_the_agent(line: bytes) -> Any:
     parsing accepted is never refused when the line is read back, and nothing memd writes
     holds ``Infinity`` (not JSON). Raises :class:`BadLine` for what is not JSON;
     ``RecursionError`` for nesting past Python's limit."""
-    text = replace_lone_surrogates(line) or line
+    text = _as_the_agent_reads(replace_lone_surrogates(line) or line)
     try:
         return json.loads(text, parse_float=_finite_or_none, parse_constant=_no_constant)
     except ValueError as exc:
