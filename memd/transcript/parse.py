@@ -78,7 +78,6 @@ class _WireUsage(msgspec.Struct, gc=False):
 
 class _WireMessage(msgspec.Struct, gc=False):
     id: str | None = None
-    role: str | None = None
     model: str | None = None
     content: msgspec.Raw = NO_CONTENT  # its bytes: decoded (_blocks) and judged for depth
     usage: _WireUsage | None = None
@@ -139,8 +138,11 @@ def parse_line(line: bytes, at: int = -1) -> Entry | None:
     exception comes out of it, whatever the bytes.
     """
     try:
-        found = _decode(_line_decoder, line, _lenient)
-        return None if found is None else _to_entry(found[0], at, len(line))
+        try:
+            wire: _WireLine | None = _line_decoder.decode(line)  # a call less per line
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            wire = _repaired_wire(line)
+        return None if wire is None else _to_entry(wire, at, len(line))
     except RecursionError:
         raise BadLine(_TOO_DEEP) from None
     except UnicodeDecodeError:  # in a string memd reads
@@ -153,16 +155,25 @@ def parse_kind(line: bytes, at: int = -1) -> Entry | str | None:
     ``None`` only for a blank line. (Not shared with :func:`parse_line`: a call more per line
     is measurable in ingest.)"""
     try:
-        found = _decode(_line_decoder, line, _lenient)
-        if found is None:
+        try:
+            wire: _WireLine | None = _line_decoder.decode(line)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            wire = _repaired_wire(line)
+        if wire is None:
             return None
-        entry = _to_entry(found[0], at, len(line))
-        return (found[0].type or "") if entry is None else entry
+        entry = _to_entry(wire, at, len(line))
+        return (wire.type or "") if entry is None else entry
     except RecursionError:
         raise BadLine(_TOO_DEEP) from None
     except UnicodeDecodeError:  # in a string memd reads
         entry, kind = _replaced_entry(line, at)
         return kind if entry is None else entry
+
+
+def _repaired_wire(line: bytes) -> _WireLine | None:
+    """A line the typed decoder refused, repaired (see :func:`_decode`); None when blank."""
+    found = _decode(_line_decoder, line, _lenient)
+    return None if found is None else found[0]
 
 
 def _replaced_entry(line: bytes, at: int) -> tuple[Entry | None, str]:
