@@ -41,18 +41,19 @@ _T = TypeVar("_T")
 
 class WireBlock(msgspec.Struct, gc=False):
     """What the outline of a content block needs; big fields (thinking, tool results, images)
-    are skipped, a tool call's input is kept as raw bytes only to see that it is an object."""
+    are skipped, a tool call's input is kept as raw bytes only to see that it is an object.
+    Fields in the order Claude Code writes the keys (see :mod:`memd.transcript.parse`)."""
 
+    tool_use_id: Any = None
     type: Any = None
     id: Any = None
     name: Any = None
-    tool_use_id: Any = None
-    text: Any = None
     input: msgspec.Raw = _NOTHING
+    text: Any = None
     # Taken as raw bytes only to judge nesting without scanning them (a string nests nothing).
-    content: msgspec.Raw = _NOTHING
     thinking: msgspec.Raw = _NOTHING
     signature: msgspec.Raw = _NOTHING
+    content: msgspec.Raw = _NOTHING
 
 
 class _RawMessage(msgspec.Struct, gc=False):

@@ -62,7 +62,9 @@ class BadLine(ValueError):
     """A transcript line that cannot become an entry; the tailer counts it and moves on."""
 
 
-# Wire structs: the JSON shape, optional everywhere (any key may be absent or null).
+# Wire structs: the JSON shape, optional everywhere (any key may be absent or null). Fields in
+# the order Claude Code writes the keys: msgspec looks a key up from the field after the last
+# one it found.
 
 
 # A token count: out of 0 … MAX_NUMBER, the line is bad (a figure no reply could encode).
@@ -77,8 +79,8 @@ class _WireUsage(msgspec.Struct, gc=False):
 
 
 class _WireMessage(msgspec.Struct, gc=False):
-    id: str | None = None
     model: str | None = None
+    id: str | None = None
     content: msgspec.Raw = NO_CONTENT  # its bytes: decoded (_blocks) and judged for depth
     usage: _WireUsage | None = None
 
@@ -89,20 +91,20 @@ class _WireCompact(msgspec.Struct, gc=False):
 
 
 class _WireLine(msgspec.Struct, gc=False):
-    type: str | None = None
-    uuid: str | None = None
     parentUuid: str | None = None
-    logicalParentUuid: str | None = None
     isSidechain: bool | None = None
+    cwd: str | None = None
+    sessionId: str | None = None
+    slug: str | None = None
+    type: str | None = None
+    subtype: str | None = None
+    message: _WireMessage | None = None
     isMeta: bool | None = None
     isCompactSummary: bool | None = None
-    subtype: str | None = None
-    timestamp: str | None = None
-    cwd: str | None = None
-    slug: str | None = None
-    sessionId: str | None = None
+    logicalParentUuid: str | None = None
     compactMetadata: _WireCompact | None = None
-    message: _WireMessage | None = None
+    uuid: str | None = None
+    timestamp: str | None = None
 
 
 # What reading a line back for its content decodes (line_content), and the depth check.
