@@ -1,6 +1,6 @@
 """Cold ingest of transcripts: memd's pipeline against a bare read-and-decode baseline.
 
-    python3 bench/ingest.py [--rounds 5] [--stages] [PATH ...]
+    python3 bench/ingest.py [--rounds 5] [--stages] [--repeat N [--baseline]] [PATH ...]
 
 PATHs are transcript files or folders (default: the shared corpus). Both sides run in this
 process, alternating, and the best round of each counts (the machine is shared):
@@ -19,6 +19,10 @@ process's CPU time (what the other processes of a loaded machine cannot inflate)
 ingest followed by ``api_messages()`` (decoding the contents on the active chain, what
 compaction and note extraction need) is timed too, for information. ``--stages`` prints
 only where memd's CPU time goes: each stage with the ones before it, beside the baseline.
+``--repeat N`` runs the whole ingest (``--baseline``: the msgspec baseline) N times after
+the set-up and prints nothing, for an instruction count the machine's load cannot move: the
+count of ``valgrind --tool=callgrind PYTHON bench/ingest.py --repeat 2`` less that of
+``--repeat 1`` (PYTHON the interpreter itself, not a pyenv shim; ``PYTHONHASHSEED=0``).
 """
 
 from __future__ import annotations
@@ -117,6 +121,16 @@ def print_stages(files: list[Path], rounds: int) -> None:
         print(f"  {name:28}: {cpu * 1e3:6.1f} ms CPU")
 
 
+def repeat(files: list[Path], times: int, run: Callable[[], object]) -> None:
+    """``run`` ``times`` times, after loading the tokenizer and reading every file once (so
+    neither the page cache nor the first imports are in the difference of two counts)."""
+    tokens.estimate_text("load the tokenizer before counting")
+    for path in files:
+        path.read_bytes()
+    for _ in range(times):
+        run()
+
+
 def build_messages(files: list[Path]) -> int:
     messages = 0
     for path in files:
@@ -146,8 +160,16 @@ def main() -> None:
     parser.add_argument("paths", nargs="*", type=Path, default=[CORPUS])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--stages", action="store_true", help="CPU time of each stage, only")
+    parser.add_argument("--repeat", type=int, default=0, help="run N times, print nothing")
+    parser.add_argument("--baseline", action="store_true", help="--repeat the baseline")
     args = parser.parse_args()
     files = transcripts(args.paths)
+    if args.repeat:
+        run: Callable[[], object] = functools.partial(ingest, files)
+        if args.baseline:
+            run = functools.partial(baseline, files, msgspec.json.Decoder().decode)
+        repeat(files, args.repeat, run)
+        return
     if args.stages:
         tokens.estimate_text("load the tokenizer before timing")
         print_stages(files, args.rounds)
