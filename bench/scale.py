@@ -10,7 +10,8 @@ run:
   copied round-robin with fresh session ids, all active, so all parsed and resident); at
   10,000: 100 such active sessions plus 9,900 month-old small ones (known, stat-ed, not
   parsed). Figures: RSS over the floor, ``in_memory``, p50 of ``hello`` and ``status``
-  (alternating blocks of tight loops, and called in turn), ``sessions`` (all rows),
+  (alternating blocks of tight loops, called in turn, and each right after a request that
+  is not read-only, so ``status`` builds its reply anew), ``sessions`` (all rows),
   ``sessions --limit 50`` and ``session``;
 - idle CPU of the daemon vs a bare loop reading memd's own inotify watches on the same tree
   (what memd runs on Linux), and a bare ``watchfiles.awatch`` loop with memd's settings;
@@ -284,6 +285,22 @@ def paired_p50_ms(
     return statistics.median(a) * 1000, statistics.median(b) * 1000
 
 
+def after_change_p50_ms(
+    change: Callable[[], object], base: Callable[[], object], fn: Callable[[], object], runs: int
+) -> tuple[float, float]:
+    """p50 of ``base`` and of ``fn``, each timed right after ``change`` (a request that is
+    not read-only): ``status`` then cannot send the reply it kept, it builds one."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(runs):
+        for call, out in ((base, a), (fn, b)):
+            change()
+            t0 = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(a) * 1000, statistics.median(b) * 1000
+
+
 # -- sessions -----------------------------------------------------------------------------------
 
 
@@ -339,6 +356,12 @@ def sessions_run(total: int, floor: float, runs: int, idle: float) -> dict[str, 
                 fig["hello_paired"], fig["status_paired"] = paired_p50_ms(
                     lambda: c.call("hello"), lambda: c.call("status"), runs
                 )
+                fig["hello_miss"], fig["status_miss"] = after_change_p50_ms(
+                    lambda: c.call("should_compact", {"session": active_ids[0]}),
+                    lambda: c.call("hello"),
+                    lambda: c.call("status"),
+                    runs // 2,
+                )
                 fig |= {
                     "sessions_all": p50_ms(lambda: c.call("sessions"), max(5, runs // 10)),
                     "sessions_50": p50_ms(lambda: c.call("sessions", {"limit": 50}), runs),
@@ -365,6 +388,11 @@ def print_sessions(total: int, fig: dict[str, float]) -> None:
     print(
         f"  in turn: hello p50 {paired:.3f} ms, status p50 {fig['status_paired']:.3f} ms"
         f" ({fig['status_paired'] / paired:.2f}x hello)"
+    )
+    miss = fig["hello_miss"]
+    print(
+        f"  after a change: hello p50 {miss:.3f} ms, status p50 {fig['status_miss']:.3f} ms"
+        f" ({fig['status_miss'] / miss:.2f}x hello; each status rebuilt)"
     )
     for unit, key in (("ticks", ""), ("schedstat", "_ns")):
         mine = fig[f"idle_cpu{key}"]

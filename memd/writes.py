@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from memd.changes import CHANGES
 from memd.clock import iso_utc
 from memd.errors import WriteFailed
 from memd_client.names import escape_name
@@ -132,6 +133,7 @@ class WriteHealth:
             if entry.data is not None:
                 entry.retry_at = now + retry_delay(entry.errno, entry.attempts)
             wake = self._wake
+        CHANGES.bump()  # a failing write is a state ``status`` shows at once
         if first:
             log.error(
                 "cannot write %s: %s (%s); %s",
@@ -154,6 +156,7 @@ class WriteHealth:
             if entry is None:
                 return
             self._recoveries += 1
+        CHANGES.bump()
         log.warning(
             "writing %s works again (it failed %d times since %s)",
             shown(path),
@@ -169,7 +172,8 @@ class WriteHealth:
             if entry is None or entry.data is None:
                 return False
             entry.data, entry.mode = kept.data, kept.mode
-            return True
+        CHANGES.bump()  # ``kept_bytes``
+        return True
 
     def kept(self, path: str) -> Kept | None:
         """The bytes held for ``path``, if any."""

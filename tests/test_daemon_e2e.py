@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from memd_client.status_form import expanded
 from tests.conftest import CORPUS
 from tests.daemon_harness import (
     Home,
@@ -330,16 +331,15 @@ def test_status_lists_the_newest_sessions_briefly_and_notes_only_when_asked(
                 what="every session to be read",
             )
             full = {r["session_id"]: r for r in call(home, "sessions")}
-            status = call(home, "status")
+            status = expanded(call(home, "status"))
             listed = [r["session_id"] for r in status["sessions"]]
             assert listed == ids[::-1][:10]  # newest first
             for row in status["sessions"]:
                 assert row == {k: full[row["session_id"]][k] for k in row}
                 assert row["message_count"] > 0 and row["context_tokens"] > 0
             assert "sessions" not in status["notes"]
-            assert [r["session_id"] for r in call(home, "status", {"limit": 3})["sessions"]] == (
-                listed[:3]
-            )
+            three = expanded(call(home, "status", {"limit": 3}))["sessions"]
+            assert [r["session_id"] for r in three] == listed[:3]
             asked = call(home, "status", {"limit": 12, "notes": True})
             assert [n["session_id"] for n in asked["notes"]["sessions"]] == ids[::-1][:12]
             assert all(n["phase"] == "idle" for n in asked["notes"]["sessions"])

@@ -20,6 +20,7 @@ from memd_client.cli_base import (
 )
 from memd_client.errors import RemoteError
 from memd_client.render_status import render_status
+from memd_client.status_form import expanded
 
 EXTRACT_WAIT_S = 60
 # The daemon waits up to EXTRACT_WAIT_S for the run; a full compaction is a model call or more.
@@ -132,7 +133,8 @@ def session_id(ctx: Ctx, ident: str) -> str:
 
 
 def cmd_status(ctx: Ctx) -> int:
-    return ctx.emit(ctx.call("status"), lambda s: render_status(s, ctx.style()))
+    status = expanded(ctx.call("status"))  # the rows as maps, each reason in place
+    return ctx.emit(status, lambda s: render_status(s, ctx.style()))
 
 
 def cmd_sessions(ctx: Ctx) -> int:

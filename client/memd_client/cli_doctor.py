@@ -32,6 +32,7 @@ from memd_client.hook_record import read_failed_open, record_path
 from memd_client.hooks_install import MATCHERS, read_settings, waited_for
 from memd_client.paths import default_runtime_dir
 from memd_client.render_status import write_fix
+from memd_client.status_form import expanded
 from memd_client.textfmt import Style
 
 Verdict = Literal["ok", "warn", "fail"]
@@ -80,7 +81,7 @@ def gather(ctx: Ctx) -> Facts:
     facts = Facts(ctx.env, Path.home(), settings=settings_path(ctx), socket=ctx.client().path)
     try:
         facts.hello = ctx.call("hello")
-        facts.status = ctx.call("status")
+        facts.status = expanded(ctx.call("status"))
     except MemdClientError as exc:
         facts.down = str(exc)
         return facts

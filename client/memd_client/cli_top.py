@@ -16,6 +16,7 @@ from memd_client.cli_base import EXIT_OK, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.errors import MemdClientError
 from memd_client.hook_record import FailOpenRecord, read_failed_open
 from memd_client.render import notes_state
+from memd_client.status_form import expanded
 from memd_client.textfmt import ago, bar, duration, size, tokens, tokens_bare, unique_prefixes
 
 REFRESH_S = 1.0
@@ -44,7 +45,9 @@ def run_top(screen: Any, ctx: Ctx) -> None:
     screen.timeout(int(REFRESH_S * 1000))
     while True:
         try:
-            status: dict[str, Any] | None = ctx.call("status", {"limit": 100, "notes": True})
+            status: dict[str, Any] | None = expanded(
+                ctx.call("status", {"limit": 100, "notes": True})
+            )
             problem = None
         except MemdClientError as exc:
             status, problem = None, str(exc)

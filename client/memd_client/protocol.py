@@ -314,3 +314,15 @@ def parse_response(obj: Mapping[str, Any]) -> Success | Failure | ProtocolProble
 def hello_result(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The result of ``hello``: the protocol version plus whatever the daemon adds."""
     return {**(extra or {}), "protocol": PROTOCOL_VERSION}
+
+
+# ``status`` says why the model is off once, in ``llm.reason``; a section off for that same
+# reason points to it with this code instead of repeating the sentence (with no API key it
+# was 170 bytes four times). ``memd_client.status_form.expanded`` writes it out again.
+SAME_AS_LLM = "see llm.reason"
+# Where in ``status`` such a pointer may stand.
+LLM_REASON_AT: tuple[tuple[str, ...], ...] = (
+    ("notes", "reason"),
+    ("memory", "disabled_reason"),
+    ("memory", "recall_stages", "model", "off_reason"),
+)

@@ -10,6 +10,8 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from memd.changes import CHANGES
+
 log = logging.getLogger(__name__)
 
 
@@ -59,6 +61,7 @@ class Findings:
             self._logged[(path, kind)] = now if said is None or loud else said
             while len(self._logged) > 4 * self.limit:
                 del self._logged[next(iter(self._logged))]
+        CHANGES.bump()  # ``refused`` in ``status``, as a clear and a removal below
         if loud:
             log.warning(
                 "skipped %s: %s (memd reads no links, hard links or special files)",
@@ -68,15 +71,20 @@ class Findings:
 
     def clear(self, path: str) -> None:
         with self._lock:
-            self._items.pop(path, None)
+            if self._items.pop(path, None) is None:
+                return
+        CHANGES.bump()
 
     def gone(self, folder: str, names: Collection[str]) -> None:
         """``folder`` was listed and holds only ``names``: entries of it that are not there
         any more leave the findings (someone removed them)."""
         with self._lock:
-            for path in [p for p in self._items if p.rpartition("/")[0] == folder]:
-                if path.rpartition("/")[2] not in names:
-                    del self._items[path]
+            gone = [p for p in self._items if p.rpartition("/")[0] == folder]
+            gone = [p for p in gone if p.rpartition("/")[2] not in names]
+            for path in gone:
+                del self._items[path]
+        if gone:
+            CHANGES.bump()
 
     def fine(self, path: str) -> None:
         """``path`` was found readable: it leaves the findings (someone fixed it). Costs one

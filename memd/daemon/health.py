@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memd.changes import CHANGES
+
 PipelineState = Literal["idle", "working", "paused", "stalled"]
 
 
@@ -26,9 +28,11 @@ class Health:
         now = time.time()
         self.errors = [(t, m) for t, m in self.errors if now - t < 3600.0][-99:]
         self.errors.append((now, message))
+        CHANGES.bump()
 
     def progressed(self, at: float | None = None) -> None:
         self.last_progress_at = time.time() if at is None else at
+        CHANGES.bump()
 
     def last_hour(self) -> list[tuple[float, str]]:
         now = time.time()

@@ -18,6 +18,8 @@ from typing import Generic, TypeVar
 
 import anyio
 
+from memd.changes import CHANGES
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -62,6 +64,7 @@ class CoalescingQueue(Generic[K]):
             self._coalesced += 1
             del self._order[key]
         (self._later if later else self._order)[key] = None
+        CHANGES.bump()  # ``queued`` in ``status``
         self._wake.set()
         if self._idle.is_set():
             self._idle = anyio.Event()
@@ -82,6 +85,7 @@ class CoalescingQueue(Generic[K]):
 
     def _started(self, key: K) -> None:
         self._running.add(key)
+        CHANGES.bump()
         for w in self._waiters:
             if key in w.queued:
                 w.queued.discard(key)
@@ -93,6 +97,7 @@ class CoalescingQueue(Generic[K]):
         self._running.discard(key)
         self._order.pop(key, None)
         self._later.setdefault(key, None)
+        CHANGES.bump()
         for w in self._waiters:
             if key in w.running:
                 w.running.discard(key)
@@ -101,6 +106,7 @@ class CoalescingQueue(Generic[K]):
 
     def done(self, key: K) -> None:
         self._running.discard(key)
+        CHANGES.bump()
         for w in self._waiters:
             if key in w.running:
                 w.running.discard(key)

@@ -31,6 +31,7 @@ from anyio.abc import TaskStatus
 
 from memd import __version__
 from memd.atomic import retry_kept
+from memd.changes import CHANGES
 from memd.clock import Clock, SystemClock, iso_utc
 from memd.config import LoadedConfig
 from memd.daemon.background import run_background
@@ -314,9 +315,10 @@ class Daemon:
     async def refresh_own_memory(self) -> None:
         """Read again whether each agent keeps memories of its own (its config files)."""
         sources = [s for s in self.registry.sources if not s.claude_settings]
-        self.own_memory = await anyio.to_thread.run_sync(
-            lambda: {s.agent: s.own_memory("") for s in sources}
-        )
+        own = await anyio.to_thread.run_sync(lambda: {s.agent: s.own_memory("") for s in sources})
+        if own != self.own_memory:
+            self.own_memory = own
+            CHANGES.bump()
 
     async def wait_features(self) -> None:
         """Wait for the features only while they load: ``Event.wait`` on a set event still
@@ -355,6 +357,7 @@ class Daemon:
                 return
             llm = await anyio.to_thread.run_sync(open_llm, *settings)
             previous, self.llm, self._llm_opened_from = self.llm, llm, settings
+            CHANGES.bump()  # ``llm`` and every section the model turns on or off
             self.notes.llm_changed()
             self.memory.llm_changed()
             if isinstance(llm, Disabled):
@@ -379,6 +382,7 @@ class Daemon:
             self.reloads += 1
             log.info("configuration reloaded")
         self.last_reload = outcome
+        CHANGES.bump()  # the reload and each setting it changed, for ``status``
         return outcome.text
 
     def _reload_files(self) -> ReloadOutcome:

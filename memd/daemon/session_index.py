@@ -12,6 +12,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from memd.changes import CHANGES
 from memd.state import SessionState
 
 _OrderKey = tuple[float, str]
@@ -120,6 +121,7 @@ class SessionIndex:
         key = _key(state)
         insort(self._order, key)
         insort(self._project_order.setdefault(state.project, []), key)
+        CHANGES.bump()  # a published state: ``status`` shows it at once
 
     def _note_unknown(self, counts: dict[str, int]) -> None:
         recent = self.recent_unknown
@@ -133,6 +135,7 @@ class SessionIndex:
         state = self._by_path.pop(path, None)
         if state is not None:
             self._unlink(state)
+            CHANGES.bump()
         return state
 
     def _unlink(self, state: SessionState) -> None:

@@ -33,6 +33,7 @@ from typing import TypeVar
 import anyio
 
 from memd import regular_file
+from memd.changes import CHANGES
 from memd.config import TranscriptsConfig
 from memd.daemon.session_index import SessionIndex
 from memd.daemon.session_state import from_start, new_state, publish
@@ -441,6 +442,8 @@ class SessionRegistry:
         for path in idle:
             self._readers.pop(path, None)
             self._last_used.pop(path, None)
+        if idle:
+            CHANGES.bump()  # ``in_memory``
         return len(idle)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from memd.changes import Counted
 from memd.config import TranscriptsConfig
 from memd.daemon.inotify import Inotify
 from memd.daemon.queues import CoalescingQueue
@@ -77,7 +78,7 @@ def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
 
 
 @dataclass
-class WatcherStatus:
+class WatcherStatus(Counted):
     """How transcripts are being watched, for ``status``."""
 
     mode: str = "starting"  # "inotify"; "inotify+scan" with unwatched folders; "polling";
@@ -336,7 +337,7 @@ class Watcher:
         if tree is None:
             self.status.mode = "polling"
             return
-        self.status.skipped = tree.skipped
+        self.status.skipped = tree.skipped  # the tree counts its own changes of it
         self.status.mode = "inotify+scan" if self.gaps.unwatched else "inotify"
 
     async def _found_unwatched(self, folders: list[str]) -> None:

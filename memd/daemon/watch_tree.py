@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memd.changes import CHANGES
 from memd.daemon.inotify import (
     APPEARED,
     IN_DELETE,
@@ -87,7 +88,8 @@ class Tree:
                 self._refused(path, at, exc, found)
                 continue
             self.folders[wd] = (path, at)
-            self.skipped.pop(path, None)
+            if self.skipped.pop(path, None) is not None:
+                CHANGES.bump()  # ``ingest.watcher.skipped`` in ``status``
             pending += self._look_inside(path, at, found if report else None)
         return found
 
@@ -112,6 +114,7 @@ class Tree:
         folder (one ``stat`` of its target, never a walk)."""
         if os.path.islink(path) and os.path.isdir(path):
             self.skipped[path] = LINK
+            CHANGES.bump()
 
     def _refused(self, path: str, depth: int, exc: OSError, found: Found) -> None:
         if exc.errno == errno.ENOSPC:  # out of watches: the project folder is scanned
@@ -121,6 +124,7 @@ class Tree:
             self._note_link(path)  # replaced by a link (or a file) since it was listed
         elif exc.errno != errno.ENOENT:
             self.skipped[path] = exc.strerror or str(exc)
+            CHANGES.bump()
 
     def needs_io(self, events: list[Event]) -> bool:
         """Whether :meth:`handle` would touch the disk for ``events``: a folder or link that
@@ -160,8 +164,8 @@ class Tree:
                 found.unwatched += more.unwatched
             else:
                 self._note_link(path)
-        elif event.mask & (IN_DELETE | IN_MOVED_FROM):
-            self.skipped.pop(path, None)
+        elif event.mask & (IN_DELETE | IN_MOVED_FROM) and self.skipped.pop(path, ""):
+            CHANGES.bump()  # ``ingest.watcher.skipped`` in ``status``
 
     def every_transcript(self) -> list[Path]:
         """Every ``*.jsonl`` in the watched folders below the root. Blocking."""

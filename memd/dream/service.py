@@ -35,6 +35,7 @@ import anyio.abc
 import anyio.to_thread
 
 from memd.agent.runner import AgentProgress
+from memd.changes import Counted
 from memd.clock import Clock
 from memd.config import Config
 from memd.daemon.queues import CoalescingQueue
@@ -66,7 +67,7 @@ ABORT_WAIT_S = 120.0
 
 
 @dataclass
-class Running:
+class Running(Counted):
     record: RunRecord
     abort: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -74,7 +75,7 @@ class Running:
 
 
 @dataclass
-class DreamDir:
+class DreamDir(Counted):
     """What the service knows about one memory dir."""
 
     key: str  # the memory dir as located (the exclusion's key)

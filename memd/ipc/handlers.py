@@ -6,37 +6,28 @@ params raise :class:`InvalidParams`; an unknown session raises :class:`NotFound`
 
 from __future__ import annotations
 
-import functools
 import os
-import resource
-import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from memd import __version__
+from memd.changes import CHANGES
 from memd.clock import iso_utc
 from memd.config import config_as_dict
-from memd.daemon import gc_pauses
-from memd.daemon.health import pipeline_report
 from memd.errors import NotFound
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
 from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
-from memd.ipc.status_rows import StatusRows, unreadable
+from memd.ipc.status import KeptStatus, compact_threshold
+from memd.ipc.status_rows import unreadable
 from memd.memory.paths import project_slug
 from memd.state import SessionState
-from memd.writes import WRITES
 from memd_client.names import escape_name, unescape_name
 from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
-    from memd.confined import Findings
-    from memd.daemon.queues import QueueStats
-    from memd.daemon.sessions import RegistryStats
     from memd.ipc.face import DaemonFace
-    from memd.llm.client import AnthropicLLM, Disabled
 
 
 DREAM_REQUEST_S = 180.0  # an abort waits for the undo; a restore copies the memory dir
@@ -73,6 +64,14 @@ STATUS_ROWS = 10  # sessions ``status`` lists unless asked: the newest, as ``mem
 
 INLINE_METHODS = frozenset({"hello", "status", "sessions", "should_compact", "config"})
 
+# Methods that change nothing ``status`` shows (they may read a transcript's new lines, but
+# the registry counts that publish itself). Every other request counts as a change when it
+# starts and when it ends (memd.changes): a ``status`` after a ``remember``, ``reload`` or
+# ``hook`` answer is built anew, whatever part of the daemon the request changed.
+READ_ONLY_METHODS = frozenset(
+    {"hello", "status", "sessions", "session", "config", "notes", "memory_index", "memories"}
+)
+
 
 def method_timeouts(daemon: DaemonFace) -> dict[str, float]:
     """Limits for the methods that may run longer than ``ipc.request_timeout_s``."""
@@ -95,14 +94,15 @@ def method_table(daemon: DaemonFace) -> dict[str, Handler]:
         """Protocol handshake. Result: protocol version, daemon version, pid."""
         return {**hello_result(), "version": __version__, "pid": os.getpid()}
 
-    rows = StatusRows()
+    kept = KeptStatus()
 
     async def status(params: dict[str, Any]) -> Any:
-        """Health at a glance. Params: ``limit`` (the newest sessions listed, default 10),
-        ``notes`` (true: each listed session's notes status too, in ``notes.sessions``)."""
+        """Health at a glance (:mod:`memd.ipc.status`). Params: ``limit`` (the newest sessions
+        listed, default 10), ``notes`` (true: each listed session's notes status too, in
+        ``notes.sessions``)."""
         limit = int_param(params, "limit", STATUS_ROWS)
         await daemon.wait_features()
-        return status_result(daemon, rows, limit=limit, notes_rows=bool(params.get("notes")))
+        return kept.reply(daemon, limit=limit, notes_rows=bool(params.get("notes")))
 
     async def sessions(params: dict[str, Any]) -> Any:
         """Every known session, newest first. Params: ``project`` (folder name filter) or
@@ -135,7 +135,25 @@ def method_table(daemon: DaemonFace) -> dict[str, Handler]:
         **_config_methods(daemon),
         **deferred_methods(daemon),
     }
+    table = {name: counted(name, handler) for name, handler in table.items()}
     return checked(table)  # null and wrong-kind params answer invalid_params for every method
+
+
+def counted(method: str, handler: Handler) -> Handler:
+    """``handler``, counting a change (:data:`memd.changes.CHANGES`) as it starts and once it
+    has ended, unless ``method`` is read-only."""
+    if method in READ_ONLY_METHODS:
+        return handler
+
+    async def run(params: dict[str, Any]) -> Any:
+        CHANGES.bump()
+        try:
+            return await handler(params)
+        finally:
+            CHANGES.bump()
+
+    run.__doc__ = handler.__doc__
+    return run
 
 
 def _config_methods(daemon: DaemonFace) -> dict[str, Handler]:
@@ -210,12 +228,6 @@ def config_result(daemon: DaemonFace) -> dict[str, Any]:
     }
 
 
-def compact_threshold(daemon: DaemonFace) -> int:
-    c = daemon.loaded.config.compaction
-    effective = c.default_context_window - min(c.default_max_output_tokens, c.max_output_reserve)
-    return effective - c.buffer_tokens
-
-
 def session_row(
     daemon: DaemonFace, s: SessionState, threshold: int | None = None
 ) -> dict[str, Any]:
@@ -262,208 +274,3 @@ async def session_read_first(daemon: DaemonFace, ident: str | None) -> SessionSt
         if path is None or await daemon.registry.ingest(path) is None:
             raise
         return find_session(daemon, ident)
-
-
-def unreadable_report(daemon: DaemonFace, limit: int = 20) -> dict[str, Any]:
-    """``unreadable_count`` and the first ``limit`` unreadable transcripts with their reasons."""
-    count, states = daemon.registry.unreadable(limit)
-    return {
-        "unreadable_count": count,
-        "unreadable": [
-            {
-                "session_id": escape_name(s.session_id),
-                "path": escape_name(s.path),
-                **(unreadable(s) or {}),
-            }
-            for s in states
-        ],
-    }
-
-
-def status_result(
-    daemon: DaemonFace, rows_kept: StatusRows, *, limit: int, notes_rows: bool = False
-) -> dict[str, Any]:
-    """``status``: figures kept as they change, and only the rows asked for, each packed
-    once per state (its cost does not grow with the sessions known; ``memdctl status``
-    sends it on every refresh)."""
-    reg = daemon.registry.statistics()
-    queue = daemon.ingest_queue.statistics()
-    rows = daemon.registry.newest(limit)
-    threshold = compact_threshold(daemon)
-    errors = daemon.health.last_hour()
-    notes = daemon.notes.statistics([s.session_id for s in rows] if notes_rows else ()).as_dict()
-    if not notes_rows:
-        del notes["sessions"]
-    memory = daemon.memory.statistics()
-    guard = daemon.guard.statistics().as_dict()
-    return {
-        "daemon": _daemon_status(daemon),
-        "llm": llm_status(daemon),
-        "ingest": _ingest_status(daemon, reg, queue),
-        "notes": notes,
-        "compaction": {"takeover": daemon.compaction.takeover.statistics()},
-        "memory": memory,
-        "dream": daemon.dream.statistics(),
-        "usage": daemon.ledger.usage(),
-        "guard": guard,
-        "pipeline": pipeline_report(
-            notes=notes,
-            memory=memory,
-            ingest_pending=queue.queued + queue.running,
-            health=daemon.health,
-            started_at=daemon.started_at,
-            paused_until=guard["budget"]["paused_until"],
-            stall_after_s=daemon.loaded.config.daemon.stall_after_minutes * 60.0,
-        ),
-        "refused": refused_report(),
-        "writes": WRITES.statistics(),
-        "errors_last_hour": len(errors),
-        "last_error": errors[-1][1] if errors else None,
-        "ipc": ipc_status(daemon),
-        "sessions": rows_kept.packed(rows, threshold),
-    }
-
-
-def _daemon_status(daemon: DaemonFace) -> dict[str, Any]:
-    """``status``'s ``daemon`` section: facts, env file, uptime, memory, reloads."""
-    return {
-        **daemon.facts,
-        "env_file": daemon.env_file.status(),
-        "uptime_s": round(time.time() - daemon.started_at, 1),
-        "rss_bytes": _rss_bytes(),
-        "gc": gc_pauses.status(),
-        "reloads": daemon.reloads,
-        "last_reload": daemon.last_reload.as_dict() if daemon.last_reload else None,
-    }
-
-
-def _ingest_status(daemon: DaemonFace, reg: RegistryStats, queue: QueueStats) -> dict[str, Any]:
-    """``status``'s ``ingest`` section: what was read, what waits, what could not be."""
-    return {
-        "sessions": reg.sessions,
-        "parsed": reg.parsed,
-        "in_memory": reg.in_memory,
-        "bytes_parsed": reg.bytes_parsed,
-        "bytes_rehydrated": reg.bytes_rehydrated,
-        "lines": reg.lines,
-        "bad_lines": reg.bad_lines,
-        "unknown_types": {
-            "lines": reg.unknown_lines,
-            "recent": [escape_name(name) for name in reversed(reg.unknown_recent)],
-        },
-        "queued": queue.queued,
-        "running": queue.running,
-        **unreadable_report(daemon),
-        "watcher": daemon.watcher_status.as_dict(),
-        "sources": sources_report(daemon),
-        "token_estimates": len(daemon.compaction.tokens),  # kept across restarts
-    }
-
-
-def sources_report(daemon: DaemonFace) -> list[dict[str, Any]]:
-    """Each agent memd follows: its root, how it is watched, and whether memd leaves the
-    extraction of its sessions to the agent's own memory."""
-    return [
-        {
-            "agent": source.agent,
-            "root": escape_name(str(watched.path)),
-            "watcher": watched.status.mode,
-            "reason": watched.status.reason,
-            "own_memory": daemon.own_memory.get(source.agent),
-            "unread": source.unread(),
-        }
-        for source, watched in zip(daemon.registry.sources, daemon.watched, strict=True)
-    ]
-
-
-REFUSED_ROWS = 50  # the newest refused entries ``status`` lists; ``count`` says how many more
-
-
-@functools.cache
-def _findings() -> Findings:
-    """Loaded after READY, with the features (as :func:`_llm_classes`)."""
-    from memd.confined import findings
-
-    return findings
-
-
-def refused_report() -> dict[str, Any]:
-    """What memd found in memory dirs and did not read: links, hard links, special files
-    (each once, newest first, with its path); see :mod:`memd.confined`."""
-    found = _findings()
-    if not len(found):
-        return {"count": 0, "entries": []}
-    rows = found.as_rows()
-    return {"count": len(rows), "entries": rows[:REFUSED_ROWS]}
-
-
-def ipc_status(daemon: DaemonFace) -> dict[str, Any] | None:
-    """The socket's connections: open of the limit, and those turned away or closed."""
-    if daemon.server is None:
-        return None
-    stats = daemon.server.statistics()
-    limits = daemon.server.limits
-    return {
-        "connections_open": stats.connections_open,
-        "max_connections": limits.max_connections,
-        "idle_timeout_s": limits.idle_timeout_s,
-        "busy": stats.connections_busy,
-        "evicted": stats.connections_evicted,
-        "idle_closed": stats.connections_idle_closed,
-        "stalled": stats.connections_stalled,
-        "refused": stats.connections_refused,
-        "accept_failures": stats.accept_failures,
-    }
-
-
-@functools.cache
-def _llm_classes() -> tuple[type[AnthropicLLM], type[Disabled]]:
-    """Loaded after READY, with the features (an import statement per call cost ~6 µs)."""
-    from memd.llm.client import AnthropicLLM, Disabled
-
-    return AnthropicLLM, Disabled
-
-
-def llm_status(daemon: DaemonFace) -> dict[str, Any]:
-    provider = daemon.loaded.config.llm.provider
-    llm = daemon.llm
-    if llm is None:
-        return {
-            "enabled": False,
-            "reason": "starting: the model client is loading",
-            "provider": provider,
-        }
-    anthropic_llm, disabled = _llm_classes()
-    if isinstance(llm, disabled):
-        return {"enabled": False, "reason": f"disabled: {llm.reason}", "provider": provider}
-    result: dict[str, Any] = {"enabled": True, "reason": None, "provider": provider}
-    if isinstance(llm, anthropic_llm):
-        result["base_url"] = llm.base_url
-        result["unreachable_since"] = llm.unreachable_since
-        result["last_error"] = llm.unreachable_error
-    return result
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_STATM: list[int] = []  # the descriptor of /proc/self/statm, opened once
-_RSS = [float("-inf"), 0.0]  # when it was last read (monotonic), and what it said
-RSS_EVERY_S = 1.0  # status may be polled many times a second; the kernel's answer costs ~8 µs
-
-
-def _rss_bytes() -> int:
-    """The daemon's resident set size, read at most once a second."""
-    now = time.monotonic()
-    if now - _RSS[0] < RSS_EVERY_S:
-        return int(_RSS[1])
-    _RSS[:] = [now, _read_rss()]
-    return int(_RSS[1])
-
-
-def _read_rss() -> int:
-    try:
-        if not _STATM:
-            _STATM.append(os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC))
-        return int(os.pread(_STATM[0], 256, 0).split()[1]) * _PAGE  # re-read on every pread
-    except (OSError, IndexError, ValueError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024

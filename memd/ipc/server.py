@@ -56,6 +56,7 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
+from memd.changes import CHANGES
 from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound, WriteFailed
 from memd.ipc.connection import Connection, ReadBudget, body_budget
 from memd.ipc.limits import ServeLimits, limit_warnings
@@ -247,6 +248,7 @@ class Server:
                 # try again later rather than dying (the trio serve_listeners policy); one
                 # log line per burst, and a growing pause so the loop never spins.
                 self._accept_failures += 1
+                CHANGES.bump()
                 if not backoff:
                     log.error("accept failed (%s); backing off until it recovers", cause)
                 backoff = min(_ACCEPT_BACKOFF_MAX, max(_ACCEPT_BACKOFF_FIRST, backoff * 2))
@@ -268,6 +270,7 @@ class Server:
         if connection is None:
             return False
         self._evicted += 1
+        CHANGES.bump()
         if self._evicted == 1 or self._evicted % 1000 == 0:
             log.warning(
                 "at the limit of %d connections (or of descriptors); closed %d idle ones to"
@@ -287,6 +290,7 @@ class Server:
     def close_idle(self, connection: Connection) -> None:
         """Close a connection idle for ``idle_timeout_s`` (its own timer calls this)."""
         self._idle_closed += 1
+        CHANGES.bump()
         limit = self.limits.idle_timeout_s
         self._drop(
             connection,
@@ -297,15 +301,18 @@ class Server:
 
     def note_stalled(self) -> None:
         self._stalled += 1
+        CHANGES.bump()
 
     def _drop(self, connection: Connection, code: str, message: str) -> None:
         self._connections.discard(connection)
+        CHANGES.bump()
         connection.close_now(p.encode_frame(p.failure(None, code, message)))
 
     async def _turn_away(self, stream: SocketStream) -> None:
         """At the connection limit with every connection at work: a ``busy`` error frame,
         then close (at once, with no frame, past :data:`MAX_TURNING_AWAY` of them)."""
         self._busy += 1
+        CHANGES.bump()
         if self._busy == 1 or self._busy % 1000 == 0:
             log.warning(
                 "at the limit of %d connections, each with a request in flight; turned %d"
@@ -332,11 +339,13 @@ class Server:
         self._connections_total += 1
         connection = Connection(self, stream.extra(SocketAttribute.raw_socket))
         self._connections.add(connection)
+        CHANGES.bump()  # ``ipc.connections_open`` in ``status``, as each refusal and close
         try:
             async with stream:
                 match self._check_peer(stream):
                     case Deny(reason=reason):
                         self._refused += 1
+                        CHANGES.bump()
                         log.warning("refused a connection: %s", reason)
                         await connection.refuse(self.error_frame(None, p.FORBIDDEN, reason))
                     case Allow():
@@ -347,6 +356,7 @@ class Server:
             log.exception("a connection failed; it is closed, the others go on")
         finally:
             self._connections.discard(connection)
+            CHANGES.bump()
 
     def _check_peer(self, stream: SocketStream) -> Allow | Deny:
         try:

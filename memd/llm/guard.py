@@ -50,6 +50,7 @@ from typing import Any, assert_never
 
 import anyio
 
+from memd.changes import CHANGES
 from memd.clock import Clock
 from memd.config import BudgetConfig
 from memd.llm.failures import (
@@ -327,6 +328,7 @@ class CostGuard:
             starts.popleft()
         for key in [k for k, q in self._starts.items() if not q or q[-1] <= now - HOUR_S]:
             del self._starts[key]
+        CHANGES.bump()
 
     def record_success(self, kind: JobKind, *, subject: str = "") -> None:
         self._failures[kind] = after_success(self._failures.get(kind, FailureState()))
@@ -442,6 +444,7 @@ class CostGuard:
             tg.start_soon(watcher)
 
     def _notify(self) -> None:
+        CHANGES.bump()  # a success, failure, park, release or reload: ``status`` shows it
         if self._changed is not None:
             self._changed.set()
             self._changed = None

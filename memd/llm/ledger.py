@@ -40,6 +40,7 @@ import anyio.abc
 import anyio.to_thread
 
 from memd.atomic import persist
+from memd.changes import CHANGES
 from memd.clock import Clock
 from memd.config import BudgetConfig
 from memd.llm.client import TokenCounts
@@ -347,6 +348,7 @@ class Ledger:
         self._state.totals[key] = self._state.totals.get(key, Tokens()) + entry.tokens
         self._dirty = True
         self._version += 1
+        CHANGES.bump()
         if len(self._state.records) > MAX_RAW_RECORDS:
             self.compact()
         return entry
@@ -399,6 +401,7 @@ class Ledger:
         )
         self._dirty = True
         self._version += 1
+        CHANGES.bump()
 
     def save(self) -> None:
         """Compact and write the file atomically (blocking; see :meth:`flush`)."""

@@ -24,6 +24,7 @@ from typing import Any, assert_never
 import anyio
 import anyio.to_thread
 
+from memd.changes import Counted
 from memd.clock import Clock
 from memd.config import Config
 from memd.daemon.queues import CoalescingQueue
@@ -57,7 +58,7 @@ class ProjectRun:
 
 
 @dataclass
-class _Project:
+class _Project(Counted):
     where: Location
     sessions: dict[str, SessionState] = field(default_factory=dict)  # turn ended, not handled
     phase: str = "idle"  # "waiting" (cost guard), "running"

@@ -20,6 +20,7 @@ from typing import Literal, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
+from memd.changes import Counted
 from memd.clock import Clock
 from memd.errors import MemdError, PromptTooLong
 from memd.llm.client import LLM
@@ -63,7 +64,7 @@ class SessionSource(Protocol):
 
 
 @dataclass
-class Slot:
+class Slot(Counted):
     """The live state of one session's worker (exists while the worker runs); the scheduler
     reads it for status and waiting."""
 

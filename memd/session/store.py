@@ -23,6 +23,7 @@ from typing import Any
 import anyio.to_thread
 
 from memd.atomic import persist
+from memd.changes import CHANGES
 from memd.errors import StateError
 
 log = logging.getLogger(__name__)
@@ -184,12 +185,14 @@ class ExtractionStore:
     def replace_nowait(self, record: ExtractionRecord) -> None:
         """Change the record in memory only; the next :meth:`put` of it writes it too."""
         self._records[record.session_id] = record
+        CHANGES.bump()  # the session's notes status, in ``status``
 
     def put_sync(self, record: ExtractionRecord) -> None:
         """Replace the record and its file (blocking; a write the disk refuses is kept and
         retried, :func:`memd.atomic.persist`)."""
         path = self.path_for(record.session_id)
         self._records[record.session_id] = record
+        CHANGES.bump()
         persist(path, json.dumps(record.to_json(), separators=(",", ":")).encode("utf-8"))
 
     async def put(self, record: ExtractionRecord) -> None:
