@@ -9,7 +9,9 @@ every object then alive out of the collector's view (:func:`gc.freeze`): later f
 collections walk only what came since. It runs when the features are loaded and again when
 the model client is first opened (the SDK's import), each time taking what came since.
 
-``status`` says how many objects are frozen. Full collections are not timed from a
+``status`` says how many objects were frozen, as counted at the last freeze:
+:func:`gc.get_freeze_count` walks the whole frozen list (~5 ms for 170,000 objects on
+CPython 3.11), which made every ``status`` cost 40 ``hello``. Full collections are not timed from a
 :data:`gc.callbacks` hook: a callback is Python code that runs wherever a collection starts,
 so the start's signal handler (which raises to stop it, :mod:`memd.daemon.signals`) could
 raise inside it, where the interpreter only prints the exception and drops it.
@@ -22,12 +24,15 @@ import logging
 import time
 from typing import Any
 
+from memd.changes import CHANGES
+
 log = logging.getLogger(__name__)
+_FROZEN = [0]  # objects frozen, counted at the last freeze (a few die since: not counted)
 
 
 def status() -> dict[str, Any]:
     """``status``'s ``daemon.gc``: how many objects full collections no longer walk."""
-    return {"frozen": gc.get_freeze_count()}
+    return {"frozen": _FROZEN[0]}
 
 
 def freeze_loaded(why: str) -> int:
@@ -37,7 +42,8 @@ def freeze_loaded(why: str) -> int:
     started = time.perf_counter()
     gc.collect()
     gc.freeze()
-    frozen = gc.get_freeze_count()
+    frozen = _FROZEN[0] = gc.get_freeze_count()
+    CHANGES.bump()
     log.debug(
         "%s: %d objects kept out of garbage collection (%.0f ms)",
         why,
