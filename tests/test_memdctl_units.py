@@ -205,8 +205,9 @@ def test_status_renders_new_sections_generically() -> None:
 
 
 def test_status_shows_which_recall_stages_are_on() -> None:
+    lexical: dict[str, object] = {"on": True, "indexed_dirs": 2, "indexed_memories": 2500}
     stages = {
-        "lexical": {"on": True, "indexed_dirs": 2, "indexed_memories": 2500},
+        "lexical": lexical,
         "model": {"on": False, "model": "m", "manifest": 200, "off_reason": "no API key"},
         "semantic": {"on": False},
     }
@@ -222,6 +223,15 @@ def test_status_shows_which_recall_stages_are_on() -> None:
     stages["semantic"] = {"on": False, "off_reason": "/m/model.safetensors is missing: fetch it"}
     text = render_status({"memory": {"recall_stages": stages}})
     assert "semantic off (/m/model.safetensors is missing: fetch it)" in text
+    lexical["related"] = {"read": False}
+    text = render_status({"memory": {"recall_stages": stages}})
+    assert "(2500 indexed in 2 projects, related words read at the first recall)" in text
+    lexical["related"] = {"read": True, "terms": 11123, "off_reason": None}
+    text = render_status({"memory": {"recall_stages": stages}})
+    assert "(2500 indexed in 2 projects, related words for 11123 terms)" in text
+    lexical["related"] = {"read": True, "terms": 0, "off_reason": "bad; reinstall"}
+    text = render_status({"memory": {"recall_stages": stages}})
+    assert "related words off (bad; reinstall)" in text
     stages["semantic"] = {"on": True, "model": "o/m", "embedded_memories": 7, "embedded_dirs": 2}
     text = render_status({"memory": {"recall_stages": stages}})
     assert "semantic o/m (7 embedded in 2 projects)" in text

@@ -118,6 +118,15 @@ async def test_an_unusable_table_means_no_expansion_and_one_log_line(
     lines = [r.getMessage() for r in caplog.records if r.name == "memd.memory.related"]
     assert len(lines) == 1 and "recall expands no words" in lines[0]
     assert len(related.table()) == 0
+    shown = related.statistics()  # what status says: off, the file named and the fix
+    assert shown["read"] and shown["terms"] == 0
+    assert str(source) in shown["off_reason"] and "reinstall memd" in shown["off_reason"]
+
+
+def test_status_says_the_table_is_unread_until_a_recall_needs_it_then_its_size() -> None:
+    assert related.statistics() == {"read": False}
+    table = related.table()
+    assert related.statistics() == {"read": True, "terms": len(table), "off_reason": None}
 
 
 TERMS = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789"), min_size=1, max_size=12)

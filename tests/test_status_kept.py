@@ -28,7 +28,15 @@ from memd.ipc.status import MAX_AGE_S
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.protocol import encode_frame, request
 from memd_client.status_form import expanded
-from tests.daemon_harness import Home, call, fake_home, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 from tests.disk_support import faulty_disk
 from tests.session_support import TranscriptBuilder, work_session
 
@@ -228,3 +236,27 @@ def test_the_next_status_shows_a_background_job_that_failed(tmp_path: Path) -> N
             )
             assert status["notes"]["failures"] >= 1
             assert "session_notes" in status["guard"]["kinds"], status["guard"]
+
+
+def test_the_next_status_shows_the_related_words_read_by_the_first_recall(
+    tmp_path: Path,
+) -> None:
+    """Issue 27's "say in status which stages are on": the lexical ranker's related-words
+    table is read at the first recall that ranks (no cost to a daemon that never recalls); the next
+    ``status`` says so, with the terms it holds, and ``memdctl status`` prints it."""
+    with daemon(tmp_path) as (home, _):
+        project = tmp_path / "work" / "kept"
+        project.mkdir(parents=True)
+        memory = {"cwd": str(project), "type": "user", "name": "rex", "description": "a dog"}
+        call(home, "remember", {**memory, "content": "Evan has a dog called Rex"})
+        before = expanded(call(home, "status"))["memory"]["recall_stages"]["lexical"]
+        assert before["related"] == {"read": False}
+        said: list[Any] = []
+        query = {"cwd": str(project), "query": "what pet does Evan have"}
+        after = fresh_after(
+            home, lambda: said.append(call(home, "recall", query)), lambda: bool(said)
+        )
+        table = after["memory"]["recall_stages"]["lexical"]["related"]
+        assert table["read"] and table["terms"] > 5_000 and table["off_reason"] is None
+        shown = memdctl(home, "status")
+        assert f"related words for {table['terms']} terms" in shown.stdout, shown.stdout

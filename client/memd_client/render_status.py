@@ -95,7 +95,7 @@ def recall_lines(stages: dict[str, Any] | None, st: Style) -> list[str]:
     lexical, model = stages.get("lexical") or {}, stages.get("model") or {}
     parts = [
         f"lexical over every memory ({lexical.get('indexed_memories', 0)} indexed in "
-        f"{lexical.get('indexed_dirs', 0)} projects)"
+        f"{lexical.get('indexed_dirs', 0)} projects{related_part(lexical, st)})"
     ]
     if model.get("on"):
         parts.append(f"model {model.get('model')} over the ranker's best {model.get('manifest')}")
@@ -103,6 +103,19 @@ def recall_lines(stages: dict[str, Any] | None, st: Style) -> list[str]:
         parts.append(st.warn(f"model off ({model.get('off_reason')})"))
     parts.append(semantic_part(stages.get("semantic") or {}, st))
     return [f"recall    {'; '.join(parts)}"]
+
+
+def related_part(lexical: dict[str, Any], st: Style) -> str:
+    """The lexical ranker's related-words table: read at the first recall, how many terms it
+    holds, or why it is unusable (a warning: recall still works, expanding nothing)."""
+    table = lexical.get("related")
+    if not isinstance(table, dict):
+        return ""  # a daemon from before the table
+    if not table.get("read"):
+        return ", related words read at the first recall"
+    if table.get("off_reason"):
+        return ", " + st.warn(f"related words off ({table.get('off_reason')})")
+    return f", related words for {table.get('terms', 0)} terms"
 
 
 def semantic_part(semantic: dict[str, Any], st: Style) -> str:

@@ -24,6 +24,9 @@ from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any
+
+from memd.changes import CHANGES
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ MAX_TERM = 64  # no term of the table is longer; a longer one is looked up no fu
 _LOCK = threading.Lock()
 _ALLOWED = b"abcdefghijklmnopqrstuvwxyz0123456789 \n"
 _GAPS = (b"  ", b" \n", b"\n ", b"\n\n")  # an empty term or line
+_PROBLEM: list[str] = []  # why the table last read is unusable (status), at most one
 
 
 class Problem(Exception):
@@ -126,9 +130,21 @@ def table() -> Related:
 def loaded() -> Related:
     """:func:`table` without the lock; ``loaded.cache_clear()`` makes the next call read
     :data:`SOURCE` again."""
+    _PROBLEM.clear()
     try:
         with SOURCE.open("rb") as file:
-            return parse(file.read(MAX_BYTES + 1))
+            found = parse(file.read(MAX_BYTES + 1))
     except (OSError, Problem, ValueError) as exc:
         log.warning("related-words table %s unusable (%s): recall expands no words", SOURCE, exc)
-        return Related()
+        _PROBLEM.append(f"the table {SOURCE} is unusable ({exc}); reinstall memd")
+        found = Related()
+    CHANGES.bump()
+    return found
+
+
+def statistics() -> dict[str, Any]:
+    """For ``status`` (``recall_stages.lexical.related``): whether the table has been read
+    (at the first recall), the terms it holds, or why it is unusable. Never reads it."""
+    if not loaded.cache_info().currsize:
+        return {"read": False}
+    return {"read": True, "terms": len(loaded()), "off_reason": next(iter(_PROBLEM), None)}

@@ -47,6 +47,7 @@ import anyio
 import anyio.to_thread
 
 from memd.config import Config, MemoryConfig
+from memd.memory import related
 from memd.memory.rank import doc_from_header, is_tool_usage_reference
 from memd.memory.scan import MemoryHeader, header_from_head, opened_area, read_head
 from memd.regular_file import signature
@@ -436,12 +437,18 @@ def recall_stages(
     config: Config, indexed: tuple[int, int], model_off: str | None, semantic: SemanticStage
 ) -> dict[str, Any]:
     """Which recall stages are on, for ``status``: the lexical ranker always, over every
-    memory of a project (``indexed``: dirs, memories); the model selector with a key, shown
+    memory of a project (``indexed``: dirs, memories) with its related-words table
+    (:func:`memd.memory.related.statistics`); the model selector with a key, shown
     the ranker's best (R-M4's cap); the semantic stage when enabled and its model loaded,
     else why not."""
     dirs, memories = indexed
     return {
-        "lexical": {"on": True, "indexed_dirs": dirs, "indexed_memories": memories},
+        "lexical": {
+            "on": True,
+            "indexed_dirs": dirs,
+            "indexed_memories": memories,
+            "related": related.statistics(),
+        },
         "model": {
             "on": model_off is None,
             "model": config.llm.models.recall,
