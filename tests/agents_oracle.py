@@ -95,7 +95,7 @@ def read_gemini(lines: list[bytes]) -> Reading:
     answered: set[str] = set()
     snapshots: set[str] = set()
     for raw in lines:
-        line = json.loads(raw)
+        line = json.loads(raw.decode("utf-8", "replace"))  # Gemini CLI's readline decodes so
         if "$set" in line:
             if "messages" in line["$set"]:
                 history = {}

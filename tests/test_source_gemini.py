@@ -4,9 +4,12 @@ rewind), ``$rewindTo``, repeated headers and the 2-line file a resume leaves."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memd.sources.gemini import Gemini
 from memd.sources.gemini.reader import NO_MESSAGES, GeminiReader
@@ -87,3 +90,26 @@ def test_chats_are_placed_by_project_root_or_projects_json(tmp_path: Path) -> No
     assert source.reader(str(chats / sample.name), 0).cwd == "/home/u/proj"
     (source.root / "proj" / ".project_root").write_text("/home/u/real\n")
     assert source.reader(str(chats / sample.name), 0).cwd == "/home/u/real"
+
+
+NOT_UTF8 = [b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80\x80"]
+
+
+@given(st.data())
+def test_bytes_that_are_not_utf8_are_read_as_gemini_cli_reads_them(data: st.DataObject) -> None:
+    """Gemini CLI reads its chat through Node's ``readline`` over a byte stream, which makes
+    each invalid UTF-8 sequence U+FFFD and keeps the line; memd reads such a line the same
+    way (it was a bad line, and a prompt or answer holding it was lost to notes and memory)."""
+    raws = data.draw(st.sampled_from(SAMPLES)).read_bytes().splitlines(keepends=True)
+    n = data.draw(st.sampled_from([n for n, raw in enumerate(raws) if b'"text":"' in raw]))
+    start = raws[n].index(b'"text":"') + len(b'"text":"')
+    inside = [at for at in range(start, raws[n].index(b'"', start)) if raws[n][at - 1] != 92]
+    cut = data.draw(st.sampled_from(inside or [start]))  # in the text, not inside an escape
+    raws[n] = raws[n][:cut] + data.draw(st.sampled_from(NOT_UTF8)) + raws[n][cut:]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "session-2026-11-26T06-48-a795b61b.jsonl"
+        path.write_bytes(b"".join(raws))
+        inode, lines = _lines(path)
+        reader = GeminiReader(str(path), inode, "/home/USER/proj", None)
+        assert reader.feed(lines) == 0
+        _check(reader, [line for _, line in lines])  # U+FFFD where the oracle has it

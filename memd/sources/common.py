@@ -19,7 +19,7 @@ from memd.config import MAX_NUMBER
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.messages import accepted
 from memd.transcript.model import Block, BlockRef, Content, Entry, Outline
-from memd.transcript.parse import BadLine, replace_lone_surrogates
+from memd.transcript.parse import BadLine, as_node_reads, replace_lone_surrogates
 
 Tokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_NUMBER)]
 """A token count as read: out of 0 … MAX_NUMBER the line is bad (never a figure)."""
@@ -28,16 +28,23 @@ _T = TypeVar("_T")
 _encode: Final = msgspec.json.Encoder().encode
 
 
-def decode_line(decoder: msgspec.json.Decoder[_T], line: bytes) -> _T | None:
+def decode_line(
+    decoder: msgspec.json.Decoder[_T], line: bytes, *, lossy: bool = False
+) -> _T | None:
     """``line`` decoded, or None for a blank line; :class:`BadLine` for anything else that
-    is not the decoder's shape (invalid UTF-8 anywhere, invalid JSON, a field of another
-    type, a number out of range, nesting past the decoder). Lone surrogate escapes become
-    U+FFFD, as in Claude Code's lines."""
+    is not the decoder's shape (invalid JSON, a field of another type, a number out of
+    range, nesting past the decoder). Lone surrogate escapes become U+FFFD, as in Claude
+    Code's lines. Bytes that are not UTF-8 are read as the agent reads its own file:
+    ``lossy`` (a Node agent, Gemini CLI: each invalid sequence becomes U+FFFD and the line is
+    kept) or not (Codex, in Rust, holds its lines as ``String``, which only valid UTF-8 can
+    be: the line is bad)."""
     if not line.isascii():
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
+            if not lossy:
+                raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
+            line = as_node_reads(line)
     try:
         while True:
             try:

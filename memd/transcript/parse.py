@@ -182,7 +182,7 @@ def _replaced_entry(line: bytes, at: int) -> tuple[Entry | None, str]:
     """The entry and ``type`` of ``line`` read with its invalid UTF-8 replaced (what Claude
     Code reads); its size stays the line's on disk."""
     try:
-        found = _decode(_line_decoder, _as_the_agent_reads(line), _lenient)
+        found = _decode(_line_decoder, as_node_reads(line), _lenient)
         if found is None:
             return None, ""
         return _to_entry(found[0], at, len(line)), found[0].type or ""
@@ -190,8 +190,9 @@ def _replaced_entry(line: bytes, at: int) -> tuple[Entry | None, str]:
         raise BadLine(_TOO_DEEP) from None
 
 
-def _as_the_agent_reads(line: bytes) -> bytes:
-    """``line`` with each invalid UTF-8 sequence made U+FFFD, as Node decodes a file (a
+def as_node_reads(line: bytes) -> bytes:
+    """``line`` with each invalid UTF-8 sequence made U+FFFD, as Node decodes a file (Claude
+    Code, and Gemini CLI's ``readline`` over its chat file; a
     sequence is never longer than its valid prefix: no ASCII byte, so no JSON structure, is
     ever taken into a replacement)."""
     return line.decode("utf-8", "replace").encode("utf-8")
@@ -208,7 +209,7 @@ def line_content(line: bytes) -> tuple[str | None, Content]:
         try:
             found = _decode(_content_decoder, line, _lenient_content)
         except UnicodeDecodeError:  # read as parse_line reads it
-            found = _decode(_content_decoder, _as_the_agent_reads(line), _lenient_content)
+            found = _decode(_content_decoder, as_node_reads(line), _lenient_content)
     except RecursionError:
         raise BadLine(_TOO_DEEP) from None
     if found is None:
@@ -257,7 +258,7 @@ def loads_as_the_agent(line: bytes) -> Any:
     parsing accepted is never refused when the line is read back, and nothing memd writes
     holds ``Infinity`` (not JSON). Raises :class:`BadLine` for what is not JSON;
     ``RecursionError`` for nesting past Python's limit."""
-    text = _as_the_agent_reads(replace_lone_surrogates(line) or line)
+    text = as_node_reads(replace_lone_surrogates(line) or line)
     try:
         return json.loads(text, parse_float=_finite_or_none, parse_constant=_no_constant)
     except ValueError as exc:

@@ -95,7 +95,7 @@ class GeminiReader:
         bad = 0
         for at, line in lines:
             try:
-                found = decode_line(line_decoder, line)
+                found = decode_line(line_decoder, line, lossy=True)
             except BadLine as exc:
                 bad += 1
                 log.debug("skipping a bad line in %s: %s", self.path, exc)
@@ -235,7 +235,7 @@ class SetContents:
         _, _, k = entry.uuid.partition("/")
         try:
             if not k:
-                message: Message | None = decode_line(message_decoder, line)
+                message: Message | None = decode_line(message_decoder, line, lossy=True)
             else:
                 message = self._nth(line, entry, int(k))
         except (BadLine, msgspec.DecodeError, RecursionError, ValueError) as exc:
@@ -245,7 +245,7 @@ class SetContents:
     def _nth(self, line: bytes, entry: Entry, k: int) -> Message | None:
         with self._lock:
             if self._key != (entry.at, len(line)):
-                found = decode_line(line_decoder, line)
+                found = decode_line(line_decoder, line, lossy=True)
                 sets = found.set if found is not None else None
                 self._messages = (sets.messages or []) if sets is not None else []
                 self._key = (entry.at, len(line))
