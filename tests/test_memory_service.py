@@ -429,6 +429,8 @@ async def test_status_says_which_recall_stages_are_on(tmp_path: Path) -> None:
     (world.memory / "feedback_testing.md").write_text(TOPIC)
     await world.service.recall("mock postgres in integration tests?", str(world.cwd), "s1")
     stages = world.service.statistics()["recall_stages"]
+    related = stages["lexical"].pop("related")  # read by this recall: its terms counted
+    assert related["read"] and related["terms"] > 5_000 and related["off_reason"] is None
     assert stages["lexical"] == {"on": True, "indexed_dirs": 1, "indexed_memories": 1}
     assert stages["model"]["on"] is False and "no API key" in stages["model"]["off_reason"]
     assert stages["semantic"]["on"] is False
