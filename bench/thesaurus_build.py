@@ -12,8 +12,9 @@ sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) distilled by model2vec to 25
 The words are the vocabulary's whole words (alphabetic tokens without ``##``, at least three
 letters, not stopwords), each mapped to memd's term (:func:`memd.memory.terms.analyze`, the
 Snowball stem); the words of one term pool their unit vectors. For each term, the ``k``
-others nearest by cosine and at least ``floor`` alike are kept, nearest first. The output is
-deterministic for one model: terms sorted by code point, ties by term.
+others nearest by cosine and at least ``floor`` alike are kept, nearest first, each with its
+cosine in hundredths (the ranker weighs a related term by it). The output is deterministic
+for one model: terms sorted by code point, ties by term.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ def term_vectors(model: Path) -> tuple[list[str], npt.NDArray[np.float32]]:
 
 def neighbours(
     names: list[str], vectors: npt.NDArray[np.float32], k: int, floor: float
-) -> dict[str, list[str]]:
-    """Each term's ``k`` nearest others at least ``floor`` alike, nearest first."""
-    table: dict[str, list[str]] = {}
+) -> dict[str, list[tuple[str, int]]]:
+    """Each term's ``k`` nearest others at least ``floor`` alike, nearest first, with the
+    cosine in hundredths (at most 99, so two digits)."""
+    table: dict[str, list[tuple[str, int]]] = {}
     for start in range(0, len(names), BLOCK):
         cosines = vectors[start : start + BLOCK] @ vectors.T
         for row, similar in enumerate(cosines):
@@ -80,22 +82,32 @@ def neighbours(
             similar[own] = -1.0
             best = np.argpartition(-similar, k)[: k + 1]
             order = sorted(best, key=lambda n: (-float(similar[n]), names[n]))
-            kept = [names[n] for n in order if similar[n] >= floor][:k]
+            kept = [
+                (names[n], min(99, round(float(similar[n]) * 100)))
+                for n in order
+                if similar[n] >= floor
+            ][:k]
             if kept:
                 table[names[own]] = kept
     return table
 
 
-def write(table: dict[str, list[str]], out: Path, model: Path, k: int, floor: float) -> None:
+def write(
+    table: dict[str, list[tuple[str, int]]], out: Path, model: Path, k: int, floor: float
+) -> None:
     header = [
-        f"{HEADER_MARK} memd related-words table: term, then its nearest terms, nearest first",
+        f"{HEADER_MARK} memd related-words table: term, then its nearest terms, nearest first,",
+        "# each followed by the cosine in hundredths.",
         "# Derived from sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), distilled by",
         "# model2vec to static embeddings; the cosines of memd's terms (Snowball stems of the",
         "# vocabulary's whole words) in that space.",
         f"# Regenerate: python3 bench/thesaurus_build.py MODEL_DIR --k {k} --floor {floor}",
         f"# (built from {model.name}: {len(table)} terms)",
     ]
-    lines = [f"{term} {' '.join(near)}" for term, near in sorted(table.items())]
+    lines = [
+        f"{term} {' '.join(f'{near} {alike:02d}' for near, alike in found)}"
+        for term, found in sorted(table.items())
+    ]
     out.write_text("\n".join(header + lines) + "\n", encoding="ascii")
 
 

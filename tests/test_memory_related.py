@@ -72,8 +72,10 @@ def test_the_shipped_table_is_small_names_its_source_and_relates_words() -> None
     (pet,) = analyze("pet")
     (dog,) = analyze("dog")
     (injury,) = analyze("injury")
-    assert dog in table.neighbours(pet)
-    assert set(analyze("wound trauma fracture")) & set(table.neighbours(injury))
+    assert dog in dict(table.neighbours(pet))
+    assert set(analyze("wound trauma fracture")) & dict(table.neighbours(injury)).keys()
+    alike = [a for line in map(table.neighbours, (pet, injury)) for _, a in line]
+    assert all(0.5 <= a < 1 for a in alike) and alike == sorted(alike[:5], reverse=True) + alike[5:]
 
 
 @pytest.mark.anyio
@@ -86,16 +88,37 @@ async def test_recall_finds_a_memory_through_a_word_related_to_the_querys(tmp_pa
     assert got[0] == "fact_0.md"
 
 
+@pytest.mark.anyio
+async def test_a_nearer_related_word_counts_for_more_than_a_looser_one(tmp_path: Path) -> None:
+    """A related word weighs by how alike it is: for "pet" the table holds "dog" (0.76) and
+    "veterinarian" (0.60); a memory about Evan's dog comes before one, newer and as long,
+    about his calls to the veterinarian (with one weight for both, the newer won the tie)."""
+    directory = tmp_path / "memory"
+    directory.mkdir()
+    now = time.time()
+    for n, text in enumerate(["Evan walks the dog daily", "Evan calls the veterinarian daily"]):
+        path = directory / f"fact_{n}.md"
+        path.write_text(f"---\nname: fact {n}\ndescription: {text}\ntype: user\n---\n\n{text}\n")
+        os.utime(path, (now - (2 - n) * DAY, now - (2 - n) * DAY))
+    assert await lexical_recall(directory, "What pet does Evan have?") == ["fact_0.md", "fact_1.md"]
+    near = dict(related.table().neighbours("pet"))
+    assert near["dog"] > near["veterinari"]
+
+
 BROKEN_TABLES: dict[str, bytes | None] = {
     "missing": None,
     "no header": b"pet dog cat\n",
-    "unsorted": b"#memd-related 1\npet dog\nanimal pet\n",
-    "repeated": b"#memd-related 1\npet dog\npet cat\n",
-    "not terms": b"#memd-related 1\npet Dog\n",
-    "non-ascii": "#memd-related 1\npet d\u00f6g\n".encode(),
-    "blank line": b"#memd-related 1\n\npet dog\n",
-    "cut short": b"#memd-related 1\npet dog",
-    "oversized": b"#memd-related 1\n" + b"a" * (related.MAX_BYTES + 1) + b"\n",
+    "an older table": b"#memd-related 1\npet dog cat\n",
+    "unsorted": b"#memd-related 2\npet dog 76\nanimal pet 70\n",
+    "repeated": b"#memd-related 2\npet dog 76\npet cat 67\n",
+    "not terms": b"#memd-related 2\npet Dog 76\n",
+    "non-ascii": "#memd-related 2\npet d\u00f6g 76\n".encode(),
+    "blank line": b"#memd-related 2\n\npet dog 76\n",
+    "no similarity": b"#memd-related 2\npet dog\n",
+    "similarity not two digits": b"#memd-related 2\npet dog 760\n",
+    "similarity not a number": b"#memd-related 2\npet dog cat\n",
+    "cut short": b"#memd-related 2\npet dog 76",
+    "oversized": b"#memd-related 2\n" + b"a" * (related.MAX_BYTES + 1) + b"\n",
 }
 
 
@@ -132,16 +155,21 @@ def test_status_says_the_table_is_unread_until_a_recall_needs_it_then_its_size()
 TERMS = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789"), min_size=1, max_size=12)
 
 
-@given(st.dictionaries(TERMS, st.lists(TERMS, min_size=1, max_size=4), max_size=30), TERMS)
+NEIGHBOURS = st.lists(st.tuples(TERMS, st.integers(0, 99)), max_size=4)
+
+
+@given(st.dictionaries(TERMS, NEIGHBOURS, max_size=30), TERMS)
 def test_a_parsed_table_finds_every_term_and_only_those(
-    entries: dict[str, list[str]], other: str
+    entries: dict[str, list[tuple[str, int]]], other: str
 ) -> None:
-    lines = [f"{term} {' '.join(near)}" for term, near in sorted(entries.items())]
+    lines = [
+        " ".join([term, *(f"{near} {alike:02d}" for near, alike in found)])
+        for term, found in sorted(entries.items())
+    ]
     table = related.parse("\n".join([related.HEADER_MARK, "# note", *lines, ""]).encode())
     assert len(table) == len(entries)
-    for term, near in entries.items():
-        assert table.neighbours(term) == tuple(near)
-    assert table.neighbours(other) == tuple(entries.get(other, ()))
+    for term, found in [*entries.items(), (other, entries.get(other, []))]:
+        assert table.neighbours(term) == tuple((near, alike / 100) for near, alike in found)
 
 
 @given(st.binary(max_size=300))
@@ -151,7 +179,7 @@ def test_parse_takes_any_bytes_and_answers_a_table_or_a_problem(data: bytes) -> 
             table = related.parse(candidate)
         except related.Problem:
             continue
-        assert all(isinstance(n, str) for n in table.neighbours("pet"))
+        assert all(isinstance(n, str) and 0 <= a < 1 for n, a in table.neighbours("pet"))
 
 
 HOSTILE = st.one_of(

@@ -2,10 +2,11 @@
 
 ``related.txt`` (package data beside this module) holds, for about 11,000 English terms
 (Snowball stems, as :func:`memd.memory.terms.analyze` makes them), the few terms nearest in
-meaning: "injuri" -> "injur", "wound"; "pet" -> "dog", "cat". It was distilled offline from a
-static embedding model (``bench/thesaurus_build.py``; the file's header names the model and
-the command), so recall needs no model, no numpy and no download to meet "injury" with
-"twisted his knee" a little way.
+meaning, each with how alike it is (the cosine in hundredths): "injuri" -> "injur" 0.88,
+"wound" 0.60; "pet" -> "dog" 0.76, "cat" 0.67. It was distilled offline from a static
+embedding model (``bench/thesaurus_build.py``; the file's header names the model and the
+command), so recall needs no model, no numpy and no download to meet "injury" with "twisted
+his knee" a little way.
 
 The table is read at the first lookup and kept as one bytes object (the lines, sorted by
 term) and an array of line offsets, so it costs about its file size in memory per process,
@@ -17,6 +18,7 @@ whatever the term.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from array import array
 from collections.abc import Iterable
@@ -30,13 +32,14 @@ from memd.changes import CHANGES
 
 log = logging.getLogger(__name__)
 
-HEADER_MARK = "#memd-related 1"
+HEADER_MARK = "#memd-related 2"
 SOURCE: Traversable | Path = resources.files(__package__) / "related.txt"
-MAX_BYTES = 1024 * 1024  # the table shipped is 0.37 MB
+MAX_BYTES = 1024 * 1024  # the table shipped is 0.55 MB
 MAX_TERM = 64  # no term of the table is longer; a longer one is looked up no further
 _LOCK = threading.Lock()
 _ALLOWED = b"abcdefghijklmnopqrstuvwxyz0123456789 \n"
 _GAPS = (b"  ", b" \n", b"\n ", b"\n\n")  # an empty term or line
+_LINE = re.compile(rb"[a-z0-9]+(?: [a-z0-9]+ [0-9]{2})*")  # the term, then (near, alike)*
 _PROBLEM: list[str] = []  # why the table last read is unusable (status), at most one
 
 
@@ -46,7 +49,8 @@ class Problem(Exception):
 
 class Related:
     """The table's loaded form: ``blob`` holds the lines, ``starts`` where each begins (and
-    one past the last); a line is the term, then its neighbours, separated by spaces."""
+    one past the last); a line is the term, then each neighbour and its cosine in hundredths
+    (two digits), separated by spaces."""
 
     __slots__ = ("blob", "starts")
 
@@ -57,8 +61,9 @@ class Related:
     def __len__(self) -> int:
         return len(self.starts) - 1
 
-    def neighbours(self, term: str) -> tuple[str, ...]:
-        """The terms related to ``term``, nearest first; none when it is not in the table."""
+    def neighbours(self, term: str) -> tuple[tuple[str, float], ...]:
+        """The terms related to ``term`` with how alike each is (a cosine, 0.5-0.99 in the
+        table shipped), nearest first; none when it is not in the table."""
         if not term or len(term) > MAX_TERM or not term.isascii():
             return ()
         key = term.encode("ascii")
@@ -68,7 +73,9 @@ class Related:
             found = self._key(middle)
             if found == key:
                 line = self.blob[self.starts[middle] : self.starts[middle + 1] - 1]
-                return tuple(line.decode("ascii").split()[1:])
+                words = line.decode("ascii").split()
+                pairs = zip(words[1::2], words[2::2], strict=True)
+                return tuple((near, int(alike) / 100) for near, alike in pairs)
             if found < key:
                 low = middle + 1
             else:
@@ -81,18 +88,24 @@ class Related:
         return self.blob[start : end if space < 0 else space]
 
 
-def expand(terms: Iterable[str], count: int) -> list[str]:
-    """The ``count`` nearest related terms of each of ``terms`` (from :func:`table`), each
-    once, in order; never ``terms`` themselves."""
+def expand(terms: Iterable[str], count: int) -> dict[str, float]:
+    """The ``count`` nearest related terms of each of ``terms`` (from :func:`table`) with how
+    alike each is, in order; never ``terms`` themselves. A term related to two of ``terms``
+    keeps its similarity to the first."""
     given = set(terms := list(terms))
-    found = (near for term in terms for near in table().neighbours(term)[:count])
-    return [near for near in dict.fromkeys(found) if near not in given]
+    found: dict[str, float] = {}
+    for term in terms:
+        for near, alike in table().neighbours(term)[:count]:
+            if near not in given:
+                found.setdefault(near, alike)
+    return found
 
 
 def parse(data: bytes) -> Related:
     """The table in ``data`` (a ``related.txt``), or :class:`Problem`: the header first,
-    ``#`` comment lines, then one line per term in strictly increasing order, each of
-    lower-case ASCII letters and digits separated by single spaces."""
+    ``#`` comment lines, then one line per term in strictly increasing order: the term, then
+    pairs of a neighbour and its cosine in hundredths (two digits), all lower-case ASCII
+    letters and digits separated by single spaces."""
     if len(data) > MAX_BYTES:
         raise Problem(f"{len(data)} bytes, more than {MAX_BYTES}")
     if not data.startswith(HEADER_MARK.encode("ascii")):
@@ -114,6 +127,8 @@ def parse(data: bytes) -> Related:
         key = blob[at : end if space < 0 else space]
         if len(key) > MAX_TERM or key <= previous:
             raise Problem(f"line {len(starts)} is out of order or too long: {key[:40]!r}")
+        if _LINE.fullmatch(blob, at, end) is None:
+            raise Problem(f"line {len(starts)} is not a term, then pairs of a term and two digits")
         previous, at = key, end + 1
         starts.append(at)
     return Related(blob, starts)
