@@ -110,6 +110,26 @@ def work_session(
         builder.assistant(f"Step {turn} is done.", prompt_tokens=context)
 
 
+def write_work_session(folder: Path, session_id: str, turns: int = 2) -> Path:
+    """A :func:`work_session` of ``turns`` written as ``<folder>/<session_id>.jsonl`` (the
+    folder made), as Claude Code leaves one in its projects folder."""
+    builder = TranscriptBuilder(session_id)
+    work_session(builder, turns=turns, context=20_000)
+    path = folder / f"{session_id}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(builder.jsonl())
+    return path
+
+
+def append_work_turn(path: Path) -> None:
+    """One more turn appended to a session :func:`write_work_session` wrote (new uuids: the
+    builder counts on from 100; the session id is the file's stem)."""
+    builder = TranscriptBuilder(path.stem, count=100)
+    work_session(builder, turns=1, context=21_000)
+    with path.open("ab") as f:
+        f.write(builder.jsonl())
+
+
 class FakeSessions:
     """A :class:`memd.session.scheduler.SessionSource` over in-memory conversations."""
 

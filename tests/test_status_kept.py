@@ -38,7 +38,7 @@ from tests.daemon_harness import (
     wait_for,
 )
 from tests.disk_support import faulty_disk
-from tests.session_support import TranscriptBuilder, work_session
+from tests.session_support import append_work_turn, write_work_session
 
 pytestmark = pytest.mark.slow
 
@@ -85,12 +85,7 @@ def settled(home: Home) -> bool:
 
 
 def transcript(home: Home, session_id: str, turns: int = 2) -> Path:
-    builder = TranscriptBuilder(session_id)
-    work_session(builder, turns=turns, context=20_000)
-    path = home.projects / SLUG / f"{session_id}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(builder.jsonl())
-    return path
+    return write_work_session(home.projects / SLUG, session_id, turns)
 
 
 def fresh_after(
@@ -141,16 +136,10 @@ def test_the_next_status_shows_a_new_and_a_grown_session(tmp_path: Path) -> None
         before = call(home, "session", {"session": SID})
         assert row["context_tokens"] == before["context_tokens"]
 
-        def grow() -> None:
-            builder = TranscriptBuilder(SID, count=100)
-            work_session(builder, turns=1, context=21_000)
-            with path.open("ab") as f:
-                f.write(builder.jsonl())
-
         def read() -> bool:
             return int(call(home, "session", {"session": SID})["lines"]) > int(before["lines"])
 
-        grown = fresh_after(home, grow, read)
+        grown = fresh_after(home, lambda: append_work_turn(path), read)
         (row,) = [r for r in grown["sessions"] if r["session_id"] == SID]
         after = call(home, "session", {"session": SID})
         assert row["context_tokens"] == after["context_tokens"] > before["context_tokens"]
@@ -205,10 +194,7 @@ def test_the_next_status_shows_a_write_the_disk_refused(tmp_path: Path) -> None:
 
             def refuse() -> None:
                 disk.fault("ENOSPC")
-                with path.open("ab") as f:  # a change to save, which the disk refuses
-                    builder = TranscriptBuilder(SID, count=100)
-                    work_session(builder, turns=1, context=21_000)
-                    f.write(builder.jsonl())
+                append_work_turn(path)  # a change to save, which the disk refuses
 
             status = fresh_after(home, refuse, log_has(home, "cannot write"))
             rows = status["writes"]["paths"]

@@ -35,7 +35,7 @@ from tests.daemon_harness import (
     wait_for,
 )
 from tests.disk_support import faulty_disk
-from tests.session_support import TranscriptBuilder, work_session
+from tests.session_support import append_work_turn, write_work_session
 
 pytestmark = pytest.mark.slow
 
@@ -46,20 +46,7 @@ FAST_FLUSH = ("--set", "daemon.state_flush_s=0.2")
 
 
 def transcript(home: Home, session_id: str, turns: int = 2) -> Path:
-    builder = TranscriptBuilder(session_id)
-    work_session(builder, turns=turns, context=20_000)
-    path = home.projects / SLUG / f"{session_id}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(builder.jsonl())
-    return path
-
-
-def grow(path: Path) -> None:
-    """Append a turn to the transcript (new uuids: the builder counts on from 100)."""
-    builder = TranscriptBuilder(path.stem, count=100)
-    work_session(builder, turns=1, context=21_000)
-    with path.open("ab") as f:
-        f.write(builder.jsonl())
+    return write_work_session(home.projects / SLUG, session_id, turns)
 
 
 def on_disk(home: Home, path: Path) -> int | None:
@@ -84,7 +71,7 @@ def test_a_state_write_the_disk_refuses_leaves_memd_serving_until_it_recovers(
         wait_for(lambda: on_disk(home, first) == first.stat().st_size, timeout=20, what="A")
 
         disk.fault(kind)
-        grow(first)  # A grows and B starts while the disk refuses
+        append_work_turn(first)  # A grows and B starts while the disk refuses
         second = transcript(home, SECOND, turns=3)
 
         def refused() -> dict[str, Any] | None:
@@ -220,7 +207,7 @@ def test_running_out_of_descriptors_keeps_memd_serving_and_accepting(tmp_path: P
         path = transcript(home, FIRST)
         wait_for(lambda: on_disk(home, path) == path.stat().st_size, timeout=20, what="A")
 
-        grow(path)
+        append_work_turn(path)
         grown = path.stat().st_size
 
         def read_by_memd() -> bool:
