@@ -13,16 +13,14 @@ from hypothesis import strategies as st
 from memd.memory.rank import (
     LexicalIndex,
     RankDoc,
-    build_selector_prompt,
     doc_from_header,
     is_tool_usage_reference,
-    parse_selection,
     rank,
     rank_headers,
     selection_candidates,
-    selector_system,
 )
 from memd.memory.scan import MemoryHeader, scan_memories
+from memd.memory.selector import build_selector_prompt, parse_selection, selector_system
 from memd.memory.terms import analyze, mentions_warning, split_identifier, stem
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "data" / "recall"

@@ -1,4 +1,5 @@
-"""Choosing memories for a query: the offline lexical ranker and the model selector's pure parts.
+"""Choosing memories for a query: the offline lexical ranker (the model selector's prompt and
+answer are :mod:`memd.memory.selector`).
 
 Recall (R-M6) asks a fast model to pick up to five memories from the manifest. Without an API
 key, or when that call fails or times out, :func:`rank` answers instead, so a recall never
@@ -25,9 +26,7 @@ Figures: ``bench/recall_quality.py`` (BENCHMARKS.md).
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -36,7 +35,7 @@ from functools import lru_cache
 
 from memd.memory import related
 from memd.memory.frontmatter import MemoryType
-from memd.memory.scan import MemoryHeader, format_manifest
+from memd.memory.scan import MemoryHeader
 from memd.memory.terms import (
     analyze,
     entity_terms,
@@ -44,7 +43,6 @@ from memd.memory.terms import (
     split_identifier,
     terms_of,
 )
-from memd.privacy import scrub_text
 
 K1 = 1.2
 FIELD_WEIGHTS: Mapping[str, float] = {"name": 3.0, "description": 2.0, "path": 1.5, "body": 1.0}
@@ -409,99 +407,3 @@ def _tool_terms(tool: str) -> frozenset[str]:
     """``mcp__github__create_issue`` -> the terms of ``github create issue``."""
     words = " ".join(split_identifier(tool.removeprefix("mcp__")))
     return frozenset(analyze(words)) - {"mcp", "tool"}
-
-
-# ---------------------------------------------------------------------------------------------
-# The model selector: prompt and answer parsing (the call itself lives with the LLM client)
-
-SELECTOR_SYSTEM = """\
-You decide which saved memories would help a coding agent with the request in front of it.
-You get the request and a catalogue of memory files, one per line: the memory's type, its \
-file path, when it was last changed, and a one-line description.
-
-Choose at most {limit} memories that are clearly useful for this request. Choosing none is \
-a good answer when nothing fits; do not choose a memory only because it shares a word with \
-the request.
-
-If tools in active use are listed, skip reference notes that explain how to use those tools: \
-the agent already has working examples of them in its context. Do choose memories that warn \
-about those tools: known bugs, gotchas, things that must not be done with them.
-
-Reply with only a JSON array of the chosen file paths, spelled exactly as in the catalogue, \
-for example ["feedback_testing.md", "team/deploy.md"]. Reply [] when nothing fits."""
-
-
-def selector_system(limit: int = DEFAULT_LIMIT) -> str:
-    return SELECTOR_SYSTEM.format(limit=limit)
-
-
-def build_selector_prompt(
-    query: str, candidates: Sequence[MemoryHeader], recent_tools: Sequence[str] = ()
-) -> str:
-    """The user message for the selector: request, tools in use, and the manifest.
-
-    ``candidates`` should already exclude surfaced memories (:func:`selection_candidates`).
-    Private spans and secrets are scrubbed: this text goes to a model.
-    """
-    tools = ", ".join(dict.fromkeys(t.strip() for t in recent_tools if t.strip()))
-    parts = [f"Request:\n{query.strip()}"]
-    if tools:
-        parts.append(f"Tools in active use: {tools}")
-    parts.append("Memories:\n" + (format_manifest(candidates) or "(none)"))
-    return scrub_text("\n\n".join(parts))
-
-
-_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
-_BRACKETS = re.compile(r"\[[^\[\]]*\]")
-_MD_PATH = re.compile(r"[\w./~\-]+\.md\b")
-_LIST_KEYS = ("memories", "selected_memories", "selected", "paths", "files")
-
-
-def parse_selection(text: str, known: Collection[str], *, limit: int = DEFAULT_LIMIT) -> list[str]:
-    """Known memory paths named by the model's answer, in its order, at most ``limit``.
-
-    Accepts a JSON array (bare, in a code fence, inside prose, or under a key such as
-    ``memories``); without JSON, any ``*.md`` paths in the prose. Unknown paths are dropped;
-    ``./x.md``, ``memory/x.md`` and absolute paths ending in a known path are recognised.
-    """
-    named = _json_selection(text)
-    if named is None:
-        named = _MD_PATH.findall(text)
-    chosen: list[str] = []
-    for item in named:
-        resolved = _resolve(item, known)
-        if resolved is not None and resolved not in chosen:
-            chosen.append(resolved)
-            if len(chosen) >= limit:
-                break
-    return chosen
-
-
-def _json_selection(text: str) -> list[str] | None:
-    candidates = [*_FENCED.findall(text), text, *_BRACKETS.findall(text)]
-    for candidate in candidates:
-        try:
-            value = json.loads(candidate.strip())
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            value = next((value[k] for k in _LIST_KEYS if isinstance(value.get(k), list)), None)
-        if isinstance(value, list):
-            return [str(v) for v in value if isinstance(v, str)]
-    return None
-
-
-def _resolve(item: str, known: Collection[str]) -> str | None:
-    path = item.strip().strip("`'\"").replace("\\", "/")
-    for prefix in ("./", "memory/"):
-        path = path.removeprefix(prefix)
-    if path in known:
-        return path
-    tails = [k for k in known if path.endswith("/" + k)]
-    if tails:
-        return max(tails, key=len)
-    if "/" not in path:
-        same_name = [k for k in known if k.rsplit("/", 1)[-1] == path]
-        if len(same_name) == 1:
-            return same_name[0]
-    return None

@@ -46,17 +46,15 @@ from memd.memory.citations import Citation, from_frontmatter
 from memd.memory.freshness import RECALL_CAVEAT, age_days, age_text, freshness_warning
 from memd.memory.frontmatter import MemoryType, parse_document, written_ms
 from memd.memory.rank import (
-    build_selector_prompt,
     doc_from_header,
     is_tool_usage_reference,
-    parse_selection,
     ranked_headers,
     selection_candidates,
-    selector_system,
     strong_count,
 )
 from memd.memory.rank_index import RecallCache
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
+from memd.memory.selector import build_selector_prompt, parse_selection, selector_system
 from memd.privacy import scrub_text
 
 if TYPE_CHECKING:
