@@ -30,10 +30,10 @@ from memd.compaction.session_memory import (
 from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
 from memd.tokens import estimate_content
+from memd.transcript.agent_bytes import loads_as_the_agent
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.model import Entry
-from memd.transcript.parse import loads_as_the_agent
 
 
 @dataclass(frozen=True)

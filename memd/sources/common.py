@@ -16,10 +16,10 @@ from typing import Annotated, Any, Final, TypeAlias, TypeVar
 import msgspec
 
 from memd.config import MAX_NUMBER
+from memd.transcript.agent_bytes import BadLine, as_node_reads, replace_lone_surrogates
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.messages import accepted
 from memd.transcript.model import Block, BlockRef, Content, Entry, Outline
-from memd.transcript.parse import BadLine, as_node_reads, replace_lone_surrogates
 
 Tokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_NUMBER)]
 """A token count as read: out of 0 … MAX_NUMBER the line is bad (never a figure)."""
