@@ -42,7 +42,7 @@ def test_only_the_llm_client_imports_the_sdk() -> None:
 
 def test_the_daemon_and_the_hook_start_without_heavy_imports() -> None:
     probe = (
-        "import sys, memd.daemon.service, memd_client.hook;"
+        "import sys, memd.daemon.run, memd.daemon.service, memd_client.hook;"
         "print(sorted(m for m in ('anthropic', 'tiktoken', 'memd')"
         " if m in sys.modules))"
     )

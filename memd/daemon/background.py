@@ -1,6 +1,6 @@
 """The daemon's background work after READY: the feature load, then the ingest workers, the
 startup scan, the warmer, the flushers, the maintenance and the jobs that call the model, all
-in one task group that a stop cancels (:func:`memd.daemon.service.run_daemon` starts it).
+in one task group that a stop cancels (:func:`memd.daemon.run.run_daemon` starts it).
 
 Each task takes the daemon as :class:`Background`, the part of it the work uses
 (:class:`memd.daemon.service.Daemon`, which imports this module: nothing here imports it

@@ -136,7 +136,8 @@ def run(loaded: LoadedConfig, signals: Signals | None = None) -> None:
     import anyio
 
     from memd.daemon.pidlock import hold_instance_lock
-    from memd.daemon.service import Daemon, run_daemon
+    from memd.daemon.run import run_daemon
+    from memd.daemon.service import Daemon
     from memd.daemon.tempsweep import sweep_stale_temps
     from memd.ipc.socketfile import check_socket_path, prepare_runtime_dir
 

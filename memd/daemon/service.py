@@ -22,19 +22,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskStatus
 
 from memd import __version__
-from memd.atomic import retry_kept
 from memd.changes import CHANGES
 from memd.clock import Clock, SystemClock, iso_utc
 from memd.config import LoadedConfig
-from memd.daemon.background import run_background
 from memd.daemon.features import load_features, notes_settings
 from memd.daemon.health import Health
 from memd.daemon.logsetup import log_destination
@@ -43,19 +40,16 @@ from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.sessions import SessionRegistry
-from memd.daemon.shutdown import run_signals, shutdown
 from memd.daemon.signals import Signals
-from memd.daemon.watch import WatchedRoot, run_watcher
+from memd.daemon.watch import WatchedRoot
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
-from memd.ipc.limits import ServeLimits
-from memd.ipc.server import Server, run_server
+from memd.ipc.server import Server
 from memd.sources.registry import sources_for
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.tokens import load_soon
 from memd.transcript.conversation import Conversation
 from memd.transcript.view import ConversationView
-from memd.writes import run_write_retries
 
 if TYPE_CHECKING:
     # The features load after READY (see Daemon.build_features): importing them costs more
@@ -93,7 +87,9 @@ class Daemon:
     dream: DreamService
     ledger: Ledger
     guard: CostGuard
-    model_work: anyio.CancelScope  # what calls the model (run_daemon): cancelled first at a stop
+    model_work: (
+        anyio.CancelScope
+    )  # what calls the model (memd.daemon.run): cancelled first at a stop
 
     @classmethod
     def load(
@@ -430,54 +426,6 @@ class Daemon:
         return saved
 
 
-async def run_daemon(
-    daemon: Daemon, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    from memd.ipc.handlers import INLINE_METHODS, method_table, method_timeouts
-
-    paths = daemon.loaded.paths
-    cfg = daemon.loaded.config
-    daemon.model_work = anyio.CancelScope()
-    async with anyio.create_task_group() as tg:
-        await tg.start(run_signals, daemon)
-        await tg.start(run_write_retries, retry_kept)
-        await tg.start(
-            partial(
-                run_watcher,
-                daemon.watched,
-                cfg.transcripts,
-                daemon.ingest_queue,
-                stop=daemon.stop_watching,
-            )
-        )
-        work = anyio.CancelScope()
-        daemon.server = await tg.start(
-            partial(
-                run_server,
-                paths.socket_path,
-                method_table(daemon),
-                max_frame_bytes=cfg.ipc.max_frame_bytes,
-                request_timeout=cfg.ipc.request_timeout_s,
-                method_timeouts=method_timeouts(daemon),
-                inline=INLINE_METHODS,
-                limits=ServeLimits(
-                    max_buffered_bytes=cfg.ipc.max_buffered_bytes,
-                    frame_timeout_s=cfg.ipc.frame_timeout_s,
-                    max_connections=cfg.ipc.max_connections,
-                    idle_timeout_s=cfg.ipc.idle_timeout_s,
-                ),
-            )
-        )
-        daemon.notifier.ready(f"serving on {paths.socket_path}")
-        log.info("memd %s ready on %s (pid %d)", _version(), paths.socket_path, os.getpid())
-        tg.start_soon(run_background, daemon, work)
-        task_status.started()
-        await daemon.stopping.wait()
-        await shutdown(daemon, tg, work)
-    # After every flusher's last write: what the disk refused until now gets one more try.
-    await anyio.to_thread.run_sync(retry_kept, True)
-
-
 def _read_env_file(env: dict[str, str]) -> EnvFile:
     env_file = read_env_file(env_file_path(env))
     if env_file.problem:
@@ -494,9 +442,3 @@ def _prepare_dirs(state_dir: Path) -> None:
         raise StartupError(
             f"cannot create the state directory {state_dir}: {exc.strerror}"
         ) from exc
-
-
-def _version() -> str:
-    from memd import __version__
-
-    return __version__

@@ -115,7 +115,7 @@ async def shutdown(daemon: Stoppable, tg: TaskGroup, work: anyio.CancelScope) ->
 
 async def _save(daemon: Stoppable) -> str:
     """Save the sessions' state; what happened, in words (a write the disk refuses is kept and
-    tried once more before the process ends: ``run_daemon``)."""
+    tried once more before the process ends: ``memd.daemon.run.run_daemon``)."""
     if await anyio.to_thread.run_sync(daemon.save_state):
         return f"state saved to {daemon.state_file}"
     return f"the disk refuses {daemon.state_file}; one more try before memd exits"
