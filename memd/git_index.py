@@ -14,7 +14,9 @@ parse, or that does not add up, is ``None``, never an exception, and the caller 
 instead: a truncated or lying file, a bad checksum, a split index (the ``link`` extension:
 most entries live in another file), a sparse index (``sdir``: folders stand for the files
 beneath them), any other extension git requires readers to understand (a lowercase
-signature), an unknown version.
+signature), an unknown version, paths longer together than :data:`MAX_NAME_BYTES` (v4
+spells each path as a part of the one before it plus a few bytes: a file of a few MB could
+otherwise spell paths of a hundred gigabytes).
 
 Blocking: call from a worker thread.
 """
@@ -31,6 +33,7 @@ from typing import NamedTuple
 from memd.confined import Area
 
 MAX_INDEX_BYTES = 32 * 1024 * 1024
+MAX_NAME_BYTES = 2 * MAX_INDEX_BYTES  # every entry's path together, once v4 spelled them out
 _HEADER = struct.Struct(">4sII")
 # ctime s/ns, mtime s/ns, dev, ino, mode, uid, gid, size, object id, flags
 _ENTRY_20 = struct.Struct(">10I20sH")
@@ -104,11 +107,12 @@ def _entries(
     body: bytes, version: int, count: int, oid_size: int
 ) -> tuple[dict[str, IndexEntry], int] | None:
     """The entries and the offset after the last; each takes at least 62 bytes, so a
-    ``count`` that lies ends at the end of ``body``, not in a long loop."""
+    ``count`` that lies ends at the end of ``body``, not in a long loop, and their paths
+    stop at :data:`MAX_NAME_BYTES` together, so v4's prefixes cannot spell a huge one each."""
     entries: dict[str, IndexEntry] = {}
     head = _ENTRY_20 if oid_size == 20 else _ENTRY_32
     fixed, decode, end = head.size, os.fsdecode, len(body)
-    at, previous = _HEADER.size, b""
+    at, previous, named_bytes = _HEADER.size, b"", 0
     for _ in range(count):
         if at + fixed > end:
             return None
@@ -120,6 +124,9 @@ def _entries(
         if named is None or flags & _NAME_MASK != min(len(named[0]), _NAME_MASK):
             return None
         name, after = named
+        named_bytes += len(name)
+        if named_bytes > MAX_NAME_BYTES:
+            return None
         if not flags & _STAGE:
             entries[decode(name)] = IndexEntry(oid.hex(), cs * _NS + cn, ms * _NS + mn, ino, size)
         at, previous = after, name

@@ -197,3 +197,15 @@ def test_mutated_index_bytes_parse_or_give_none_never_raise(
 def test_any_bytes_parse_or_give_none(data: bytes, oid_size: int) -> None:
     parse_index(b"DIRC" + data, oid_size)
     parse_index(data, oid_size)
+
+
+def test_a_v4_index_spelling_ever_longer_paths_is_left_to_git() -> None:
+    """v4 spells each path as the one before plus a byte: 1.3 MB of index would spell 200 MB
+    of paths (the 32 MB cap, a hundred gigabytes); past :data:`MAX_NAME_BYTES` of paths
+    together it is not read here, and git is asked."""
+    body = bytearray(struct.pack(">4sII", b"DIRC", 4, 20_000))
+    for number in range(20_000):
+        flags = min(number + 1, 0xFFF)
+        body += git_index._ENTRY_20.pack(0, 0, 0, 0, 0, 1, 0o100644, 0, 0, 0, bytes(20), flags)
+        body += b"\x00a\x00"  # drop nothing of the path before, add "a"
+    assert parse_index(resealed(bytes(body)), 20) is None
