@@ -5,9 +5,6 @@ process flips a folder of it to a link out and back (as issue 22's tools are tes
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +12,7 @@ from memd.confined import findings
 from memd.memory.citations import infer
 from memd.memory.verify import Verifier
 from tests.citation_support import Repo
-from tests.test_tool_flipper import CALLS, FLIPPER
+from tests.test_tool_flipper import CALLS, flipping
 from tests.uid_support import NOBODY
 
 CANARY_SYMBOL = "outside_canary_4b7e"
@@ -36,26 +33,14 @@ def test_a_folder_flipping_to_a_link_out_never_lets_a_check_read_outside(
     verifier = Verifier()
     where = verifier.repository(repo.root)
     cited = infer(TEXT)
-    flipper = subprocess.Popen(
-        [sys.executable, "-c", FLIPPER, str(repo.root / "sub"), str(spare)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     seen: Counter[str] = Counter()
-    try:
-        assert flipper.stdout is not None and flipper.stdout.readline() == "ready\n"
+    with flipping(repo.root / "sub", spare):
         for _ in range(CALLS * 4):
             found = verifier.baseline(where, cited)
             symbols = {s for c in found for s in c.symbols}
             seen["leaked"] += CANARY_SYMBOL in symbols
             seen["inside"] += symbols == {"inside_marker"}
             seen["refused"] += not found
-        assert flipper.poll() is None, "the flipper stopped"
-    finally:
-        flipper.send_signal(signal.SIGKILL)
-        flipper.wait()
-        if flipper.stdout is not None:
-            flipper.stdout.close()
     assert seen["leaked"] == 0, seen
     assert seen["inside"] > 0 and seen["refused"] > 0, seen  # the race was met both ways
 

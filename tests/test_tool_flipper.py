@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,24 @@ while True:
     if libc.renameat2(AT_FDCWD, name, AT_FDCWD, spare, RENAME_EXCHANGE) != 0:
         sys.exit(f"renameat2: {os.strerror(ctypes.get_errno())}")
 """
+
+
+@contextmanager
+def flipping(name: Path, spare: Path) -> Iterator[None]:
+    """Inside, :data:`FLIPPER` swaps ``name`` and ``spare`` as fast as it can (started and
+    ready first); it must still be flipping at the end, and is killed on any way out."""
+    flipper = subprocess.Popen(
+        [sys.executable, "-c", FLIPPER, str(name), str(spare)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert flipper.stdout is not None and flipper.stdout.readline() == "ready\n"
+        yield
+        assert flipper.poll() is None, "the flipper stopped"
+    finally:
+        flipper.send_signal(signal.SIGKILL)
+        flipper.wait()
+        if flipper.stdout is not None:
+            flipper.stdout.close()
 
 
 def tree_hash(root: Path) -> str:
@@ -90,20 +110,8 @@ def test_no_tool_reads_or_writes_outside_through_a_flipping_folder(tmp_path: Pat
         limits=ShellLimits(timeout_s=30),
         file_limits=FileLimits(write_max_run_bytes=1 << 30),
     )
-    flipper = subprocess.Popen(
-        [sys.executable, "-c", FLIPPER, str(mem / "sub"), str(spare)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert flipper.stdout is not None and flipper.stdout.readline() == "ready\n"
+    with flipping(mem / "sub", spare):
         seen = anyio.run(call_every_kind, tools)
-        assert flipper.poll() is None, "the flipper stopped"
-    finally:
-        flipper.send_signal(signal.SIGKILL)
-        flipper.wait()
-        if flipper.stdout is not None:
-            flipper.stdout.close()
     print(f"\n{CALLS} calls a kind while flipping: {dict(sorted(seen.items()))}")
     assert seen["leaked"] == 0, seen
     assert seen["raised"] == 0, seen
