@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -51,6 +51,9 @@ from memd.memory.frontmatter import Frontmatter, render_document
 from memd.memory.rank_index import RecallCache
 from memd.memory.recall import recall
 from memd.memory.terms import STOPWORDS
+
+if TYPE_CHECKING:
+    from memd.memory.semantic import SemanticStage
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 KS = (1, 3, 5)
@@ -165,15 +168,27 @@ def write_memories(memory_dir: Path, memories: Iterable[Memory]) -> None:
         os.utime(path, (memory.mtime, memory.mtime))
 
 
-def memd_ranker(memory_dir: Path, cfg: Config) -> Ranker:
-    """The offline recall as the daemon runs it (header cache, default config, no model)."""
-    cache = RecallCache()
+def memd_ranker(
+    memory_dir: Path,
+    cfg: Config,
+    cache: RecallCache | None = None,
+    semantic: SemanticStage | None = None,
+) -> Ranker:
+    """The offline recall as the daemon runs it (header cache, default config, no model;
+    ``semantic``: the semantic stage too, ``cache`` the header cache it was fed from)."""
+    cache = cache if cache is not None else RecallCache()
     clock = SystemClock()
 
     def ranked(question: str) -> list[str]:
         async def run() -> list[str]:
             result = await recall(
-                question, memory_dir=memory_dir, llm=None, cfg=cfg, clock=clock, cache=cache
+                question,
+                memory_dir=memory_dir,
+                llm=None,
+                cfg=cfg,
+                clock=clock,
+                cache=cache,
+                semantic=semantic,
             )
             return [m.relative for m in result.memories]
 

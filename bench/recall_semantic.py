@@ -54,29 +54,12 @@ from memd.memory.semantic import SemanticStage  # noqa: E402
 def semantic_ranker(memory_dir: Path, cfg: Config, state_dir: Path) -> rq.Ranker:
     """The offline recall with the semantic stage on, every memory embedded first."""
     cache = RecallCache()
-    clock = SystemClock()
     stage = SemanticStage(lambda: cfg.memory, state_dir)
     stage.embed(memory_dir, cache.scan(memory_dir, max_files=None))
     why = stage.statistics().get("off_reason")
     if why:
         raise SystemExit(f"recall_semantic: the semantic stage is off: {why}")
-
-    def ranked(question: str) -> list[str]:
-        async def run() -> list[str]:
-            result = await recall(
-                question,
-                memory_dir=memory_dir,
-                llm=None,
-                cfg=cfg,
-                clock=clock,
-                cache=cache,
-                semantic=stage,
-            )
-            return [m.relative for m in result.memories]
-
-        return anyio.run(run)
-
-    return ranked
+    return rq.memd_ranker(memory_dir, cfg, cache, stage)
 
 
 def evaluate(
