@@ -1,7 +1,7 @@
 """Build ``memd/memory/related.txt``, the related-words table the lexical ranker expands
 queries with (:mod:`memd.memory.related`), from a static embedding model, offline.
 
-    python3 bench/thesaurus_build.py MODEL_DIR [--k 3] [--floor 0.6] [--out PATH]
+    python3 bench/thesaurus_build.py MODEL_DIR [--k 5] [--floor 0.5] [--out PATH]
 
 ``MODEL_DIR`` is a model2vec static model (``tokenizer.json`` with a WordPiece vocabulary,
 ``model.safetensors`` with one ``embeddings`` row per token): the table shipped is built from
