@@ -5,7 +5,10 @@ Real daemons, real requests and files. Each freshness case asks ``status`` in a 
 the change is made (so the kept reply is as old as it gets, up to ``MAX_AGE_S``), waits for an
 outside sign that the change is made (a reply, a log line, the model server's record), and
 then asks once more: that very reply must show it. Without the change counter's bump the
-kept reply would still be sent, for up to a second.
+kept reply would still be sent, for up to a second. Every request of a case goes over one
+connection, as ``memdctl top`` asks: a connection opened or closed is itself a change
+(``ipc.connections_open``), so a ``status`` on a new connection is always built anew and
+could not tell a missing bump.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pytest
 
 from memd.ipc.status import MAX_AGE_S
 from memd.testing.loopback_process import LoopbackProcess
+from memd_client.client import Client
 from memd_client.protocol import encode_frame, request
 from memd_client.status_form import expanded
 from tests.daemon_harness import (
@@ -89,23 +93,33 @@ def transcript(home: Home, session_id: str, turns: int = 2) -> Path:
 
 
 def fresh_after(
-    home: Home, change: Callable[[], object], done: Callable[[], bool]
+    home: Home, change: Callable[[Client], object], done: Callable[[Client], bool]
 ) -> dict[str, Any]:
     """Keep ``status`` asked (its reply kept and ageing) while ``change`` runs and until
-    ``done`` says it is made; then the next ``status``, as ``memdctl status`` reads it."""
-    call(home, "status")
-    change()
-    deadline = time.monotonic() + 30
-    while not done():
-        assert time.monotonic() < deadline, "the change was not made"
-        call(home, "status")
-        time.sleep(0.02)
-    return dict(expanded(call(home, "status")))
+    ``done`` says it is made, each on one connection (given to both); then the next
+    ``status`` on it, as ``memdctl status`` reads it."""
+    with home.client() as client:
+        client.call("status")
+        change(client)
+        deadline = time.monotonic() + 30
+        while not done(client):
+            assert time.monotonic() < deadline, "the change was not made"
+            client.call("status")
+            time.sleep(0.02)
+        return dict(expanded(client.call("status")))
 
 
-def log_has(home: Home, text: str) -> Callable[[], bool]:
+def log_has(home: Home, text: str) -> Callable[[Client], bool]:
     path = home.root / "memd.log"
-    return lambda: text in path.read_text(errors="replace")
+    return lambda _: text in path.read_text(errors="replace")
+
+
+def nothing(_: Client) -> None:
+    """No change but what the files (or the daemon's own timers) make."""
+
+
+def has_session(session_id: str) -> Callable[[Client], bool]:
+    return lambda client: bool(client.call("session", {"session": session_id}))
 
 
 def test_status_sends_the_same_bytes_while_nothing_changes_and_uptime_after_the_bound(
@@ -129,17 +143,15 @@ def test_status_sends_the_same_bytes_while_nothing_changes_and_uptime_after_the_
 def test_the_next_status_shows_a_new_and_a_grown_session(tmp_path: Path) -> None:
     with daemon(tmp_path) as (home, _):
         path = transcript(home, SID)
-        rows = fresh_after(
-            home, lambda: None, lambda: bool(call(home, "session", {"session": SID}))
-        )
+        rows = fresh_after(home, nothing, has_session(SID))
         (row,) = [r for r in rows["sessions"] if r["session_id"] == SID]
         before = call(home, "session", {"session": SID})
         assert row["context_tokens"] == before["context_tokens"]
 
-        def read() -> bool:
-            return int(call(home, "session", {"session": SID})["lines"]) > int(before["lines"])
+        def read(client: Client) -> bool:
+            return int(client.call("session", {"session": SID})["lines"]) > int(before["lines"])
 
-        grown = fresh_after(home, lambda: append_work_turn(path), read)
+        grown = fresh_after(home, lambda _: append_work_turn(path), read)
         (row,) = [r for r in grown["sessions"] if r["session_id"] == SID]
         after = call(home, "session", {"session": SID})
         assert row["context_tokens"] == after["context_tokens"] > before["context_tokens"]
@@ -155,15 +167,15 @@ def test_the_next_status_shows_a_remember_and_a_reload(tmp_path: Path) -> None:
         memory = {"cwd": str(project), "type": "project", "name": "n", "description": "d"}
         remembered = fresh_after(
             home,
-            lambda: said.append(call(home, "remember", {**memory, "content": "c"})),
-            lambda: bool(said),
+            lambda client: said.append(client.call("remember", {**memory, "content": "c"})),
+            lambda _: bool(said),
         )
         skipped = remembered["memory"]["citations"]["git_skipped"]
         assert [row["folder"] for row in skipped] == [str(project)]
 
         config.write_text("dream:\n  min_sessions: 7\n")
         reloaded = fresh_after(
-            home, lambda: said.append(call(home, "reload")), lambda: len(said) == 2
+            home, lambda client: said.append(client.call("reload")), lambda _: len(said) == 2
         )
         assert reloaded["dream"]["thresholds"]["min_sessions"] == 7
         assert reloaded["daemon"]["reloads"] == 1
@@ -171,8 +183,8 @@ def test_the_next_status_shows_a_remember_and_a_reload(tmp_path: Path) -> None:
         config.write_text("dream:\n  min_sessions: 9\n")
         hup = fresh_after(
             home,
-            lambda: os.kill(proc.pid, signal.SIGHUP),
-            lambda: log_has(home, "configuration reloaded")() and _reloads(home) >= 2,
+            lambda _: os.kill(proc.pid, signal.SIGHUP),
+            lambda _: _reloads(home) >= 2,
         )
         assert hup["dream"]["thresholds"]["min_sessions"] == 9
         assert hup["daemon"]["reloads"] == 2
@@ -190,9 +202,9 @@ def test_the_next_status_shows_a_write_the_disk_refused(tmp_path: Path) -> None:
         try:
             wait_for(lambda: settled(home), timeout=30, what="memd to settle")
             path = transcript(home, SID)
-            fresh_after(home, lambda: None, lambda: bool(call(home, "session", {"session": SID})))
+            fresh_after(home, nothing, has_session(SID))
 
-            def refuse() -> None:
+            def refuse(_: Client) -> None:
                 disk.fault("ENOSPC")
                 append_work_turn(path)  # a change to save, which the disk refuses
 
@@ -217,7 +229,7 @@ def test_the_next_status_shows_a_background_job_that_failed(tmp_path: Path) -> N
             assert call(home, "status")["llm"]["enabled"]
             status = fresh_after(
                 home,
-                lambda: transcript(home, SID, turns=3),  # past the notes' first threshold
+                lambda _: transcript(home, SID, turns=3),  # past the notes' first threshold
                 log_has(home, f"session notes of {SID} failed"),
             )
             assert status["notes"]["failures"] >= 1
@@ -240,7 +252,7 @@ def test_the_next_status_shows_the_related_words_read_by_the_first_recall(
         said: list[Any] = []
         query = {"cwd": str(project), "query": "what pet does Evan have"}
         after = fresh_after(
-            home, lambda: said.append(call(home, "recall", query)), lambda: bool(said)
+            home, lambda client: said.append(client.call("recall", query)), lambda _: bool(said)
         )
         table = after["memory"]["recall_stages"]["lexical"]["related"]
         assert table["read"] and table["terms"] > 5_000 and table["off_reason"] is None
