@@ -89,22 +89,21 @@ class StatusRows:
     """The packed rows of the states ``status`` listed lately, by state."""
 
     def __init__(self) -> None:
-        self._packed: dict[int, tuple[SessionState, bytes]] = {}
+        self._packed: dict[int, tuple[SessionState, Raw]] = {}
 
     def packed(self, states: Sequence[SessionState], threshold: int) -> Raw:
         """``states`` as ``status``'s ``sessions`` section, already msgpack."""
         raw, pack = packer()
         if len(self._packed) + len(states) > KEPT_ROWS:
             self._packed = {}
-        parts = [_array_header(len(states))]
+        rows = []
         for state in states:
             kept = self._packed.get(id(state))
             if kept is None or kept[0] is not state:
-                kept = (state, _packed_row(pack, brief_row(state)))
+                kept = (state, raw(_packed_row(pack, brief_row(state))))
                 self._packed[id(state)] = kept  # holding the state: its id is not reused
-            parts.append(kept[1])
-        section = {"columns": COLUMNS, "compact_threshold": threshold, "rows": raw(b"".join(parts))}
-        return raw(pack(section))
+            rows.append(kept[1])
+        return raw(pack({"columns": COLUMNS, "compact_threshold": threshold, "rows": rows}))
 
 
 def _packed_row(pack: Callable[[Any], bytes], row: list[Any]) -> bytes:
@@ -112,11 +111,3 @@ def _packed_row(pack: Callable[[Any], bytes], row: list[Any]) -> bytes:
         return pack(row)
     except UnicodeEncodeError:  # a reason naming a path no one escaped: as the server does
         return pack(encodable(row))
-
-
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes([0x90 | n])
-    if n < 1 << 16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
