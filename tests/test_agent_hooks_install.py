@@ -256,22 +256,26 @@ def test_codex_config_the_disk_refuses_leaves_hooks_json_as_it_was(action: str) 
 
     from memd.install import codex_hooks
 
-    work = Path(tempfile.mkdtemp(prefix="memd-codex-"))
-    work.chmod(0o755)
-    home = codex_home(work, {"UserPromptSubmit": [{"hooks": [USER_HOOK]}]})
-    if action == "uninstall":
-        install(home, command("codex"))
-    home.chmod(0o1777)  # anyone may create; only a file's owner may replace or remove it
-    for name in ("hooks.json", "hooks.json.memd-backup"):
-        if (home / name).exists():
-            os.chown(home / name, NOBODY, NOBODY)
-    before = {p.name: p.read_bytes() for p in home.iterdir()}
-    argv = [action, f"--command={command('codex')}"] if action == "install" else [action]
+    work = Path(tempfile.mkdtemp(prefix="memd-codex-"))  # not tmp_path: nobody must enter
+    try:
+        work.chmod(0o755)
+        home = codex_home(work, {"UserPromptSubmit": [{"hooks": [USER_HOOK]}]})
+        if action == "uninstall":
+            install(home, command("codex"))
+        home.chmod(0o1777)  # anyone may create; only a file's owner may replace or remove it
+        for name in ("hooks.json", "hooks.json.memd-backup"):
+            if (home / name).exists():
+                os.chown(home / name, NOBODY, NOBODY)
+        before = {p.name: p.read_bytes() for p in home.iterdir()}
+        argv = [action, f"--command={command('codex')}"] if action == "install" else [action]
 
-    exited = run_forked(
-        lambda: codex_hooks.main(argv), uid=NOBODY, env={"CODEX_HOME": str(home), "HOME": str(work)}
-    )
-    assert exited.code == codex_hooks.EXIT_FAILED, exited
-    assert exited.stderr.startswith(f"cannot write {home / 'config.toml'}: Operation not")
-    assert {p.name: p.read_bytes() for p in home.iterdir()} == before
-    shutil.rmtree(work)
+        exited = run_forked(
+            lambda: codex_hooks.main(argv),
+            uid=NOBODY,
+            env={"CODEX_HOME": str(home), "HOME": str(work)},
+        )
+        assert exited.code == codex_hooks.EXIT_FAILED, exited
+        assert exited.stderr.startswith(f"cannot write {home / 'config.toml'}: Operation not")
+        assert {p.name: p.read_bytes() for p in home.iterdir()} == before
+    finally:
+        shutil.rmtree(work)
