@@ -276,15 +276,20 @@ def query_slots(index: LexicalIndex, query: str, names: Collection[str]) -> dict
     "injuri", 0.85), so a near synonym counts for more than a loose associate; then those of
     :func:`expansion`."""
     weights: dict[int, float] = {}
+    plain: list[str] = []  # the terms that are not names or numbers: those expanded
+    seeds: list[int] = []  # their slots, for the co-occurrence expansion
     for term, weight in terms_of(query).items():
         slot = index.slot(term)
+        expanded = term not in names and not term.isdigit()
+        if expanded:
+            plain.append(term)
         if slot is not None:
             weights[slot] = weight
-    plain = [term for term in terms_of(query) if term not in names and not term.isdigit()]
+            if expanded:
+                seeds.append(slot)
     for term, alike in related.expand(plain, RELATED_TERMS).items():
         if (slot := index.slot(term)) is not None and slot not in weights:
             weights[slot] = RELATED_WEIGHT * alike * alike
-    seeds = [slot for term in plain if (slot := index.slot(term)) is not None]
     for slot in expansion(index, seeds, exclude=weights.keys()):
         weights[slot] = EXPAND_WEIGHT
     return weights
