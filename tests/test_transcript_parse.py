@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -451,6 +452,30 @@ def test_content_depth_is_judged_as_the_json_nests_whatever_surrounds_it(
             parse_line(line)
     else:
         assert isinstance(parse_line(line), AssistantEntry)
+
+
+@pytest.mark.parametrize("depth", [100, 101])
+def test_content_of_many_containers_is_judged_for_depth_within_a_few_times_its_bytes(
+    depth: int,
+) -> None:
+    """Three bytes (``[],``) decode to an object of ~70: the depth check of a line of many
+    small containers held ~28 times the line (a 14 MiB line, ~450 MiB for 3 s). It is judged
+    on its bytes, as nested as the JSON is."""
+    extra = "[" + "[" * (depth - 3) + "]" * (depth - 3) + "," + ",".join(["[]"] * 200_000) + "]"
+    content = '[{"type":"text","text":"x","extra":' + extra + "}]"
+    assert _nesting(json.loads(content)) == depth
+    line = b'{"type":"assistant","uuid":"u","message":{"id":"m","content":%s}}' % content.encode()
+    tracemalloc.start()
+    try:
+        if depth > 100:
+            with pytest.raises(BadLine, match="nested"):
+                parse_line(line)
+        else:
+            assert isinstance(parse_line(line), AssistantEntry)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * len(line)
 
 
 def test_a_number_past_a_floats_range_in_the_content_is_a_bad_line() -> None:

@@ -142,13 +142,17 @@ def _too_deep(value: msgspec.Raw, limit: int) -> bool:
     """Whether JSON ``value`` nests deeper than ``limit``. A string cannot, nor can a value
     with fewer opening brackets than the limit (most stops at that count, one pass); the rest
     is decoded and its containers counted level by level, or, when msgspec refuses it (a lone
-    surrogate escape, a number past a float's range, nesting past its own limit), judged on
-    its bytes (:func:`_bracket_depth`)."""
+    surrogate escape, a number past a float's range, nesting past its own limit) or it may
+    hold more containers than :data:`_DECODED_UP_TO`, judged on its bytes
+    (:func:`_bracket_depth`)."""
     if len(value) <= 2 * limit or memoryview(value)[0] == _QUOTE:
         return False
     raw = bytes(memoryview(value))
-    if len(raw.translate(None, _NOT_OPENING)) <= limit:
+    opening = len(raw.translate(None, _NOT_OPENING))
+    if opening <= limit:
         return False
+    if opening > _DECODED_UP_TO:
+        return _bracket_depth(raw) > limit
     try:
         decoded = _any_decoder.decode(raw)
     except (msgspec.MsgspecError, RecursionError):
@@ -227,6 +231,11 @@ _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
 _QUOTE: Final = ord('"')
 _SCAN_BELOW: Final = 4096
+# Decoded, each container is an object of its own (~70 bytes for the 2 of ``[]``): a 14 MiB
+# line of empty lists held ~450 MiB and took 3 s to walk; the bytes' judgement holds a few
+# copies of them. Content with more opening brackets (most of them inside strings, in what
+# an agent writes) is judged on its bytes.
+_DECODED_UP_TO: Final = 10_000
 _STEP: Final = [0] * 256
 _STEP[ord("[")] = _STEP[ord("{")] = 1
 _STEP[ord("]")] = _STEP[ord("}")] = -1
