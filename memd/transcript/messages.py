@@ -319,15 +319,15 @@ def accepted(
     result's ``tool_use_id``. The parser judges each block with it, and :func:`fill` again."""
     match kind:
         case "text":
-            return _nonblank(text)
+            return nonblank(text)
         case "image" | "document":
             return role == "user"
         case "tool_result":
-            return role == "user" and _nonblank(ident)
+            return role == "user" and nonblank(ident)
         case "thinking" | "redacted_thinking":
             return role == "assistant"
         case "tool_use":
-            return role == "assistant" and _nonblank(ident) and _nonblank(name) and input_is_object
+            return role == "assistant" and nonblank(ident) and nonblank(name) and input_is_object
         case _:
             return False
 
@@ -360,7 +360,7 @@ def _tool_result(block: Block) -> Block:
 def _result_part(part: dict[str, Any]) -> bool:
     kind = part.get("type")
     if kind == "text":
-        return _nonblank(part.get("text"))
+        return nonblank(part.get("text"))
     return kind in _MEDIA
 
 
@@ -370,6 +370,6 @@ def _clean(block: Block) -> Block:
     return {k: v for k, v in block.items() if k != "cache_control"}
 
 
-def _nonblank(text: object) -> bool:
+def nonblank(text: object) -> bool:
     """Not empty nor all whitespace (as ``text.strip() != ""``, without copying the text)."""
     return isinstance(text, str) and text != "" and not text.isspace()

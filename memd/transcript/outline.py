@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from memd.transcript.messages import Role, accepted
+from memd.transcript.messages import Role, accepted, nonblank
 from memd.transcript.model import BlockRef, Outline
 
 __all__ = [
@@ -70,7 +70,7 @@ _any_decoder: Final = msgspec.json.Decoder()
 
 def of_text(text: str) -> Outline:
     """A string content: one text block, or none when empty."""
-    return (_ref(0, "text", None, _nonblank(text)),) if text else ()
+    return (_ref(0, "text", None, nonblank(text)),) if text else ()
 
 
 def of_blocks(blocks: list[WireBlock], role: Role) -> Outline:
@@ -172,11 +172,6 @@ _KINDS: Final = {
         "redacted_thinking",
     )
 }
-
-
-def _nonblank(text: object) -> bool:
-    """Not empty nor all whitespace (as ``text.strip() != ""``, without copying the text)."""
-    return isinstance(text, str) and text != "" and not text.isspace()
 
 
 _refs: dict[BlockRef, BlockRef] = {}
