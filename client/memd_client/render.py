@@ -169,16 +169,25 @@ def render_memories(r: dict[str, Any]) -> str:
     body = [
         [
             str(m.get("type") or "?"),
-            ago(m.get("mtime")) if m.get("mtime") else str(m.get("age") or "-"),
+            _written(m),
+            "pinned" if m.get("pinned") is True else "",
             str(m.get("relative") or m.get("path")),
             str(m.get("description") or ""),
         ]
         for m in rows
     ]
-    listing = f"{r['memory_dir']}:\n" + table(["TYPE", "CHANGED", "FILE", "DESCRIPTION"], body)
+    heads = ["TYPE", "WRITTEN", "PIN", "FILE", "DESCRIPTION"]
+    listing = f"{r['memory_dir']}:\n" + table(heads, body)
     if "checked" not in r:
         return listing
     return listing + "\n\n" + render_checks(rows, str(r["checked"]))
+
+
+def _written(row: dict[str, Any]) -> str:
+    """How long ago a memory was written: from ``written`` (its ``modified`` when older than
+    the file, as the hook ages it), else the mtime (an older daemon), else the age text."""
+    when = row.get("written") or row.get("mtime")
+    return ago(when) if when else str(row.get("age") or "-")
 
 
 def render_checks(rows: list[dict[str, Any]], checked: str) -> str:

@@ -179,17 +179,23 @@ def iso_utc(value: object) -> str | None:
 
 def modified_ms(meta: Frontmatter) -> int | None:
     """``meta.modified`` in milliseconds since the epoch, ``None`` without one."""
-    if meta.modified is None:
+    return _iso_ms(meta.modified)
+
+
+def _iso_ms(modified: str | None) -> int | None:
+    if modified is None:
         return None
-    return int(datetime.fromisoformat(meta.modified.replace("Z", "+00:00")).timestamp() * 1000)
+    return int(datetime.fromisoformat(modified.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def written_ms(mtime_ms: int, meta: Frontmatter) -> int:
+def written_ms(mtime_ms: int, modified: str | None) -> int:
     """When a memory was last written, for its age (R-M7): the file's mtime, or the
-    ``modified`` Claude Code stamps in it when that is earlier. A copy, a checkout or a sync
-    gives an old memory a new mtime; a hand edit that leaves ``modified`` behind makes it
-    look older than it is, the safe side for a warning about stale memories."""
-    stamped = modified_ms(meta)
+    ``modified`` Claude Code stamps in it (:attr:`Frontmatter.modified`, which a scanned
+    header carries too) when that is earlier. A copy, a checkout or a sync gives an old memory
+    a new mtime; a hand edit that leaves ``modified`` behind makes it look older than it is,
+    the safe side for a warning about stale memories. What recall, the hook and ``memdctl
+    memories`` age a memory from."""
+    stamped = _iso_ms(modified)
     return mtime_ms if stamped is None or stamped < 0 else min(mtime_ms, stamped)
 
 

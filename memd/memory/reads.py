@@ -17,6 +17,7 @@ import anyio.to_thread
 
 from memd.config import Config
 from memd.memory.freshness import age_text, freshness_warning
+from memd.memory.frontmatter import written_ms
 from memd.memory.index import assemble_index, load_index
 from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
 from memd.memory.store import MemoryStore
@@ -61,19 +62,24 @@ async def scan_headers(memory_dir: Path, config: Config) -> list[MemoryHeader]:
 
 
 def manifest_rows(headers: Sequence[MemoryHeader], now_ms: int) -> list[dict[str, Any]]:
-    """One manifest row per header (``memdctl memories``), its age as of ``now_ms``."""
-    return [
-        {
-            "path": str(h.path),
-            "relative": h.relative,
-            "name": h.name,
-            "description": h.description,
-            "type": h.type,
-            "mtime": iso_mtime(h.mtime_ms),
-            "age": age_text(h.mtime_ms, now_ms),
-            "warning": freshness_warning(h.mtime_ms, now_ms),
-            "problems": list(h.problems),
-            "line": manifest_line(h),
-        }
-        for h in headers
-    ]
+    """One manifest row per header (``memdctl memories``): its age as of ``now_ms`` from when
+    it was written (``written``: the mtime, or its ``modified`` when earlier, as recall and
+    the hook age it), and whether it is pinned."""
+    return [_manifest_row(h, written_ms(h.mtime_ms, h.modified), now_ms) for h in headers]
+
+
+def _manifest_row(h: MemoryHeader, written: int, now_ms: int) -> dict[str, Any]:
+    return {
+        "path": str(h.path),
+        "relative": h.relative,
+        "name": h.name,
+        "description": h.description,
+        "type": h.type,
+        "mtime": iso_mtime(h.mtime_ms),
+        "written": iso_mtime(written),
+        "age": age_text(written, now_ms),
+        "warning": freshness_warning(written, now_ms),
+        "pinned": h.pinned,
+        "problems": list(h.problems),
+        "line": manifest_line(h),
+    }

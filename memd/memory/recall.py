@@ -445,7 +445,7 @@ def load_memory(
     document = parse_document(text)
     meta = document.meta
     mtime_ms = header.mtime_ms
-    dated_ms = written_ms(mtime_ms, meta)
+    dated_ms = written_ms(mtime_ms, meta.modified)
     return RecalledMemory(
         path=str(header.path),
         relative=header.relative,
