@@ -2,7 +2,7 @@
 into the test cache (:mod:`tests.agent_cli`), each pointed at a loopback model server of
 :mod:`memd.testing.loopback_agents` in a throwaway home:
 
-- Codex 0.169.0: a ``[model_providers.loopback]`` (``wire_api = "responses"``) whose
+- Codex 0.171.0: a ``[model_providers.loopback]`` (``wire_api = "responses"``) whose
   ``base_url`` is the server, analytics, feedback, OpenTelemetry and update checks off;
 - Gemini 0.61.0: ``GOOGLE_GEMINI_BASE_URL`` and an API key, ``-m`` always given (else it asks
   a routing model first), usage statistics, telemetry and update checks off, the project
@@ -23,7 +23,7 @@ from pathlib import Path
 from memd.testing.loopback_agents import Wire
 from tests.agent_cli import npm_installed
 
-CODEX_VERSION = "0.169.0"
+CODEX_VERSION = "0.171.0"
 GEMINI_VERSION = "0.61.0"
 CODEX_PACKAGE = f"@openai/codex@{CODEX_VERSION}"
 GEMINI_PACKAGE = f"@google/gemini-cli@{GEMINI_VERSION}"

@@ -1,7 +1,7 @@
 """The daemon reads Codex's and Gemini's hook input and answers in their shape (issue 24),
 through the real hook command (``… hook.py codex|gemini``) and a real daemon. The inputs are
-the ones the real CLIs send (captured from Codex 0.169.0 and Gemini 0.61.0; the CLIs
-themselves run in ``tests/test_agent_hooks_cli.py``)."""
+the ones the real CLIs send (captured from Codex 0.169.0, which 0.171.0 sends alike, and
+Gemini 0.61.0; the CLIs themselves run in ``tests/test_agent_hooks_cli.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""memd's hooks in the real Codex CLI 0.169.0 and Gemini CLI 0.61.0 (issue 24): installed by
+"""memd's hooks in the real Codex CLI 0.171.0 and Gemini CLI 0.61.0 (issue 24): installed by
 ``memdctl install-hooks --agent codex|gemini``, a memory written in the project (through the
 daemon's ``remember``, as an agent's MCP call writes it) reaches the model's request through
 the hook; ``uninstall-hooks`` gives the files back byte for byte, and then nothing reaches it.

@@ -1,9 +1,11 @@
-"""memd's MCP tools under the real Codex CLI 0.169.0 (issue 24): installed by ``memdctl
-install-mcp --agent codex`` (``python -P -m memd.mcp``), the daemon started as systemd starts
-it (runtime dir ``/run/user/<uid>``), Codex started in a repository holding a ``memd/`` folder
-and a ``memd.py`` that would shadow the package. Codex gives its MCP servers a short list of
-variables (no ``XDG_RUNTIME_DIR``); its loopback model calls the tools and the outputs Codex
-sends back show memd answered."""
+"""memd's MCP tools under the real Codex CLI (issue 24; pinned in :mod:`tests.other_cli`):
+installed by ``memdctl install-mcp --agent codex`` (``python -P -m memd.mcp``), the daemon
+started as systemd starts it (runtime dir ``/run/user/<uid>``), Codex started in a repository
+holding a ``memd/`` folder and a ``memd.py`` that would shadow the package. Codex gives its MCP
+servers a short list of variables (no ``XDG_RUNTIME_DIR``); its loopback model calls the tools
+and the outputs Codex sends back show memd answered. Codex 0.171 starts its MCP servers in the
+background: the model calls memd's tools once Codex offers them
+(:func:`memd.testing.loopback_agents.next_call` waits in a shell until then)."""
 
 from __future__ import annotations
 
@@ -52,11 +54,14 @@ def install_mcp(home: Home) -> None:
 
 
 def tool_outputs(api: LoopbackAgentAPI) -> dict[str, str]:
-    """What Codex sent back for each call the model made, by ``call_id``."""
+    """What Codex sent back for each scripted call the model made, by ``call_id`` (the shell
+    waits for the tools to be offered left out)."""
     found: dict[str, str] = {}
     for request in api.requests:
         for item in call_outputs(request.body):
-            found[str(item.get("call_id"))] = json.dumps(item.get("output"), ensure_ascii=False)
+            call_id = str(item.get("call_id"))
+            if call_id.startswith("call_loop"):
+                found[call_id] = json.dumps(item.get("output"), ensure_ascii=False)
     return found
 
 

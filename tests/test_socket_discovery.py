@@ -19,7 +19,8 @@ from memd_client import hook, paths
 from tests.daemon_harness import Home, start_memd, stop_memd
 from tests.mcp_support import call, mcp_session, text_of
 
-# What Codex CLI 0.169.0 passes to an MCP server (its default env whitelist) and nothing else.
+# What Codex CLI passes to an MCP server (its default env whitelist, seen in 0.169.0 and 0.171.0;
+# never XDG_RUNTIME_DIR), and nothing else.
 CODEX_ENV_KEYS = ("HOME", "PATH", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ")
 
 

@@ -19,10 +19,13 @@ see what the CLI put before the model (a hook's context, for one)::
 
 Codex's tools: ``calls`` (``responses`` only) are function calls the model makes first, one
 per request, in order (``ToolCall("mcp__memd", "recall", {"query": "deploy"})``, the shape
-Codex 0.169.0 sends an MCP tool in); a request answers the next one whose output its input
-does not carry yet, and the text once all have one. Nothing else is simulated (no limits, no
-faults): that is :mod:`.loopback`'s job
-for the Messages API, which memd itself speaks.
+Codex sends an MCP tool in); a request answers the next one whose output its input does not
+carry yet, and the text once all have one. As a real model can, it calls an MCP server's tool
+only once the request offers that server's tools: Codex 0.171 starts its MCP servers in the
+background and offers their tools from the first request after a server answered, so until
+then the model waits in a shell (``sleep``, at most :data:`MAX_WAITS` times). Nothing else is
+simulated (no limits, no faults): that is :mod:`.loopback`'s job for the Messages API, which
+memd itself speaks.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from memd.testing.loopback_http import Events, Served, json_reply
 from memd.testing.loopback_replies import ApiError, Message, Reply
 
 Wire = Literal["responses", "gemini"]
+MAX_WAITS = 60  # shell waits for an MCP server's tools to be offered (0.5 s each)
+WAIT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -132,24 +137,43 @@ def call_outputs(body: Any) -> list[Any]:
     return [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
 
 
-def next_call(calls: tuple[ToolCall, ...], body: Any) -> tuple[int, ToolCall] | None:
-    """The first of ``calls`` whose output the request does not carry yet (by ``call_id``)."""
+def next_call(calls: tuple[ToolCall, ...], body: Any) -> tuple[str, ToolCall] | None:
+    """The call id and call of the first of ``calls`` whose output the request does not carry
+    yet (by ``call_id``); a shell wait instead while it is an MCP server's tool that the
+    request does not offer yet."""
     answered = {i.get("call_id") for i in call_outputs(body)}
     for number, tool in enumerate(calls):
-        if f"call_loop{number}" not in answered:
-            return number, tool
+        if f"call_loop{number}" in answered:
+            continue
+        waited = sum(1 for i in answered if isinstance(i, str) and i.startswith("call_wait"))
+        mcp = tool.namespace.startswith("mcp__")
+        if mcp and not offered(body, tool.namespace) and waited < MAX_WAITS:
+            wait = ToolCall("", "exec_command", {"cmd": f"sleep {WAIT_S}"})
+            return f"call_wait{waited}", wait
+        return f"call_loop{number}", tool
     return None
 
 
+def offered(body: Any, namespace: str) -> bool:
+    """Whether a Responses request offers the tools of ``namespace`` (a ``namespace`` tool of
+    that name, or functions named under it)."""
+    tools = body.get("tools") if isinstance(body, dict) else None
+    for tool in tools if isinstance(tools, list) else []:
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if isinstance(name, str) and (name == namespace or name.startswith(namespace + "__")):
+            return True
+    return False
+
+
 def call_events(
-    response_id: str, number: int, tool: ToolCall
+    response_id: str, call_id: str, tool: ToolCall
 ) -> tuple[tuple[str | None, dict[str, Any]], ...]:
     """The Responses API's stream for one function call."""
     item = {
         "type": "function_call",
         "id": f"fc_{response_id}",
         "status": "completed",
-        "call_id": f"call_loop{number}",
+        "call_id": call_id,
         "name": tool.name,
         "namespace": tool.namespace,
         "arguments": json.dumps(dict(tool.arguments)),

@@ -1,4 +1,5 @@
-"""Codex CLI's rollout lines as memd reads them (``@openai/codex`` 0.169): the JSON shape,
+"""Codex CLI's rollout lines as memd reads them (``@openai/codex`` 0.169; 0.171 writes the same
+lines, checked with an exec, a shell call, resumes and auto-compaction): the JSON shape,
 optional everywhere, and the content blocks each history item becomes.
 
 One ``{timestamp, type, payload}`` object per line. Only what memd uses is typed; every other
