@@ -4,13 +4,24 @@ tests/test_claude_code_compact.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memd.compaction.takeover import MAX_SESSIONS, Pass, Take, TakeoverRecord, decide
+from memd.compaction.takeover import (
+    MAX_SESSIONS,
+    SAME_COMPACTION_S,
+    Pass,
+    Take,
+    TakeoverRecord,
+    decide,
+)
 from memd_client.hooks_install import (
     CLAUDE_TAKEOVER_HOOKS,
     TAKEOVER_TIMEOUT_S,
@@ -18,7 +29,15 @@ from memd_client.hooks_install import (
     read_settings,
     uninstall_hooks,
 )
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    load_stretch,
+    read_log,
+    start_memd,
+    stop_memd,
+)
 from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
 
 MANUAL = {"hook_event_name": "PreCompact", "trigger": "manual", "custom_instructions": None}
@@ -69,6 +88,22 @@ def test_the_record_survives_a_restart_stays_bounded_and_a_failed_write_changes_
     assert TakeoverRecord(tmp_path).statistics()["blocked_sessions"] == 0
 
 
+def test_a_compaction_is_claimed_by_its_first_hook_and_no_mark_is_lost(tmp_path: Path) -> None:
+    assert SAME_COMPACTION_S >= TAKEOVER_TIMEOUT_S  # Claude Code's wait for the hook
+    now = [100.0]
+    record = TakeoverRecord(tmp_path, monotonic=lambda: now[0])
+    assert record.begin("s1") and not record.begin("s1") and record.begin("s2")
+    now[0] += SAME_COMPACTION_S - 0.01
+    assert not record.begin("s1")  # a hook of the same compaction, however late
+    now[0] += 0.02
+    assert record.begin("s1") and not record.begin("s1")  # the next compaction
+    with ThreadPoolExecutor(8) as pool:  # marks and clears from worker threads, at once
+        list(pool.map(lambda n: record.mark(f"t{n}", "f"), range(48)))
+        list(pool.map(lambda n: record.clear(f"t{n}"), range(0, 48, 2)))
+    again = TakeoverRecord(tmp_path)
+    assert [again.blocked_last(f"t{n}") for n in range(48)] == [n % 2 == 1 for n in range(48)]
+
+
 def test_install_hooks_adds_the_takeover_only_when_asked_and_uninstall_removes_it(
     tmp_path: Path,
 ) -> None:
@@ -117,17 +152,18 @@ def test_compact_is_blocked_once_with_the_resume_line_then_let_through(tmp_path:
             assert answer["decision"] == "block"
             assert f"claude --resume {fork}" in answer["reason"]
             assert "\n" not in answer["reason"]
-            assert precompact(home, "s4") is None  # never twice in a row
+            assert precompact(home, "s4") is None  # another hook of the same /compact
             assert forks(home) == [fork] and target.read_bytes() == old
+            stats = call(home, "status")["compaction"]["takeover"]
+            assert stats["taken"] == 1 and stats["blocked_sessions"] == 1
         finally:
             assert stop_memd(proc) == 0, read_log(home)
         proc = start_memd(home)  # the record survives a restart
         try:
             wait_ingested(home, "s4", len(old))
-            assert precompact(home, "s4") is not None  # after a pass, a takeover again
-            assert precompact(home, "s4") is None
+            assert precompact(home, "s4") is None  # never twice in a row
             stats = call(home, "status")["compaction"]["takeover"]
-            assert stats["taken"] == 1 and stats["passed"] == 1
+            assert stats["passed"] == 1 and stats["blocked_sessions"] == 0
             assert call(home, "status")["usage"]["total"]["calls"] == 0
         finally:
             assert stop_memd(proc) == 0, read_log(home)
@@ -179,3 +215,60 @@ def test_compact_is_let_through_when_the_record_cannot_be_written(tmp_path: Path
             assert forks(home) == []
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def concurrent_precompacts(home: Home, sid: str, count: int) -> list[str | None]:
+    """``count`` real hook processes (``python -m memd_client.hook``), all started and
+    waiting on stdin, then given one PreCompact each at once, as Claude Code runs every
+    hook a compaction matches together. Their stdouts."""
+    event = json.dumps({**MANUAL, "session_id": sid, "transcript_path": "", "cwd": "/p"})
+    env = {**home.env, "MEMD_HOOK_TIMEOUT_MS": str(int(60_000 * load_stretch()))}
+    with contextlib.ExitStack() as stack:
+        hooks = [
+            stack.enter_context(
+                subprocess.Popen(
+                    [sys.executable, "-m", "memd_client.hook"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    env=env,
+                )
+            )
+            for _ in range(count)
+        ]
+        for hook_proc in hooks:
+            assert hook_proc.stdin is not None
+            hook_proc.stdin.write(event.encode())
+        for hook_proc in hooks:
+            assert hook_proc.stdin is not None
+            hook_proc.stdin.close()
+        outs = []
+        for hook_proc in hooks:
+            assert hook_proc.stdout is not None
+            outs.append(hook_proc.stdout.read().decode().strip() or None)
+            assert hook_proc.wait(timeout=120) == 0
+    return outs
+
+
+def test_concurrent_precompact_hooks_block_and_fork_once(tmp_path: Path) -> None:
+    """Mark, then act: 8 PreCompact hooks of one /compact at once block it once, with one
+    fork; every hook of the /compact after it lets it through, and the one after that is
+    taken over once again (each round after a restart, which forgets the round before)."""
+    with fake_home(tmp_path) as home:
+        target = install_session(home, BIG, "s4")
+        seed_notes(home, "s4", BIG, 0.7)
+        old = target.read_bytes()
+        for round_, blocks_wanted in enumerate([1, 0, 1]):
+            proc = start_memd(home)
+            try:
+                wait_ingested(home, "s4", len(old))
+                outs = concurrent_precompacts(home, "s4", 8)
+                blocks = [json.loads(o) for o in outs if o is not None]
+                assert len(blocks) == blocks_wanted, (round_, outs)
+                assert all(b["decision"] == "block" for b in blocks)
+                assert len(forks(home)) == [1, 1, 2][round_], round_
+                stats = call(home, "status")["compaction"]["takeover"]
+                assert stats["taken"] == blocks_wanted
+                assert stats["blocked_sessions"] == blocks_wanted
+            finally:
+                assert stop_memd(proc) == 0, read_log(home)
+        assert target.read_bytes() == old

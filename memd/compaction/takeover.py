@@ -26,15 +26,24 @@ compacts as it always does) when:
 * anything fails: the record cannot be written, the fork cannot be planned or written, or it
   takes longer than the hook may wait. The intent is recorded before the fork is written, so
   a daemon killed in between never blocks that session twice.
+
+Mark, then act: Claude Code runs every hook a compaction matches at once (memd's installed
+twice, at user and project level, all run), so several PreCompacts of one ``/compact`` reach
+the daemon together, and no later than Claude Code's timeout for the hook
+(:data:`SAME_COMPACTION_S`) after the first. :meth:`TakeoverRecord.begin` claims the
+compaction for the first of them, on the event loop with no wait between the check and the
+claim: the others let it through and change nothing (neither a fork nor the record), so a
+compaction is blocked at most once, with one fork, whatever the concurrency.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +58,9 @@ MAX_RECORD_BYTES = 1 << 20
 MAX_SESSIONS = 1_000
 MAX_ID_CHARS = 200
 BUSY_PHASES = frozenset({"running"})
+# Claude Code ends a PreCompact hook within its timeout (memd_client.hooks_install.
+# TAKEOVER_TIMEOUT_S, 5 s): every hook of one compaction reaches memd within that of the first.
+SAME_COMPACTION_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,17 @@ class Pass:
 Decision = Take | Pass
 
 
+def asked(hook_input: Mapping[str, Any]) -> Pass | None:
+    """A Pass when the compaction asked for is not one memd takes over, from the hook's input
+    alone (the same in every hook of one compaction); else None."""
+    if hook_input.get("trigger") != "manual":
+        return Pass("only /compact is taken over: an automatic compaction blocked is not shown")
+    instructions = hook_input.get("custom_instructions")
+    if isinstance(instructions, str) and instructions.strip():
+        return Pass("/compact with instructions: Claude Code compacts as asked")
+    return None
+
+
 def decide(
     hook_input: Mapping[str, Any],
     *,
@@ -75,11 +98,9 @@ def decide(
     notes_phase: str | None,
 ) -> Decision:
     """Whether to take over one PreCompact (see the module docstring)."""
-    if hook_input.get("trigger") != "manual":
-        return Pass("only /compact is taken over: an automatic compaction blocked is not shown")
-    instructions = hook_input.get("custom_instructions")
-    if isinstance(instructions, str) and instructions.strip():
-        return Pass("/compact with instructions: Claude Code compacts as asked")
+    asked_for = asked(hook_input)
+    if asked_for is not None:
+        return asked_for
     if blocked_last:
         return Pass("memd blocked this session's previous compaction")
     if context_tokens >= effective_window:
@@ -105,32 +126,59 @@ class TakeoverRecord:
     unchanged and raises ``OSError``: the caller then does not block.
     """
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._path = state_dir / RECORD_FILE
         self._blocked: OrderedDict[str, str] = _load(self._path)
+        self._monotonic = monotonic
+        # Session → when the first PreCompact of its latest compaction came (in memory: a
+        # restart takes longer than a compaction's hooks).
+        self._begun: OrderedDict[str, float] = OrderedDict()
+        # mark and clear run in worker threads: one at a time, so none saves a copy of the
+        # record from before another's change.
+        self._saving = threading.Lock()
         self.taken = 0
         self.passed = 0
         self.last_pass: str | None = None
         self.last_error: str | None = None
+
+    def begin(self, session_id: str) -> bool:
+        """Claim the PreCompact just come for ``session_id``: True for the first of a
+        compaction, False for the others (within :data:`SAME_COMPACTION_S` of the first),
+        which must let it through and change nothing. Call it on the event loop, before any
+        wait: the check and the claim are one step."""
+        now = self._monotonic()
+        first = self._begun.get(session_id)
+        if first is not None and now - first < SAME_COMPACTION_S:
+            return False
+        self._begun[session_id] = now
+        self._begun.move_to_end(session_id)
+        while self._begun and (
+            len(self._begun) > MAX_SESSIONS
+            or now - next(iter(self._begun.values())) >= SAME_COMPACTION_S
+        ):
+            self._begun.popitem(last=False)
+        return True
 
     def blocked_last(self, session_id: str) -> bool:
         return session_id in self._blocked
 
     def mark(self, session_id: str, fork: str) -> None:
         """Record a block (before the fork is written). Blocking; raises ``OSError``."""
-        changed = OrderedDict(self._blocked)
-        changed[session_id] = fork
-        changed.move_to_end(session_id)
-        while len(changed) > MAX_SESSIONS:
-            changed.popitem(last=False)
-        self._save(changed)
+        with self._saving:
+            changed = OrderedDict(self._blocked)
+            changed[session_id] = fork
+            changed.move_to_end(session_id)
+            while len(changed) > MAX_SESSIONS:
+                changed.popitem(last=False)
+            self._save(changed)
 
     def clear(self, session_id: str) -> None:
         """This session's compaction went through. Blocking; raises ``OSError``."""
-        if session_id in self._blocked:
-            changed = OrderedDict(self._blocked)
-            del changed[session_id]
-            self._save(changed)
+        with self._saving:
+            if session_id in self._blocked:
+                changed = OrderedDict(self._blocked)
+                del changed[session_id]
+                self._save(changed)
 
     def _save(self, blocked: OrderedDict[str, str]) -> None:
         try:

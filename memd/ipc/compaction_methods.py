@@ -18,7 +18,7 @@ import anyio
 
 from memd.compaction.message import Msg
 from memd.compaction.service import messages_from_client
-from memd.compaction.takeover import Pass, block_reply, decide
+from memd.compaction.takeover import Pass, asked, block_reply, decide
 from memd.compaction.threshold import effective_window
 from memd.errors import NotFound
 from memd.ipc.params import find_session, opt_int, opt_str
@@ -152,6 +152,11 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
     state = daemon.registry.get(sid) if isinstance(sid, str) and sid else None
     if state is None:
         return await _pass(daemon, "", "memd does not know the session")
+    if (not_asked := asked(hook_input)) is not None:
+        return await _pass(daemon, state.session_id, not_asked.reason)
+    if not record.begin(state.session_id):  # the claim: no wait between it and the check
+        log.info("PreCompact of %s: another hook of this compaction came first", sid)
+        return None
     window, cfg = svc.window({}), daemon.loaded.config.compaction
     notes = daemon.notes.status(state.session_id)
     decision = decide(
