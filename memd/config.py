@@ -194,7 +194,7 @@ class IPCConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     request_timeout_s: float = 30.0
     max_buffered_bytes: int = 64 * 1024 * 1024  # incoming frames, across all connections
-    frame_timeout_s: float = 10.0  # to finish a frame once its first byte arrived
+    frame_timeout_s: float = 5.0  # to finish a frame once its first byte arrived
     max_connections: int = 256  # past it the longest-idle one is closed to make room
     idle_timeout_s: float = 60.0  # a connection with no request in flight is then closed
 

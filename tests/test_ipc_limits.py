@@ -127,7 +127,7 @@ async def test_at_the_limit_the_longest_idle_connection_makes_room(sock_path: Pa
             await answered(new, 100 + n)
             notice = await conns[n].reply()  # the n-th oldest idle one made room
             assert isinstance(notice, p.Failure) and (notice.id, notice.code) == (None, p.BUSY)
-            assert "longest idle" in notice.message
+            assert "longest without a request" in notice.message
             assert await conns[n].frame() is None
         for conn in conns[4:]:
             await answered(conn, 9)  # the others are still served
@@ -135,6 +135,57 @@ async def test_at_the_limit_the_longest_idle_connection_makes_room(sock_path: Pa
         assert (stats.connections_evicted, stats.connections_busy) == (3, 0)
         assert stats.connections_open == 8
         assert stats.requests_in_flight == 1  # the hanging request was left alone
+
+
+async def test_at_the_limit_slow_senders_make_room_the_longest_without_a_frame_first(
+    sock_path: Path,
+) -> None:
+    """A frame under way holds no place against a new client (a client writes its request
+    at once): a partial header, a partial body (its budget given back) and a body waiting
+    for budget are closed to make room, the connection longest without a whole frame first,
+    whatever it sent since; those with a request in flight are never chosen. Budget a closed
+    one held goes to the frame waiting for it."""
+    size = FRAME_LIMIT - 10
+    limits = ServeLimits(
+        max_buffered_bytes=size + 100 + 5 * CONNECTION_BYTES,  # one body's room
+        frame_timeout_s=60.0,
+        max_connections=5,
+    )
+    body = p.encode_frame(p.request(9, "echo", {"pad": "x" * (size - 40)}))[4:]
+    serve = serving(sock_path, limits=limits, inline=INLINE)
+    async with serve as (server, _), AsyncExitStack() as stack:
+
+        async def opened() -> RawConnection:
+            conn = await RawConnection.open(sock_path)
+            stack.push_async_callback(conn.aclose)
+            return conn
+
+        with anyio.fail_after(20):
+            worker = await opened()
+            await worker.request(0, "hang")  # the oldest, but at work
+            header_only, partial_body, waiting = await opened(), await opened(), await opened()
+            answered_later = await opened()
+            await answered(answered_later, 1)  # a whole frame after the others connected
+            await header_only.send(b"\x00")
+            await partial_body.send(header(len(body)) + body[:10])
+            await wait_all_tasks_blocked()
+            await waiting.send(header(len(body)) + body[:10])  # no room left in the budget
+            await header_only.send(b"\x00")  # bytes since: still no whole frame
+            await wait_all_tasks_blocked()
+            assert server.statistics().buffered_bytes == len(body)
+            for n, slow in enumerate([header_only, partial_body, waiting]):
+                await answered(await opened(), 10 + n)  # served: a slow one made room
+                notice = await slow.reply()
+                assert isinstance(notice, p.Failure) and notice.code == p.BUSY
+                assert "longest without a request" in notice.message
+                assert await slow.frame() is None
+                if slow is partial_body:  # its room went to the frame waiting for it
+                    await wait_all_tasks_blocked()
+                    assert server.statistics().buffered_bytes == len(body)
+            await answered(answered_later, 2)  # never chosen over a slow sender
+            stats = server.statistics()
+            assert (stats.connections_evicted, stats.connections_busy) == (3, 0)
+            assert stats.requests_in_flight == 1 and stats.buffered_bytes == 0
 
 
 async def test_an_idle_connection_is_closed_after_the_idle_deadline(sock_path: Path) -> None:
@@ -379,14 +430,21 @@ from tests.ipc_support import methods
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
 
 async def main() -> None:
+    release = anyio.Event()
+
+    async def held(params):  # a request in flight until the client holds its connections
+        await release.wait()
+        return {}
+
     async with anyio.create_task_group() as tg:
-        server = await tg.start(partial(run_server, Path(sys.argv[1]), methods(),
+        server = await tg.start(partial(run_server, Path(sys.argv[1]), methods(held=held),
                                         max_frame_bytes=4096, request_timeout=60))
         import os
         used = len(os.listdir("/proc/self/fd"))
         resource.setrlimit(resource.RLIMIT_NOFILE, (used + 8, used + 8))
         print("ready", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)  # the client holds its connections
+        release.set()
         await anyio.to_thread.run_sync(sys.stdin.readline)  # they are closed
         await anyio.sleep(1.5)  # the longest back-off step, then accept works again
         print(server.statistics().accept_failures, flush=True)
@@ -444,8 +502,8 @@ def test_accept_errors_are_logged_once_per_burst_with_back_off(tmp_path: Path) -
         path = d / "memd.sock"
         proc = start_emfile_server(path)
         try:
-            # each one is sending a frame (or waits in the backlog): none is idle
-            held = hold_connections(path, 30, header(100))
+            # each one has a request in flight (or waits in the backlog): none can make room
+            held = hold_connections(path, 30, p.encode_frame(p.request(1, "held", {})))
             with Client(path, timeout=0.5) as probe, pytest.raises(ClientTimeout):
                 probe.call("echo")  # no fd left to serve it: it waits in the backlog
             failures, stderr = finish_emfile_server(proc, held)

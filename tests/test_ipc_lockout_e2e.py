@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from memd_client import hook as hook_module
 from memd_client import protocol as p
+from memd_client.hook import DEFAULT_TIMEOUT_S
+from memd_client.hooks_install import hook_command
 from tests.daemon_harness import (
     call,
     fake_home,
@@ -80,6 +83,84 @@ def test_a_thousand_idle_connections_lock_nobody_out(tmp_path: Path) -> None:
             assert report["max_connections"] == 256
             assert report["evicted"] >= 1000 - 256
             assert report["busy"] == 0
+        finally:
+            holder.communicate("\n", timeout=30)
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+# Holds argv[2] connections that each have a frame under way: one byte sent at first, then
+# ("trickle") one more every 2 s; any the daemon closes is opened again, with its byte, at the
+# next tick. Says "held" once each has its byte in, and goes on until its stdin closes.
+SLOW_HOLDER = """
+import resource, select, socket, sys, time
+path, count, trickle = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "trickle"
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if soft != resource.RLIM_INFINITY and soft < count + 64:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(count + 64, hard), hard))
+def opened():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.send(b"\\x00")
+    return s
+held = [opened() for _ in range(count)]
+print("held", flush=True)
+while not select.select([sys.stdin], [], [], 2.0)[0]:
+    for k, s in enumerate(held):
+        try:
+            gone = select.select([s], [], [], 0)[0] and not s.recv(4096)
+            if not gone and select.select([s], [], [], 0)[0]:
+                gone = True  # memd wrote a notice: it is closing this one
+            if not gone and trickle:
+                s.send(b"\\x00")
+        except OSError:
+            gone = True
+        if gone:
+            s.close()
+            try:
+                held[k] = opened()
+            except OSError:
+                held[k] = socket.socket(socket.AF_UNIX)
+"""
+
+
+@pytest.mark.parametrize("pace", ["once", "trickle"])
+def test_slow_connections_hold_no_one_out(tmp_path: Path, pace: str) -> None:
+    """300 connections that each send one byte of a frame (once, or one every 2 s, opened
+    again when memd closes them) hold no one out: ``memdctl status`` answers, and so does
+    the Codex prompt hook, with its recall, within its own deadline."""
+    cwd = tmp_path / "work" / "proj"
+    cwd.mkdir(parents=True)
+    with fake_home(tmp_path) as home:
+        write_memories(home, cwd, age_days=3)
+        proc = start_memd(home)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", SLOW_HOLDER, str(home.socket), "300", pace],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            status = memdctl(home, "status")
+            assert status.returncode == 0, status.stdout + status.stderr
+            assert "busy" not in status.stdout + status.stderr
+            codex = hook_command(sys.executable, hook_module.__file__, "codex")
+            budget = int(DEFAULT_TIMEOUT_S * 1000 * load_stretch())
+            home.env["MEMD_HOOK_TIMEOUT_MS"] = str(budget)
+            for k in range(3):  # three sessions: a memory is recalled once per session
+                prompt = {
+                    "session_id": f"01a216fd-ce35-7623-8170-643697eba0d{k}",
+                    "transcript_path": str(tmp_path / f"rollout-2026-11-26T08-34-2{k}.jsonl"),
+                    "cwd": str(cwd),
+                    "hook_event_name": "UserPromptSubmit",
+                    "prompt": "how should I run the test suite before committing?",
+                    "turn_id": "t1",
+                }
+                recalled = context_of(hook(home, prompt, codex), "UserPromptSubmit")
+                assert "feedback_tests.md" in recalled
+            assert not (home.socket.parent / "hook-failed-open").exists()
+            report = json.loads(memdctl(home, "status", "--json").stdout)["ipc"]
+            assert report["busy"] == 0 and report["evicted"] >= 1
         finally:
             holder.communicate("\n", timeout=30)
             assert stop_memd(proc) == 0, read_log(home)

@@ -18,9 +18,10 @@ handler (``protocol.decode_body`` bounds that to a few times the body); a frame 
 complete within ``frame_timeout_s`` of its first byte, else the connection gets a ``timeout``
 error frame and is closed. Between frames, a connection with no request in flight is idle:
 once it has been idle for ``idle_timeout_s`` it is closed (:meth:`Connection.close_now`, with
-a ``timeout`` error frame when the socket takes it), and the server may close the longest-idle
-one sooner to make room for a new client (``memd.ipc.server``). A connection waiting for a
-reply, however long (``wait_extraction``, a stream), is never idle.
+a ``timeout`` error frame when the socket takes it). To make room for a new client the server
+may close sooner a connection with no request in flight, idle or with a frame under way, the
+one longest without a whole frame first (``memd.ipc.server``). A connection waiting for a
+reply, however long (``wait_extraction``, a stream), is never closed so.
 
 Outside that budget a connection holds one read (at most ``RECEIVE_BYTES``, kept while its
 frames are answered or while the frame it starts waits for budget) plus its own objects:
@@ -125,8 +126,10 @@ class Connection:
         self._filled = 0  # bytes of ``_body`` received so far
         self._reserved = 0  # bytes of the read budget this connection holds
         self._started = 0.0  # monotonic time of the pending frame's first byte
+        self._waiting_budget = False  # a frame's header is in, its body waits for budget
         self._reader = SocketReader(sock)
-        # monotonic time of its last frame or reply: the longest idle is closed first
+        # monotonic time of its last whole frame or reply (a frame under way does not move
+        # it): the connection longest without one is closed first to make room
         self.idle_since = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closed = False
@@ -149,13 +152,23 @@ class Connection:
     def quiet(self) -> bool:
         """Idle: waiting between frames, with no request in flight and no byte arriving.
         Closing it loses nothing; its client reconnects for its next request."""
-        if not (
-            self._reader.waiting
-            and not self._pending
-            and self._body is None
-            and self._slots.value == self._server.max_in_flight
-        ):
+        return not self._under_way() and self.between_requests()
+
+    def between_requests(self) -> bool:
+        """No request in flight or being answered: the reader waits for a frame's first
+        byte (with none unread in the socket), for the rest of a frame under way, or for room
+        in the read budget. Closing it loses at most that frame, which its client sends again
+        (a client that writes its request at once is never found with one under way, so one
+        is a slow sender's): the server closes such a connection to make room for a new one,
+        the longest without a whole frame first (:attr:`idle_since`)."""
+        if self._slots.value != self._server.max_in_flight:
             return False
+        if self._waiting_budget:
+            return True
+        if not self._reader.waiting:
+            return False  # decoding, or answering inline
+        if self._under_way():
+            return True
         try:
             return not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # b"": gone
         except BlockingIOError:
@@ -163,15 +176,20 @@ class Connection:
         except OSError:
             return True  # reset: nothing to lose either
 
+    def _under_way(self) -> bool:
+        return bool(self._pending) or self._body is not None or self._waiting_budget
+
     def close_now(self, notice: bytes) -> None:
-        """Close a :meth:`quiet` connection at once: ``notice`` (an error frame) if the
-        socket takes it without waiting, then its descriptor goes; the reader loop ends as
-        at end of stream."""
+        """Close a connection :meth:`between_requests` at once: ``notice`` (an error frame)
+        if the socket takes it without waiting, then its descriptor goes; the reader loop
+        ends as at end of stream (a wait for budget is cancelled), giving back what its
+        frame under way held."""
         if self._closed:
             return
         self._closed = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        self._read_scope.cancel()
         self._reader.close()
         try:
             self._sock.send(notice, socket.MSG_DONTWAIT)
@@ -260,7 +278,6 @@ class Connection:
                     finally:
                         _free(body)
                     await self._dispatch(frame, tg, held)
-                    self.idle_since = time.monotonic()
                     continue
                 if not await self._read_frames(tg):
                     return None
@@ -286,7 +303,6 @@ class Connection:
             self._pending = b""
             data = pending + data
         await self._take_frames(data, tg)
-        self.idle_since = time.monotonic()
         return True
 
     async def _receive_partial(self) -> bytes:
@@ -356,11 +372,15 @@ class Connection:
         budget = self._server.budget
         if size > budget.limit:
             raise Busy(f"a frame of {size} bytes exceeds the read buffer limit")
-        while not budget.try_take(size):
-            with anyio.move_on_after(self._time_left()):
-                await budget.wait_freed()
-                continue
-            raise Busy("memd's read buffers are full; try again shortly")
+        self._waiting_budget = True
+        try:
+            while not budget.try_take(size):
+                with anyio.move_on_after(self._time_left()):
+                    await budget.wait_freed()
+                    continue
+                raise Busy("memd's read buffers are full; try again shortly")
+        finally:
+            self._waiting_budget = False
         self._reserved = size
 
     def _release(self, size: int) -> None:
@@ -400,6 +420,7 @@ class Connection:
                     tg.start_soon(self._handle, request, held)
                     held = 0  # the task gives it back
         finally:
+            self.idle_since = time.monotonic()
             server.budget.give(held)
 
     async def _handle(self, request: p.Request, held: int) -> None:

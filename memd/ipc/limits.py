@@ -20,7 +20,7 @@ class ServeLimits:
     """The bounds of serving (config ``ipc.*``)."""
 
     max_buffered_bytes: int = 64 * 1024 * 1024
-    frame_timeout_s: float = 10.0
+    frame_timeout_s: float = 5.0
     max_connections: int = 256
     idle_timeout_s: float = 60.0
 

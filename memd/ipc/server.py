@@ -25,11 +25,14 @@ a timeout of their own (see :mod:`memd.ipc.connection`).
 Serving is bounded (:class:`ServeLimits`), and no client can lock the others out:
 
 - a connection with no request in flight is closed once idle for ``idle_timeout_s``;
-- at ``max_connections`` a new connection is still served: the longest-idle connection (no
-  request in flight, nothing arriving) is closed to make room. Opening connections faster
-  only closes the attacker's own older ones, since a client that connects and sends its
-  request at once is never the longest idle; descriptors and memory stay bounded by
-  ``max_connections``. Only when every connection has a request in flight does the new one
+- at ``max_connections`` a new connection is still served: of the connections with no
+  request in flight (silent, or with a frame under way: a client that writes its request at
+  once is never caught mid-frame, so such a frame is a slow sender's), the one longest
+  without a whole frame or reply is closed to make room. Opening connections faster, or
+  trickling bytes into them, only closes the attacker's own older ones, since a client that
+  connects and sends its request at once is never the longest without one; descriptors and
+  memory stay bounded by ``max_connections``. Only when every connection has a request in
+  flight does the new one
   get a ``busy`` error frame (at most :data:`MAX_TURNING_AWAY` at a time are told so; beyond
   that they are closed at once);
 - bytes held for incoming frames across all connections stay under ``max_buffered_bytes``
@@ -94,7 +97,7 @@ class ServerStats:
     connections_total: int
     connections_refused: int  # peers of another uid
     connections_busy: int  # turned away: at the limit, and every connection had work
-    connections_evicted: int  # the longest idle, closed to make room for a new one
+    connections_evicted: int  # the longest without a request, closed to make room
     connections_idle_closed: int  # closed after idle_timeout_s with no request
     connections_stalled: int  # closed: a reply not taken within frame_timeout_s
     accept_failures: int
@@ -264,9 +267,11 @@ class Server:
                 tg.start_soon(self._turn_away, stream)
 
     def _make_room(self) -> bool:
-        """Close the longest-idle connection for a new one; False when none is idle."""
+        """Close the connection longest without a whole frame, of those with no request in
+        flight (silent, or sending a frame slowly), for a new one; False when every one has
+        a request in flight."""
         oldest_first = sorted(self._connections, key=attrgetter("idle_since"))
-        connection = next((c for c in oldest_first if c.quiet()), None)
+        connection = next((c for c in oldest_first if c.between_requests()), None)
         if connection is None:
             return False
         self._evicted += 1  # counted as a change by the drop below
@@ -282,7 +287,7 @@ class Server:
             connection,
             p.BUSY,
             f"memd is serving its limit of {limit} connections and closed this one, the"
-            " longest idle, to make room; reconnect to go on",
+            " longest without a request, to make room; reconnect to go on",
         )
         return True
 
