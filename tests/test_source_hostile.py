@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from memd.config import MAX_NUMBER, TranscriptsConfig
 from memd.daemon.sessions import SessionRegistry
 from memd.sources.base import Source
+from memd.sources.claude_code import ClaudeCode
 from memd.sources.codex import Codex
 from memd.sources.gemini import Gemini
 from memd.transcript.conversation import Conversation
-from tests.conftest import AGENTS
+from tests.conftest import AGENTS, CORPUS
 
 CODEX = (
     AGENTS
@@ -247,3 +248,83 @@ async def test_an_upsert_storm_keeps_one_message_and_bounded_entries(tmp_path: P
         {"role": "user", "content": [{"type": "text", "text": "go"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "v19999"}]},
     ]
+
+
+CLAUDE = next((CORPUS / "claude-code-2.1.331").glob("*.jsonl"))
+PAST = "__past_a_floats_range__"
+
+
+def _usage_of(agent: str, value: dict[str, Any]) -> dict[str, Any] | None:
+    """The token counts a line of ``agent`` carries (the dict memd reads them from)."""
+    if agent == "claude":
+        message = value.get("message")
+        return message.get("usage") if isinstance(message, dict) else None
+    if agent == "codex":
+        payload = value.get("payload") or {}
+        info = payload.get("info") if payload.get("type") == "token_count" else None
+        return info.get("last_token_usage") if isinstance(info, dict) else None
+    tokens = value.get("tokens")
+    return tokens if isinstance(tokens, dict) else None
+
+
+def _agent_session(agent: str, root: Path) -> tuple[Source, Path, list[bytes], str]:
+    """A real session of ``agent`` placed under ``root``: its source, path, lines and the
+    name of the input-token count in its usage."""
+    if agent == "claude":
+        source: Source = ClaudeCode(root)
+        path = root / "-proj" / CLAUDE.name
+        lines = [x for x in CLAUDE.read_bytes().split(b"\n") if x]
+        field = "input_tokens"
+    elif agent == "codex":
+        source = Codex(root)
+        path = source.root / "2026" / "11" / "26" / NAME
+        lines, field = GOOD_LINES, "input_tokens"
+    else:
+        source = Gemini(root)
+        path = source.root / "proj" / "chats" / GEMINI.name
+        (source.root / "proj").mkdir(parents=True)
+        (source.root / "proj" / ".project_root").write_text(str(root))
+        lines, field = GEMINI_LINES, "input"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return source, path, lines, field
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("literal", [b"1e400", b"1e999", b"-1e400", b"-2E+999"])
+@pytest.mark.parametrize("agent", ["claude", "codex", "gemini"])
+async def test_a_token_count_past_a_floats_range_is_a_bad_line_in_every_agent(
+    tmp_path: Path, agent: str, literal: bytes
+) -> None:
+    """One rule for every agent's reader (``memd.transcript.agent_bytes``): a number past a
+    float's range in a figure memd reads is no figure; its line is bad, as if it were not
+    there (Claude Code's line was read as having no input tokens: its context became the
+    rest of its usage)."""
+    source, path, lines, field = _agent_session(agent, tmp_path / "spoiled")
+    spoiled: list[bytes] = []
+    kept: list[bytes] = []
+    for line in lines:
+        value = json.loads(line)
+        usage = _usage_of(agent, value)
+        if usage is None or field not in usage:
+            spoiled.append(line)
+            kept.append(line)
+            continue
+        usage[field] = PAST
+        spoiled.append(json.dumps(value).encode().replace(b'"%s"' % PAST.encode(), literal))
+    count = len(spoiled) - len(kept)
+    assert count > 0
+    path.write_bytes(b"\n".join(spoiled) + b"\n")
+    registry = _registry(source)
+    await _settle(registry, path)
+    state = registry.get_by_path(path)
+    assert state is not None and state.bad_lines == count
+    reference_source, without, _, _ = _agent_session(agent, tmp_path / "without")
+    without.write_bytes(b"\n".join(kept) + b"\n")
+    reference = _registry(reference_source)
+    await _settle(reference, without)
+    expected = reference.get_by_path(without)
+    assert expected is not None
+    assert (state.context_tokens, state.context_from_usage) == (
+        expected.context_tokens,
+        expected.context_from_usage,
+    )

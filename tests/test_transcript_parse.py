@@ -485,6 +485,26 @@ def test_a_number_past_a_floats_range_in_the_content_is_a_bad_line() -> None:
         parse_line(line)
 
 
+@pytest.mark.parametrize("literal", [b"1e400", b"1e999", b"-1e400"])
+@pytest.mark.parametrize("elsewhere", [b'"/w"', b"5"], ids=["typed", "lenient"])
+def test_a_token_count_past_a_floats_range_is_a_bad_line(literal: bytes, elsewhere: bytes) -> None:
+    """Not read as no count (the context was then the rest of the usage), whether the line is
+    otherwise well typed or another field sends it down the lenient path (``cwd: 5``); the
+    same number in a tool's input is what Claude Code reads (null)."""
+    line = (
+        b'{"type":"assistant","uuid":"u","cwd":%s,"message":{"id":"m","role":"assistant",'
+        b'"content":[{"type":"tool_use","id":"t","name":"X","input":{"n":%s}}],'
+        b'"usage":{"input_tokens":%s,"cache_read_input_tokens":10}}}'
+    )
+    with pytest.raises(BadLine, match="past a float's range"):
+        parse_line(line % (elsewhere, b"1", literal))
+    entry = parse_line(line % (elsewhere, literal, b"3"))
+    assert isinstance(entry, AssistantEntry) and entry.usage is not None
+    assert entry.usage.prompt_tokens == 13
+    _, content = line_content(line % (elsewhere, literal, b"3"))
+    assert content[0]["input"] == {"n": None}
+
+
 def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
     text = rb'"cut \ud83d in half \\ud83d \ud83d\ude00"'  # lone, escaped backslash, a pair
     line = b'{"type":"user","uuid":"u","message":{"content":%s}}' % text

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, TypeAlias, TypeVar
 import msgspec
 
 from memd.config import MAX_NUMBER
-from memd.transcript.agent_bytes import BadLine, as_node_reads, replace_lone_surrogates
+from memd.transcript.agent_bytes import BadLine, as_node_reads, refused, replace_lone_surrogates
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.messages import accepted
 from memd.transcript.model import Block, BlockRef, Content, Entry, Outline
@@ -50,7 +50,7 @@ def decode_line(
             try:
                 return decoder.decode(line)
             except msgspec.ValidationError as exc:
-                raise BadLine(f"not a line of this format: {exc}") from None
+                raise refused(exc, "not a line of this format") from None
             except msgspec.DecodeError as exc:
                 if not line.strip():
                     return None

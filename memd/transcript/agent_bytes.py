@@ -6,6 +6,12 @@ float's range (``1e999``, Infinity, written back as null). The transcript parser
 (:mod:`memd.transcript.parse`), the compaction fork and the other agents' readers
 (:mod:`memd.sources.common`) read lines the same way through these, so what one of them
 accepts another never refuses.
+
+One rule for a number past a float's range, in every agent's reader: where memd only passes
+a value on (content) it is what the agent makes of it (null); in a field memd reads (a token
+count, an id, a flag) the line is bad (:func:`past_range`, :func:`refused`), as for any
+number out of ``0 … MAX_NUMBER``: an Infinity is no figure, and ``input_tokens: 1e400`` read
+as absent made a session's context the rest of its usage.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import json
 import math
 import re
 from typing import Any, Final
+
+import msgspec
 
 
 class BadLine(ValueError):
@@ -33,17 +41,36 @@ def as_node_reads(line: bytes) -> bytes:
 OUT_OF_RANGE: Final = "Number out of range"
 
 
-def loads_as_the_agent(line: bytes) -> Any:
+def loads_as_the_agent(line: bytes, *, infinite: bool = False) -> Any:
     """``line``'s JSON as an agent written in JavaScript reads and passes it on: a number past
     a float's range is ``None`` (what ``JSON.stringify`` makes of Infinity), so that what
     parsing accepted is never refused when the line is read back, and nothing memd writes
-    holds ``Infinity`` (not JSON). Raises :class:`BadLine` for what is not JSON;
-    ``RecursionError`` for nesting past Python's limit."""
+    holds ``Infinity`` (not JSON). With ``infinite`` it is the signed infinity the agent
+    holds instead, for a reader that must tell it from a null in a field it reads
+    (:func:`past_range`; msgspec encodes it back as null). Raises :class:`BadLine` for what
+    is not JSON; ``RecursionError`` for nesting past Python's limit."""
     text = as_node_reads(replace_lone_surrogates(line) or line)
+    parse_float = float if infinite else _finite_or_none
     try:
-        return json.loads(text, parse_float=_finite_or_none, parse_constant=_no_constant)
+        return json.loads(text, parse_float=parse_float, parse_constant=_no_constant)
     except ValueError as exc:
         raise BadLine(f"not valid JSON: {exc}") from None
+
+
+def past_range(value: Any) -> bool:
+    """``value``, in a field memd reads, is a number past a float's range (decoded by
+    :func:`loads_as_the_agent` with ``infinite``): the line is bad."""
+    return isinstance(value, float) and math.isinf(value)
+
+
+def refused(exc: msgspec.ValidationError, what: str) -> BadLine:
+    """The bad line a typed decoder's refusal makes, naming a number past a float's range
+    (msgspec: ``Number out of range - at `$.message.usage.input_tokens```) as such."""
+    text = str(exc)
+    if text.startswith(OUT_OF_RANGE):
+        where = text.partition(" - at ")[2] or "the top level"
+        return BadLine(f"a number past a float's range at {where}")
+    return BadLine(f"{what}: {text}")
 
 
 def _finite_or_none(literal: str) -> float | None:

@@ -12,10 +12,11 @@ Transcripts change between Claude Code versions, so the parser is tolerant: unkn
 fields are ignored, and a known field with an unexpected type is dropped (slow path, rare)
 rather than losing the whole entry. A line is bad (:class:`BadLine`) when it is not a JSON
 object (invalid JSON, or content nested deeper than :data:`MAX_CONTENT_DEPTH`) and when a
-number memd reads (a token count) is out of 0 … :data:`~memd.config.MAX_NUMBER`: such a figure
-is never taken (2^64 made every ``status`` unencodable), nor is the rest of a line that carries
-it. A line is read as Claude Code (JavaScript) reads it: bytes that are not UTF-8 are U+FFFD,
-each invalid sequence (Node decodes a file so), and so is a lone UTF-16 surrogate escape
+number memd reads (a token count) is out of 0 … :data:`~memd.config.MAX_NUMBER` or past a
+float's range (``1e400``: :mod:`~memd.transcript.agent_bytes`' rule for every agent): such a
+figure is never taken (2^64 made every ``status`` unencodable), nor is the rest of a line that
+carries it. A line is read as Claude Code (JavaScript) reads it: bytes that are not UTF-8 are
+U+FFFD, each invalid sequence (Node decodes a file so), and so is a lone UTF-16 surrogate escape
 (``"\\ud83d"``, what JavaScript writes for an emoji cut in half). msgspec checks UTF-8 in the
 strings it decodes and nowhere else, so the replacing costs nothing on a line that needs none;
 invalid bytes in a field memd skips change nothing memd reads.
@@ -36,6 +37,7 @@ from memd.transcript.agent_bytes import (
     BadLine,
     as_node_reads,
     loads_as_the_agent,
+    past_range,
     replace_lone_surrogates,
 )
 from memd.transcript.messages import Role
@@ -401,7 +403,7 @@ def _repaired(line: bytes, struct: type[msgspec.Struct]) -> dict[str, Any]:
     except msgspec.DecodeError as exc:
         if OUT_OF_RANGE not in str(exc):
             raise BadLine(f"not valid JSON: {exc}") from None
-        value = loads_as_the_agent(line)
+        value = loads_as_the_agent(line, infinite=True)
     if not isinstance(value, dict):
         raise BadLine(f"not a JSON object but {type(value).__name__}")
     return _repair(value, struct)
@@ -416,6 +418,8 @@ def _repair(value: dict[str, Any], struct: type[msgspec.Struct]) -> dict[str, An
             continue
         item = value[field.encode_name]
         nested = _struct_in(field.type)
+        if past_range(item) and field.type is not Any:
+            raise BadLine(f"a number past a float's range in {field.encode_name}")
         if field.encode_name == "content" and isinstance(item, list):
             kept["content"] = [block for block in item if isinstance(block, dict)]
         elif nested is not None and isinstance(item, dict):
