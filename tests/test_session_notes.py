@@ -142,13 +142,16 @@ def test_an_unreadable_record_is_moved_aside(tmp_path: Path) -> None:
     (directory / "wrong.json").write_text(json.dumps({"version": 1, "session_id": 3}))
     good = ExtractionRecord("good", "p", extractions=1)
     (directory / "good.json").write_text(json.dumps(good.to_json()))
+    hostile = {"extracted_at": "1e400", "tokens_at_extraction": "NaN", "extractions": 2**64}
+    for name, value in hostile.items():  # numbers json reads that no status can show
+        text = json.dumps({**good.to_json(), "session_id": name, name: 1})
+        (directory / f"{name}.json").write_text(text.replace(f'"{name}": 1', f'"{name}": {value}'))
     store = ExtractionStore.load(tmp_path)
     assert store.records() == (good,)
-    assert sorted(p.name for p in directory.iterdir()) == [
-        "bad.json.corrupt",
-        "good.json",
-        "wrong.json.corrupt",
-    ]
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        ["bad.json.corrupt", "good.json", "wrong.json.corrupt"]
+        + [f"{name}.json.corrupt" for name in hostile]
+    )
 
 
 def test_a_session_id_that_is_not_a_file_name_is_refused(tmp_path: Path) -> None:

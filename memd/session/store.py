@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -24,6 +25,7 @@ import anyio.to_thread
 
 from memd.atomic import persist
 from memd.changes import CHANGES
+from memd.config import MAX_NUMBER
 from memd.errors import StateError
 
 log = logging.getLogger(__name__)
@@ -80,17 +82,27 @@ def _check_types(record: ExtractionRecord) -> None:
         record.last_error_at,
         record.pending_since,
     )
+    counts = (record.extractions, record.last_cost_tokens, record.total_cost_tokens)
     ok = (
         all(v is None or isinstance(v, str) for v in optional_str)
-        and all(v is None or isinstance(v, int | float) for v in optional_num)
-        and isinstance(record.extractions, int)
+        and all(v is None or _figure(v) for v in optional_num)
+        and all(isinstance(v, int) and _figure(v) for v in counts)
         and isinstance(record.pending, bool)
         and isinstance(record.pending_manual, bool)
-        and isinstance(record.last_cost_tokens, int)
-        and isinstance(record.total_cost_tokens, int)
     )
     if not ok:
-        raise StateError("a record field has the wrong type")
+        raise StateError("a record field has the wrong type or is out of 0 … MAX_NUMBER")
+
+
+def _figure(value: object) -> bool:
+    """A number a record may hold: 0 … MAX_NUMBER, finite (``json`` reads ``Infinity``,
+    ``NaN`` and ``1e400``; ``status`` cannot show 2^64)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_NUMBER
+    )
 
 
 # ---------------------------------------------------------------------------------------------
