@@ -21,6 +21,8 @@ import os
 import stat
 from typing import Final
 
+from memd_client import foreign_file
+
 _FLAGS: Final = (
     os.O_RDONLY
     | os.O_NONBLOCK
@@ -44,17 +46,9 @@ class NotARegularFile(OSError):
 def kind_of(mode: int, *, link: str = "a symbolic link (not followed)") -> str:
     """What a ``st_mode`` other than a regular file's describes, in words; ``link`` names a
     symbolic link (:func:`memd.confined.kind_of`, whose areas never follow one, says less)."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
     if stat.S_ISLNK(mode):
         return link
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
+    return foreign_file.kind_of(mode)
 
 
 def open_regular_target(path: str | os.PathLike[str]) -> io.FileIO:

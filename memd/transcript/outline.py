@@ -12,13 +12,13 @@ nothing downstream (JSON and msgpack encoders, the tokenizer's JSON form) meets 
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Any, Final, TypeVar
 
 import msgspec
 
 from memd.transcript.messages import Role, accepted, nonblank
 from memd.transcript.model import BlockRef, Outline
+from memd_client.foreign_file import json_bracket_depth, nesting_over
 
 __all__ = [
     "MAX_CONTENT_DEPTH",
@@ -144,7 +144,7 @@ def _too_deep(value: msgspec.Raw, limit: int) -> bool:
     is decoded and its containers counted level by level, or, when msgspec refuses it (a lone
     surrogate escape, a number past a float's range, nesting past its own limit) or it may
     hold more containers than :data:`_DECODED_UP_TO`, judged on its bytes
-    (:func:`_bracket_depth`)."""
+    (:func:`~memd_client.foreign_file.json_bracket_depth`)."""
     if len(value) <= 2 * limit or memoryview(value)[0] == _QUOTE:
         return False
     raw = bytes(memoryview(value))
@@ -152,12 +152,12 @@ def _too_deep(value: msgspec.Raw, limit: int) -> bool:
     if opening <= limit:
         return False
     if opening > _DECODED_UP_TO:
-        return _bracket_depth(raw) > limit
+        return json_bracket_depth(raw) > limit
     try:
         decoded = _any_decoder.decode(raw)
     except (msgspec.MsgspecError, RecursionError):
-        return _bracket_depth(raw) > limit
-    return _nesting_over(decoded, limit)
+        return json_bracket_depth(raw) > limit
+    return nesting_over(decoded, limit)
 
 
 _KINDS: Final = {
@@ -193,36 +193,6 @@ def _one_copy(table: dict[_T, _T], value: _T) -> _T:
     return value if shared is None else shared
 
 
-def _nesting_over(value: Any, limit: int) -> bool:
-    """Whether decoded JSON nests its lists and objects deeper than ``limit``."""
-    level: list[Any] = [value] if isinstance(value, list | dict) else []
-    depth = 0
-    while level and depth <= limit:
-        depth += 1
-        inner: list[Any] = []
-        for container in level:
-            items = container.values() if isinstance(container, dict) else container
-            inner += [item for item in items if isinstance(item, list | dict)]
-        level = inner
-    return depth > limit
-
-
-def _bracket_depth(raw: bytes) -> int:
-    """The nesting of valid JSON judged on its bytes: strings taken out, then the running
-    depth of the brackets left."""
-    return _depth(_outside_strings(raw).translate(None, _NOT_BRACKETS))
-
-
-def _outside_strings(json: bytes) -> bytes:
-    """The bytes of valid JSON that are not inside a string: escaped backslashes and quotes
-    out first, so every quote left opens or closes a string (C-speed passes, no regex)."""
-    if b"\\" in json:
-        json = json.replace(b"\\\\", b"")
-    parts = json.replace(b'\\"', b"").split(b'"')
-    return b"".join(parts[0::2])
-
-
-_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
 _QUOTE: Final = ord('"')
 _SCAN_BELOW: Final = 4096
@@ -231,10 +201,3 @@ _SCAN_BELOW: Final = 4096
 # copies of them. Content with more opening brackets (most of them inside strings, in what
 # an agent writes) is judged on its bytes.
 _DECODED_UP_TO: Final = 10_000
-_STEP: Final = [0] * 256
-_STEP[ord("[")] = _STEP[ord("{")] = 1
-_STEP[ord("]")] = _STEP[ord("}")] = -1
-
-
-def _depth(brackets: bytes) -> int:
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
