@@ -390,6 +390,26 @@ def check_refused(f: Facts) -> Check:
     )
 
 
+def check_foreign_files(f: Facts) -> Check:
+    """Other tools' files the daemon could not use: a git pointer over its cap or with a
+    NUL, a settings file that is a FIFO, too deep or not UTF-8 (:mod:`memd.foreign_reads`)."""
+    if f.status is None:
+        return Check("other tools' files", "warn", "not checked: the daemon is not running")
+    found = f.status.get("foreign_files")
+    if not isinstance(found, dict) or not found.get("count"):
+        return Check("other tools' files", "ok", "every one memd read was usable")
+    entries = [e for e in found.get("entries") or [] if isinstance(e, dict)]
+    first = entries[0] if entries else {}
+    more = found["count"] - 1
+    return Check(
+        "other tools' files",
+        "warn",
+        f"{first.get('path')} {first.get('problem')}"
+        + (f"; and {more} more (`memdctl status` lists them)" if more > 0 else ""),
+        str(first.get("fix")),
+    )
+
+
 def _env_file_path(f: Facts) -> Path:
     xdg = f.env.get("XDG_CONFIG_HOME", "")
     return (Path(xdg) if xdg.startswith("/") else f.home / ".config") / "memd" / "env"
@@ -433,4 +453,5 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_transcripts,
     check_claude_features,
     check_refused,
+    check_foreign_files,
 )

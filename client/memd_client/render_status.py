@@ -40,6 +40,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         *write_lines(s.get("writes"), st),
         *error_lines(s, st),
         *refused_lines(s.get("refused"), st),
+        *foreign_lines(s.get("foreign_files"), st),
         *git_skipped_lines(s.get("memory"), st),
         *reload_lines(d, st),
         *spend_lines(s.get("usage"), s.get("guard"), st),
@@ -299,6 +300,20 @@ def refused_lines(r: dict[str, Any] | None, st: Style) -> list[str]:
             lines.append(
                 f"          {e.get('path')}: {e.get('kind')} (seen {ago(e.get('last_seen'))})"
             )
+    if count > len(entries):
+        lines.append(f"          ... and {count - len(entries)} more")
+    return lines
+
+
+def foreign_lines(r: dict[str, Any] | None, st: Style) -> list[str]:
+    """Other tools' files memd could not use (git's pointers, agents' settings), with the fix."""
+    if not isinstance(r, dict) or not r.get("count"):
+        return []
+    count = r["count"]
+    lines = [f"files     {st.warn(str(count))} of other tools' files were not used:"]
+    entries = [e for e in r.get("entries") or [] if isinstance(e, dict)]
+    for e in entries:
+        lines.append(f"          {e.get('path')} {e.get('problem')}; {e.get('fix')}")
     if count > len(entries):
         lines.append(f"          ... and {count - len(entries)} more")
     return lines

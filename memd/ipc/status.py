@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from memd.changes import CHANGES
 from memd.daemon import gc_pauses
 from memd.daemon.health import pipeline_report
+from memd.foreign_reads import PROBLEMS
 from memd.ipc.status_rows import StatusRows, packer, unreadable
 from memd.writes import WRITES
 from memd_client.names import encodable, escape_name
@@ -132,6 +133,7 @@ def status_result(
             stall_after_s=daemon.loaded.config.daemon.stall_after_minutes * 60.0,
         ),
         "refused": refused_report(),
+        "foreign_files": foreign_report(),
         "writes": WRITES.statistics(),
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
@@ -226,6 +228,14 @@ def refused_report() -> dict[str, Any]:
     if not len(found):
         return {"count": 0, "entries": []}
     rows = found.as_rows()
+    return {"count": len(rows), "entries": rows[:REFUSED_ROWS]}
+
+
+def foreign_report() -> dict[str, Any]:
+    """Other tools' files memd could not use (a ``.git`` file over its cap, a settings file
+    that is a FIFO, ...): newest first, each with what is wrong and the fix
+    (:mod:`memd.foreign_reads`)."""
+    rows = PROBLEMS.as_rows()
     return {"count": len(rows), "entries": rows[:REFUSED_ROWS]}
 
 

@@ -11,6 +11,10 @@
   ``.git``; a linked worktree's ``.git`` file points into ``<main>/.git/worktrees/<name>``,
   whose ``commondir`` leads back to the main repository, so every worktree and subfolder of one
   repository shares one memory dir (R-M1). Outside a repository it is the directory itself.
+  Those pointers are anyone's bytes (a cloned repository, a folder above the cwd): each is
+  read through :mod:`memd_client.foreign_file` (not through a link, a regular file, at most
+  :data:`MAX_POINTER_BYTES`, a NUL refused); one that cannot be used makes its folder its
+  own project, and ``status`` names it with the fix.
 * :func:`check_opt_out` applies the privacy opt-out (R-B4): config globs and a
   ``.memd-ignore`` file in the project root.
 """
@@ -23,16 +27,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memd.foreign_reads import noted
+from memd_client import foreign_file
+
 MAX_SLUG_CHARS = 200
 MEMORY_DIRNAME = "memory"
 TEAM_DIRNAME = "team"
 INDEX_FILENAME = "MEMORY.md"
 IGNORE_FILENAME = ".memd-ignore"
+# git writes one path in each pointer file (and refuses a .git file over 1 MiB itself)
+MAX_POINTER_BYTES = 64 * 1024
 
 
 def project_slug(path: str) -> str:
-    """Claude Code's project folder name for ``path`` (see the module docstring)."""
-    units = path.encode("utf-16-le")
+    """Claude Code's project folder name for ``path`` (see the module docstring). A name
+    read from disk may hold lone surrogates (``os.fsdecode`` of bytes that are not UTF-8):
+    each is one code unit, as a JavaScript string holds one, so it becomes one ``-``."""
+    units = path.encode("utf-16-le", "surrogatepass")
     chars: list[str] = []
     for i in range(0, len(units), 2):
         unit = units[i] | (units[i + 1] << 8)
@@ -85,28 +96,32 @@ def _root_from_gitfile(worktree: Path, dotgit: Path) -> Path:
     gitdir = _read_gitdir_pointer(dotgit)
     if gitdir is None:
         return worktree
-    commondir_file = gitdir / "commondir"
-    try:
-        common_text = commondir_file.read_text(encoding="utf-8").strip()
-        backref = (gitdir / "gitdir").read_text(encoding="utf-8").strip()
-    except OSError:
+    common_text = _pointer(gitdir / "commondir")
+    backref = _pointer(gitdir / "gitdir") if common_text is not None else None
+    if common_text is None or backref is None or not common_text.strip():
         return worktree  # a submodule or a broken pointer: the folder is its own project
-    if os.path.realpath(gitdir / backref) != os.path.realpath(dotgit):
+    if os.path.realpath(gitdir / backref.strip()) != os.path.realpath(dotgit):
         return worktree
-    common = Path(os.path.normpath(gitdir / common_text))
+    common = Path(os.path.normpath(gitdir / common_text.strip()))
     return Path(os.path.realpath(common.parent if common.name == ".git" else common))
 
 
 def _read_gitdir_pointer(dotgit: Path) -> Path | None:
-    try:
-        text = dotgit.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    for line in text.splitlines():
+    text = _pointer(dotgit)
+    for line in (text or "").splitlines():
         if line.startswith("gitdir:"):
             target = Path(line.removeprefix("gitdir:").strip())
             return Path(os.path.normpath(dotgit.parent / target))
     return None
+
+
+def _pointer(path: Path) -> str | None:
+    """The text of one of git's pointer files (the ``.git`` file, the gitdir's
+    ``commondir`` and ``gitdir``): a regular file of one line, not through a link, at most
+    :data:`MAX_POINTER_BYTES` of it, a name kept as bytes (:func:`foreign_file.read_name`).
+    ``None`` when it is missing or cannot be used (the problem goes to ``status``)."""
+    found: str | None = noted(foreign_file.read_name(path, MAX_POINTER_BYTES, links="refuse"), path)
+    return found
 
 
 def project_root(cwd: Path) -> Path:
