@@ -67,10 +67,16 @@ def test_a_fifo_or_a_huge_file_is_not_read(tmp_path: Path) -> None:
     reader = threading.Thread(target=lambda: done.append(read_json_object(str(fifo))))
     reader.start()
     reader.join(timeout=10)
-    assert done and done[0] == (None, f"{fifo}: not a regular file")
+    assert done and done[0] == (
+        None,
+        f"{fifo} is a FIFO, not a regular file; replace it with a file, or remove it",
+    )
     huge = tmp_path / "huge.json"
     huge.write_bytes(b" " * (2 * 1024 * 1024) + b"{}")
-    assert read_json_object(str(huge))[1] == f"{huge}: larger than 1048576 bytes"
+    assert read_json_object(str(huge))[1] == (
+        f"{huge} is larger than 1,048,576 bytes, more than memd reads of it; "
+        "shrink it (look at what wrote it), or remove it"
+    )
 
 
 def test_environment_wins_over_settings_and_the_default_is_on() -> None:

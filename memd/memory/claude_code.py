@@ -24,24 +24,25 @@ dream"). memd must not repeat any of that. What decides it, per session:
   :data:`AUTO_MEMORY_SINCE` have no auto memory, and the frontmatter form memory files are
   written in follows the version (:func:`frontmatter_form`).
 
-Every settings file is hostile input: it is opened without following into a FIFO or device
-(``O_NONBLOCK``, regular files only), read up to :data:`MAX_SETTINGS_BYTES`, and a file that
-is not a JSON object, or a key of the wrong type, counts as absent (and is named in
-``problems``). Nothing here raises for a bad file. :func:`read_settings` is blocking: call it
-from a worker thread.
+Every settings file is hostile input, read through :mod:`memd_client.foreign_file` (never
+blocking, regular files only, at most :data:`MAX_SETTINGS_BYTES`, nesting judged before the
+decoder runs); a file that is not a JSON object, or a key of the wrong type, counts as absent
+(and is named in ``problems``, and in ``status``). Nothing here raises for a bad file.
+:func:`read_settings` is blocking: call it from a worker thread.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from memd.foreign_reads import noted_as_is
 from memd.memory.frontmatter import FrontmatterForm
+from memd_client import foreign_file
+from memd_client.foreign_file import Unusable
 
 SettingsScope = Literal["user", "project", "local", "policy"]
 
@@ -137,33 +138,15 @@ def settings_paths(claude_dir: str, project_dir: str | None) -> list[tuple[Setti
 
 
 def read_json_object(path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """A settings file's object, or ``None`` and why not (``None, None``: no such file)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"{path}: cannot open ({exc.strerror})"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None, f"{path}: not a regular file"
-        if info.st_size > MAX_SETTINGS_BYTES:
-            return None, f"{path}: larger than {MAX_SETTINGS_BYTES} bytes"
-        raw = os.read(fd, MAX_SETTINGS_BYTES + 1)
-    except OSError as exc:
-        return None, f"{path}: cannot read ({exc.strerror})"
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_SETTINGS_BYTES:
-        return None, f"{path}: larger than {MAX_SETTINGS_BYTES} bytes"
-    try:
-        loaded = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None, f"{path}: not valid JSON"
-    if not isinstance(loaded, dict):
-        return None, f"{path}: not a JSON object"
-    return loaded, None
+    """A settings file's object, or ``None`` and why not (``None, None``: no such file).
+    Read through :mod:`memd_client.foreign_file`: a link is followed (a dotfiles repository
+    is the user's layout), the rest is refused as the door refuses it, and ``status`` lists
+    the problem."""
+    found = foreign_file.read_json_object(path, MAX_SETTINGS_BYTES, links="follow")
+    noted_as_is(found, path)
+    if isinstance(found, Unusable):
+        return None, found.message()
+    return found, None
 
 
 def read_settings(claude_dir: str, project_dir: str | None) -> Settings:

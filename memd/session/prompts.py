@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memd import foreign_reads
+
+MAX_USER_FILE_BYTES = 256 * 1024  # Claude Code's session-memory prompt or template
 PROMPT_RELATIVE = Path("session-memory") / "config" / "prompt.md"
 NOTES_PLACEHOLDER = "{{currentNotes}}"
 PATH_PLACEHOLDER = "{{notesPath}}"
@@ -57,14 +60,13 @@ def prompt_path(claude_dir: Path) -> Path:
 
 
 def load_prompt(path: Path | None) -> str:
-    """The user's prompt template at ``path`` if it exists and is not blank, else the default."""
+    """The user's prompt template at ``path`` if it exists and is not blank, else the default
+    (also when it cannot be used: not a regular file, over :data:`MAX_USER_FILE_BYTES`, not
+    UTF-8; ``status`` says why, :mod:`memd.foreign_reads`)."""
     if path is None:
         return DEFAULT_PROMPT
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return DEFAULT_PROMPT
-    return text if text.strip() else DEFAULT_PROMPT
+    text = foreign_reads.read_text(path, MAX_USER_FILE_BYTES, links="follow")
+    return text if text is not None and text.strip() else DEFAULT_PROMPT
 
 
 def render_prompt(template: str, *, notes: str, notes_path: str, reminder: str = "") -> str:

@@ -17,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from memd import foreign_reads
+from memd.session.prompts import MAX_USER_FILE_BYTES
+
 DEFAULT_SECTIONS: tuple[tuple[str, str], ...] = (
     ("Session Title", "A few distinctive words naming what this session is about."),
     (
@@ -96,14 +99,12 @@ SkeletonCheck = Intact | Broken
 
 
 def load_template(path: Path | None) -> str:
-    """The user template at ``path`` if it exists and has a header, else the default."""
+    """The user template at ``path`` if it exists and has a header, else the default (also
+    when it cannot be used: ``status`` says why, :mod:`memd.foreign_reads`)."""
     if path is None:
         return DEFAULT_TEMPLATE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return DEFAULT_TEMPLATE
-    return text if skeleton_of(text).headers else DEFAULT_TEMPLATE
+    text = foreign_reads.read_text(path, MAX_USER_FILE_BYTES, links="follow")
+    return text if text is not None and skeleton_of(text).headers else DEFAULT_TEMPLATE
 
 
 def template_path(claude_dir: Path) -> Path:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Final
 
-from memd import regular_file
+from memd import foreign_reads
 from memd.memory.paths import project_slug
 from memd.sources.base import SessionKey, plain_name, under
 from memd.sources.codex.reader import CodexReader
@@ -113,14 +112,6 @@ def own_memory(home: Path) -> str | None:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        with regular_file.open_regular(path) as file:
-            data = file.read(_CONFIG_MAX + 1)
-    except OSError:
-        return {}
-    if len(data) > _CONFIG_MAX:
-        return {}
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
-        return {}
+    """``config.toml``'s data (the user's file: a link is followed), ``{}`` when there is
+    none or it cannot be used (:mod:`memd.foreign_reads` says why in ``status``)."""
+    return foreign_reads.read_toml(path, _CONFIG_MAX, links="follow") or {}

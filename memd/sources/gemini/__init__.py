@@ -10,18 +10,18 @@ files (``*.json``) are not read.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Final
 
-from memd import regular_file
+from memd import foreign_reads
 from memd.memory.paths import project_slug
 from memd.sources.base import SessionKey, plain_name, under
 from memd.sources.gemini.reader import GeminiReader
 
 AGENT: Final = "gemini"
 _SMALL_FILE: Final = 1024 * 1024
+_PATH_MAX: Final = 64 * 1024
 
 
 class Gemini:
@@ -97,34 +97,18 @@ class Gemini:
     def project_path(self, folder: Path) -> str | None:
         """The project a ``tmp/<project>`` folder is for: its ``.project_root``, else the
         path ``projects.json`` maps to that folder's name. None when neither says."""
-        text = _read_small(folder / ".project_root")
+        text = foreign_reads.read_name(folder / ".project_root", _PATH_MAX, links="refuse")
         if text is not None:
             path = text.strip()
-            if path.startswith("/") and "\0" not in path and "\n" not in path:
+            if path.startswith("/") and "\n" not in path:
                 return path
-        return _from_projects(_read_small(self.home / "projects.json"), folder.name)
+        projects = self.home / "projects.json"
+        table = foreign_reads.read_json_object(projects, _SMALL_FILE, links="refuse")
+        return _from_projects(table, folder.name)
 
 
-def _read_small(path: Path) -> str | None:
-    """A small regular file's text (links not followed), or None."""
-    try:
-        with regular_file.open_regular(path) as file:
-            data = file.read(_SMALL_FILE + 1)
-    except OSError:
-        return None
-    if len(data) > _SMALL_FILE:
-        return None
-    return data.decode("utf-8", "replace")
-
-
-def _from_projects(text: str | None, name: str) -> str | None:
-    if text is None:
-        return None
-    try:
-        value: Any = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    table = value.get("projects", value) if isinstance(value, dict) else None
+def _from_projects(table: dict[str, Any] | None, name: str) -> str | None:
+    table = table.get("projects", table) if table is not None else None
     if not isinstance(table, dict):
         return None
     for path, slug in table.items():
