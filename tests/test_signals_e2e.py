@@ -97,6 +97,83 @@ def test_sighup_at_any_instant_of_a_start_reloads(
             assert proc.wait(timeout=STOP_DEADLINE_S * 2) == 0, log.read_text()
 
 
+# Loaded by the interpreter's own start (site), before memd: an audit hook that, once the
+# ``memd`` package is imported (memd's first instruction follows), sends the process a signal
+# at each import its main thread starts (from the first argv[2] of them, at most argv[3]),
+# except the handlers' own module's: hundreds of instants, the earliest in the first
+# milliseconds of memd's code, where no delay can aim. Each is written to stderr.
+EVERY_IMPORT = """
+import _thread, os, sys
+main, armed, counted = _thread.get_ident(), [False], [0]
+signum, first, most = (int(x) for x in os.environ["MEMD_TEST_SIGNAL_AT_IMPORTS"].split(","))
+def hook(event, args):
+    if event != "import" or _thread.get_ident() != main:
+        return
+    name = args[0]
+    if name == "memd":
+        armed[0] = True
+    elif armed[0] and name not in ("memd.daemon.signals", "signal"):
+        counted[0] += 1
+        if first <= counted[0] < first + most:
+            sys.stderr.write(f"signal {signum} at the import of {name}\\n")
+            os.kill(os.getpid(), signum)
+sys.addaudithook(hook)
+"""
+
+
+def signalled_at_imports(
+    home: Home, tmp_path: Path, signum: int, first: int = 1, most: int = 1_000_000
+) -> subprocess.Popen[bytes]:
+    """memd started with :data:`EVERY_IMPORT` in its interpreter (its log: ``memd.log``)."""
+    hooks = tmp_path / "site-hook"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "sitecustomize.py").write_text(EVERY_IMPORT)
+    home.env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(hooks), os.environ.get("PYTHONPATH")])
+    )
+    home.env["MEMD_TEST_SIGNAL_AT_IMPORTS"] = f"{signum},{first},{most}"
+    return spawn(home, tmp_path / "memd.log")
+
+
+def test_sighup_at_every_import_of_a_start_from_its_first_instruction_reloads(
+    tmp_path: Path,
+) -> None:
+    """Handled from memd's first instruction: a SIGHUP at every import the start makes (in
+    the main thread), the first of them right after the ``memd`` package, leaves memd
+    serving, reloaded. The handlers went in only once ``main()`` ran, after its module's
+    imports: a SIGHUP then ended memd."""
+    with fake_home(tmp_path) as home:
+        proc = signalled_at_imports(home, tmp_path, signal.SIGHUP)
+        log = tmp_path / "memd.log"
+        try:
+            wait_for(lambda: (reloads(home, proc) or 0) >= 1, timeout=20, what="a reload")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=STOP_DEADLINE_S * 2)
+        text = log.read_text()
+        assert code == 0, text
+        sent = [x for x in text.splitlines() if x.startswith("signal ")]
+        assert len(sent) >= 100, text  # the start imports hundreds of modules
+        assert "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("first", [1, 2, 5, 20, 60])
+def test_a_stop_at_an_import_of_the_first_instants_is_one_line_and_exit_0(
+    tmp_path: Path, first: int
+) -> None:
+    with fake_home(tmp_path) as home:
+        proc = signalled_at_imports(home, tmp_path, signal.SIGTERM, first, 1)
+        try:
+            code = proc.wait(timeout=STOP_DEADLINE_S * load_stretch())
+        finally:
+            proc.kill()
+        text = (tmp_path / "memd.log").read_text()
+        assert code == 0, text
+        assert [x for x in text.splitlines() if "stopped" in x] == [
+            "memd: stopped on SIGTERM while starting"
+        ], text
+
+
 @pytest.mark.parametrize(
     ("delay", "signum"),
     [(d, (signal.SIGTERM, signal.SIGINT)[n % 2]) for n, d in enumerate(DELAYS)],

@@ -5,21 +5,22 @@ configuration or usage, 3 another instance is running or a directory is unusable
 unexpected failure (logged with a traceback).
 
 The signal handlers go in before anything else (:mod:`memd.daemon.signals`), so this module
-imports little at its top: what the daemon needs is imported after them.
+imports at its top only what the interpreter's start has loaded, and the handlers' module:
+what the daemon needs, ``argparse`` and ``json`` included, is imported after them.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from memd import __version__
 from memd.daemon.signals import Signals, Stopped
 
+TYPE_CHECKING = False  # typing is not loaded yet
 if TYPE_CHECKING:
+    import argparse
+
     from memd.config import LoadedConfig
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
@@ -56,6 +57,8 @@ exit codes: 0 stopped cleanly, 1 unexpected failure, 2 bad configuration, 3 cann
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="memd",
         description=DESCRIPTION,
@@ -194,6 +197,8 @@ def check_config(config_file: str | None, *, as_json: bool = False) -> int:
         "problems": problems,
     }
     if as_json:
+        import json
+
         print(json.dumps(report, indent=2, sort_keys=True))
     elif problems:
         print("\n".join(f"memd: {p}" for p in problems), file=sys.stderr)

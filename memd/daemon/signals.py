@@ -4,8 +4,12 @@ Python's defaults end the process on SIGHUP and raise ``KeyboardInterrupt`` (a t
 SIGINT. The event loop's receiver (:func:`memd.daemon.shutdown.run_signals`) replaces them
 only once the daemon's task group runs, and puts the defaults back when it closes: a SIGHUP
 in the first second of a start ended memd. So :meth:`Signals.install` is the first thing
-``main()`` does (this module imports only light parts of the standard library, for that),
-and the handlers stay in place to the end, in three phases:
+``main()`` does, and the handlers stay in place to the end, in three phases. This module, like
+:mod:`memd.daemon.main`, imports at its top only what the interpreter's own start has loaded
+(``os``, ``sys``, ``time``; ``signal`` over the loaded ``_signal`` and ``enum``): every import
+before ``main()`` is an instant with no handler (``logging``, ``threading``, ``argparse`` and
+``json`` there took ~0.1 s, and a SIGHUP in it ended memd), so what the handlers need later is
+imported when they need it.
 
 * **starting** (before the event loop): a SIGHUP is remembered and replayed by the receiver
   once the daemon serves (the config is read after it anyway); SIGTERM or SIGINT raises
@@ -23,22 +27,22 @@ repairs a kill at any instant, so that loses only what the next start rebuilds.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
-import threading
 import time
-from types import FrameType
-from typing import Literal
 
-log = logging.getLogger(__name__)
+TYPE_CHECKING = False  # typing is not loaded yet: see the module docstring
+if TYPE_CHECKING:
+    import threading
+    from types import FrameType
+    from typing import Literal
+
+    Phase = Literal["starting", "running", "stopping"]
 
 STOP_DEADLINE_S = 10.0  # from the first SIGTERM/SIGINT to the end of the process (README)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-Phase = Literal["starting", "running", "stopping"]
 
 
 class Stopped(BaseException):
@@ -91,6 +95,8 @@ class Signals:
             return False
         self.stop_signal, self.stop_at = signum, time.monotonic()
         if self.installed:
+            import threading
+
             self._backstop = threading.Timer(STOP_DEADLINE_S, self._give_up)
             self._backstop.daemon = True
             self._backstop.start()
@@ -111,7 +117,9 @@ class Signals:
 
     def _give_up(self) -> None:
         """The backstop: the deadline passed and the process is still here."""
-        log.error(
+        import logging
+
+        logging.getLogger(__name__).error(
             "%s %.0f s ago and memd has not finished stopping (something is stuck); "
             "exiting now: the next start repairs what was left",
             self.stop_name or "the stop",
