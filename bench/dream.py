@@ -37,6 +37,7 @@ from memd.dream.service import DreamService  # noqa: E402
 from memd.llm.client import LLM  # noqa: E402
 from memd.llm.guard import CostGuard  # noqa: E402
 from memd.llm.ledger import LEDGER_FILE, Ledger  # noqa: E402
+from memd.llm.models import models_of  # noqa: E402
 from memd.memory.location import Location  # noqa: E402
 from memd.testing.lock_race import race  # noqa: E402
 
@@ -60,7 +61,7 @@ def make_service(root: Path, cfg: Config) -> DreamService:
         clock,
         ledger,
         guard,
-        lambda: stand_in,
+        lambda: models_of(stand_in),
         locate,
         DirExclusion(),
     )

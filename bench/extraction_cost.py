@@ -43,8 +43,9 @@ sys.path[:0] = [str(REPO)]
 import anyio  # noqa: E402
 
 from memd.clock import FakeClock  # noqa: E402
-from memd.config import LLMConfig, ModelsConfig, SessionNotesConfig  # noqa: E402
-from memd.llm.client import LLM, Disabled, Usage, close_llm, open_llm  # noqa: E402
+from memd.config import LLMConfig, SessionNotesConfig  # noqa: E402
+from memd.llm.backends import CLAUDE, open_llm  # noqa: E402
+from memd.llm.client import LLM, Disabled, Usage, close_llm  # noqa: E402
 from memd.llm.ledger import Ledger, billed_tokens  # noqa: E402
 from memd.session.extract import ChunkDone, NotesJob, NotesSetup, extract_notes  # noqa: E402
 from memd.session.inputs import Strategy  # noqa: E402
@@ -61,7 +62,7 @@ from memd.transcript.parse import BadLine, parse_line  # noqa: E402
 CORPUS = REPO.parent / "shared" / "data" / "transcripts"
 STRATEGIES: tuple[Strategy, ...] = ("full", "delta")
 TARGET = 0.2
-MODEL = ModelsConfig().session_notes
+MODEL = CLAUDE["session_notes"]
 WORKLOG_LINE = f"_{DEFAULT_SECTIONS[-1][1]}_\n"
 
 

@@ -146,24 +146,65 @@ class DreamConfig:
 
 @dataclass(frozen=True)
 class ModelsConfig:
-    """Model per job kind (R-B7)."""
+    """Backend and model per job kind (R-B7, issue 34). Each is ``""`` (the default backend's
+    model for the job), ``"<model>"`` (that model on the default backend) or
+    ``"<backend>:<model>"`` / ``"<backend>:"`` (that backend: ``anthropic``, ``bedrock``,
+    ``vertex``, ``openai``, ``gemini``, ``local``; a model name may hold colons itself, as
+    Ollama's ``qwen2.5-coder:7b`` does: only a known backend name before the first colon is
+    read as one)."""
 
-    session_notes: str = "claude-sonnet-4-6"
-    memory_extract: str = "claude-sonnet-4-6"
-    recall: str = "claude-haiku-4-5"
-    compact: str = "claude-sonnet-4-6"
-    dream: str = "claude-sonnet-4-6"
+    session_notes: str = ""
+    memory_extract: str = ""
+    recall: str = ""
+    compact: str = ""
+    dream: str = ""
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """One backend's own settings (``llm.openai``, ``llm.gemini``, ``llm.local``).
+
+    ``protocol`` says how jobs ask its models: ``tools`` (the multi-turn tool loop),
+    ``whole`` (one answer per job, checked and applied by memd: for small models), ``auto``
+    (``whole`` for a local server, ``tools`` for the rest)."""
+
+    base_url: str = ""  # "" = the backend's own (the local server found by the probe)
+    api_key_env: str = ""  # "" = the backend's own variable (OPENAI_API_KEY, GEMINI_API_KEY)
+    model: str = ""  # "" = the backend's default per job (a local server: its first model)
+    protocol: Literal["auto", "tools", "whole"] = "auto"
+    stream: bool = True  # openai wire: ask for server-sent events (the answer as it comes)
+
+
+DEFAULT_LOCAL_PORTS: tuple[str, ...] = (
+    "127.0.0.1:11434",  # Ollama
+    "127.0.0.1:8080",  # llama.cpp's llama-server
+    "127.0.0.1:1234",  # LM Studio
+    "127.0.0.1:8000",  # vLLM
+)
 
 
 @dataclass(frozen=True)
 class LLMConfig:
-    provider: Literal["anthropic", "bedrock", "vertex"] = "anthropic"
+    """Which backends memd thinks with (issue 34). ``provider`` is the default backend;
+    ``auto`` picks what the user has, in this order: an Anthropic key, an OpenAI key, a
+    Gemini key, a local server answering on one of ``local_ports``. ``base_url`` and
+    ``api_key_env`` are the named provider's (``auto``: Anthropic's, as before)."""
+
+    provider: Literal["auto", "anthropic", "bedrock", "vertex", "openai", "gemini", "local"] = (
+        "auto"
+    )
     base_url: str = ""  # empty: the SDK's default or $ANTHROPIC_BASE_URL
-    api_key_env: str = "ANTHROPIC_API_KEY"
+    api_key_env: str = ""  # empty: the provider's own (ANTHROPIC_API_KEY, OPENAI_API_KEY, …)
     timeout_s: float = 120.0
     max_concurrent: int = 2
     max_output_tokens: int = 8_192
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    openai: BackendConfig = field(default_factory=BackendConfig)
+    gemini: BackendConfig = field(default_factory=BackendConfig)
+    local: BackendConfig = field(default_factory=BackendConfig)
+    find_local: bool = True  # probe local_ports for a model server when nothing else is set
+    local_ports: tuple[str, ...] = DEFAULT_LOCAL_PORTS
+    probe_timeout_s: float = 0.3  # per port, in the background after READY
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from memd.config import LLMConfig
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.backends import open_llm
+from memd.llm.client import LLM, Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI
 from memd_client import paths as client_paths
 from tests.claude_cli import (

@@ -18,6 +18,7 @@ from memd.dream.lock import LOCK_NAME
 from memd.dream.service import DreamService
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import LEDGER_FILE, Ledger
+from memd.llm.models import models_of
 from memd.memory.location import Location
 
 
@@ -44,7 +45,7 @@ def make_service(
         clock,
         ledger,
         CostGuard(cfg.budget, ledger, clock),
-        lambda: llm,
+        lambda: models_of(llm),
         locate,
         DirExclusion(),
         retire_candidates=retire_candidates,

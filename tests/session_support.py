@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from memd.config import ModelsConfig, SessionNotesConfig
+from memd.config import SessionNotesConfig
+from memd.llm.backends import CLAUDE
 from memd.session.extract import NotesSettings
 from memd.session.template import DEFAULT_SECTIONS
 from memd.state import SessionState
@@ -22,7 +23,7 @@ from memd.transcript.conversation import Conversation
 
 T = TypeVar("T")
 
-MODEL = ModelsConfig().session_notes
+MODEL = CLAUDE["session_notes"]
 CURRENT_STATE_LINE = f"_{DEFAULT_SECTIONS[1][1]}_"
 
 

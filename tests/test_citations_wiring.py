@@ -15,6 +15,7 @@ import pytest
 
 from memd.clock import SystemClock
 from memd.config import Config, MemoryConfig
+from memd.llm.backends import CLAUDE
 from memd.llm.client import LLM
 from memd.memory.citations import infer
 from memd.memory.frontmatter import Frontmatter, render_document
@@ -117,7 +118,7 @@ async def test_a_model_pick_whose_citations_all_fail_ranks_below_one_that_verifi
     for name in ("alpha", "beta"):
         _remembered(memory, repo, checks, name, f"{name}.py")
     repo.write("alpha.py", "gone\n")
-    api.add_rule(When(model=Config().llm.models.recall), replies.text('["project_alpha.md"]'))
+    api.add_rule(When(model=CLAUDE["recall"]), replies.text('["project_alpha.md"]'))
     cfg = dataclasses.replace(Config(), memory=MemoryConfig(recall_max=1))
     result = await recall(
         "deploy steps alpha beta",

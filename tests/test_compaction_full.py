@@ -20,7 +20,8 @@ from memd.compaction.message import Msg, to_api
 from memd.compaction.retry import GiveUp, Retry, plan_retry, rounds_to_drop
 from memd.config import CompactionConfig, LLMConfig
 from memd.errors import CompactionFailed, PromptTooLong, RateLimited
-from memd.llm.client import Disabled, close_llm, open_llm
+from memd.llm.backends import open_llm
+from memd.llm.client import Disabled, close_llm
 from memd.testing import loopback_replies as replies
 from memd.testing.api_rules import request_problems
 from memd.testing.loopback import LoopbackAPI

@@ -42,7 +42,7 @@ session_notes:
 compaction:
   ptl_drop_fraction: 1.5
 llm:
-  provider: openai
+  provider: openrouter
   models:
     recall: 7
 nonsense: {}
@@ -54,7 +54,7 @@ nonsense: {}
         "session_notes.init_tokens: expected a whole number",
         "session_notes.bogus: unknown key",
         "compaction.ptl_drop_fraction: must be between 0 and 1",
-        "llm.provider: expected one of 'anthropic', 'bedrock', 'vertex'",
+        "llm.provider: expected one of 'auto', 'anthropic', 'bedrock', 'vertex', 'openai'",
         "llm.models.recall: expected a string",
         "nonsense: unknown key",
     ):

@@ -20,6 +20,7 @@ from memd.dream import lock
 from memd.dream.history import dream_restore
 from memd.dream.lock import LOCK_NAME
 from memd.dream.service import DreamService
+from memd.llm.backends import CLAUDE
 from memd.llm.client import LLM, Disabled
 from memd.memory.recall import recall
 from memd.testing import loopback_replies as replies
@@ -300,7 +301,7 @@ async def test_scan_max_files_is_how_many_memories_are_listed_and_a_model_is_sho
         "postgres", memory_dir=world.memory, llm=None, cfg=config, clock=world.clock
     )
     assert plain.candidates == len(names)
-    api.add_rule(When(model=config.llm.models.recall), replies.text('["m1.md"]'))
+    api.add_rule(When(model=CLAUDE["recall"]), replies.text('["m1.md"]'))
     await recall("postgres", memory_dir=world.memory, llm=llm, cfg=config, clock=world.clock)
     prompt = str(api.requests[0].body["messages"][0]["content"])
     assert len([line for line in prompt.splitlines() if line.startswith("- [")]) == most

@@ -25,7 +25,8 @@ from memd.agent.runner import AgentSpec, Completed, Failed, run_agent
 from memd.clock import FakeClock
 from memd.config import BudgetConfig, LLMConfig
 from memd.errors import AgentError
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.backends import open_llm
+from memd.llm.client import LLM, Disabled, close_llm
 from memd.llm.guard import JITTER_FRACTION, CostGuard, GuardStatistics, Parked
 from memd.llm.ledger import LEDGER_FILE, JobKind, Ledger
 from memd.llm.windows import HOUR_S

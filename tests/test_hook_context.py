@@ -20,6 +20,7 @@ from memd.config import Config, HookConfig, MemoryConfig
 from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
+from memd.llm.models import models_of
 from memd.memory.hook_context import (
     CUT_NOTE,
     fit,
@@ -136,7 +137,7 @@ class Fixture:
             self.clock,
             ledger,
             CostGuard(config.budget, ledger, self.clock),
-            lambda: Disabled("no API key"),
+            lambda: models_of(Disabled("no API key")),
             self.conversation,
         )
 

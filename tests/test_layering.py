@@ -31,19 +31,28 @@ def test_client_never_imports_memd_and_depends_on_msgpack_only() -> None:
     assert [d.split(">")[0].split("=")[0] for d in project["dependencies"]] == ["msgpack"]
 
 
-def test_only_the_llm_client_imports_the_sdk() -> None:
-    users = [
-        path.relative_to(ROOT).as_posix()
-        for path in (ROOT / "memd").rglob("*.py")
-        if any(m == "anthropic" or m.startswith("anthropic.") for m in imported_modules(path))
-    ]
-    assert users == ["memd/llm/client.py"]
+# Each model SDK is imported by its backend's room alone (issue 34: one room per backend).
+SDK_ROOMS = {
+    "anthropic": ["memd/llm/anthropic_api.py"],
+    "openai": ["memd/llm/openai_api.py"],
+    "google": ["memd/llm/gemini_api.py"],
+}
+
+
+def test_each_sdk_is_imported_by_its_backends_room_alone() -> None:
+    for sdk, rooms in SDK_ROOMS.items():
+        users = [
+            path.relative_to(ROOT).as_posix()
+            for path in (ROOT / "memd").rglob("*.py")
+            if any(m == sdk or m.startswith(sdk + ".") for m in imported_modules(path))
+        ]
+        assert users in ([], rooms), f"{sdk} is imported by {users}"
 
 
 def test_the_daemon_and_the_hook_start_without_heavy_imports() -> None:
     probe = (
         "import sys, memd.daemon.run, memd.daemon.service, memd_client.hook;"
-        "print(sorted(m for m in ('anthropic', 'tiktoken', 'memd')"
+        "print(sorted(m for m in ('anthropic', 'openai', 'google.genai', 'tiktoken', 'memd')"
         " if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -59,6 +68,8 @@ def test_the_daemon_and_the_hook_start_without_heavy_imports() -> None:
 # the tokenizer. They load after READY (memd.daemon.service.Daemon.build_features).
 NOT_BEFORE_READY = (
     "anthropic",
+    "openai",
+    "google.genai",
     "tiktoken",
     "memd.compaction",
     "memd.memory",

@@ -19,6 +19,7 @@ from memd.llm.ledger import (
     Ledger,
     Tokens,
     billed_tokens,
+    decode,
     run_ledger_flusher,
 )
 from memd.llm.windows import DAY_S, HOUR_S, window_frees_at, window_spent
@@ -231,3 +232,42 @@ def test_remembered_windows_are_the_windows_computed_afresh(
         state = ledger._state
         assert ledger.budget(budget, now) == budget_status(budget, spend_points(state), now)
         assert ledger.usage() == statistics_of(state, now).as_dict()
+
+
+def test_a_local_models_calls_cost_nothing_but_their_time_and_count_per_backend(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(START)
+    ledger = Ledger(tmp_path / "ledger.json", clock)
+    ledger.record(
+        "session_notes", Usage(1000, 200), project="p", backend="local", priced=False, seconds=12.5
+    )
+    ledger.record("dream", Usage(1000, 200), project="p", backend="anthropic", seconds=3.0)
+    stats = ledger.statistics()
+    rows = {t.name: t.tokens for t in stats.by_backend}
+    assert rows["local"].billed == 0 and rows["local"].input == 1000 and rows["local"].ms == 12_500
+    assert rows["anthropic"].billed == 1200 and rows["anthropic"].ms == 3_000
+    assert ledger.spent(HOUR_S) == 1200  # the budget counts what costs money
+    ledger.save()
+    again = Ledger(ledger.path, clock, decode(json.loads(ledger.path.read_bytes())))
+    assert again.statistics().by_backend == stats.by_backend
+
+
+def test_a_ledger_written_before_backends_is_read(tmp_path: Path) -> None:
+    tokens = {
+        "input": 5,
+        "output": 1,
+        "cache_creation": 0,
+        "cache_read": 0,
+        "billed": 6,
+        "calls": 1,
+    }
+    old = {
+        "version": 1,
+        "records": [[1.0, "recall", "p", "s", "claude-haiku-4-5", tokens]],
+        "buckets": [],
+        "totals": [["recall", "p", tokens]],
+    }
+    state = decode(old)
+    assert state.records[0].backend == "" and state.records[0].tokens.ms == 0
+    assert state.totals[("recall", "p")].billed == 6

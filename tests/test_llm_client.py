@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -32,13 +33,13 @@ from memd.errors import (
     RateLimited,
     Unavailable,
 )
+from memd.llm.anthropic_api import AnthropicLLM
+from memd.llm.backends import open_llm
 from memd.llm.client import (
-    AnthropicLLM,
     Disabled,
     LLMReply,
     Usage,
     close_llm,
-    open_llm,
     stop_llm,
 )
 from memd.llm.errors_map import classify_status, parse_prompt_too_long, parse_retry_after
@@ -364,8 +365,13 @@ async def test_mock_transport_seam_reads_replies_and_errors() -> None:
         error = await failure(llm)
     finally:
         await close_llm(llm)
-    assert reply == LLMReply(
-        "msg_1", "claude-test", [{"type": "text", "text": "mocked"}], "end_turn", Usage(3, 1, 0, 0)
+    assert replace(reply, seconds=0.0) == LLMReply(
+        "msg_1",
+        "claude-test",
+        [{"type": "text", "text": "mocked"}],
+        "end_turn",
+        Usage(3, 1, 0, 0),
+        backend="anthropic",
     )
     assert isinstance(error, Overloaded)
 

@@ -14,7 +14,8 @@ import httpx2
 import pytest
 
 from memd.config import LLMConfig
-from memd.llm.client import LLM, Disabled, close_llm, open_llm
+from memd.llm.backends import open_llm
+from memd.llm.client import LLM, Disabled, close_llm
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_billing import PromptCache, segments

@@ -13,6 +13,7 @@ import pytest
 
 from memd.clock import FakeClock, SystemClock
 from memd.config import Config, MemoryConfig
+from memd.llm.backends import CLAUDE
 from memd.llm.client import LLM, Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
@@ -24,7 +25,7 @@ from memd.testing.loopback_replies import When
 
 DAY = 86_400.0
 SECRET = "sk-ant-api03-" + "Q1w2E3r4T5y6U7i8O9p0" * 3
-RECALL_MODEL = Config().llm.models.recall
+RECALL_MODEL = CLAUDE["recall"]
 
 MEMORIES = {
     "feedback_testing.md": (

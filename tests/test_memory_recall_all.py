@@ -14,6 +14,7 @@ import pytest
 
 from memd.clock import FakeClock
 from memd.config import Config
+from memd.llm.backends import CLAUDE
 from memd.llm.client import LLM, Disabled
 from memd.memory.rank_index import RecallCache
 from memd.memory.recall import MANIFEST_NEWEST, recall
@@ -24,7 +25,7 @@ from memd.testing.loopback_replies import When
 NEWER = 2_000
 OLD = "project_espresso_grinder.md"
 QUERY = "which burr setting did we pick for the espresso grinder?"
-RECALL_MODEL = Config().llm.models.recall
+RECALL_MODEL = CLAUDE["recall"]
 # A cold scan of 2,001 files can take seconds on a loaded machine: the model's budget is not
 # what these tests are about.
 MODEL_CFG = replace(

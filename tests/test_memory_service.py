@@ -15,9 +15,11 @@ import pytest
 from memd.clock import FakeClock
 from memd.config import Config, MemoryConfig, PrivacyConfig
 from memd.errors import NotFound
+from memd.llm.backends import CLAUDE
 from memd.llm.client import LLM, Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
+from memd.llm.models import models_of
 from memd.memory.cursors import CursorStore
 from memd.memory.paths import memory_dir
 from memd.memory.service import MemoryService
@@ -29,7 +31,7 @@ from memd.testing.loopback_replies import When
 from memd.transcript.conversation import Conversation
 from tests.session_support import TranscriptBuilder
 
-EXTRACT_MODEL = Config().llm.models.memory_extract
+EXTRACT_MODEL = CLAUDE["memory_extract"]
 TOPIC = (
     "---\nname: Real database in integration tests\n"
     "description: Never mock Postgres in integration tests\ntype: feedback\n"
@@ -76,7 +78,7 @@ class World:
             self.clock,
             self.ledger,
             self.guard,
-            lambda: self.llm,
+            lambda: models_of(self.llm),
             self.conversation,
             session_of=self.states.get,
         )

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 from memd.config import Config, MemoryConfig, SemanticConfig
+from memd.llm.backends import CLAUDE
 from memd.llm.client import LLM, Disabled
 from memd.memory.scan import scan_memories
 from memd.memory.semantic import OFF, SemanticStage, fused, model_folder
@@ -182,7 +183,7 @@ async def test_the_models_manifest_holds_an_old_memory_found_by_meaning(
     os.utime(world.memory / "guinea.md", (1e9, 1e9))
     for n in range(20):
         memory_file(world.memory, f"db{n}", f"Postgres note {n}", "Use sql in integration.")
-    api.add_rule(When(model=config.llm.models.recall), replies.text('["guinea.md"]'))
+    api.add_rule(When(model=CLAUDE["recall"]), replies.text('["guinea.md"]'))
     async with anyio.create_task_group() as tg:
         await tg.start(world.service.run)
         if on:

@@ -20,6 +20,7 @@ from memd.errors import LLMDisabled, NotFound
 from memd.llm.client import LLM, Disabled, Usage
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
+from memd.llm.models import models_of
 from memd.session.runs import SessionSource
 from memd.session.scheduler import NotesScheduler, run_notes_scheduler
 from memd.session.store import ExtractionRecord, ExtractionStore
@@ -67,7 +68,7 @@ class Env:
     ) -> NotesScheduler:
         return NotesScheduler(
             settings_for(self.tmp, **config),
-            get_llm or (lambda: llm),
+            lambda: models_of((get_llm or (lambda: llm))()),
             store=self.store,
             source=self.sessions if source is None else source,
             guard=self.guard,
@@ -528,7 +529,7 @@ async def test_sessions_idle_since_before_the_start_are_not_extracted_automatica
 ) -> None:
     scheduler = NotesScheduler(
         settings_for(env.tmp),
-        lambda: llm,
+        lambda: models_of(llm),
         store=env.store,
         source=env.sessions,
         guard=env.guard,

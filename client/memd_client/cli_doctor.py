@@ -144,13 +144,16 @@ def check_api(f: Facts) -> Check:
         return Check("model", "warn", "not checked: the daemon is not running")
     llm = f.status.get("llm", {})
     env_file = f.status.get("daemon", {}).get("env_file") or {}
+    served = _served(llm)
     if not llm.get("enabled"):
+        ways = "; ".join(f"{n}: {how}" for n, how in (llm.get("turn_on") or {}).items())
         return Check(
             "model",
             "warn",
             f"model features are off ({llm.get('reason')}); tracking, recall and level-1 "
             "compaction from existing notes still work",
-            f"put ANTHROPIC_API_KEY=… in {env_file.get('path') or '~/.config/memd/env'} "
+            ways
+            or f"put ANTHROPIC_API_KEY=… in {env_file.get('path') or '~/.config/memd/env'} "
             "(chmod 600), then `memdctl reload`",
         )
     probe = f.probe or {}
@@ -158,11 +161,22 @@ def check_api(f: Facts) -> Check:
         return Check(
             "model",
             "fail",
-            str(probe.get("detail") or "the API did not answer"),
-            "check the key, the network, and ANTHROPIC_BASE_URL or llm.base_url; then "
-            "`memdctl reload`",
+            str(probe.get("detail") or "the API did not answer") + served,
+            "check the key, the network, and the backend's base URL (llm.base_url, "
+            "llm.<backend>.base_url); then `memdctl reload`",
         )
-    return Check("model", "ok", str(probe.get("detail")))
+    return Check("model", "ok", str(probe.get("detail")) + served)
+
+
+def _served(llm: dict[str, Any]) -> str:
+    """Which backend serves each job and what was found unused, for the doctor's line."""
+    jobs = llm.get("jobs") or {}
+    by: dict[str, list[str]] = {}
+    for kind, job in jobs.items():
+        by.setdefault(str(job.get("backend") or "off"), []).append(kind)
+    text = "; ".join(f"{name} serves {', '.join(kinds)}" for name, kinds in by.items())
+    unused = ", ".join(f"{n} ({d})" for n, d in (llm.get("found_unused") or {}).items())
+    return (f" [{text}]" if text else "") + (f" [found, not used: {unused}]" if unused else "")
 
 
 def check_env_file(f: Facts) -> Check:

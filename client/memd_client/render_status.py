@@ -83,10 +83,28 @@ def model_lines(llm: dict[str, Any], st: Style) -> list[str]:
         text = st.bad(f"unreachable since {ago(llm['unreachable_since'])}{where}")
         if llm.get("last_error"):
             text += f": {llm['last_error']}"
-        return [f"model     {text}"]
-    if llm.get("enabled"):
-        return [f"model     {st.ok('enabled')} ({llm.get('provider')}{where})"]
-    return [f"model     {st.warn(str(llm.get('reason')))}"]
+        lines = [f"model     {text}"]
+    elif llm.get("enabled"):
+        lines = [f"model     {st.ok('enabled')} ({llm.get('provider')}{where})"]
+    else:
+        lines = [f"model     {st.warn(str(llm.get('reason')))}"]
+    return lines + job_lines(llm)
+
+
+def job_lines(llm: dict[str, Any]) -> list[str]:
+    """Which backend serves each job and why; what was found and not used (issue 34)."""
+    lines = []
+    for kind, job in (llm.get("jobs") or {}).items():
+        if job.get("backend"):
+            lines.append(
+                f"  {kind:<15} {job['backend']} {job.get('model')} "
+                f"({job.get('protocol')}; {job.get('why')})"
+            )
+        elif llm.get("enabled"):
+            lines.append(f"  {kind:<15} off: {job.get('reason')}")
+    for name, detail in (llm.get("found_unused") or {}).items():
+        lines.append(f"  found, not used: {name} ({detail})")
+    return lines
 
 
 def recall_lines(stages: dict[str, Any] | None, st: Style) -> list[str]:

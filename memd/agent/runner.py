@@ -319,7 +319,14 @@ async def _loop(
         except LLMError as exc:
             return Failed(exc)
         ledger.record(
-            spec.kind, reply.usage, project=spec.project, session=spec.session, model=reply.model
+            spec.kind,
+            reply.usage,
+            project=spec.project,
+            session=spec.session,
+            model=reply.model,
+            backend=reply.backend,
+            priced=reply.priced,
+            seconds=reply.seconds,
         )
         recorder.reply(reply)
         history.append({"role": "assistant", "content": reply.content})

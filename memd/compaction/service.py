@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,8 +29,9 @@ from memd.compaction.threshold import BreakerState, Trigger, auto_compact_thresh
 from memd.compaction.tokencache import TokenCache
 from memd.config import Config
 from memd.errors import CompactionFailed, LLMDisabled, LLMError
-from memd.llm.client import LLM, Disabled, Usage
+from memd.llm.client import Disabled, Usage
 from memd.llm.ledger import Ledger
+from memd.llm.models import Models, Route, job_route
 from memd.regular_file import read_regular, read_text_target
 from memd.state import SessionState
 from memd.tokens import estimate_content
@@ -120,7 +122,7 @@ class CompactionService:
         home: Path,
         claude_dir: Path,
         ledger: Ledger,
-        get_llm: Callable[[], LLM | Disabled | None],
+        get_llm: Callable[[], Models | None],
         tokens: TokenCache | None = None,
     ) -> None:
         self.config = config
@@ -224,7 +226,7 @@ class CompactionService:
     def _level2_plan(self, base: dict[str, Any], reason: str) -> dict[str, Any]:
         """Level 2 needs a model: with none, a real compaction would be refused, and the dry
         run says so (``level: None``, ``disabled``) instead of promising a summary call."""
-        llm = self.get_llm()
+        llm = job_route(self.get_llm(), "compact")
         if isinstance(llm, Disabled):
             return {**base, "level": None, "reason": reason, "disabled": llm.reason}
         return {**base, "level": 2, "reason": reason}
@@ -250,13 +252,14 @@ class CompactionService:
                 "reason": f"auto-compaction stopped after {breaker.consecutive_failures} "
                 "failures in a row; a manual compaction still runs and resets it",
             }
-        llm = self.get_llm()
+        route = job_route(self.get_llm(), "compact")
+        began = time.monotonic()
         try:
             outcome = await compact(
                 msgs,
                 notes=await self.notes_input(session_id),
-                llm=llm if llm is not None and not isinstance(llm, Disabled) else None,
-                model=self.config.llm.models.compact,
+                llm=route.llm if isinstance(route, Route) else None,
+                model=route.model if isinstance(route, Route) else "",
                 threshold=self.threshold(window),
                 cfg=self.config.compaction,
                 estimate=estimate_content,
@@ -274,7 +277,7 @@ class CompactionService:
             raise
         if key:
             await self._set_breaker(key, breaker.after_success())
-        self._record(outcome, project, key)
+        self._record(outcome, project, key, route, time.monotonic() - began)
         return await self._result(msgs, outcome, cwd, slug)
 
     async def _result(
@@ -397,7 +400,14 @@ class CompactionService:
     def breaker_of(self, session_id: str) -> BreakerState:
         return self._breakers.get(session_id, BreakerState())
 
-    def _record(self, outcome: Outcome, project: str, session: str) -> None:
+    def _record(
+        self,
+        outcome: Outcome,
+        project: str,
+        session: str,
+        route: Route | Disabled | None,
+        seconds: float,
+    ) -> None:
         spent = outcome.spent
         if spent.api_calls:
             usage = Usage(
@@ -406,7 +416,16 @@ class CompactionService:
                 spent.cache_creation_input_tokens,
                 spent.cache_read_input_tokens,
             )
-            self.ledger.record("compact", usage, project=project, session=session)
+            routed = route if isinstance(route, Route) else None
+            self.ledger.record(
+                "compact",
+                usage,
+                project=project,
+                session=session,
+                backend=routed.backend if routed else "",
+                priced=routed.priced if routed else True,
+                seconds=seconds,
+            )
         log.info(
             "compaction of %s: level %d, %d -> %d tokens, %d API calls",
             session or "(client messages)",

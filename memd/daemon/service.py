@@ -59,9 +59,9 @@ if TYPE_CHECKING:
     from memd.compaction.tokencache import TokenCache
     from memd.dream.exclusion import DirExclusion
     from memd.dream.service import DreamService
-    from memd.llm.client import LLM, Disabled
     from memd.llm.guard import CostGuard
     from memd.llm.ledger import Ledger
+    from memd.llm.models import Models
     from memd.memory.location import Location
     from memd.memory.service import MemoryService
     from memd.session.scheduler import NotesScheduler
@@ -151,7 +151,7 @@ class Daemon:
         self.reloads = 0
         self.server: Server | None = None
         # Opened in the background after start-up: importing the SDK costs ~1.5 s.
-        self.llm: LLM | Disabled | None = None
+        self.llm: Models | None = None
         self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
         self.features_ready = anyio.Event()
         # Set once the sessions the startup scan found active have been read: until then a
@@ -344,22 +344,23 @@ class Daemon:
         is imported and the client built in a worker thread), hand it to the features and
         close the one it replaces; nothing when it was opened from the same settings. A
         reload and the first opening after READY both come here, one at a time."""
-        from memd.llm.client import Disabled, close_llm, open_llm
+        from memd.llm.client import close_llm
+        from memd.llm.models import open_models
 
         async with self._llm_lock:
             settings = (self.loaded.config.llm, self.llm_env)
             unchanged = self.llm is not None and self._llm_opened_from == settings
             if unchanged or self.stopping.is_set():
                 return
-            llm = await anyio.to_thread.run_sync(open_llm, *settings)
-            previous, self.llm, self._llm_opened_from = self.llm, llm, settings
+            models = await anyio.to_thread.run_sync(open_models, *settings)
+            previous, self.llm, self._llm_opened_from = self.llm, models, settings
             CHANGES.bump()  # ``llm`` and every section the model turns on or off
             self.notes.llm_changed()
             self.memory.llm_changed()
-            if isinstance(llm, Disabled):
-                log.warning("model features are off: %s", llm.reason)
+            if not models.enabled:
+                log.warning("model features are off: %s", models.reason)
             else:
-                log.info("model client ready (%s)", settings[0].provider)
+                log.info("model client ready (%s)", ", ".join(sorted(models.backends)))
             if previous is not None:
                 with anyio.CancelScope(shield=True):
                     await close_llm(previous)

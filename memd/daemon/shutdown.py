@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from memd.daemon.queues import CoalescingQueue
     from memd.daemon.signals import Signals
     from memd.ipc.server import Server
-    from memd.llm.client import LLM, Disabled
+    from memd.llm.models import Models
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Stoppable(Protocol):
     @property
     def server(self) -> Server | None: ...
     @property
-    def llm(self) -> LLM | Disabled | None: ...
+    def llm(self) -> Models | None: ...
     @property
     def model_work(self) -> anyio.CancelScope: ...
     @property

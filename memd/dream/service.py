@@ -48,10 +48,11 @@ from memd.dream.runs import UNDO_PENDING, RunRecord, RunStore
 from memd.dream.status import dir_row, printable
 from memd.dream.transcripts import count_sessions
 from memd.errors import NotFound
-from memd.llm.client import LLM, Disabled
+from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.guard import Go as GuardGo
 from memd.llm.ledger import Ledger, billed_tokens
+from memd.llm.models import Models, Route, job_route
 from memd.memory.location import Location, locate_project
 from memd.state import SessionState
 
@@ -101,7 +102,7 @@ class DreamService:
         clock: Clock,
         ledger: Ledger,
         guard: CostGuard,
-        get_llm: Callable[[], LLM | Disabled | None],
+        get_llm: Callable[[], Models | None],
         locate: Callable[[str], Awaitable[Location]],
         exclusion: DirExclusion,
         *,
@@ -227,11 +228,17 @@ class DreamService:
             return "memory.auto_memory is false"
         if auto and not self.config.dream.auto_dream:
             return "dream.auto_dream is false"
-        llm = self._get_llm()
+        llm = job_route(self._get_llm(), "dream")
         if llm is None:
             return "the model client is loading"
         if isinstance(llm, Disabled):
             return llm.reason
+        if llm.protocol == "whole":
+            return (
+                f"a dream needs a model that drives tools, and {llm.backend} is asked for whole "
+                f"answers; name one in llm.models.dream (e.g. anthropic:claude-sonnet-4-6) or "
+                f"set llm.{llm.backend}.protocol: tools"
+            )
         decision = self._guard.check("dream", subject=key, input_key=GUARD_KEY)
         if not isinstance(decision, GuardGo):
             return f"cost guard: {decision.reason}"
@@ -318,10 +325,10 @@ class DreamService:
 
     async def _dream(self, found: DreamDir, running: Running, trigger: str) -> None:
         record = running.record
-        llm = self._get_llm()
+        llm = job_route(self._get_llm(), "dream")
         cfg = self.config
         settings = DreamSettings(
-            model=cfg.llm.models.dream,
+            model=llm.model if isinstance(llm, Route) else "",
             max_turns=cfg.dream.max_turns,
             timeout_s=cfg.dream.timeout_s,
             max_tokens=cfg.llm.max_output_tokens,
@@ -351,11 +358,11 @@ class DreamService:
             running.progress = update
 
         try:
-            if llm is None or isinstance(llm, Disabled):
+            if not isinstance(llm, Route):
                 outcome = DreamOutcome("failed", "the model client went away", (), ())
             else:
                 outcome = await consolidate(
-                    llm,
+                    llm.llm,
                     settings,
                     job,
                     ledger=self._ledger,

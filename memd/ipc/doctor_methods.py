@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from memd.errors import LLMError
 from memd.ipc.server import Handler
-from memd.llm.client import AnthropicLLM, Disabled
+from memd.llm.client import Backend
+from memd.llm.models import Route
 
 if TYPE_CHECKING:
     from memd.ipc.face import DoctorFace
@@ -18,24 +19,41 @@ PROBE_TIMEOUT_S = 10.0
 
 def doctor_methods(daemon: DoctorFace) -> dict[str, Handler]:
     async def probe_api(params: dict[str, Any]) -> Any:
-        """A cheap, unbilled token count through the daemon's own model client. Result:
-        ``ok``, ``detail`` (what was reached, or why not, with the fix), ``base_url``."""
-        llm = daemon.llm
-        if llm is None:
+        """A cheap call through each backend a job uses (Anthropic's: an unbilled token
+        count). Result: ``ok`` (every one answered), ``detail`` (what was reached, or why
+        not, with the fix), ``base_url`` (the first backend's), ``backends`` (per backend:
+        ``ok``, ``detail``, ``jobs``)."""
+        models = daemon.llm
+        if models is None:
             return {"ok": False, "detail": "the model client is still loading; try again"}
-        if isinstance(llm, Disabled):
-            return {"ok": False, "detail": f"model features are off: {llm.reason}"}
-        if not isinstance(llm, AnthropicLLM):
-            return {"ok": True, "detail": "a test model client is in use"}
-        model = daemon.loaded.config.llm.models.session_notes
-        try:
-            counted = await llm.count_tokens(model=model, text="ping", timeout=PROBE_TIMEOUT_S)
-        except LLMError as exc:
-            return {"ok": False, "detail": str(exc), "base_url": llm.base_url}
+        if not models.enabled:
+            return {"ok": False, "detail": f"model features are off: {models.reason}"}
+        served: dict[str, list[Route]] = {}
+        for route in models.routes.values():
+            if isinstance(route, Route):
+                served.setdefault(route.backend, []).append(route)
+        rows: dict[str, Any] = {}
+        for name, routes in served.items():
+            llm = routes[0].llm
+            jobs = [r.kind for r in routes]
+            if not isinstance(llm, Backend):
+                rows[name] = {"ok": True, "detail": "a test model client is in use", "jobs": jobs}
+                continue
+            try:
+                said = await llm.probe(model=routes[0].model, timeout=PROBE_TIMEOUT_S)
+            except LLMError as exc:
+                rows[name] = {"ok": False, "detail": str(exc), "jobs": jobs}
+            else:
+                rows[name] = {"ok": True, "detail": said, "jobs": jobs}
+            rows[name]["base_url"] = llm.facts().where
+        bad = [f"{n}: {r['detail']}" for n, r in rows.items() if not r["ok"]]
+        good = [f"{n}: {r['detail']}" for n, r in rows.items() if r["ok"]]
+        first: dict[str, Any] = next(iter(rows.values()), {})
         return {
-            "ok": True,
-            "detail": f"{llm.base_url} answered a token count for {model} ({counted} tokens)",
-            "base_url": llm.base_url,
+            "ok": not bad,
+            "detail": "; ".join(bad or good),
+            "base_url": first.get("base_url"),
+            "backends": rows,
         }
 
     async def doctor_facts(params: dict[str, Any]) -> Any:

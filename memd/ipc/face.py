@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from memd.dream.service import DreamService
     from memd.envfile import EnvFile
     from memd.ipc.server import Server
-    from memd.llm.client import LLM, Disabled
     from memd.llm.guard import CostGuard
     from memd.llm.ledger import Ledger
+    from memd.llm.models import Models
     from memd.memory.service import MemoryService
     from memd.session.scheduler import NotesScheduler
 
@@ -93,7 +93,7 @@ class DoctorFace(HasConfig, Protocol):
     """``probe_api``, ``doctor_facts``."""
 
     @property
-    def llm(self) -> LLM | Disabled | None: ...
+    def llm(self) -> Models | None: ...
     @property
     def env_file(self) -> EnvFile: ...
 

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from memd.daemon.queues import QueueStats
     from memd.daemon.sessions import RegistryStats
     from memd.ipc.face import DaemonFace
-    from memd.llm.client import AnthropicLLM, Disabled
 
 # How long a kept reply may be sent again with nothing counted as changed: its uptime, RSS
 # and the last hour's windows are at most this old. A second is below what ``memdctl top``
@@ -258,31 +257,33 @@ def ipc_status(daemon: DaemonFace) -> dict[str, Any] | None:
     }
 
 
-@functools.cache
-def _llm_classes() -> tuple[type[AnthropicLLM], type[Disabled]]:
-    """Loaded after READY, with the features (an import statement per call cost ~6 µs)."""
-    from memd.llm.client import AnthropicLLM, Disabled
-
-    return AnthropicLLM, Disabled
-
-
 def llm_status(daemon: DaemonFace) -> dict[str, Any]:
+    """``status``'s ``llm``: on or off and why (``reason``: the same words each section off
+    for it shows), the default backend, and per job which backend serves it and why, the
+    backends opened, what was found and not used, the line that turns each other one on."""
     provider = daemon.loaded.config.llm.provider
-    llm = daemon.llm
-    if llm is None:
+    models = daemon.llm
+    if models is None:
         return {
             "enabled": False,
             "reason": "starting: the model client is loading",
             "provider": provider,
         }
-    anthropic_llm, disabled = _llm_classes()
-    if isinstance(llm, disabled):
-        return {"enabled": False, "reason": f"disabled: {llm.reason}", "provider": provider}
-    result: dict[str, Any] = {"enabled": True, "reason": None, "provider": provider}
-    if isinstance(llm, anthropic_llm):
-        result["base_url"] = llm.base_url
-        result["unreachable_since"] = llm.unreachable_since
-        result["last_error"] = llm.unreachable_error
+    enabled, reason = models.enabled, models.reason
+    result: dict[str, Any] = {
+        "enabled": enabled,
+        "reason": None if reason is None else f"disabled: {reason}",
+        "provider": models.default or provider,
+        **models.status(),
+    }
+    facts = models.facts()
+    main = facts.get(models.default or "") or next(iter(facts.values()), None)
+    if main is not None:
+        result["base_url"] = main.where
+    down = [f for f in facts.values() if f.unreachable_since is not None]
+    if down:
+        result["unreachable_since"] = down[0].unreachable_since
+        result["last_error"] = down[0].last_error
     return result
 
 

@@ -64,7 +64,7 @@ RAW_KEEP_S = 2 * HOUR_S
 MAX_RAW_RECORDS = 5_000
 RETENTION_S = 8 * DAY_S
 LEDGER_FILE = "usage-ledger.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: time per call and totals per backend (format 1 is read too)
 
 
 @dataclass(frozen=True)
@@ -77,16 +77,19 @@ class Tokens:
     cache_read: int = 0
     billed: int = 0  # billed-equivalent, see the module docstring
     calls: int = 0
+    ms: int = 0  # time the calls took (a local model costs no money, but this)
 
     @classmethod
-    def of(cls, usage: TokenCounts) -> Tokens:
+    def of(cls, usage: TokenCounts, *, priced: bool = True, seconds: float = 0.0) -> Tokens:
+        """One call's figures; an unpriced call (a local server) bills nothing."""
         return cls(
             usage.input_tokens,
             usage.output_tokens,
             usage.cache_creation_input_tokens,
             usage.cache_read_input_tokens,
-            billed_tokens(usage),
+            billed_tokens(usage) if priced else 0,
             1,
+            max(0, min(int(seconds * 1000), 10**12)),
         )
 
     def __add__(self, other: Tokens) -> Tokens:
@@ -97,6 +100,7 @@ class Tokens:
             self.cache_read + other.cache_read,
             self.billed + other.billed,
             self.calls + other.calls,
+            self.ms + other.ms,
         )
 
 
@@ -108,6 +112,7 @@ class UsageRecord:
     session: str
     model: str
     tokens: Tokens
+    backend: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class LedgerStatistics:
     last_day: Tokens
     by_kind: tuple[Totals, ...]  # lifetime, by job kind
     by_project: tuple[Totals, ...]  # lifetime, by project
+    by_backend: tuple[Totals, ...]  # lifetime, by backend (issue 34)
     total: Tokens
     since: float | None  # the oldest call still on record
 
@@ -149,6 +155,7 @@ class LedgerStatistics:
             "last_day": _tokens_dict(self.last_day),
             "by_kind": rows(self.by_kind),
             "by_project": rows(self.by_project),
+            "by_backend": rows(self.by_backend),
             "total": _tokens_dict(self.total),
             "since": self.since,
         }
@@ -159,6 +166,7 @@ class LedgerState:
     records: list[UsageRecord] = field(default_factory=list)
     buckets: list[HourBucket] = field(default_factory=list)
     totals: dict[tuple[JobKind, str], Tokens] = field(default_factory=dict)
+    backends: dict[str, Tokens] = field(default_factory=dict)  # lifetime, by backend
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,7 +207,7 @@ def fold_old_records(
         (b for b in buckets.values() if b.last_at > now - retention_s),
         key=lambda b: (b.hour, b.kind, b.project),
     )
-    return LedgerState(records[cut:], kept, dict(state.totals))
+    return LedgerState(records[cut:], kept, dict(state.totals), dict(state.backends))
 
 
 def spend_points(state: LedgerState) -> list[SpendPoint]:
@@ -231,6 +239,7 @@ def statistics_of(state: LedgerState, now: float) -> LedgerStatistics:
         last_day=window(DAY_S),
         by_kind=tuple(Totals(k, by_kind[k]) for k in sorted(by_kind)),
         by_project=tuple(Totals(p, by_project[p]) for p in sorted(by_project)),
+        by_backend=tuple(Totals(b, state.backends[b]) for b in sorted(state.backends)),
         total=sum(by_kind.values(), Tokens()),
         since=min(times) if times else None,
     )
@@ -244,6 +253,7 @@ def _tokens_dict(t: Tokens) -> dict[str, int]:
         "cache_read": t.cache_read,
         "billed": t.billed,
         "calls": t.calls,
+        "ms": t.ms,
     }
 
 
@@ -251,6 +261,7 @@ def _tokens_from(raw: Mapping[str, Any]) -> Tokens:
     values = [
         raw[k] for k in ("input", "output", "cache_creation", "cache_read", "billed", "calls")
     ]
+    values.append(raw.get("ms", 0))  # format 1 kept no time
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         raise ValueError(f"bad token figures: {raw!r}")
     return Tokens(*values)
@@ -266,30 +277,43 @@ def encode(state: LedgerState) -> dict[str, Any]:
     return {
         "version": FORMAT_VERSION,
         "records": [
-            [r.at, r.kind, r.project, r.session, r.model, _tokens_dict(r.tokens)]
+            [r.at, r.kind, r.project, r.session, r.model, _tokens_dict(r.tokens), r.backend]
             for r in state.records
         ],
         "buckets": [
             [b.hour, b.last_at, b.kind, b.project, _tokens_dict(b.tokens)] for b in state.buckets
         ],
         "totals": [[k, p, _tokens_dict(t)] for (k, p), t in state.totals.items()],
+        "backends": [[b, _tokens_dict(t)] for b, t in state.backends.items()],
     }
+
+
+def _record_from(row: Any) -> UsageRecord:
+    at, kind, project, session, model, tokens = row[:6]
+    backend = row[6] if len(row) > 6 else ""  # format 1 named no backend
+    return UsageRecord(
+        float(at),
+        _kind(kind),
+        str(project),
+        str(session),
+        str(model),
+        _tokens_from(tokens),
+        str(backend),
+    )
 
 
 def decode(data: Any) -> LedgerState:
     """Parse :func:`encode`'s output; raise ValueError (or Key/TypeError) on anything else."""
-    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+    if not isinstance(data, dict) or data.get("version") not in (1, FORMAT_VERSION):
         raise ValueError("not a usage ledger of a known version")
-    records = [
-        UsageRecord(float(at), _kind(k), str(p), str(s), str(m), _tokens_from(t))
-        for at, k, p, s, m, t in data["records"]
-    ]
+    records = [_record_from(row) for row in data["records"]]
     buckets = [
         HourBucket(float(h), float(last), _kind(k), str(p), _tokens_from(t))
         for h, last, k, p, t in data["buckets"]
     ]
     totals = {(_kind(k), str(p)): _tokens_from(t) for k, p, t in data["totals"]}
-    return LedgerState(records, buckets, totals)
+    backends = {str(b): _tokens_from(t) for b, t in data.get("backends", [])}
+    return LedgerState(records, buckets, totals, backends)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,14 +362,19 @@ class Ledger:
         session: str = "",
         model: str = "",
         at: float | None = None,
+        backend: str = "",
+        priced: bool = True,
+        seconds: float = 0.0,
     ) -> UsageRecord:
-        """Add one call's usage."""
-        entry = UsageRecord(
-            self._clock.now() if at is None else at, kind, project, session, model, Tokens.of(usage)
-        )
+        """Add one call's usage (``priced=False``: a local server's, billed as nothing)."""
+        tokens = Tokens.of(usage, priced=priced, seconds=seconds)
+        now = self._clock.now() if at is None else at
+        entry = UsageRecord(now, kind, project, session, model, tokens, backend)
         self._state.records.append(entry)
         key = (kind, project)
         self._state.totals[key] = self._state.totals.get(key, Tokens()) + entry.tokens
+        if backend:
+            self._state.backends[backend] = self._state.backends.get(backend, Tokens()) + tokens
         self._dirty = True
         self._version += 1
         CHANGES.bump()

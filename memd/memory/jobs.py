@@ -29,9 +29,10 @@ from memd.clock import Clock
 from memd.config import Config
 from memd.daemon.queues import CoalescingQueue
 from memd.errors import MemdError, NotFound, PromptTooLong
-from memd.llm.client import LLM, Disabled
+from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard, Parked, Retry, describe, shrink_input
 from memd.llm.ledger import Ledger, billed_tokens
+from memd.llm.models import Models, Route, job_route
 from memd.memory.cursors import CursorStore, SessionCursor
 from memd.memory.extract import ExtractSettings, extract_memories, in_memory_dir
 from memd.memory.frontmatter import FrontmatterForm
@@ -89,7 +90,7 @@ class ExtractionJobs:
         clock: Clock,
         ledger: Ledger,
         guard: CostGuard,
-        get_llm: Callable[[], LLM | Disabled | None],
+        get_llm: Callable[[], Models | None],
         conversation_of: Callable[[SessionState], Awaitable[ConversationReader]],
         *,
         hold_dir: DirHold | None = None,
@@ -169,7 +170,7 @@ class ExtractionJobs:
         project = self._projects.get(key)
         if project is None or not project.sessions:
             return
-        llm = self._get_llm()
+        llm = job_route(self._get_llm(), "memory_extract")
         if llm is None or isinstance(llm, Disabled):
             project.waiting_reason = "the model client is loading" if llm is None else llm.reason
             return  # kept pending; llm_changed() queues it again
@@ -197,7 +198,7 @@ class ExtractionJobs:
             project.phase = "idle"
 
     async def _run_session(
-        self, key: str, project: _Project, state: SessionState, llm: LLM
+        self, key: str, project: _Project, state: SessionState, llm: Route
     ) -> bool:
         """One session's extraction; False when it failed and must be tried again."""
         began = self._clock.monotonic()
@@ -229,12 +230,12 @@ class ExtractionJobs:
         return True
 
     async def _extract(
-        self, llm: LLM, key: str, project: _Project, state: SessionState, job: Job
+        self, route: Route, key: str, project: _Project, state: SessionState, job: Job
     ) -> ProjectRun:
         config = self._config()
         turns = config.memory.extraction_max_turns
         settings = ExtractSettings(
-            model=config.llm.models.memory_extract,
+            model=route.model,
             max_turns=turns,
             max_tokens=config.llm.max_output_tokens,
             timeout_s=config.llm.timeout_s * max(1, turns),
@@ -245,7 +246,7 @@ class ExtractionJobs:
             frontmatter_form=await self.form_for(state) if self.form_for else "metadata",
         )
         result = await extract_memories(
-            llm,
+            route.llm,
             settings,
             job,
             memory_dir=project.where.memory_dir,

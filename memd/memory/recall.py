@@ -42,6 +42,7 @@ from memd.errors import LLMError, Unavailable
 from memd.llm.client import LLM, Disabled, LLMReply
 from memd.llm.guard import CostGuard, Go, Parked, Wait, describe
 from memd.llm.ledger import Ledger
+from memd.llm.models import Route, as_route
 from memd.memory.citations import Citation, from_frontmatter
 from memd.memory.freshness import RECALL_CAVEAT, age_days, age_text, freshness_warning
 from memd.memory.frontmatter import MemoryType, parse_document, written_ms
@@ -137,7 +138,7 @@ class _Choice:
 class _Context:
     """What choosing needs besides the query and the memories."""
 
-    llm: LLM | Disabled | None
+    llm: Route | Disabled | None  # the recall job's backend and model
     cfg: Config
     recent_tools: Sequence[str]
     already_surfaced: Collection[str]
@@ -153,7 +154,7 @@ async def recall(
     query: str,
     *,
     memory_dir: Path,
-    llm: LLM | Disabled | None,
+    llm: LLM | Route | Disabled | None,
     cfg: Config,
     recent_tools: Sequence[str] = (),
     already_surfaced: Collection[str] = (),
@@ -193,7 +194,7 @@ async def recall(
         fuse = partial(semantic.fuse, memory_dir, query, candidates, ranked)
         ranked = await _fused(fuse, cfg, tuple(recent_tools), deadline - clock.monotonic(), ranked)
     context = _Context(
-        llm,
+        as_route(llm, "recall", cfg.llm.models.recall),
         cfg,
         tuple(recent_tools),
         already_surfaced,
@@ -289,13 +290,13 @@ async def _choose(
     strong = [h for h, _ in best[: strong_count([score for _, score in best])]]
     why = model_unavailable(context.llm, context.guard, context.project)
     if why is None:
-        assert context.llm is not None and not isinstance(context.llm, Disabled)
+        assert isinstance(context.llm, Route)
         shown = manifest_candidates(
             [h for h, _ in ranked], candidates, context.cfg.memory.scan_max_files
         )
         picked = await _ask_model(context.llm, query, shown, context)
         if not isinstance(picked, str):
-            model = context.cfg.llm.models.recall
+            model = context.llm.model
             chosen = {h.relative for h in picked}
             spares = tuple(h for h in strong if h.relative not in chosen)[:limit]
             return _Choice(tuple(picked), "model", f"chosen by {model}", spares)
@@ -322,7 +323,7 @@ def manifest_candidates(
 
 
 def model_unavailable(
-    llm: LLM | Disabled | None, guard: CostGuard | None, project: str
+    llm: Route | Disabled | None, guard: CostGuard | None, project: str
 ) -> str | None:
     """Why the model cannot be asked now, or ``None`` when it can."""
     if llm is None:
@@ -343,7 +344,7 @@ def model_unavailable(
 
 
 async def _ask_model(
-    llm: LLM, query: str, candidates: Sequence[MemoryHeader], context: _Context
+    route: Route, query: str, candidates: Sequence[MemoryHeader], context: _Context
 ) -> list[MemoryHeader] | str:
     """The memories the model picked, or why its answer cannot be used."""
     left = context.deadline - context.clock.monotonic()
@@ -356,8 +357,8 @@ async def _ask_model(
     reply: LLMReply | None = None
     with anyio.move_on_after(remaining):
         try:
-            reply = await llm.create_message(
-                model=context.cfg.llm.models.recall,
+            reply = await route.llm.create_message(
+                model=route.model,
                 system=selector_system(limit),
                 messages=[{"role": "user", "content": prompt}],
                 max_tokens=SELECTOR_MAX_TOKENS,
@@ -409,6 +410,9 @@ def _succeeded(context: _Context, reply: LLMReply) -> None:
             project=context.project,
             session=context.session,
             model=reply.model,
+            backend=reply.backend,
+            priced=reply.priced,
+            seconds=reply.seconds,
         )
     if context.guard is not None:
         context.guard.record_success("recall", subject=context.project)

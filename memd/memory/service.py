@@ -40,9 +40,10 @@ import anyio.to_thread
 from memd.clock import Clock
 from memd.config import Config
 from memd.errors import MemdError
-from memd.llm.client import LLM, Disabled
+from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
+from memd.llm.models import Models, Route, job_route
 from memd.memory.claude_code import (
     FORWARDED_ENV,
     MOVING_ENV,
@@ -84,7 +85,7 @@ class MemoryService:
         clock: Clock,
         ledger: Ledger,
         guard: CostGuard,
-        get_llm: Callable[[], LLM | Disabled | None],
+        get_llm: Callable[[], Models | None],
         conversation_of: Callable[[SessionState], Awaitable[ConversationReader]],
         *,
         session_of: Callable[[str], SessionState | None] | None = None,
@@ -362,7 +363,7 @@ class MemoryService:
         result = await recall(
             query,
             memory_dir=where.memory_dir,
-            llm=self._get_llm(),
+            llm=job_route(self._get_llm(), "recall"),
             cfg=self.config,
             recent_tools=recent_tools,
             already_surfaced=surfaced,
@@ -463,12 +464,16 @@ class MemoryService:
 
     def recall_stages(self, model_off: str | None) -> dict[str, Any]:
         """Which recall stages are on (issue 27): :func:`memd.memory.semantic.recall_stages`."""
-        return recall_stages(self.config, self.headers.statistics(), model_off, self.semantic)
+        stages = recall_stages(self.config, self.headers.statistics(), model_off, self.semantic)
+        route = job_route(self._get_llm(), "recall")
+        if isinstance(route, Route):
+            stages["model"] = {**stages["model"], "model": route.model, "backend": route.backend}
+        return stages
 
     def statistics(self) -> dict[str, Any]:
         """A snapshot for ``memdctl status``."""
         jobs = self._jobs.statistics()
-        llm = self._get_llm()
+        llm = job_route(self._get_llm(), "memory_extract")
         reason = self.disabled_reason()
         if reason is None and llm is None:
             reason = "starting: the model client is loading"

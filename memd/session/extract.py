@@ -34,9 +34,11 @@ from memd.agent.tools import make_tools
 from memd.clock import Clock
 from memd.config import SessionNotesConfig
 from memd.errors import AgentError, PromptTooLong
+from memd.llm.backends import Protocol
 from memd.llm.client import LLM, Usage
 from memd.llm.guard import keep_newest
 from memd.llm.ledger import Ledger
+from memd.llm.models import Route
 from memd.privacy import scrub_text
 from memd.session import inputs, notes, prompts
 from memd.session.template import (
@@ -64,6 +66,7 @@ class NotesSetup:
     max_tokens: int
     timeout_s: float
     redact_secrets: bool = True
+    protocol: Protocol = "tools"  # how the job's backend is asked (memd.llm.models)
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,9 @@ class NotesSettings:
     redact_secrets: bool = True
 
 
-def load_setup(settings: NotesSettings) -> NotesSetup:
-    """Read the user's template and prompt (if any) and build the setup (blocking).
+def load_setup(settings: NotesSettings, route: Route | None = None) -> NotesSetup:
+    """Read the user's template and prompt (if any) and build the setup (blocking); the
+    model and protocol are the route's (the job's backend), else the settings'.
 
     Done for every job, so editing ``template.md`` or ``prompt.md`` needs no reload.
     """
@@ -89,10 +93,11 @@ def load_setup(settings: NotesSettings) -> NotesSetup:
         projects_root=settings.projects_root,
         template=load_template(template_path(settings.claude_dir)),
         prompt=prompts.load_prompt(prompts.prompt_path(settings.claude_dir)),
-        model=settings.model,
+        model=route.model if route is not None else settings.model,
         max_tokens=settings.max_tokens,
         timeout_s=settings.timeout_s,
         redact_secrets=settings.redact_secrets,
+        protocol=route.protocol if route is not None else "tools",
     )
 
 

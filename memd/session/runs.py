@@ -23,9 +23,9 @@ import anyio.to_thread
 from memd.changes import Counted
 from memd.clock import Clock
 from memd.errors import MemdError, PromptTooLong
-from memd.llm.client import LLM
 from memd.llm.guard import BlockAccount, CostGuard, Go, Parked, Wait, shrink_input
 from memd.llm.ledger import Ledger, billed_tokens
+from memd.llm.models import Route
 from memd.session.extract import (
     ChunkDone,
     Extracted,
@@ -137,7 +137,7 @@ class JobRunner:
         slot: Slot,
         state: SessionState,
         settings: NotesSettings,
-        get_llm: Callable[[], LLM | None],
+        get_llm: Callable[[], Route | None],
     ) -> bool:
         """One guarded run; True when it failed and should be tried again once the guard
         allows it (after a back-off or a park).
@@ -159,26 +159,26 @@ class JobRunner:
             return False
         slot.waiting_reason = "concurrency limit"
         async with self._limiter:
-            if (llm := get_llm()) is None:
+            if (route := get_llm()) is None:
                 return False
             slot.phase, slot.waiting_reason = "running", None
             slot.started_at, slot.done = self._clock.monotonic(), anyio.Event()
             try:
-                return await self._run_job(state, settings, llm)
+                return await self._run_job(state, settings, route)
             finally:
                 slot.phase, slot.started_at = "queued", None
                 slot.done.set()
                 slot.ended_one()
 
-    async def _run_job(self, state: SessionState, settings: NotesSettings, llm: LLM) -> bool:
+    async def _run_job(self, state: SessionState, settings: NotesSettings, route: Route) -> bool:
         state = self._source.get(state.session_id) or state  # it may have grown meanwhile
         record = self._record(state.session_id, state.project)
         began = self._clock.monotonic()
         try:
-            setup = await anyio.to_thread.run_sync(load_setup, settings)
+            setup = await anyio.to_thread.run_sync(load_setup, settings, route)
             job = await self._job(state, record)
             result = await extract_notes(
-                llm,
+                route.llm,
                 setup,
                 job,
                 ledger=self._ledger,

@@ -42,9 +42,10 @@ import anyio.to_thread
 
 from memd.clock import Clock
 from memd.errors import LLMDisabled, NotFound
-from memd.llm.client import LLM, Disabled
+from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
+from memd.llm.models import Models, Route
 from memd.session import notes
 from memd.session.extract import NotesSettings
 from memd.session.runs import JobRunner, SessionSource, Slot
@@ -63,7 +64,7 @@ class NotesScheduler:
     def __init__(
         self,
         settings: NotesSettings,
-        get_llm: Callable[[], LLM | Disabled | None],
+        get_llm: Callable[[], Models | None],
         *,
         store: ExtractionStore,
         source: SessionSource,
@@ -106,20 +107,24 @@ class NotesScheduler:
         self._llm_news = True
         self._wake.set()
 
-    def _llm(self) -> LLM | None:
-        """The model client when notes may run now, else None."""
-        llm = self._get_llm()
-        if llm is None or isinstance(llm, Disabled) or not self.settings.config.enabled:
+    def _route(self) -> Route | Disabled | None:
+        models = self._get_llm()
+        return None if models is None else models.route("session_notes")
+
+    def _llm(self) -> Route | None:
+        """The notes job's backend and model when notes may run now, else None."""
+        route = self._route()
+        if not isinstance(route, Route) or not self.settings.config.enabled:
             return None
-        return llm
+        return route
 
     @property
     def disabled_reason(self) -> str | None:
-        llm = self._get_llm()
-        if llm is None:
+        route = self._route()
+        if route is None:
             return "starting: the model client is loading"
-        if isinstance(llm, Disabled):
-            return f"disabled: {llm.reason}"
+        if isinstance(route, Disabled):
+            return f"disabled: {route.reason}"
         if not self.settings.config.enabled:
             return "disabled: session_notes.enabled is false"
         return None
