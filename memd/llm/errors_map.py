@@ -16,6 +16,14 @@ What the API says, and what memd does with it:
 * ``429 rate_limit_error`` → :class:`RateLimited` carrying ``retry-after``.
 * ``529`` or ``overloaded_error`` → :class:`Overloaded`; ``408``, ``5xx`` → :class:`Unavailable`.
 * ``401``/``403`` → :class:`AuthenticationFailed`; any other ``4xx`` → :class:`BadRequest`.
+
+The other backends' servers phrase the same failures their own way, and each room passes
+them here too: OpenAI's and vLLM's "maximum context length is N tokens. However, you
+requested M tokens", LM Studio's "keep the first M tokens … context length of only N",
+llama.cpp's "exceeds the available context size", Gemini's "input token count (M) exceeds
+the maximum number of tokens allowed (N)" (all :class:`PromptTooLong`); OpenAI's
+``insufficient_quota`` 429 (:class:`QuotaExceeded`, not a rate limit); Gemini's statuses
+(``UNAVAILABLE``, ``UNAUTHENTICATED``, ``PERMISSION_DENIED``) as their HTTP codes.
 """
 
 from __future__ import annotations
@@ -43,8 +51,32 @@ _EXCEEDS_CONTEXT = re.compile(
     r"(?P<input>[\d,]+)\s*\+\s*(?P<output>[\d,]+)\s*>\s*(?P<limit>[\d,]+)",
     re.IGNORECASE,
 )
-# Phrasings without figures: Bedrock's, and the API's own when it does not state numbers.
-_TOO_LONG_BARE = re.compile(r"prompt is too long|input is too long|too many input tokens", re.I)
+# OpenAI's and vLLM's: "maximum context length is 4096 tokens. However, you requested 5000
+# tokens (…)" / "… your messages resulted in 5000 tokens".
+_MAX_CONTEXT = re.compile(
+    r"maximum context length is\s*(?P<limit>[\d,]+)\s*tokens?.*?"
+    r"(?:requested|resulted in)\s*(?P<actual>[\d,]+)\s*tokens?",
+    re.IGNORECASE | re.DOTALL,
+)
+# LM Studio's: "Trying to keep the first 5000 tokens … context length of only 4096 tokens".
+_KEEP_FIRST = re.compile(
+    r"keep the first\s*(?P<actual>[\d,]+)\s*tokens.*?context length of only\s*"
+    r"(?P<limit>[\d,]+)",
+    re.IGNORECASE | re.DOTALL,
+)
+# Gemini's: "The input token count (1500000) exceeds the maximum number of tokens allowed
+# (1048576)".
+_INPUT_COUNT = re.compile(
+    r"input token count\s*\(?(?P<actual>[\d,]+)\)?\s*exceeds the maximum number of tokens "
+    r"allowed\s*\(?(?P<limit>[\d,]+)",
+    re.IGNORECASE,
+)
+# Phrasings without figures: Bedrock's, llama.cpp's, and others when they state no numbers.
+_TOO_LONG_BARE = re.compile(
+    r"prompt is too long|input is too long|too many input tokens|exceeds the available "
+    r"context size|context_length_exceeded|context length exceeded|context window",
+    re.I,
+)
 _QUOTA = re.compile(
     r"credit balance is too low|reached your specified api usage limits|spend limit|"
     r"billing|purchase credits",
@@ -56,6 +88,7 @@ _QUOTA_CODES = frozenset(
         "enforced_spend_limit_reached",
         "linked_organization_spend_limit_reached",
         "linked_organization_billing_unavailable",
+        "insufficient_quota",  # OpenAI: a 429 that waiting does not end
     }
 )
 
@@ -70,6 +103,9 @@ def parse_prompt_too_long(message: str) -> tuple[int | None, int | None] | None:
         return _number(match["actual"]), _number(match["limit"])
     if match := _EXCEEDS_CONTEXT.search(message):
         return _number(match["input"]) + _number(match["output"]), _number(match["limit"])
+    for pattern in (_MAX_CONTEXT, _KEEP_FIRST, _INPUT_COUNT):
+        if match := pattern.search(message):
+            return _number(match["actual"]), _number(match["limit"])
     if _TOO_LONG_BARE.search(message):
         return None, None
     return None
@@ -114,8 +150,9 @@ def classify_status(
     said = message.strip() or f"HTTP {status}"
     if status == 413 or error_type == "request_too_large":
         return PromptTooLong(f"the request is too large for the API ({status}): {said}")
-    if status in (400, 413, 422) and (figures := parse_prompt_too_long(said)) is not None:
-        actual, limit = figures
+    too_long = parse_prompt_too_long(f"{said} {error_code or ''}")
+    if status in (400, 413, 422) and too_long is not None:
+        actual, limit = too_long
         return PromptTooLong(
             f"the prompt does not fit the model: {said}", actual=actual, limit=limit
         )
@@ -123,9 +160,14 @@ def classify_status(
         return QuotaExceeded(f"the API account has no usable credit or hit its limit: {said}")
     if status == 429 or error_type == "rate_limit_error":
         return RateLimited(f"rate limited by the API ({status}): {said}", retry_after=retry_after)
-    if status == 529 or error_type == "overloaded_error":
+    if status == 529 or error_type in ("overloaded_error", "UNAVAILABLE"):
         return Overloaded(f"the API is overloaded ({status}): {said}")
-    if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
+    if status in (401, 403) or error_type in (
+        "authentication_error",
+        "permission_error",
+        "UNAUTHENTICATED",
+        "PERMISSION_DENIED",
+    ):
         return AuthenticationFailed(f"the API refused the credentials ({status}): {said}")
     if status == 408 or status >= 500:
         return Unavailable(f"the API failed to answer ({status}): {said}")

@@ -47,6 +47,7 @@ from typing import Any, Literal
 from memd.llm.client import Usage
 from memd.testing import loopback_billing as billing
 from memd.testing import loopback_replies as replies
+from memd.testing import loopback_wires as wires
 from memd.testing.api_rules import request_problems
 from memd.testing.loopback_http import Served, Streamed, json_reply
 from memd.testing.loopback_replies import ApiError, Drop, Message, Reply, Rule, When
@@ -112,6 +113,7 @@ class LoopbackAPI(Served):
         self.api_key = api_key  # None: any non-empty key is accepted
         self.strict_alternation = strict_alternation
         self.profile: Profile = profile
+        self.models: tuple[str, ...] = ("loopback-model",)  # what GET /v1/models lists
         super().__init__((host, port))
         self._cond = threading.Condition()
         self._closing = threading.Event()
@@ -271,6 +273,8 @@ class LoopbackAPI(Served):
         except ValueError:
             body = None
         reply, payload = self._route(method, path, headers, body)
+        if method == "GET":
+            return reply, payload  # a model list: not a model call
         if reply.delay_s:
             self._closing.wait(reply.delay_s)
         match reply:
@@ -283,21 +287,26 @@ class LoopbackAPI(Served):
                 status, response, usage = 0, None, None
         record = RecordedRequest(0, method, path, headers, body, received, status, response, usage)
         self._record(record)
-        return reply, payload
+        return wires.on_wire(wires.wire_of(path), path, reply, payload)
 
     def _route(
         self, method: str, path: str, headers: Mapping[str, str], body: Any
     ) -> tuple[Reply, Any]:
-        if method != "POST" or path not in ("/v1/messages", "/v1/messages/count_tokens"):
+        wire = wires.wire_of(path)
+        if method == "GET" and path in wires.MODEL_LISTS:
+            return json_reply(wires.model_list(path, self.models))
+        if method != "POST" or wire is None:
             return replies.api_error(404, f"no such endpoint: {method} {path}"), None
         if not isinstance(body, dict):
             return replies.api_error(400, "the request body must be a JSON object"), None
+        if wire != "messages":
+            return self._answer(*wires.as_messages(wire, path, body), headers, streams=True)
         if "anthropic-version" not in headers:
             return replies.api_error(400, "anthropic-version: header is required"), None
-        return self._answer(path, headers, body)
+        return self._answer(path, body, headers)
 
     def _answer(
-        self, path: str, headers: Mapping[str, str], body: dict[str, Any]
+        self, path: str, body: dict[str, Any], headers: Mapping[str, str], *, streams: bool = False
     ) -> tuple[Reply, Any]:
         if (denied := self._check_key(headers)) is not None:
             return denied, None
@@ -314,7 +323,7 @@ class LoopbackAPI(Served):
         )
         if problems:
             return replies.api_error(400, "; ".join(problems)), None
-        if body.get("stream") and not real:
+        if body.get("stream") and not (real or streams):
             return replies.api_error(400, "stream: the loopback server does not stream"), None
         prompt = billing.count_prompt(body)
         if prompt > self.context_limit:
@@ -355,7 +364,11 @@ class LoopbackAPI(Served):
         return replies.api_error(404, f"no such endpoint: {method} {path}"), None
 
     def _check_key(self, headers: Mapping[str, str]) -> ApiError | None:
-        given = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        given = (
+            headers.get("x-api-key")
+            or headers.get("x-goog-api-key")
+            or headers.get("authorization", "").removeprefix("Bearer ")
+        )
         if not given:
             return replies.api_error(401, "x-api-key header is required")
         if self.api_key is not None and given != self.api_key:

@@ -53,6 +53,7 @@ class Events:
     ``(name, data)`` is sent as ``event: name`` (left out when ``None``) and ``data: json``."""
 
     items: tuple[tuple[str | None, dict[str, Any]], ...]
+    tail: str = ""  # a last ``data:`` line that is not JSON (Chat Completions' ``[DONE]``)
 
     def events(self) -> Iterator[tuple[str | None, dict[str, Any]]]:
         return iter(self.items)
@@ -179,6 +180,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             + f"data: {json.dumps(event)}\n\n".encode()
             for name, event in stream.events()
         )
+        if isinstance(stream, Events) and stream.tail:
+            data += f"data: {stream.tail}\n\n".encode()
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
