@@ -89,7 +89,7 @@ def wire_of(path: str) -> Wire | None:
     """Which wire a model request's path is on (None: not a model request)."""
     if path.rstrip("/").endswith("/chat/completions"):
         return "chat"
-    if path.startswith("/v1beta/models/") and ":" in path:
+    if path.startswith(("/v1beta/models/", "/v1/models/")) and ":" in path:
         return "gemini"
     if path in ("/v1/messages", "/v1/messages/count_tokens"):
         return "messages"
@@ -320,7 +320,7 @@ def _chat_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
 
 def messages_from_gemini(path: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """A ``generateContent`` request (``/v1beta/models/<model>:<method>``) as a Messages one."""
-    model = path.removeprefix("/v1beta/models/").rsplit(":", 1)[0]
+    model = path.split("/models/", 1)[1].rsplit(":", 1)[0]
     messages: list[dict[str, Any]] = []
     called: dict[str, list[str]] = {}  # function name -> ids of its calls not answered yet
     for content in body.get("contents") or ():
