@@ -16,7 +16,16 @@ from memd.session.template import DEFAULT_TEMPLATE, Intact, check_skeleton
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client.errors import RemoteError
 from tests.conftest import CORPUS
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -211,3 +220,61 @@ def test_kill_9_mid_extraction_keeps_notes_and_redoes_the_run(tmp_path: Path) ->
                 assert check_skeleton(notes.read_text(), DEFAULT_TEMPLATE) == Intact()
             finally:
                 assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_extract_keeps_notes_for_any_name_and_refuses_where_it_cannot(tmp_path: Path) -> None:
+    """A Gemini chat whose file name is not UTF-8 gets its notes (its folder: the name
+    escaped, text the model can be told; it failed on every run, unrecorded, and ``extract``
+    said "runs 0", exit 0). A chat memd cannot place in a project, and a session whose notes
+    path cannot be text, get none: ``extract`` says why and exits 1, and no folder is made
+    (the unplaced chat's notes went to ``~/.claude/projects/<id>/``, as if a project)."""
+    from tests.test_source_memory_e2e import gemini_chat
+
+    repo = tmp_path / "work" / "repo"
+    (repo / ".git").mkdir(parents=True)
+    gemini = tmp_path / ".gemini" / "tmp"
+    with fake_home(tmp_path) as home, LoopbackProcess() as api:
+        api.add_script(script())
+        home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
+        (gemini / "repo" / "chats").mkdir(parents=True)
+        (gemini / "repo" / ".project_root").write_text(str(repo))
+        (gemini / ("f" * 64) / "chats").mkdir(parents=True)  # the legacy layout: not placed
+        claude_folder = os.fsencode(home.projects) + b"/-caf\xe9"
+        os.makedirs(claude_folder)
+        chats = {
+            "named": os.fsencode(gemini / "repo" / "chats")
+            + b"/session-2026-11-26T06-48-\xff.jsonl",
+            "unplaced": os.fsencode(gemini / ("f" * 64) / "chats")
+            + b"/session-2026-11-26T06-49-ab.jsonl",
+        }
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            for path in chats.values():
+                with open(path, "wb") as f:
+                    f.write(gemini_chat(answered=True))
+            with open(claude_folder + b"/s1.jsonl", "wb") as f:
+                f.write(SOURCE.read_bytes()[:20_000].rsplit(b"\n", 1)[0] + b"\n")
+            wait_for(
+                lambda: len(call(home, "sessions", {})) == 3, timeout=30, what="the three sessions"
+            )
+            named = "session-2026-11-26T06-48-\\xff"
+            done = memdctl(home, "extract", named)
+            assert done.returncode == 0, done.stdout + done.stderr
+            (row_named,) = [r for r in call(home, "sessions", {}) if r["session_id"] == named]
+            notes = home.projects / row_named["project"] / named / "session-memory" / "summary.md"
+            assert "- progress noted" in notes.read_text()
+            assert call(home, "session", {"session": named})["notes"]["extractions"] == 1
+            before = sorted(os.listdir(home.projects))
+            for sid, why in [
+                ("session-2026-11-26T06-49-ab", "cannot place this session in a project"),
+                ("s1", "holds bytes that are not UTF-8"),
+            ]:
+                done = memdctl(home, "extract", sid)
+                assert done.returncode == 1, done.stdout + done.stderr
+                assert why in done.stderr and "memd keeps no notes" in done.stderr, done.stderr
+            assert sorted(os.listdir(home.projects)) == before
+            assert not (home.projects / "session-2026-11-26T06-49-ab").exists()
+            assert not os.path.exists(claude_folder + b"/s1")
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

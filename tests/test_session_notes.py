@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from memd.config import SessionNotesConfig
 from memd.confined import Refused
-from memd.errors import StateError
 from memd.session.notes import (
     analyze_budget,
     budget_reminder,
@@ -154,10 +153,23 @@ def test_an_unreadable_record_is_moved_aside(tmp_path: Path) -> None:
     )
 
 
-def test_a_session_id_that_is_not_a_file_name_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "session_id",
+    ["../escape", "..", "session-2026-11-26T06-48-\udcff", "café", "a b", "x" * 300, "\ud800"],
+)
+def test_any_session_id_gets_a_record_inside_the_records_folder(
+    tmp_path: Path, session_id: str
+) -> None:
+    """A session id is the name an agent gave its file (any bytes): the record of one that is
+    no plain short name is named by its hash, inside the folder, and read back whole."""
     store = ExtractionStore.load(tmp_path)
-    with pytest.raises(StateError):
-        store.put_sync(ExtractionRecord("../escape", "p"))
+    record = ExtractionRecord(session_id, "p", extractions=2)
+    store.put_sync(record)
+    (name,) = os.listdir(tmp_path / RECORDS_DIR)
+    assert name.startswith("_") and name.endswith(".json") and len(name) < 80
+    assert ExtractionStore.load(tmp_path).records() == (record,)
+    store.put_sync(ExtractionRecord("plain-id", "p"))
+    assert sorted(os.listdir(tmp_path / RECORDS_DIR)) == [name, "plain-id.json"]
 
 
 def test_notes_behind_a_link_are_neither_read_nor_written(tmp_path: Path) -> None:

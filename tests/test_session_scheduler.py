@@ -389,6 +389,28 @@ async def test_a_manual_extraction_ignores_the_thresholds(
 
 
 @pytest.mark.anyio
+async def test_a_worker_that_fails_outside_its_run_says_so_in_the_status(
+    env: Env, llm: LLM, api: LoopbackAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure no run handles (here the record's write itself) was only logged: the
+    status said nothing, so ``memdctl extract`` reported success with no notes."""
+    scheduler = env.scheduler(llm)
+    builder = TranscriptBuilder()
+    work_session(builder, turns=1, context=2_000)
+    env.sessions.publish(builder)
+
+    async def broken(record: ExtractionRecord) -> None:
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(env.store, "put", broken)
+    async with running(scheduler):
+        status = await scheduler.extract(builder.session_id, wait_s=30.0)
+    assert status.extractions == 0 and status.last_error_at is not None
+    assert status.last_error == "RuntimeError: the disk went away"
+    assert scheduler.statistics([builder.session_id]).failures == 1
+
+
+@pytest.mark.anyio
 async def test_an_overloaded_api_is_retried_after_the_backoff(
     env: Env, llm: LLM, api: LoopbackAPI
 ) -> None:

@@ -27,6 +27,9 @@ def notes_methods(daemon: NotesFace) -> dict[str, Handler]:
         """Params: ``session``, ``wait`` (seconds to wait for the run, default 20; 0 = queue
         only). Runs an extraction now, bypassing the thresholds (R-S9). Errors: disabled."""
         state = find_session(daemon, opt_str(params, "session"))
+        unkept = daemon.notes.unkept(state)
+        if unkept is not None:
+            raise InvalidParams(f"memd keeps no notes for this session: {unkept}")
         reason = daemon.notes.disabled_reason
         if reason is not None:
             raise LLMDisabled(f"session notes are {reason}")

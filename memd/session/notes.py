@@ -2,6 +2,10 @@
 
 Path (R-S1): ``<projects_root>/<project slug>/<session id>/session-memory/summary.md``. Writes
 are atomic (R-S10): a reader, or a crash, sees the old file or the new one, never a mix.
+The session id is the name an agent gave its file: its folder is that name escaped
+(``memd_client.names``: a byte that is not UTF-8 is ``\\xNN``), which is the name itself for
+every id an agent writes, and text the model can be told. :func:`unkept` says when a session
+gets no notes at all (memd cannot place it in a project, or its path cannot be text).
 The notes sit beside the memory dir, in a folder an agent can write, so they are read and
 written as it is (:class:`memd.confined.Area`, rooted at the session's folder):
 ``session-memory`` and ``summary.md`` are never followed when they are links, a hard-linked
@@ -22,6 +26,8 @@ from pathlib import Path
 from memd.config import SessionNotesConfig
 from memd.confined import Area, Refused
 from memd.session.template import parse_sections
+from memd.state import SessionState
+from memd_client.names import escape_name, escape_surrogates
 
 NOTES_DIR = "session-memory"
 NOTES_FILE = "summary.md"
@@ -39,7 +45,28 @@ def notes_path(projects_root: Path, project: str, session_id: str) -> Path:
 def notes_location(projects_root: str, project: str, session_id: str) -> str:
     """:func:`notes_path` as a string: ``status`` lists one per row, and a ``Path`` built
     per row was half its cost."""
-    return os.path.join(projects_root, project, session_id, NOTES_DIR, NOTES_FILE)
+    return os.path.join(projects_root, project, escape_name(session_id), NOTES_DIR, NOTES_FILE)
+
+
+def unkept(state: SessionState, projects_root: str) -> str | None:
+    """Why memd keeps no notes for the session of ``state`` (never extracts them, and
+    ``extract`` refuses with this), or None when it does."""
+    if not state.project:
+        return (
+            "memd cannot place this session in a project (it names no working folder memd"
+            " can read), so it keeps no notes for it: they would go to a folder of"
+            f" {projects_root} that looks like a project's"
+        )
+    folder = escape_name(state.session_id)
+    if folder in (".", "..") or len(folder.encode("utf-8")) > 255:
+        return f"its id ({folder[:80]}) cannot name a folder for its notes"
+    path = notes_location(projects_root, state.project, state.session_id)
+    if escape_surrogates(path) != path:
+        return (
+            f"the path of its notes ({escape_surrogates(path)}) holds bytes that are not"
+            " UTF-8, so the model could not be told where they are; rename that folder"
+        )
+    return None
 
 
 def read_notes(path: Path) -> str | None:

@@ -252,6 +252,15 @@ class JobRunner:
         # notes stay owed); only an account block waits for a user.
         return not isinstance(verdict, BlockAccount)
 
+    def worker_failed(self, session_id: str, exc: Exception) -> None:
+        """A failure outside a run's own handling: counted, and kept in the session's record
+        in memory (the write may be what failed), so ``status`` and ``extract`` say it."""
+        self.failures += 1
+        record = failed(
+            self._record(session_id), error=f"{type(exc).__name__}: {exc}", at=self._clock.now()
+        )
+        self._store.replace_nowait(record)
+
     async def note_error(self, state: SessionState, message: str) -> None:
         record = self._record(state.session_id, state.project)
         await self._store.put(failed(record, error=message, at=self._clock.now()))

@@ -148,7 +148,7 @@ class NotesScheduler:
         if self._get_llm() is None:
             self._grew_early.add(state.session_id)
             return
-        if self.disabled_reason is not None:
+        if self.disabled_reason is not None or self.unkept(state) is not None:
             return
         slot = self._slots.get(state.session_id)
         if slot is not None:
@@ -234,6 +234,10 @@ class NotesScheduler:
 
     def notes_path(self, state: SessionState) -> Path:
         return notes.notes_path(self.settings.projects_root, state.project, state.session_id)
+
+    def unkept(self, state: SessionState) -> str | None:
+        """Why this session gets no notes (:func:`memd.session.notes.unkept`), or None."""
+        return notes.unkept(state, str(self.settings.projects_root))
 
     async def read_notes(self, session_id: str) -> NotesView:
         """The session's notes, template and anchor; :class:`NotFound` for an unknown session.
@@ -359,12 +363,15 @@ class NotesScheduler:
             while again:
                 manual, slot.manual, slot.follow_up = slot.manual, False, False
                 state = self._source.get(slot.session_id)
-                if state is None or self._llm() is None or not await self._due(state, manual):
+                if state is None or self._llm() is None or self.unkept(state) is not None:
+                    break
+                if not await self._due(state, manual):
                     break
                 retry = await self._runner.attempt(slot, state, self.settings, self._llm)
                 again = retry or slot.follow_up or slot.manual
-        except Exception:  # the isolation boundary: one session's trouble stops only its worker
+        except Exception as exc:  # the isolation boundary: one session's trouble stops only it
             log.exception("session notes of %s: the worker failed", slot.session_id)
+            self._runner.worker_failed(slot.session_id, exc)
         finally:
             del self._slots[slot.session_id]
             slot.ended.set()

@@ -12,6 +12,7 @@ file itself is never touched by this module.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -190,9 +191,14 @@ class ExtractionStore:
         return tuple(r for r in self._records.values() if r.pending)
 
     def path_for(self, session_id: str) -> Path:
-        if not _SAFE_ID.match(session_id):
-            raise StateError(f"session id {session_id!r} cannot name a record file")
-        return self.directory / f"{session_id}.json"
+        """The record's file: the id itself when it is a short plain ASCII name, else ``_``
+        and the SHA-256 of its bytes. A session id is the name an agent gave its file, any
+        bytes (a Gemini chat named with bytes that are not UTF-8, accents, spaces): refusing
+        it meant no notes for the session, ever, and no record of why."""
+        if _SAFE_ID.match(session_id):
+            return self.directory / f"{session_id}.json"
+        digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return self.directory / f"_{digest}.json"
 
     def replace_nowait(self, record: ExtractionRecord) -> None:
         """Change the record in memory only; the next :meth:`put` of it writes it too."""
