@@ -18,7 +18,9 @@ values, not exceptions. Exceptions are for things that stop the unit of work at 
     │   │   └── Unreachable            no connection to the API at all (names the URL)
     │   ├── AuthenticationFailed   401/403: retrying will not help
     │   ├── QuotaExceeded          billing/credit errors: retrying will not help
-    │   └── BadRequest             any other 4xx: our request was wrong
+    │   ├── BadRequest             any other 4xx: our request was wrong
+    │   └── MalformedAnswer        a whole answer memd cannot use (cut short, template broken,
+    │                              not the JSON asked for): nothing was changed
     ├── CompactionFailed       a full compaction produced no summary (still too long, empty reply)
     ├── BudgetExhausted        the cost guard refuses background work until resume_at
     ├── AgentError             a sub-agent run ended without doing its job (turn limit, timeout)
@@ -112,6 +114,13 @@ class QuotaExceeded(LLMError):
 
 class BadRequest(LLMError):
     pass
+
+
+class MalformedAnswer(LLMError):
+    """The model answered, but not with something memd can apply (issue 34: the whole-answer
+    protocol of weak models): cut short, the notes' template broken, their content lost, not
+    the JSON asked for, an operation outside what is allowed. Nothing was changed; the job is
+    parked (tried again after its back-off, never at once) and the answer counted."""
 
 
 class CompactionFailed(MemdError):

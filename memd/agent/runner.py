@@ -35,7 +35,7 @@ import anyio
 
 from memd.agent.tools import Tool
 from memd.clock import Clock
-from memd.errors import AgentError, LLMError, WriteFailed
+from memd.errors import AgentError, LLMError, Unavailable, WriteFailed
 from memd.llm.client import LLM, LLMReply, Usage
 from memd.llm.ledger import JobKind, Ledger
 from memd.writes import DISK_FAULTS
@@ -380,3 +380,29 @@ def _result(use: Mapping[str, Any], content: str, *, is_error: bool) -> dict[str
     if is_error:
         block["is_error"] = True
     return block
+
+
+async def ask_once(
+    llm: LLM, spec: AgentSpec, messages: Sequence[Mapping[str, Any]], *, ledger: Ledger
+) -> LLMReply:
+    """The whole-answer protocol's one call (issue 34): no tools, the answer is the work, which
+    the job checks and applies itself. Usage goes to the ledger; a model failure, or no answer
+    within ``spec.timeout_s``, raises (:class:`LLMError`)."""
+    system, request = with_cache_breakpoints(spec.system, messages, len(messages))
+    with anyio.move_on_after(spec.timeout_s) as scope:
+        reply = await llm.create_message(
+            model=spec.model, system=system, messages=request, max_tokens=spec.max_tokens
+        )
+    if scope.cancelled_caught:
+        raise Unavailable(f"the {spec.kind} answer did not come within {spec.timeout_s:g} s")
+    ledger.record(
+        spec.kind,
+        reply.usage,
+        project=spec.project,
+        session=spec.session,
+        model=reply.model,
+        backend=reply.backend,
+        priced=reply.priced,
+        seconds=reply.seconds,
+    )
+    return reply

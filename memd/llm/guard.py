@@ -53,6 +53,7 @@ import anyio
 from memd.changes import CHANGES
 from memd.clock import Clock
 from memd.config import BudgetConfig
+from memd.errors import MalformedAnswer
 from memd.llm.failures import (
     JITTER_FRACTION,
     BlockAccount,
@@ -153,6 +154,7 @@ class GuardStatistics:
     hold_until: float | None  # the API's retry-after, for every kind
     account_blocked: str | None  # the error that blocks every job
     kinds: tuple[KindStatus, ...]  # the kinds that ever failed or have parked jobs
+    malformed: tuple[tuple[JobKind, int], ...] = ()  # whole answers memd could not use
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as ``status`` sends it; ``kinds`` names only the job kinds that have
@@ -167,6 +169,7 @@ class GuardStatistics:
             },
             "hold_until": self.hold_until,
             "account_blocked": self.account_blocked,
+            "malformed_answers": dict(self.malformed),
             "kinds": {
                 k.kind: {
                     "consecutive_failures": k.consecutive_failures,
@@ -264,6 +267,7 @@ class CostGuard:
         self._starts: dict[tuple[JobKind, str], collections.deque[float]] = {}
         self._account_blocked: str | None = None
         self._hold_until: float | None = None
+        self._malformed: collections.Counter[JobKind] = collections.Counter()
         self._changed: anyio.Event | None = None
         # Told of every failed run (the daemon counts them in status's errors).
         self.on_failure: Callable[[JobKind, str, BaseException], None] | None = None
@@ -349,6 +353,8 @@ class CostGuard:
         state = self._failures.get(kind, FailureState())
         self._failures[kind] = after_failure(state, error, now, self._budget, self._rng.random())
         failure = classify(error)
+        if isinstance(error, MalformedAnswer):
+            self._malformed[kind] += 1
         if self.on_failure is not None:
             self.on_failure(kind, subject, error)
         match failure:
@@ -424,6 +430,7 @@ class CostGuard:
             hold_until=hold,
             account_blocked=self._account_blocked,
             kinds=tuple(kinds),
+            malformed=tuple(sorted(self._malformed.items())),
         )
 
     async def _sleep_or_change(self, until: float) -> None:

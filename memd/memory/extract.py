@@ -36,14 +36,16 @@ from memd.agent.tools import Tool, ToolResult, make_tools
 from memd.clock import Clock
 from memd.confined import Area, Refused, shown
 from memd.errors import NotFound, PromptTooLong
+from memd.llm.backends import Protocol
 from memd.llm.client import LLM, Usage
 from memd.llm.guard import keep_newest
 from memd.llm.ledger import Ledger
-from memd.memory import prompts
+from memd.memory import operations, prompts
 from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.index import IndexEntry, load_index, parse_index
 from memd.memory.paths import INDEX_FILENAME
 from memd.memory.plan import Job
+from memd.memory.remember import Limits
 from memd.memory.scan import format_manifest, opened_area, scan_memories
 from memd.memory.store import MemoryStore
 from memd.privacy import scrub_text
@@ -104,8 +106,10 @@ async def extract_memories(
     ledger: Ledger,
     clock: Clock,
     input_cap: int | None = None,
+    protocol: Protocol = "tools",
 ) -> Extracted:
-    """Run the extraction agent on ``job``. Raises the model error, or
+    """Run the extraction agent on ``job`` (``protocol="whole"``: one answer of operations,
+    :mod:`memd.memory.operations`). Raises the model error, or
     :class:`memd.errors.AgentError` on a timeout, after rolling the memory dir back.
 
     ``input_cap`` (after a prompt-too-long, R-B1): the most tokens of new conversation to
@@ -139,7 +143,12 @@ async def extract_memories(
     )
     before = await anyio.to_thread.run_sync(take_snapshot, memory_dir)
     try:
+        if protocol == "whole":
+            return await _by_operations(llm, spec, request, memory_dir, settings, ledger, before)
         run = await run_agent(llm, spec, request, ledger=ledger, clock=clock)
+    except PromptTooLong as exc:
+        exc.sent = estimate_text(prompts.render_new(new, secrets=settings.redact_secrets))
+        raise
     except BaseException:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(roll_back, memory_dir, before)
@@ -149,6 +158,50 @@ async def extract_memories(
     except PromptTooLong as exc:
         exc.sent = estimate_text(prompts.render_new(new, secrets=settings.redact_secrets))
         raise
+
+
+async def _by_operations(
+    llm: LLM,
+    spec: AgentSpec,
+    request: list[dict[str, Any]],
+    memory_dir: Path,
+    settings: ExtractSettings,
+    ledger: Ledger,
+    before: Snapshot,
+) -> Extracted:
+    """The whole-answer protocol: one answer of operations, checked, applied, or nothing."""
+    rules = {"type": "text", "text": operations.answer_rules()}
+    asked = [{**request[0], "content": [*request[0]["content"], rules]}]
+    whole_spec = replace(
+        spec,
+        system=prompts.guidance(form=settings.frontmatter_form) + operations.SYSTEM_SUFFIX,
+        tools={},
+    )
+    limits = Limits(
+        content_max_bytes=operations.CONTENT_MAX_BYTES,
+        index_max_lines=settings.index_max_lines,
+        index_max_bytes=settings.index_max_bytes,
+        redact_secrets=settings.redact_secrets,
+    )
+    try:
+        applied = await operations.ask_and_apply(
+            llm,
+            whole_spec,
+            asked,
+            memory_dir,
+            limits=limits,
+            form=settings.frontmatter_form,
+            ledger=ledger,
+        )
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(roll_back, memory_dir, before)
+        raise
+    paths = tuple(str(memory_dir / name) for name in applied.written)
+    said = f"saved {len(paths)} memory file(s)" if paths else "Nothing to save."
+    return Extracted(
+        "completed", 1, len(paths), 0, paths, applied.written, applied.reply.usage, said
+    )
 
 
 def _message_tokens(message: ApiMessage, *, secrets: bool) -> int:

@@ -255,6 +255,7 @@ class ExtractionJobs:
             ledger=self._ledger,
             clock=self._clock,
             input_cap=self._input_caps.get((key, state.session_id)),
+            protocol=route.protocol,
         )
         self._guard.record_success("memory_extract", subject=key)
         await self._cite(project.where.memory_dir, state.cwd, result.files_touched)

@@ -134,6 +134,12 @@ def system_prompt(*, max_turns: int, form: FrontmatterForm = "metadata") -> str:
     )
 
 
+def guidance(*, form: FrontmatterForm = "metadata") -> str:
+    """The system prompt's guidance on what to remember, without its tools and turns (the
+    whole-answer protocol, :mod:`memd.memory.operations`, has neither)."""
+    return system_prompt(max_turns=1, form=form).split("\n\nHow to work")[0]
+
+
 def instruction(*, memory_dir: str, index_path: str, manifest: str, index: str, today: str) -> str:
     """The text after the conversation: where the memories are and what they are now."""
     return INSTRUCTION.format(

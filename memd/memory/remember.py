@@ -41,6 +41,7 @@ from memd.memory.freshness import age_text, freshness_warning
 from memd.memory.frontmatter import (
     MEMORY_TYPES,
     Frontmatter,
+    FrontmatterForm,
     MemoryType,
     iso_utc,
     normalize_line,
@@ -207,6 +208,7 @@ def write_memory(
     draft: MemoryDraft,
     limits: Limits,
     cite: Callable[[str], list[dict[str, Any]] | None] | None = None,
+    form: FrontmatterForm = "metadata",
 ) -> Written:
     """Write ``draft`` into ``memory_dir`` (see the module docstring); blocking. ``cite``
     gives the ``citations`` frontmatter value for the body (issue 26), replacing any the
@@ -217,7 +219,7 @@ def write_memory(
         meta = planned.meta
         planned = replace(planned, meta=replace(meta, extra=(*meta.extra, ("citations", cited))))
     assert planned.meta.type is not None and planned.meta.name is not None
-    store = MemoryStore(memory_dir, redact=limits.redact_secrets)
+    store = MemoryStore(memory_dir, redact=limits.redact_secrets, form=form)
     headers = scan_memories(memory_dir, max_files=1 << 30, head_lines=30)
     relative, created = choose_file(planned.meta.type, planned.meta.name, headers)
     entry = IndexEntry(planned.meta.name, relative, planned.meta.description or "")

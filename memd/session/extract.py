@@ -40,7 +40,7 @@ from memd.llm.guard import keep_newest
 from memd.llm.ledger import Ledger
 from memd.llm.models import Route
 from memd.privacy import scrub_text
-from memd.session import inputs, notes, prompts
+from memd.session import inputs, notes, prompts, whole
 from memd.session.template import (
     Broken,
     Intact,
@@ -216,11 +216,10 @@ async def _run_chunk(
     clock: Clock,
 ) -> ChunkDone:
     before = await anyio.to_thread.run_sync(notes.ensure_notes, path, setup.template)
-    request = await anyio.to_thread.run_sync(build_request, setup, chunk, before[0], path)
     spec = AgentSpec(
         kind="session_notes",
         model=setup.model,
-        system=prompts.SYSTEM_PROMPT,
+        system=whole.SYSTEM_PROMPT if setup.protocol == "whole" else prompts.SYSTEM_PROMPT,
         tools=make_tools(EditOnlyFile(path), ["Edit"], cwd=path.parent),
         max_turns=setup.config.max_turns,
         timeout_s=setup.timeout_s,
@@ -228,17 +227,66 @@ async def _run_chunk(
         project=job.project,
         session=job.session_id,
     )
-    run = await run_agent(llm, spec, request.messages, ledger=ledger, clock=clock)
     try:
-        await anyio.to_thread.run_sync(_settle, setup, path, before[0], run)
+        if setup.protocol == "whole":
+            usage = await _whole_chunk(llm, setup, spec, chunk, path, before[0], ledger, clock)
+        else:
+            usage = await _tool_chunk(llm, setup, spec, chunk, path, before[0], ledger, clock)
     except PromptTooLong as exc:
-        strategy = setup.config.strategy
+        strategy = "delta" if setup.protocol == "whole" else setup.config.strategy
         exc.sent = await anyio.to_thread.run_sync(
             inputs.chunk_tokens, chunk, strategy, estimate_text
         )
         raise
     anchor = chunk.covered_uuid if chunk.anchor_safe else None
-    return ChunkDone(chunk.covered_uuid, anchor, run.usage)
+    return ChunkDone(chunk.covered_uuid, anchor, usage)
+
+
+async def _tool_chunk(
+    llm: LLM,
+    setup: NotesSetup,
+    spec: AgentSpec,
+    chunk: inputs.Chunk,
+    path: Path,
+    before: str,
+    ledger: Ledger,
+    clock: Clock,
+) -> Usage:
+    """The Edit tool loop on one chunk; its edits kept or undone (:func:`_settle`)."""
+    request = await anyio.to_thread.run_sync(build_request, setup, chunk, before, path)
+    run = await run_agent(llm, spec, request.messages, ledger=ledger, clock=clock)
+    await anyio.to_thread.run_sync(_settle, setup, path, before, run)
+    return run.usage
+
+
+async def _whole_chunk(
+    llm: LLM,
+    setup: NotesSetup,
+    spec: AgentSpec,
+    chunk: inputs.Chunk,
+    path: Path,
+    before: str,
+    ledger: Ledger,
+    clock: Clock,
+) -> Usage:
+    """The whole new notes asked for and checked (:mod:`memd.session.whole`)."""
+    budget = await anyio.to_thread.run_sync(
+        notes.analyze_budget, before, setup.template, setup.config, estimate_text
+    )
+    return await whole.run_chunk(
+        llm,
+        spec,
+        chunk,
+        path,
+        template=setup.template,
+        before=before,
+        reminder=notes.budget_reminder(budget),
+        section_limit=setup.config.section_tokens,
+        total_limit=setup.config.total_tokens,
+        secrets=setup.redact_secrets,
+        ledger=ledger,
+        clock=clock,
+    )
 
 
 def _settle(setup: NotesSetup, path: Path, before: str, run: AgentRun) -> None:
