@@ -42,3 +42,41 @@ def test_without_the_extra_the_stage_is_off_and_names_it(tmp_path: Path, missing
     assert stats["on"] is False
     assert "pip install 'memd[semantic]'" in stats["off_reason"]
     assert "Traceback" not in done.stderr
+
+
+# Loaded by every interpreter started with this folder on PYTHONPATH: as if the extra's
+# packages were not installed.
+NO_EXTRA = """
+import sys
+for name in ("numpy", "model2vec"):
+    sys.modules[name] = None
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["--model", "minishlab/potion-base-8M"], ["--from", "."]])
+def test_fetch_model_without_the_extra_names_it_in_one_line(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """``memdctl fetch-model`` (the real command, and the module it runs) without numpy and
+    model2vec: exit 1 and one line naming the extra, where it printed numpy's traceback."""
+    hook = tmp_path / "no-extra"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(NO_EXTRA)
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(hook), *sys.path]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "memd_client.cli", "fetch-model", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("memdctl fetch-model: ") and "pip install 'memd[semantic]'" in line
+    assert not (tmp_path / ".local" / "state" / "memd" / "models").exists()

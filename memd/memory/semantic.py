@@ -67,6 +67,11 @@ OFF = "memory.semantic.enabled is false"
 Identity = tuple[int, str | None, str | None]
 
 
+def missing_extra(exc: ImportError) -> str:
+    """What to say when a package of the ``semantic`` extra cannot be imported."""
+    return f"{exc}; install memd's semantic extra: pip install 'memd[semantic]'"
+
+
 def model_folder(model: str, state_dir: Path) -> Path:
     """Where the model named by ``memory.semantic.model`` is: an absolute path is the folder
     itself; a model id ``owner/name`` is ``<state_dir>/models/owner--name`` (where
@@ -194,7 +199,7 @@ class SemanticStage:
         try:
             from memd.memory.semantic_model import FILES
         except ImportError as exc:  # numpy, which the extra brings, is missing
-            why = f"{exc}; install memd's semantic extra: pip install 'memd[semantic]'"
+            why = missing_extra(exc)
             self._set_model(_Model(("missing", str(exc)), config.model, None, why))
             return None
         key = (str(folder), *(signature(folder / name) for name in FILES))

@@ -8,7 +8,10 @@ network. The model is written under a temporary name beside its place, read back
 loader the daemon uses, and only then renamed into place, so a half-fetched or unusable model
 is never found there.
 
-Exit codes: 0 fetched, 1 failed (the reason on stderr), 2 usage error.
+Exit codes: 0 fetched, 1 failed (the reason on stderr: without the ``semantic`` extra, which
+one to install), 2 usage error. The model's modules need that extra (numpy, model2vec), so
+they are imported only once the command runs, where a missing one is that line, not a
+traceback.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memd.config import load_config
 from memd.errors import ConfigError
-from memd.memory.semantic import model_folder
-from memd.memory.semantic_model import Encoder, ModelProblem, guarded, import_library, load_encoder
+from memd.memory.semantic import missing_extra, model_folder
+
+if TYPE_CHECKING:
+    from memd.memory.semantic_model import Encoder
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -41,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
 def fetch(model: str, target: Path, source: Path | None = None) -> Encoder:
     """Fetch ``model`` (or copy ``source``) into ``target``; the loaded model. Raises
     :class:`ModelProblem` only; ``target`` is untouched then."""
+    from memd.memory.semantic_model import guarded, import_library, load_encoder
+
     old = target.with_name(f".{target.name}.old")
     if old.is_dir() and not target.exists():
         old.rename(target)  # a fetch killed between its two renames: the model it had
@@ -91,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     if source is not None and not source.is_dir():
         print(f"memdctl fetch-model: --from {source} is not a folder", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        from memd.memory.semantic_model import ModelProblem
+    except ImportError as exc:  # numpy, which the extra brings, is missing
+        print(f"memdctl fetch-model: {missing_extra(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     try:
         encoder = fetch(model, target, source)
     except ModelProblem as exc:
