@@ -394,3 +394,16 @@ def test_statistics_as_dict_is_plain_data(tmp_path: Path) -> None:
     # status lists only the kinds with something to say; the quiet ones cost bytes on every call
     assert set(data["kinds"]) == {"dream", "session_notes"}
     assert data["budget"]["hour"]["limit"] == 10_000
+
+
+def test_a_refused_key_holds_back_only_the_jobs_its_backend_serves(tmp_path: Path) -> None:
+    clock = FakeClock(1_000_000.0)
+    guard = CostGuard(BudgetConfig(), Ledger(tmp_path / "l.json", clock), clock)
+    serves = {"session_notes": "local", "memory_extract": "local", "dream": "gemini"}
+    guard.backend_of = lambda kind: serves.get(kind, "")
+    guard.record_failure("dream", AuthenticationFailed("401"), subject="p")
+    assert isinstance(guard.check("dream", subject="p"), Parked)
+    assert isinstance(guard.check("session_notes", subject="s"), Go)
+    guard.record_failure("session_notes", RateLimited("429", retry_after=60), subject="s")
+    assert isinstance(guard.check("memory_extract", subject="m"), Wait)  # same backend holds
+    assert guard.statistics().account_blocked == "gemini: AuthenticationFailed: 401"

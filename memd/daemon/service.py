@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from memd.dream.exclusion import DirExclusion
     from memd.dream.service import DreamService
     from memd.llm.guard import CostGuard
-    from memd.llm.ledger import Ledger
+    from memd.llm.ledger import JobKind, Ledger
     from memd.llm.models import Models
     from memd.memory.location import Location
     from memd.memory.service import MemoryService
@@ -175,6 +175,7 @@ class Daemon:
         self.ledger = ledger
         self.guard = CostGuard(self.loaded.config.budget, ledger, self.clock)
         self.guard.on_failure = self._job_failed
+        self.guard.backend_of = self._backend_of
         self._build_features(notes_store, tokens)
         self.features_ready.set()
         early, self._early_growth = self._early_growth, {}
@@ -262,6 +263,11 @@ class Daemon:
         """What the model client is configured from: the env file under the real environment.
         Only :func:`open_llm` sees it; nothing memd starts inherits these values."""
         return merged(self.env, self.env_file)
+
+    def _backend_of(self, kind: JobKind) -> str:
+        """The backend serving ``kind`` now (the guard holds back per backend)."""
+        route = self.llm.route(kind) if self.llm is not None else None
+        return str(getattr(route, "backend", ""))
 
     def _job_failed(self, kind: str, subject: str, error: BaseException) -> None:
         self.health.record(f"{kind} {subject}: {error}".replace("  ", " "))

@@ -265,8 +265,12 @@ class CostGuard:
         self._failures: dict[JobKind, FailureState] = {}
         self._parked: dict[tuple[JobKind, str], ParkedJob] = {}
         self._starts: dict[tuple[JobKind, str], collections.deque[float]] = {}
-        self._account_blocked: str | None = None
-        self._hold_until: float | None = None
+        # By backend (issue 34): a key refused or a quota spent on one backend holds back the
+        # jobs it serves, not those another backend serves; "" when no backend is known.
+        self._account_blocked: dict[str, str] = {}
+        self._hold_until: dict[str, float] = {}
+        # Which backend serves a job kind (the daemon sets it from its routes).
+        self.backend_of: Callable[[JobKind], str] = lambda kind: ""
         self._malformed: collections.Counter[JobKind] = collections.Counter()
         self._changed: anyio.Event | None = None
         # Told of every failed run (the daemon counts them in status's errors).
@@ -275,13 +279,14 @@ class CostGuard:
     def check(self, kind: JobKind, *, subject: str = "", input_key: str | None = None) -> Decision:
         """Decide for one job (no side effects: status may call it freely)."""
         now = self._clock.now()
+        backend = self.backend_of(kind)
         return decide(
             now=now,
             failure=self._failures.get(kind, FailureState()),
             parked=self._parked.get((kind, subject)),
             input_key=input_key,
-            account_blocked=self._account_blocked,
-            hold_until=self._hold_until,
+            account_blocked=self._account_blocked.get(backend),
+            hold_until=self._hold_until.get(backend),
             budget=self._ledger.budget(self._budget, now),
             budgeted=kind in self._budgeted,
             starts=self._starts.get((kind, subject), ()),
@@ -337,7 +342,7 @@ class CostGuard:
     def record_success(self, kind: JobKind, *, subject: str = "") -> None:
         self._failures[kind] = after_success(self._failures.get(kind, FailureState()))
         self._parked.pop((kind, subject), None)
-        self._account_blocked = None
+        self._account_blocked.pop(self.backend_of(kind), None)
         self._notify()
 
     def record_failure(
@@ -360,7 +365,8 @@ class CostGuard:
         match failure:
             case Retry(after=after):
                 if after is not None:
-                    self._hold_until = max(self._hold_until or 0.0, now + after)
+                    backend = self.backend_of(kind)
+                    self._hold_until[backend] = max(self._hold_until.get(backend, 0.0), now + after)
             case ParkJob():
                 jitter = self._rng.random()
                 self._parked[(kind, subject)] = park(
@@ -373,7 +379,7 @@ class CostGuard:
                     lambda n: backoff_delay(n, self._budget, jitter),
                 )
             case BlockAccount():
-                self._account_blocked = describe(error)
+                self._account_blocked[self.backend_of(kind)] = describe(error)
             case unreachable:
                 assert_never(unreachable)
         self._notify()
@@ -388,14 +394,14 @@ class CostGuard:
             del self._parked[key]
         for k in list(self._failures) if kind is None else [kind]:
             self._failures[k] = after_success(self._failures.get(k, FailureState()))
-        self._account_blocked = None
-        self._hold_until = None
+        self._account_blocked.clear()
+        self._hold_until.clear()
         self._notify()
 
     def reconfigure(self, budget: BudgetConfig) -> None:
         """New budget settings (config reload); also lifts an account block."""
         self._budget = budget
-        self._account_blocked = None
+        self._account_blocked.clear()
         self._notify()
 
     def statistics(self) -> GuardStatistics:
@@ -423,12 +429,15 @@ class CostGuard:
                     parked,
                 )
             )
-        hold = self._hold_until if self._hold_until is not None and self._hold_until > now else None
+        holds = [t for t in self._hold_until.values() if t > now]
+        blocked = "; ".join(
+            f"{name}: {why}" if name else why for name, why in sorted(self._account_blocked.items())
+        )
         return GuardStatistics(
             at=now,
             budget=self._ledger.budget(self._budget, now),
-            hold_until=hold,
-            account_blocked=self._account_blocked,
+            hold_until=max(holds) if holds else None,
+            account_blocked=blocked or None,
             kinds=tuple(kinds),
             malformed=tuple(sorted(self._malformed.items())),
         )
