@@ -51,7 +51,9 @@ class Home:
 def fake_home(tmp_path: Path, **extra_env: str) -> Iterator[Home]:
     # AF_UNIX paths are limited to ~107 bytes, and pytest's tmp_path can be long.
     runtime = Path(tempfile.mkdtemp(prefix="memd-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMD_", "XDG_"))}
+    # No model key of the machine's reaches a test's daemon (each backend's own variables).
+    model = ("ANTHROPIC_", "OPENAI_", "GEMINI_", "GOOGLE_API_KEY", "GOOGLE_GEMINI_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith((*model, "MEMD_", "XDG_"))}
     env.pop("CLAUDE_CONFIG_DIR", None)
     env.pop("NOTIFY_SOCKET", None)
     env.update(HOME=str(tmp_path), XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1")

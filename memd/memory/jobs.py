@@ -270,6 +270,8 @@ class ExtractionJobs:
             tokens,
         )
         detail = f"{result.outcome}: {result.summary}" if result.summary else result.outcome
+        if result.denied_calls:  # a wrong tool, a path outside the memory dir: refused
+            detail += f" ({result.denied_calls} tool call(s) refused)"
         return ProjectRun(
             self._clock.now(), "extracted", state.session_id, detail, result.files_touched, tokens
         )
