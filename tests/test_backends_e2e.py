@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,7 @@ def test_a_local_openai_compatible_server_alone_keeps_every_agents_notes_and_mem
                 memory_dir(home.projects, repo),
                 home.projects / "-work-project" / "memory",
             ):
-                wait_for(lambda w=where: memories(w), timeout=60, what=f"memories in {where}")
+                wait_for(partial(memories, where), timeout=60, what=f"memories in {where}")
             fork = forked_from_notes(home)
             assert fork["forked"] and fork["api_calls"] == 0, fork
             usage = call(home, "status")["usage"]
