@@ -297,6 +297,8 @@ def delete_file(area: Area, relative: str) -> Problem | None:
     try:
         area.unlink(relative)
     except (OSError, ValueError) as exc:
+        if isinstance(exc, WriteFailed):
+            raise  # the disk refuses (or the run's journal): the run ends failed
         if isinstance(exc, (Refused, ValueError)):
             return open_problem(area, relative, exc)
         return Problem(f"could not delete {where}: {exc.strerror or exc}")

@@ -44,7 +44,7 @@ from memd.agent.places import Place
 from memd.agent.process import ShellLimits
 from memd.agent.shell import DEFAULT_LIMITS
 from memd.agent.vcs import vcs_part
-from memd.confined import Area
+from memd.confined import Area, ChangeGuard
 from memd.errors import WriteFailed
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class ToolContext:
     shell_limits: ShellLimits
     file_limits: FileLimits
     budget: WriteBudget = field(compare=False)  # shared by the tools of one run
+    guard: ChangeGuard | None = None  # told every change before it is made (a dream's journal)
 
 
 Handler = Callable[[ToolContext, Mapping[str, Any]], Awaitable[ToolResult]]
@@ -117,10 +118,13 @@ def make_tools(
     cwd: Path,
     limits: ShellLimits = DEFAULT_LIMITS,
     file_limits: FileLimits = DEFAULT_FILE_LIMITS,
+    guard: ChangeGuard | None = None,
 ) -> dict[str, Tool]:
     """The named tools bound to ``policy``. ``cwd`` is where Shell commands run (use the
-    policy's own directory); file tools take relative paths from the policy's directory."""
-    context = ToolContext(policy, cwd, limits, file_limits, WriteBudget(file_limits))
+    policy's own directory); file tools take relative paths from the policy's directory.
+    ``guard`` is told every change the file tools make, before it is made (and may stop it):
+    they then never create a missing area."""
+    context = ToolContext(policy, cwd, limits, file_limits, WriteBudget(file_limits), guard)
     tools: dict[str, Tool] = {}
     for name in names:
         if name not in _DEFINITIONS:
@@ -200,12 +204,15 @@ async def _placed(
     return where, resolved
 
 
-def _open_area(root: Path, *, create: bool = False) -> Area | Problem:
-    """The area at ``root``; with ``create``, made when its parent exists (never above)."""
+def _open_area(
+    root: Path, *, create: bool = False, guard: ChangeGuard | None = None
+) -> Area | Problem:
+    """The area at ``root``; with ``create`` and no ``guard``, made when its parent exists
+    (never above)."""
     try:
-        return Area.open(root)
+        return Area.open(root, guard=guard)
     except FileNotFoundError:
-        if not create:
+        if not create or guard is not None:
             return Problem(f"{root} does not exist")
     except (OSError, ValueError) as exc:
         return Problem(f"denied: {root} cannot be opened as an area ({exc})", denied=True)
@@ -219,10 +226,14 @@ def _open_area(root: Path, *, create: bool = False) -> Area | Problem:
 
 
 def _in_area(
-    place: Place, work: Callable[[Area], _T | Problem], *, create: bool = False
+    place: Place,
+    work: Callable[[Area], _T | Problem],
+    *,
+    create: bool = False,
+    guard: ChangeGuard | None = None,
 ) -> _T | Problem:
     """Run ``work`` on the place's area (blocking)."""
-    area = _open_area(place.root, create=create)
+    area = _open_area(place.root, create=create, guard=guard)
     if isinstance(area, Problem):
         return area
     with area:
@@ -271,7 +282,7 @@ async def _edit(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
             budget=context.budget,
         )
 
-    result = await _thread(partial(_in_area, place, work))
+    result = await _thread(partial(_in_area, place, work, guard=context.guard))
     if isinstance(result, Problem):
         return _problem(replace(result, message=f"{place.path}: {result.message}"))
     what = "created" if result.created else f"replaced {result.replacements} occurrence(s) in"
@@ -289,7 +300,7 @@ async def _write(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     def work(area: Area) -> Problem | None:
         return files.write_bytes(area, place.relative, data, context.budget)
 
-    result = await _thread(partial(_in_area, place, work, create=True))
+    result = await _thread(partial(_in_area, place, work, create=True, guard=context.guard))
     if isinstance(result, Problem):
         return _problem(result)
     return ToolResult(f"wrote {len(data)} bytes to {place.path}", touched=(place.path,))
@@ -301,7 +312,12 @@ async def _delete(context: ToolContext, args: Mapping[str, Any]) -> ToolResult:
         return placed
     place = placed[0]
     result = await _thread(
-        partial(_in_area, place, lambda area: files.delete_file(area, place.relative))
+        partial(
+            _in_area,
+            place,
+            lambda area: files.delete_file(area, place.relative),
+            guard=context.guard,
+        )
     )
     if isinstance(result, Problem):
         return _problem(result)

@@ -31,7 +31,7 @@ Blocking I/O: call it from a worker thread. An :class:`Area` holds one descripto
 context manager and keep it no longer than one operation.
 """
 
-from memd.confined.area import Area, Entry
+from memd.confined.area import Area, ChangeGuard, ChangeKind, Entry
 from memd.confined.findings import Finding, Findings, Refused, findings, shown
 from memd.confined.resolve import TEMP_MARK, _openat2, kind_of, split_relative, use_openat2
 from memd.confined.tree import Folder, Skipped, tree
@@ -39,6 +39,8 @@ from memd.confined.tree import Folder, Skipped, tree
 __all__ = [
     "TEMP_MARK",
     "Area",
+    "ChangeGuard",
+    "ChangeKind",
     "Entry",
     "Finding",
     "Findings",

@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 from memd.confined.findings import Refused, findings
 from memd.confined.resolve import (
@@ -18,15 +17,27 @@ from memd.confined.resolve import (
     _HEAD_CHUNK,
     _O_CLOEXEC,
     _O_DIRECTORY,
-    _O_NOFOLLOW,
     _READ_FLAGS,
-    TEMP_MARK,
     _openat2,
-    holds,
     kind_of,
+    replace_at,
     split_relative,
 )
 from memd.writes import reporting
+
+ChangeKind = Literal["write", "unlink", "mkdir", "rmdir"]
+
+
+class ChangeGuard(Protocol):
+    """Told every change an area makes, before it is made: a file replaced (``write``, with
+    the bytes it will hold, after the checks that could refuse it), a file removed
+    (``unlink``), a folder made (``mkdir``: each one on the way to a file) or removed
+    (``rmdir``). It records what undoes the change (a dream's journal); when it raises, the
+    change is not made and the exception goes on to the caller."""
+
+    def before_change(
+        self, area: Area, kind: ChangeKind, relative: str, data: bytes | None
+    ) -> None: ...
 
 
 class Entry(NamedTuple):
@@ -59,17 +70,33 @@ class Area:
     ``any_owner``: files and folders of any user are read and entered (a repository's code,
     which its other users may have written; links and hard links are still refused), not
     only the user's own. ``report=False``: what is refused is not recorded in
-    :data:`findings` (not a folder of memd's: a link in a repository is no one's mistake)."""
+    :data:`findings` (not a folder of memd's: a link in a repository is no one's mistake).
+    ``guard`` is told every change before it is made (:class:`ChangeGuard`)."""
 
-    def __init__(self, root: Path, fd: int, *, any_owner: bool = False, report: bool = True):
+    def __init__(
+        self,
+        root: Path,
+        fd: int,
+        *,
+        any_owner: bool = False,
+        report: bool = True,
+        guard: ChangeGuard | None = None,
+    ):
         self.root = root
         self._fd = fd
         self._any_owner = any_owner
         self._report = report
+        self.guard = guard
 
     @classmethod
     def open(
-        cls, root: Path, *, create: bool = False, any_owner: bool = False, report: bool = True
+        cls,
+        root: Path,
+        *,
+        create: bool = False,
+        any_owner: bool = False,
+        report: bool = True,
+        guard: ChangeGuard | None = None,
     ) -> Area:
         """Open ``root`` (links in its own path followed, once). ``FileNotFoundError`` when it
         does not exist (made first with ``create``), :class:`Refused` when it is not a folder
@@ -84,10 +111,14 @@ class Area:
         except BaseException:
             os.close(fd)
             raise
-        return cls(root, fd, any_owner=any_owner, report=report)
+        return cls(root, fd, any_owner=any_owner, report=report, guard=guard)
 
     def _owned(self, info: os.stat_result) -> bool:
         return self._any_owner or info.st_uid == os.getuid()
+
+    def _tell(self, kind: ChangeKind, relative: str, data: bytes | None = None) -> None:
+        if self.guard is not None:  # it looks whether the entry is there itself
+            self.guard.before_change(self, kind, relative, data)
 
     def _note(self, where: str, kind: str) -> None:
         if self._report:
@@ -370,8 +401,10 @@ class Area:
         if not relative:
             return fd
         try:
-            for part in split_relative(relative):
+            parts = split_relative(relative)
+            for depth, part in enumerate(parts, 1):
                 name = os.fsencode(part)
+                self._tell("mkdir", "/".join(parts[:depth]))
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o700, dir_fd=fd)
                 try:
@@ -425,46 +458,17 @@ class Area:
                     raise Refused(where, why)
                 if mode is None:
                     mode = existing.st_mode & 0o7777
+            self._tell("write", relative, data)
             with reporting(self.path(relative)):  # a disk fault raises WriteFailed
-                return self._replace(parent, name, data, 0o600 if mode is None else mode, expected)
+                return replace_at(parent, name, data, 0o600 if mode is None else mode, expected)
         finally:
             os.close(parent)
-
-    @staticmethod
-    def _replace(parent: int, name: bytes, data: bytes, mode: int, expected: bytes | None) -> bool:
-        temp = b"." + name + os.fsencode(TEMP_MARK) + secrets.token_hex(4).encode() + b".tmp"
-        fd = os.open(
-            temp,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
-            0o600,
-            dir_fd=parent,
-        )
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fchmod(fd, mode)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if expected is not None and not holds(parent, name, expected):
-                os.unlink(temp, dir_fd=parent)
-                return False
-            os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=parent)
-            raise
-        with contextlib.suppress(OSError):
-            os.fsync(parent)
-        return True
 
     def unlink(self, relative: str) -> bool:
         """Remove the entry ``relative`` (a link itself, never what it names); whether it was
         there. Folders on the way are walked without following links."""
         parts = split_relative(relative)
+        self._tell("unlink", relative)
         parent = self.open_dir("/".join(parts[:-1]))
         try:
             os.unlink(os.fsencode(parts[-1]), dir_fd=parent)
@@ -477,6 +481,7 @@ class Area:
     def rmdir(self, relative: str) -> bool:
         """Remove the empty folder ``relative``; whether it was removed."""
         parts = split_relative(relative)
+        self._tell("rmdir", relative)
         parent = self.open_dir("/".join(parts[:-1]))
         try:
             os.rmdir(os.fsencode(parts[-1]), dir_fd=parent)

@@ -1,11 +1,14 @@
-"""Names and the kernel: relative names that cannot climb out, what an fstat allows, and
-``openat2`` (``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``) where the kernel has it."""
+"""Names and the kernel: relative names that cannot climb out, what an fstat allows,
+``openat2`` (``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``) where the kernel has it, and the
+atomic replace of a name inside a folder's descriptor."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
+import secrets
 import stat
 from typing import Final
 
@@ -125,3 +128,36 @@ def use_openat2(enabled: bool) -> bool:
     previous = _openat2.available
     _openat2.available = enabled and os.uname().sysname == "Linux"
     return previous
+
+
+def replace_at(parent: int, name: bytes, data: bytes, mode: int, expected: bytes | None) -> bool:
+    """Replace ``name`` in the folder ``parent`` with ``data`` (a unique temp file beside it,
+    fsync, rename); with ``expected``, only while it still holds those bytes (whether it was)."""
+    temp = b"." + name + os.fsencode(TEMP_MARK) + secrets.token_hex(4).encode() + b".tmp"
+    fd = os.open(
+        temp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+        0o600,
+        dir_fd=parent,
+    )
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if expected is not None and not holds(parent, name, expected):
+            os.unlink(temp, dir_fd=parent)
+            return False
+        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
+        raise
+    with contextlib.suppress(OSError):
+        os.fsync(parent)
+    return True
