@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -20,6 +20,9 @@ from memd.llm.guard import CostGuard
 from memd.llm.ledger import LEDGER_FILE, Ledger
 from memd.llm.models import models_of
 from memd.memory.location import Location
+
+if TYPE_CHECKING:
+    from memd.dream.recorder import Recorder
 
 
 def make_service(
@@ -78,3 +81,14 @@ def check_once(tmp_path: Path, closed: str) -> Verdict:
         return verdict
 
     return anyio.run(main)
+
+
+def recorder_for(memory: Path, run_dir: Path, saved: dict[str, str] | None = None) -> Recorder:
+    """A run's recorder over ``memory``, its journal made in ``run_dir`` (as a run makes it)."""
+    from memd.dream.journal import Journal
+    from memd.dream.recorder import Recorder
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    book = Journal(run_dir)
+    book.create()
+    return Recorder(memory, book, saved or {})

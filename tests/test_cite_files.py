@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from memd.config import MemoryConfig
-from memd.dream import journal, snapshot
-from memd.dream.journal import Journal
+from memd.dream import snapshot
+from memd.dream.undo import undo
 from memd.memory.cite_files import WRITE_ATTEMPTS, Recorded, record_citations
 from memd.memory.frontmatter import parse_document
 from memd.memory.trust import CitationChecks
 from memd_client.render_status import render_status
+from tests.dream_support import recorder_for
 
 MEMORY = (
     "---\n# a comment the writer left\nname: retry\ndescription: 'where: retries'\n"
@@ -64,15 +65,11 @@ def test_a_dreams_citations_are_journaled_and_undone_byte_for_byte(tmp_path: Pat
     run.mkdir()
     (mdir / "project_retry.md").write_text(MEMORY)
     snap = run / "snapshot"
-    snapshot.take(mdir, snap, max_bytes=1 << 20)
-    book = Journal(run)
-    cited = record_citations(mdir, ["project_retry.md"], cite, book.intent)
-    for relative in cited.changed:
-        data = snapshot.memory_bytes(mdir, relative)
-        assert data is not None
-        book.done(relative, snapshot.sha256(data))
+    saved = snapshot.take(mdir, snap, max_bytes=1 << 20)
+    cited = record_citations(mdir, ["project_retry.md"], cite, recorder_for(mdir, run, saved.files))
+    assert cited.changed == ("project_retry.md",)
     assert "citations:" in (mdir / "project_retry.md").read_text()
-    undone = journal.undo(mdir, run, snap)
+    undone = undo(mdir, run, snap)
     assert undone.restored == ("project_retry.md",) and undone.flagged == ()
     assert (mdir / "project_retry.md").read_bytes() == MEMORY.encode()
 

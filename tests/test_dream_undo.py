@@ -10,10 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memd.dream import journal, snapshot, wipe
-from memd.dream.journal import Journal
+from memd.confined import Area
+from memd.dream import changelog, journal, snapshot, wipe
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
+from memd.dream.recorder import Recorder
 from memd.dream.runs import RunRecord, RunStore
+from memd.dream.undo import undo
+from tests.dream_support import recorder_for
 
 NOTE = "---\nname: n\ndescription: d\ntype: user\n---\nbody\n"
 
@@ -30,15 +33,13 @@ def memory(tmp_path: Path) -> Path:
     return mdir
 
 
-def write(book: Journal, mdir: Path, relative: str, data: bytes | None) -> None:
-    """What a journaled tool does around one write."""
-    book.intent(relative)
-    if data is None:
-        (mdir / relative).unlink()
-    else:
-        (mdir / relative).write_bytes(data)
-    after = snapshot.sha256(data) if data is not None else None
-    book.done(relative, after)
+def write(book: Recorder, mdir: Path, relative: str, data: bytes | None) -> None:
+    """One change as a dream's tools make it: through an area the run's recorder guards."""
+    with Area.open(mdir, guard=book) as area:
+        if data is None:
+            area.unlink(relative)
+        else:
+            area.write(relative, data)
 
 
 def test_snapshot_skips_locks_links_and_fifos_and_restores_byte_for_byte(tmp_path: Path) -> None:
@@ -74,23 +75,24 @@ def test_undo_touches_only_the_runs_own_changes(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     snap = run / "snapshot"
-    snapshot.take(mdir, snap)
+    saved = snapshot.take(mdir, snap)
     before = snapshot.current_tree(mdir).files
-    book = Journal(run)
+    book = recorder_for(mdir, run, saved.files)
     write(book, mdir, "a.md", b"merged")
     write(book, mdir, "b.md", None)
     write(book, mdir, "c.md", b"created")
-    (mdir / "new" / "deeper").mkdir(parents=True)
     write(book, mdir, "new/deeper/d.md", b"created in a new folder")
     write(book, mdir, "MEMORY.md", b"index by the run")
-    book.intent("team/t.md")  # killed in the middle of this write
-    (mdir / "team" / "t.md").write_bytes(b"half")
+    with Area.open(mdir) as area:  # killed inside this write: its temp file is left
+        book.before_change(area, "write", "team/t.md", b"whole")
+    (mdir / "team" / ".t.md.memd-0123abcd.tmp").write_bytes(b"wh")
     (mdir / "MEMORY.md").write_text("edited by a person since")  # someone else's change
     (mdir / "theirs.md").write_text("written by another process")
-    undone = journal.undo(mdir, run, snap)
+    undone = undo(mdir, run, snap)
     assert undone.flagged == ("MEMORY.md",)
-    assert sorted(undone.restored) == ["a.md", "b.md", "c.md", "new/deeper/d.md", "team/t.md"]
+    assert sorted(undone.restored) == ["a.md", "b.md", "c.md", "new/deeper/d.md"]
     assert not (mdir / "new").exists() and (mdir / "team").is_dir()
+    assert sorted(os.listdir(mdir / "team")) == ["t.md"]
     now = snapshot.current_tree(mdir).files
     assert now.pop("theirs.md") and now.pop("MEMORY.md") != before["MEMORY.md"]
     assert now == {k: v for k, v in before.items() if k != "MEMORY.md"}
@@ -100,14 +102,13 @@ def test_change_log_has_diffs_and_merges(tmp_path: Path) -> None:
     mdir = memory(tmp_path)
     run = tmp_path / "run"
     run.mkdir()
-    snapshot.take(mdir, run / "snapshot")
-    book = Journal(run)
+    saved = snapshot.take(mdir, run / "snapshot")
+    book = recorder_for(mdir, run, saved.files)
     write(book, mdir, "a.md", NOTE.replace("body", "body, dated 2026-11-21").encode())
-    book.intent("b.md")
-    (mdir / "b.md").unlink()
-    book.done("b.md", None, merged_into="a.md")
+    book.merges["b.md"] = "a.md"
+    write(book, mdir, "b.md", None)
     write(book, mdir, "c.md", b"new\n")
-    changes = {c.relative: c for c in journal.changes(mdir, run, run / "snapshot")}
+    changes = {c.relative: c for c in changelog.changes(mdir, run, run / "snapshot")}
     assert changes["a.md"].action == "modified"
     assert "+body, dated 2026-11-21" in changes["a.md"].diff
     assert changes["b.md"].action == "deleted" and changes["b.md"].merged_into == "a.md"
@@ -121,8 +122,8 @@ def test_a_hostile_journal_never_raises(lines: list[bytes]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp)
         (run / "journal.jsonl").write_bytes(b"\n".join(lines))
-        entries = journal.read(run)
-        assert all(snapshot.safe_relative(k) for k in entries)
+        steps = journal.read(run, {}).steps
+        assert all(snapshot.safe_relative(s.relative) for s in steps)
 
 
 def test_journal_paths_that_escape_are_ignored(tmp_path: Path) -> None:
@@ -134,7 +135,7 @@ def test_journal_paths_that_escape_are_ignored(tmp_path: Path) -> None:
     ]
     raw = "\n".join(json.dumps(x) for x in lines) + "\n" + "[" * 60_000
     (tmp_path / "journal.jsonl").write_text(raw)
-    assert list(journal.read(tmp_path)) == ["ok.md"]
+    assert [s.relative for s in journal.read(tmp_path, {}).steps] == ["ok.md"]
 
 
 LIMITS = wipe.Limits(200, 25_000)
@@ -210,11 +211,11 @@ def test_names_that_are_not_utf8_stay_encodable(tmp_path: Path) -> None:
     run.mkdir()
     saved = snapshot.take(mdir, run / "snapshot")
     assert odd in saved.files
-    book = Journal(run)
+    book = recorder_for(mdir, run, saved.files)
     write(book, mdir, odd, b"changed")
-    changes = [c.as_dict() for c in journal.changes(mdir, run, run / "snapshot")]
+    changes = [c.as_dict() for c in changelog.changes(mdir, run, run / "snapshot")]
     assert msgpack.packb(printable({"changes": changes}), use_bin_type=True)
-    assert journal.undo(mdir, run, run / "snapshot").restored == (odd,)
+    assert undo(mdir, run, run / "snapshot").restored == (odd,)
     assert (mdir / odd).read_text() == NOTE
 
 
@@ -256,12 +257,12 @@ def test_an_undo_the_disk_refuses_is_pending_and_done_once_the_disk_heals(tmp_pa
         record = RunRecord("20261122T120000-000001-dream", "dream", "proj", str(mdir))
         run = store.run_dir("proj", record.run_id)
         run.mkdir(parents=True)
-        snapshot.take(mdir, run / "snapshot")
-        book = Journal(run)
+        saved = snapshot.take(mdir, run / "snapshot")
+        book = recorder_for(mdir, run, saved.files)
         write(book, mdir, "a.md", b"merged by the dream")
         write(book, mdir, "c.md", b"created by the dream")
         disk.fault("EROFS")
-        undone = journal.undo(mdir, run, run / "snapshot")
+        undone = undo(mdir, run, run / "snapshot")
         assert undone.failed == ("a.md", "c.md") and undone.flagged == ()
         record.state, record.reason = "failed", "the model failed"
         store.save(record)

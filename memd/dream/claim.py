@@ -3,8 +3,10 @@ given back at its end (R-D2).
 
 The record is written before the lock's PID (its intent: a kill from then on is undone at the
 next start, the lock rolled back to the prior mtime the record keeps); a lock that turns out
-to be someone else's removes the record again. At the end, a kept run marks the lock, a
-failed or undone one rolls it back; a lock taken over meanwhile is left to its new holder.
+to be someone else's removes the record again. At the end (:func:`write_down`), a kept run
+writes its change log, marks the lock, and is kept once its record says so on disk; when the
+state disk refuses either, the run is undone and the lock rolled back, as for a failed or
+undone run. A lock taken over meanwhile is left to its new holder.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from pathlib import Path
 
 from memd.clock import Clock
 from memd.dream import lock
+from memd.dream.changelog import Change
 from memd.dream.gates import Go
-from memd.dream.runs import RunRecord, RunStore, project_key
+from memd.dream.restore import pending_reason, undo_run
+from memd.dream.runs import UNDO_PENDING, RunRecord, RunStore, project_key
 
 log = logging.getLogger(__name__)
 
@@ -79,3 +83,54 @@ def finish_lock(record: RunRecord, ok: bool) -> None:
             log.warning("dream in %s: the lock was taken over during the run", memory_dir)
     elif not lock.roll_back(memory_dir, record.prior_mtime_ns):
         log.warning("dream in %s: the lock is someone else's now; left alone", memory_dir)
+
+
+def release(record: RunRecord, ok: bool) -> None:
+    """:func:`finish_lock`; a lock the memory dir's disk will not change stays as it is."""
+    try:
+        finish_lock(record, ok)
+    except OSError as exc:
+        log.warning("dream in %s: the lock stays as it is: %s", record.memory_dir, exc)
+
+
+def write_down(store: RunStore, record: RunRecord, changes: list[Change]) -> None:
+    """Write a run's end (blocking). A ``completed`` run is kept only once its change log and
+    its record are on disk; when the state disk refuses, its changes are undone (from the
+    journal, which needs no write there) and it ends ``failed`` (or :data:`UNDO_PENDING`)."""
+    if record.state != "completed":
+        release(record, False)
+        store.keep_changes(record, changes)
+        store.keep(record)
+        return
+    try:
+        store.save_changes(record, changes)
+        release(record, True)
+        store.save(record)
+    except OSError as exc:
+        _undo_unrecorded(store, record, exc)
+
+
+def write_stopped(store: RunStore, record: RunRecord) -> None:
+    """Write the end of a run the daemon's shutdown stopped (blocking): its undo is made sure
+    of first (it is done again, which changes nothing when it was done), and a run whose undo
+    the disk refused is :data:`UNDO_PENDING`, tried again at the next start."""
+    undone = undo_run(store, record)
+    release(record, False)
+    record.state, record.reason = "interrupted", "the daemon stopped during the run"
+    if undone.failed:
+        record.state = UNDO_PENDING
+        record.reason = pending_reason(record.reason, undone.failed)
+    store.keep(record)
+
+
+def _undo_unrecorded(store: RunStore, record: RunRecord, exc: OSError) -> None:
+    log.warning("dream %s: cannot record its end, so it is undone: %s", record.run_id, exc)
+    undone = undo_run(store, record)
+    release(record, False)
+    record.state = "failed"
+    record.reason = f"the state disk refused the record of the run's end ({exc}): undone"
+    record.flagged = list(undone.flagged)
+    if undone.failed:
+        record.state = UNDO_PENDING
+        record.reason = pending_reason(record.reason, undone.failed)
+    store.keep(record)

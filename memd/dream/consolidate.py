@@ -1,14 +1,18 @@
 """One dream run (R-D3, R-B3): snapshot, the consolidation agent, then keep or undo.
 
-:func:`consolidate` copies the memory dir into the run folder, runs the agent through
-:func:`memd.agent.runner.run_agent` with the tools of :mod:`memd.dream.tools` (every write
-journaled), and settles:
+:func:`consolidate` makes the run's journal and copies the memory dir into the run folder,
+both on disk for good before anything changes (a state disk that refuses either: the run
+fails having changed nothing), then runs the agent through :func:`memd.agent.runner.run_agent`
+with the tools of :mod:`memd.dream.tools`. Every change to the memory dir, the agent's and
+this module's own, is recorded before it is made (:mod:`memd.dream.recorder`); a record the
+state disk refuses stops the change and fails the run. It settles:
 
 * the agent finished and the wipe guard (:mod:`memd.dream.wipe`) finds nothing → the run's
-  files are scrubbed of secrets and private spans, the change log is written: ``completed``;
-* the model failed, the run timed out or used all its turns, or the wipe guard tripped → the
-  change log is written, then the run's own changes are undone (:func:`memd.dream.journal.undo`):
-  ``failed`` with the reason;
+  files are scrubbed of secrets and private spans and their citations recorded, the change
+  log is made: ``completed`` (the caller writes it down, or undoes the run when it cannot);
+* the model failed, the run timed out or used all its turns, a record was refused, or the
+  wipe guard tripped → the change log is made, then the run's own changes are undone
+  (:func:`memd.dream.undo.undo`): ``failed`` with the reason;
 * ``abort`` was set → undone the same way: ``aborted``;
 * the task is cancelled (shutdown) → undone under a shield, and the cancellation goes on.
 
@@ -17,9 +21,11 @@ Holding the consolidation lock and the record on disk are the caller's part.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -38,15 +44,19 @@ from memd.agent.runner import (
 )
 from memd.agent.tools import Tool
 from memd.clock import Clock
-from memd.dream import journal, prompts, snapshot, wipe
-from memd.dream.journal import Change, Journal
+from memd.confined import Area, ChangeGuard, Refused
+from memd.dream import changelog, prompts, snapshot, wipe
+from memd.dream.changelog import Change
+from memd.dream.journal import Journal, RecordRefused
+from memd.dream.recorder import Recorder
 from memd.dream.runs import SNAPSHOT
 from memd.dream.tools import Written, dream_tools
+from memd.dream.undo import Undone, undo
 from memd.errors import WriteFailed
 from memd.llm.client import LLM, Usage
 from memd.llm.ledger import Ledger
-from memd.memory.extract import scrub_files
 from memd.memory.paths import INDEX_FILENAME
+from memd.privacy import scrub_text
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +73,8 @@ class DreamSettings:
     snapshot_max_bytes: int = snapshot.SNAPSHOT_MAX_BYTES
 
 
-# Records what the given memory files cite, told each file before rewriting it (issue 26).
-CiteRun = Callable[[Sequence[str], Callable[[str], None]], tuple[str, ...]]
+# Records what the given memory files cite (issue 26), each rewrite told to the guard first.
+CiteRun = Callable[[Sequence[str], ChangeGuard], tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -78,8 +88,8 @@ class Job:
     trigger_session: str = ""
     # Issue 26: memories whose citations have all failed memory.citation_retire_days.
     retire: tuple[str, ...] = ()
-    # Issue 26: records what the files a kept run wrote cite (relative paths; the hook is
-    # told each file before it is rewritten); the files rewritten.
+    # Issue 26: records what the files a kept run wrote cite (relative paths; the guard is
+    # told each rewrite before it is made); the files rewritten.
     cite: CiteRun | None = None
 
 
@@ -109,15 +119,17 @@ async def consolidate(
 ) -> DreamOutcome:
     """Run one dream on ``job`` (see the module docstring)."""
     snap = job.run_dir / SNAPSHOT
+    book = Journal(job.run_dir)
     try:
         before = await anyio.to_thread.run_sync(
-            lambda: snapshot.take(job.memory_dir, snap, max_bytes=settings.snapshot_max_bytes)
+            partial(_prepare, job, book, settings.snapshot_max_bytes)
         )
     except (snapshot.TooLarge, OSError) as exc:
         return DreamOutcome("failed", f"cannot snapshot the memory dir: {exc}", (), ())
     index = snapshot.saved_bytes(snap, INDEX_FILENAME) if INDEX_FILENAME in before.files else None
+    recorder = Recorder(job.memory_dir, book, before.files)
     tools, written = dream_tools(
-        job.memory_dir, Journal(job.run_dir), job.transcript_dirs, secrets=settings.redact_secrets
+        job.memory_dir, recorder, job.transcript_dirs, secrets=settings.redact_secrets
     )
     spec, messages = _request(settings, job, tools, index)
     run: AgentRun | None = None
@@ -139,7 +151,24 @@ async def consolidate(
         raise
     if run is None:
         return await anyio.to_thread.run_sync(_give_up, job, "aborted", "aborted on request")
-    return await anyio.to_thread.run_sync(_settle, job, settings, run, before, index, written)
+    kept = Kept(before, index, written, recorder)
+    return await anyio.to_thread.run_sync(_settle, job, settings, run, kept)
+
+
+def _prepare(job: Job, book: Journal, max_bytes: int) -> snapshot.Tree:
+    """The run's journal and snapshot, both on disk for good (blocking)."""
+    book.create()
+    return snapshot.take(job.memory_dir, job.run_dir / SNAPSHOT, max_bytes=max_bytes)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What settling a run needs of its start: the snapshot, the index then, what it wrote."""
+
+    before: snapshot.Tree
+    index: bytes | None
+    written: Written
+    recorder: Recorder
 
 
 def _request(
@@ -170,30 +199,27 @@ def _request(
     return spec, [{"role": "user", "content": text}]
 
 
-def _settle(
-    job: Job,
-    settings: DreamSettings,
-    run: AgentRun,
-    before: snapshot.Tree,
-    index_before: bytes | None,
-    written: Written,
-) -> DreamOutcome:
+def _settle(job: Job, settings: DreamSettings, run: AgentRun, kept: Kept) -> DreamOutcome:
     """Keep a good run or undo a bad one (blocking)."""
     reason = _run_problem(run)
     if reason is None:
         problems = wipe.problems(
-            set(before.files),
-            index_before,
-            _after(job.memory_dir, written),
+            set(kept.before.files),
+            kept.index,
+            _after(job.memory_dir, kept.written),
             wipe.Limits(settings.index_max_lines, settings.index_max_bytes),
         )
         reason = f"wipe guard: {'; '.join(problems)}" if problems else None
+    if reason is None:
+        try:
+            _scrub_written(job, kept.written, settings.redact_secrets, kept.recorder)
+        except OSError as exc:  # a run whose files keep a secret is not kept
+            reason = f"cannot scrub the files the run wrote: {_write_problem(exc)}"
     if reason is not None:
         outcome = _give_up(job, "failed", reason)
     else:
-        _scrub_written(job, written, settings.redact_secrets)
-        _cite_written(job, written)
-        changes = tuple(journal.changes(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT))
+        _cite_written(job, kept.written, kept.recorder)
+        changes = tuple(changelog.changes(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT))
         outcome = DreamOutcome("completed", "", changes, ())
     return DreamOutcome(
         outcome.state,
@@ -217,11 +243,20 @@ def _run_problem(run: AgentRun) -> str | None:
         case TimedOut():
             return f"the agent timed out after {run.ended_at - run.started_at:.0f} s"
         case Failed(error=WriteFailed() as error):
-            return str(error)
+            return _write_problem(error)
         case Failed(error=error):
             return f"the model call failed: {error}"
         case unreachable:
             assert_never(unreachable)
+
+
+def _write_problem(error: OSError) -> str:
+    if isinstance(error, RecordRefused):
+        return (
+            f"the state disk refused the record of a change ({error}): the change was not "
+            "made, and the run is undone"
+        )
+    return str(error)
 
 
 def _after(memory_dir: Path, written: Written) -> wipe.After:
@@ -238,38 +273,47 @@ def _after(memory_dir: Path, written: Written) -> wipe.After:
     return wipe.After(set(tree.files), index, texts)
 
 
-def _scrub_written(job: Job, written: Written, secrets: bool) -> None:
-    book = Journal(job.run_dir)
-    for relative in scrub_files(job.memory_dir, sorted(written.paths), secrets=secrets):
-        data = snapshot.memory_bytes(job.memory_dir, relative)
-        book.done(relative, snapshot.sha256(data) if data is not None else None)
+def _scrub_written(job: Job, written: Written, secrets: bool, recorder: Recorder) -> None:
+    """Scrub the files the run wrote of secrets and private spans, each rewrite recorded
+    first; raises ``OSError`` when a rewrite (or its record) is refused."""
+    try:
+        area = Area.open(job.memory_dir, guard=recorder)
+    except FileNotFoundError:
+        return
+    with area:
+        for relative in sorted(written.paths):
+            try:
+                data, _ = area.read(relative, max_bytes=snapshot.SNAPSHOT_MAX_BYTES)
+                text = data.decode("utf-8")
+            except (OSError, ValueError):  # gone, a link now, not text: nothing to scrub
+                continue
+            clean = scrub_text(text, secrets=secrets)
+            if clean != text:
+                with contextlib.suppress(Refused):  # turned into a link meanwhile: left alone
+                    area.write(relative, clean.encode("utf-8"), expected=data)
 
 
-def _cite_written(job: Job, written: Written) -> None:
-    """Record the citations of the files the run wrote, journaled as the run's own writes
-    (an undo puts each file back byte for byte)."""
+def _cite_written(job: Job, written: Written, recorder: Recorder) -> None:
+    """Record the citations of the files the run wrote, each rewrite recorded first (an undo
+    puts each file back byte for byte). A citation is a hint: one the disk refuses is left
+    out and the run is kept."""
     if job.cite is None:
         return
-    book = Journal(job.run_dir)
     try:
-        cited = job.cite(sorted(written.paths), book.intent)
+        job.cite(sorted(written.paths), recorder)
     except Exception:  # a citation is a hint: the run is kept without one
         log.exception("recording the citations of %s crashed", job.memory_dir)
-        return
-    for relative in cited:
-        data = snapshot.memory_bytes(job.memory_dir, relative)
-        book.done(relative, snapshot.sha256(data) if data is not None else None)
 
 
 def _give_up(job: Job, state: str, reason: str) -> DreamOutcome:
     """Write down what the run did, then undo it (blocking)."""
-    changes = tuple(journal.changes(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT))
+    changes = tuple(changelog.changes(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT))
     undone = _undo(job, reason)
     return DreamOutcome(state, reason, changes, undone.flagged, undo_failed=undone.failed)
 
 
-def _undo(job: Job, reason: str) -> journal.Undone:
-    undone = journal.undo(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT)
+def _undo(job: Job, reason: str) -> Undone:
+    undone = undo(job.memory_dir, job.run_dir, job.run_dir / SNAPSHOT)
     log.info(
         "dream in %s undone (%s): %d files put back, %d kept (changed by someone else), "
         "%d the disk refused (tried again later)",

@@ -2,7 +2,8 @@
 
 A restore holds the memory dir like a dream does (memd's extraction waits, the consolidation
 lock is taken and then rolled back: a restore is not a consolidation) and is recorded as a
-run of its own, with its own snapshot of what it replaced.
+run of its own, with its own journal and snapshot of what it replaced: a restore that fails
+part way, or whose end the state disk will not record, is undone as a dream is.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from memd.dream import lock
-from memd.dream.restore import restore_snapshot
-from memd.dream.runs import RunRecord, project_key
+from memd.dream import claim, lock
+from memd.dream.restore import pending_reason, restore_snapshot, undo_run
+from memd.dream.runs import UNDO_PENDING, RunRecord, project_key
 from memd.errors import NotFound
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ async def dream_restore(
     found = service.find_dir(memory_dir)
     if found.running is not None:
         raise ValueError("a dream is running there; abort it first (memdctl dream --abort)")
+    pending = [r.run_id for r in found.history if r.state == UNDO_PENDING]
+    if pending:
+        raise ValueError(f"the undo of run {pending[0]} waits for the disk; restore after it")
     project = project_key(memory_dir)
     source = await anyio.to_thread.run_sync(lambda: _pick(service, project, run_id, snapshot=True))
     async with service.exclusion.hold(found.key, "restore"):
@@ -70,27 +74,33 @@ async def dream_restore(
             raise ValueError(f"the consolidation lock is held: {got.reason}")
         record = got
         record.restored_from = source.run_id
-
-        def work() -> None:
-            service.store.save(record)
-            try:
-                done = restore_snapshot(service.store, source, record)
-            except BaseException as exc:
-                record.state, record.reason = "failed", f"restore failed: {exc}"
-                record.ended_at = service.clock_now()
-                service.store.save(record)
-                raise
-            finally:
-                lock.roll_back(Path(record.memory_dir), record.prior_mtime_ns)
-            record.state = "restored"
-            record.files = [c.relative for c in done.changes]
-            record.flagged = list(done.changed_since)
-            record.reason = f"restored the snapshot of {source.run_id}"
-            record.ended_at = service.clock_now()
-            service.store.save_changes(record, list(done.changes))
-            service.store.save(record)
-
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(work)
+            await anyio.to_thread.run_sync(_restore, service, source, record)
     found.history.appendleft(record)
     return {**record.as_dict(), "changed_since_run": record.flagged}
+
+
+def _restore(service: DreamService, source: RunRecord, record: RunRecord) -> None:
+    """Restore, then record it; a restore that fails, or whose record the state disk refuses,
+    is undone and raises (blocking)."""
+    store = service.store
+    try:
+        done = restore_snapshot(store, source, record)
+        record.state = "restored"
+        record.files = [c.relative for c in done.changes]
+        record.flagged = list(done.changed_since)
+        record.reason = f"restored the snapshot of {source.run_id}"
+        record.ended_at = service.clock_now()
+        claim.release(record, False)
+        store.save_changes(record, list(done.changes))
+        store.save(record)
+    except BaseException as exc:
+        undone = undo_run(store, record)
+        claim.release(record, False)
+        record.state, record.reason = "failed", f"restore failed: {exc}; undone"
+        if undone.failed:
+            record.state = UNDO_PENDING
+            record.reason = pending_reason(record.reason, undone.failed)
+        record.ended_at = service.clock_now()
+        store.keep(record)
+        raise

@@ -47,6 +47,9 @@ from memd.writes import reporting
 
 LOCK_NAME = ".consolidate-lock"
 FLOCK_NAME = ".consolidate-lock.flock"
+# memd's temp files of the lock: named as memd.atomic's are, so a start sweeps a kill's leftover
+TEMP_PREFIX = f"{LOCK_NAME}.memd-"
+_TEMP = re.compile(re.escape(TEMP_PREFIX) + r"[a-z0-9_]{8}\.tmp")
 MAX_BODY_BYTES = 64
 FLOCK_WAIT_S = 2.0
 _PID = re.compile(rb"^[+]?(\d{1,10})")
@@ -285,7 +288,7 @@ def acquire(
             try:
                 before_write(state.mtime_ns or 0)
             except OSError as exc:
-                return Busy(None, None, f"cannot record the run: {exc}")
+                return Busy(None, None, f"cannot record the run, so it does not start: {exc}")
         try:
             _write_body(path, str(pid).encode())
         except OSError as exc:
@@ -331,7 +334,7 @@ def _write_body(path: Path, body: bytes) -> None:
     the old body or the new one, never the empty file a truncating write shows for a moment.
     The rename replaces the name itself, so it never writes through a link."""
     with reporting(path):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{LOCK_NAME}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
@@ -341,3 +344,21 @@ def _write_body(path: Path, body: bytes) -> None:
             with contextlib.suppress(OSError):  # gone, or the disk turned read-only
                 os.unlink(tmp)
             raise
+
+
+def sweep_temps(memory_dir: Path) -> int:
+    """Remove the temp files of memd's lock writes a kill left in ``memory_dir``; how many.
+    Only regular files named as :data:`TEMP_PREFIX` makes them (never Claude Code's)."""
+    removed = 0
+    try:
+        names = os.listdir(memory_dir)
+    except OSError:
+        return 0
+    for name in names:
+        if not _TEMP.fullmatch(name):
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(memory_dir / name).st_mode):
+                os.unlink(memory_dir / name)
+                removed += 1
+    return removed

@@ -1,11 +1,21 @@
 """Dream runs on disk: ``<state dir>/dream/<project folder>/<run id>/``.
 
-Each run folder holds ``run.json`` (:class:`RunRecord`), ``snapshot/`` (the memory dir
-before the run), ``journal.jsonl`` (what the run wrote) and ``changes.json`` (the change log
-with diffs). A record whose state is ``running`` belongs to a run that has not ended: at start
-the daemon undoes it (:meth:`memd.dream.service.DreamService.recover`). Old snapshots are
-pruned to the last N runs; records are kept (up to :data:`MAX_RUNS_KEPT`) as history.
-Every read trusts nothing: a record that does not parse is skipped.
+Each run folder holds, in the order they are written:
+
+* ``run.json`` (:class:`RunRecord`), state ``running``, before the consolidation lock is
+  taken: from then on a kill is undone at the next start, the lock rolled back;
+* ``journal.jsonl`` and ``snapshot/`` (the memory dir before the run), both on disk before
+  the run changes anything; then one journal line before each change, and ``undo/`` for the
+  bytes a changed file held that the snapshot does not (:mod:`memd.dream.journal`);
+* at the end ``changes.json`` (the change log with diffs), then ``run.json`` with the run's
+  end. A kept run is kept only once that record is on disk (:meth:`RunStore.save`); a run that
+  ended otherwise is written down when the disk lets it (:meth:`RunStore.keep`), and until
+  then its ``running`` record has it undone again at the next start (which finds nothing
+  left to undo).
+
+Old snapshots and undo copies are pruned to the last N ended runs; records are kept (up to
+:data:`MAX_RUNS_KEPT`) as history. Every read trusts nothing: a record that does not parse is
+skipped.
 """
 
 from __future__ import annotations
@@ -21,8 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memd.atomic import write_atomic
-from memd.dream.journal import Change
+from memd.atomic import persist, write_atomic
+from memd.dream.changelog import Change
+from memd.dream.journal import UNDO_DIR
+from memd.dream.snapshot import sync_dir
+from memd.writes import reporting
 
 RECORD = "run.json"
 CHANGES = "changes.json"
@@ -102,18 +115,35 @@ class RunStore:
         return self.root / project / run_id
 
     def save(self, record: RunRecord) -> None:
+        """Write the record on disk for good (a new run's folder too), or raise ``OSError``."""
         folder = self.run_dir(record.project, record.run_id)
+        made = not folder.is_dir()
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(folder / RECORD, json.dumps(record.as_dict(), indent=1).encode())
+        if made:
+            with reporting(folder.parent):
+                sync_dir(folder.parent)
+
+    def keep(self, record: RunRecord) -> bool:
+        """Write the record now or, when the disk refuses, once it takes it (never raises);
+        whether it is on disk now."""
+        folder = self.run_dir(record.project, record.run_id)
+        return persist(folder / RECORD, json.dumps(record.as_dict(), indent=1).encode())
 
     def discard(self, record: RunRecord) -> None:
         """Remove a run that never started (its lock was someone else's)."""
         shutil.rmtree(self.run_dir(record.project, record.run_id), ignore_errors=True)
 
     def save_changes(self, record: RunRecord, changes: list[Change]) -> None:
-        folder = self.run_dir(record.project, record.run_id)
-        data = [c.as_dict() for c in changes]
-        write_atomic(folder / CHANGES, json.dumps(data, indent=1).encode())
+        """Write the change log on disk for good, or raise ``OSError``."""
+        write_atomic(self._changes_path(record), _changes_bytes(changes))
+
+    def keep_changes(self, record: RunRecord, changes: list[Change]) -> bool:
+        """:meth:`save_changes`, or later when the disk refuses (as :meth:`keep`)."""
+        return persist(self._changes_path(record), _changes_bytes(changes))
+
+    def _changes_path(self, record: RunRecord) -> Path:
+        return self.run_dir(record.project, record.run_id) / CHANGES
 
     def changes(self, project: str, run_id: str) -> list[dict[str, Any]]:
         raw = _read_json(self.run_dir(project, run_id) / CHANGES, MAX_CHANGES_BYTES)
@@ -141,12 +171,19 @@ class RunStore:
             return []
 
     def prune(self, project: str, keep_snapshots: int) -> None:
-        """Drop snapshots beyond the newest ``keep_snapshots`` ended runs, and old records."""
-        ended = [r for r in self.runs(project) if r.state != "running"]
+        """Drop snapshots beyond the newest ``keep_snapshots`` ended runs, the undo copies of
+        every ended run, and old records (never what a run still to be undone needs)."""
+        ended = [r for r in self.runs(project) if r.state not in ("running", UNDO_PENDING)]
+        for record in ended:
+            shutil.rmtree(self.run_dir(project, record.run_id) / UNDO_DIR, ignore_errors=True)
         for record in ended[max(keep_snapshots, 0) :]:
             shutil.rmtree(self.run_dir(project, record.run_id) / SNAPSHOT, ignore_errors=True)
         for record in ended[MAX_RUNS_KEPT:]:
             shutil.rmtree(self.run_dir(project, record.run_id), ignore_errors=True)
+
+
+def _changes_bytes(changes: list[Change]) -> bytes:
+    return json.dumps([c.as_dict() for c in changes], indent=1).encode()
 
 
 def _read_json(path: Path, limit: int = MAX_RECORD_BYTES) -> Any:

@@ -18,7 +18,6 @@ abort, log, restore, status (R-D1 … R-D4, R-B3).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -38,6 +37,7 @@ from memd.agent.runner import AgentProgress
 from memd.changes import Counted
 from memd.clock import Clock
 from memd.config import Config
+from memd.confined import ChangeGuard
 from memd.daemon.queues import CoalescingQueue
 from memd.dream import claim, gates, lock
 from memd.dream.consolidate import CiteRun, DreamOutcome, DreamSettings, Job, consolidate
@@ -59,8 +59,9 @@ from memd.state import SessionState
 log = logging.getLogger(__name__)
 
 HISTORY = 10
-# (cwd, memory dir, files, told before each rewrite) → the files whose citations were recorded.
-CiteFiles = Callable[[str, Path, Sequence[str], Callable[[str], None]], tuple[str, ...]]
+# (cwd, memory dir, files, the guard told each rewrite first) → the files whose citations
+# were recorded.
+CiteFiles = Callable[[str, Path, Sequence[str], ChangeGuard], tuple[str, ...]]
 # A dream parked by the cost guard (an error retrying cannot fix) stays parked for automatic
 # checks; `memdctl dream --force` is the manual trigger that releases it.
 GUARD_KEY = "dream"
@@ -285,13 +286,14 @@ class DreamService:
     async def _crashed(self, record: RunRecord, exc: Exception) -> None:
         """Undo a run that crashed outside the agent (as a restart would) and record why."""
         with anyio.CancelScope(shield=True):
+            record.state, record.reason = "running", f"crashed: {type(exc).__name__}: {exc}"
             try:
                 await anyio.to_thread.run_sync(recover_run, self.store, record)
             except OSError as again:
                 log.error("dream %s: the undo failed too: %s", record.run_id, again)
-            record.state, record.reason = "failed", f"crashed: {type(exc).__name__}: {exc}"
-            with contextlib.suppress(OSError):
-                await anyio.to_thread.run_sync(self.store.save, record)
+            if record.state != UNDO_PENDING:
+                record.state, record.reason = "failed", f"crashed: {type(exc).__name__}: {exc}"
+            await anyio.to_thread.run_sync(self.store.keep, record)
 
     @property
     def lock_stale_s(self) -> float:
@@ -372,10 +374,8 @@ class DreamService:
                 )
         except BaseException:
             with anyio.CancelScope(shield=True):
-                record.state, record.reason = "interrupted", "the daemon stopped during the run"
-                await anyio.to_thread.run_sync(claim.finish_lock, record, False)
                 record.ended_at = self._clock.now()
-                await anyio.to_thread.run_sync(self.store.save, record)
+                await anyio.to_thread.run_sync(claim.write_stopped, self.store, record)
             raise
         await self._settle(found, record, outcome)
 
@@ -399,12 +399,7 @@ class DreamService:
         record.ended_at = self._clock.now()
 
         def write() -> None:
-            try:
-                claim.finish_lock(record, ok)
-            except OSError as exc:  # a read-only memory dir: the lock stays as the disk has it
-                log.warning("dream in %s: the lock stays as it is: %s", record.memory_dir, exc)
-            self.store.save_changes(record, list(outcome.changes))
-            self.store.save(record)
+            claim.write_down(self.store, record, list(outcome.changes))
             self.store.prune(record.project, self.config.dream.snapshots_kept)
 
         await anyio.to_thread.run_sync(write)

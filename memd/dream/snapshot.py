@@ -15,6 +15,7 @@ worker thread.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -23,10 +24,9 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from memd.atomic import write_atomic
-from memd.confined import Area, Refused, shown
+from memd.confined import Area, ChangeGuard, Refused, shown
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
 from memd.writes import reporting
 
@@ -147,13 +147,16 @@ def _opened(memory_dir: Path) -> Iterator[Area]:
 
 
 def take(memory_dir: Path, into: Path, *, max_bytes: int = SNAPSHOT_MAX_BYTES) -> Tree:
-    """Copy the memory dir into ``into`` (created); raises :class:`TooLarge` over budget."""
+    """Copy the memory dir into ``into`` (created); raises :class:`TooLarge` over budget and
+    ``OSError`` when the state disk refuses. Every copy and folder is fsynced before the
+    manifest is written, last: a snapshot without its manifest is no snapshot."""
     folders: list[str] = []
     store = into / FILES
-    store.mkdir(parents=True, exist_ok=True)
+    _make_dir(store)
     hashes: dict[str, str] = {}
     budget = max_bytes
     skipped: list[str] = []
+    made: set[Path] = {into.parent, into, store}
     for area in _opened(memory_dir):
         files, skipped = walk(area, folders)
         for relative in files:
@@ -162,14 +165,41 @@ def take(memory_dir: Path, into: Path, *, max_bytes: int = SNAPSHOT_MAX_BYTES) -
                 continue
             budget -= len(data)
             target = store / relative
-            with reporting(target):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
+            for parent in reversed(target.relative_to(store).parents[:-1]):
+                if store / parent not in made:
+                    _make_dir(store / parent)
+                    made.add(store / parent)
+            _write_copy(target, data)
             hashes[relative] = sha256(data)
+    for folder in made:
+        with reporting(folder):
+            sync_dir(folder)
     tree = Tree(hashes, tuple(skipped), tuple(folders))
     manifest = {"files": hashes, "skipped": list(skipped), "dirs": list(tree.dirs)}
     write_atomic(into / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return tree
+
+
+def _make_dir(path: Path) -> None:
+    with reporting(path):
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def _write_copy(target: Path, data: bytes) -> None:
+    """``data`` into ``target`` for good (never through a link), or ``OSError``."""
+    with reporting(target):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(target, flags, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def load(into: Path) -> Tree | None:
@@ -203,15 +233,14 @@ def safe_relative(relative: str) -> bool:
     return bool(parts) and not os.path.isabs(relative) and ".." not in parts
 
 
-PutBack = Literal["put", "refused", "failed"]
-
-
-def put_back(memory_dir: Path, relative: str, data: bytes | None) -> PutBack:
-    """Make one file hold ``data`` again (``None``: remove it). ``refused``: a link, a hard
-    link, a special file or a folder in its place, left alone (nothing is written through or
-    over it); ``failed``: the disk refused (full, read-only…), worth another try later."""
+def put_back(
+    memory_dir: Path, relative: str, data: bytes | None, guard: ChangeGuard | None = None
+) -> bool:
+    """Make one file hold ``data`` again (``None``: remove it); False when a link, a hard
+    link, a special file or a folder is in its place (left alone: nothing is written through
+    or over it). Raises ``OSError`` when the disk (or ``guard``) refuses."""
     try:
-        with Area.open(memory_dir, create=data is not None) as area:
+        with Area.open(memory_dir, create=data is not None, guard=guard) as area:
             if data is None:
                 info = area.lstat(relative)
                 if info is not None and not stat.S_ISDIR(info.st_mode):
@@ -220,39 +249,63 @@ def put_back(memory_dir: Path, relative: str, data: bytes | None) -> PutBack:
                 area.write(relative, data)
     except (Refused, ValueError) as exc:
         log.warning("cannot put %s back: %s", shown(str(memory_dir / relative)), exc)
-        return "refused"
-    except OSError as exc:
-        log.warning("cannot put %s back yet: %s", shown(str(memory_dir / relative)), exc)
-        return "failed"
-    return "put"
+        return False
+    return True
 
 
-def restore_tree(memory_dir: Path, into: Path) -> list[str]:
-    """Make ``memory_dir`` byte-identical to the snapshot; the relative paths it changed."""
+def restore_tree(memory_dir: Path, into: Path, guard: ChangeGuard | None = None) -> list[str]:
+    """Make ``memory_dir`` byte-identical to the snapshot; the relative paths it changed.
+    Each change is told to ``guard`` first; a copy that is not what the manifest says is
+    refused (``OSError``) before it is written."""
     saved = load(into)
     if saved is None:
         raise FileNotFoundError(f"no usable snapshot in {into}")
     now = current_tree(memory_dir).files
     changed: list[str] = []
     for relative in sorted(set(now) | set(saved.files)):
-        if now.get(relative) == saved.files.get(relative):
+        expected = saved.files.get(relative)
+        if now.get(relative) == expected:
             continue
-        data = saved_bytes(into, relative) if relative in saved.files else None
-        done = put_back(memory_dir, relative, data)
-        if done == "failed":
-            raise OSError(f"could not put {shown(relative)} back (the log says why)")
-        if done == "put":
+        data = saved_bytes(into, relative) if expected is not None else None
+        if expected is not None and (data is None or sha256(data) != expected):
+            raise OSError(f"the snapshot's copy of {shown(relative)} is damaged or gone")
+        if put_back(memory_dir, relative, data, guard):
             changed.append(relative)
-    prune_new_dirs(memory_dir, saved)
+    prune_new_dirs(memory_dir, saved, guard)
     return changed
 
 
-def prune_new_dirs(memory_dir: Path, saved: Tree) -> None:
+def prune_new_dirs(memory_dir: Path, saved: Tree, guard: ChangeGuard | None = None) -> None:
     """Remove empty folders the snapshot did not have (deepest first; never a full one)."""
     now: list[str] = []
-    for area in _opened(memory_dir):
+    try:
+        area = Area.open(memory_dir, guard=guard)
+    except FileNotFoundError:
+        return
+    with area:
         walk(area, now)
         keep = set(saved.dirs)
         for relative in sorted(now, key=lambda d: d.count("/"), reverse=True):
-            if relative not in keep:
+            if relative not in keep and _empty(area, relative):
                 area.rmdir(relative)
+
+
+def _empty(area: Area, relative: str) -> bool:
+    fd = area.open_dir(relative)
+    try:
+        return not os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dir(directory: Path) -> None:
+    """fsync a folder (its entries for good); a filesystem that cannot is let be, any other
+    error raised."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)

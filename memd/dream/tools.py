@@ -3,8 +3,11 @@ search.
 
 * Read, Grep, Glob, Shell: :class:`~memd.agent.permissions.MemoryDirPolicy` on the memory dir
   only (so a Read of a transcript is denied), outputs scrubbed of secrets and private spans.
-* Edit, Write: inside the memory dir; each call is journaled (:class:`JournaledTool`) before
-  and after, so the run can be undone exactly. The lock files and ``.git`` are refused.
+* Edit, Write: inside the memory dir; every change they make (a folder a Write makes too) is
+  recorded in the run's journal before it is made (:class:`~memd.dream.recorder.Recorder`,
+  the guard of their areas), so the run can be undone exactly; when the state disk refuses
+  the record, the change is not made and the run ends failed. The lock files and ``.git``
+  are refused.
 * Delete: only with ``merged_into`` naming a topic file this run already wrote — a memory is
   deleted only when its content was merged into another one (R-M8 holds for the rest).
 * ``team/`` (shared with the repository's collaborators) is treated conservatively, here in
@@ -31,7 +34,7 @@ from memd.agent.places import Root, locate
 from memd.agent.tools import Tool, ToolResult, denial, make_tools
 from memd.confined import Area, kind_of
 from memd.dream import snapshot
-from memd.dream.journal import Journal
+from memd.dream.recorder import Recorder
 from memd.dream.transcripts import TranscriptGrep
 from memd.memory.extract import ScrubbedTool
 from memd.memory.paths import TEAM_DIRNAME
@@ -49,12 +52,13 @@ class Written:
 
 @dataclass(frozen=True)
 class JournaledTool:
-    """Edit, Write or Delete that journals the file before and after the call."""
+    """Edit, Write or Delete on the memory dir, its changes recorded by ``recorder`` (the
+    guard of the inner tool's areas); a Delete names the file it was merged into."""
 
     inner: Tool
     memory_dir: Path  # resolved
     policy: MemoryDirPolicy
-    journal: Journal
+    recorder: Recorder
     written: Written
 
     @property
@@ -85,7 +89,6 @@ class JournaledTool:
         relative = await anyio.to_thread.run_sync(self._relative, raw)
         if isinstance(relative, Deny):
             return denial(relative.reason)
-        merged: str | None = None
         exists = await anyio.to_thread.run_sync(_is_file, self.memory_dir, relative)
         team = team_denial(self.inner.name, relative, exists=exists)
         if team is not None:
@@ -94,11 +97,9 @@ class JournaledTool:
             into = await anyio.to_thread.run_sync(self._merge_target, args, relative)
             if isinstance(into, Deny):
                 return denial(into.reason)
-            merged, args = into, {"file_path": raw}
-        await anyio.to_thread.run_sync(self.journal.intent, relative)
+            self.recorder.merges[relative] = into
+            args = {"file_path": raw}
         result = await self.inner.run(args)
-        after = await anyio.to_thread.run_sync(_hash, self.memory_dir, relative)
-        await anyio.to_thread.run_sync(self.journal.done, relative, after, merged)
         if result.touched:
             self.written.paths.add(relative)
         return result
@@ -168,18 +169,6 @@ def team_denial(tool: str, relative: str, *, exists: bool) -> Deny | None:
     return None
 
 
-def _hash(memory_dir: Path, relative: str) -> str | None:
-    """The SHA-256 of the file the call left, read through the confined walk; ``None`` when
-    there is none (or it is a link, a hard link, or past the snapshot's size)."""
-    limit = snapshot.SNAPSHOT_MAX_BYTES
-    try:
-        with Area.open(memory_dir) as area:
-            data, _ = area.read(relative, max_bytes=limit + 1)
-    except (OSError, ValueError):
-        return None
-    return snapshot.sha256(data) if len(data) <= limit else None
-
-
 def _is_file(memory_dir: Path, relative: str) -> bool:
     """Whether ``relative`` is a regular file of its own beneath the memory dir."""
     try:
@@ -192,7 +181,7 @@ def _is_file(memory_dir: Path, relative: str) -> bool:
 
 def dream_tools(
     memory_dir: Path,
-    journal: Journal,
+    recorder: Recorder,
     transcript_dirs: Sequence[Path],
     *,
     secrets: bool = True,
@@ -201,14 +190,14 @@ def dream_tools(
     """The tools of one dream run and the record of what it wrote."""
     resolved = Path(os.path.realpath(memory_dir))
     policy = MemoryDirPolicy(resolved, allow_delete=True)
-    base = make_tools(policy, (*READ_TOOLS, *WRITE_TOOLS), cwd=resolved)
+    base = make_tools(policy, (*READ_TOOLS, *WRITE_TOOLS), cwd=resolved, guard=recorder)
     written = Written()
     tools: dict[str, Tool] = {}
     for name in READ_TOOLS:
         tools[name] = ScrubbedTool(base[name], secrets)
     for name in WRITE_TOOLS:
         tools[name] = ScrubbedTool(
-            JournaledTool(base[name], resolved, policy, journal, written), secrets
+            JournaledTool(base[name], resolved, policy, recorder, written), secrets
         )
     grep = TranscriptGrep(tuple(transcript_dirs), secrets=secrets)
     tools[grep.name] = grep

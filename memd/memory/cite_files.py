@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from memd.confined import Area, shown
+from memd.confined import Area, ChangeGuard, shown
 from memd.memory.citations import Citation, candidate_symbols, from_frontmatter, infer
 from memd.memory.frontmatter import parse_document
 from memd.memory.paths import INDEX_FILENAME
@@ -55,22 +55,23 @@ def record_citations(
     memory_dir: Path,
     relatives: Iterable[str],
     cite: Cite,
-    before_write: Callable[[str], None] | None = None,
+    guard: ChangeGuard | None = None,
 ) -> Recorded:
     """Write the ``citations`` of each topic file in ``relatives`` (relative to
     ``memory_dir``) that does not record them as its text cites them now; the relative paths
-    rewritten and those the disk refused. ``before_write`` is told each file before it is
-    written (a dream journals its intent). A file that cites nothing and records nothing is
-    left as it is; one that cannot be read is passed over, never raised."""
+    rewritten and those the disk refused. ``guard`` is told each rewrite before it is made
+    (a dream records it; one it refuses is not made, and counts as refused by the disk). A
+    file that cites nothing and records nothing is left as it is; one that cannot be read is
+    passed over, never raised."""
     changed: list[str] = []
     failed: list[tuple[str, str]] = []
-    with opened_area(memory_dir) as area:
+    with opened_area(memory_dir, guard) as area:
         if area is None:
             return Recorded((), ())
         for relative in dict.fromkeys(relatives):
             if not relative.endswith(".md") or relative.rsplit("/", 1)[-1] == INDEX_FILENAME:
                 continue
-            done = _record_one(area, relative, cite, before_write)
+            done = _record_one(area, relative, cite)
             if isinstance(done, str):
                 failed.append((relative, done))
             elif done:
@@ -78,23 +79,19 @@ def record_citations(
     return Recorded(tuple(changed), tuple(failed))
 
 
-def _record_one(
-    area: Area, relative: str, cite: Cite, before_write: Callable[[str], None] | None
-) -> bool | str:
+def _record_one(area: Area, relative: str, cite: Cite) -> bool | str:
     """Whether the file was rewritten, or why the disk refused it. A file someone else
     wrote while its citations were made is read again and cited anew, at most
     :data:`WRITE_ATTEMPTS` times, then left as they wrote it (never overwritten)."""
     for _ in range(WRITE_ATTEMPTS):
-        done = _record_once(area, relative, cite, before_write)
+        done = _record_once(area, relative, cite)
         if done is not None:
             return done
     log.info("left the citations of %s unrecorded: it kept changing", shown(relative))
     return False
 
 
-def _record_once(
-    area: Area, relative: str, cite: Cite, before_write: Callable[[str], None] | None
-) -> bool | str | None:
+def _record_once(area: Area, relative: str, cite: Cite) -> bool | str | None:
     """As :func:`_record_one`; ``None`` when the file changed between the read and the
     write (nothing was written)."""
     try:
@@ -119,8 +116,6 @@ def _record_once(
     updated = with_citations(text, rows, replace=recorded is not None)
     if updated is None or updated == text:
         return False
-    if before_write is not None:
-        before_write(relative)
     try:
         written = area.write(relative, updated.encode("utf-8"), expected=data)
     except OSError as exc:

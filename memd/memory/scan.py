@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memd.confined import Area
+from memd.confined import Area, ChangeGuard
 from memd.memory.frontmatter import Document, MemoryType, parse_document
 from memd.memory.paths import INDEX_FILENAME
 
@@ -136,11 +136,12 @@ def scan_memories(
 
 
 @contextmanager
-def opened_area(memory_dir: Path) -> Iterator[Area | None]:
-    """The memory dir as an :class:`Area`, ``None`` when it is missing, not a folder or not
-    the user's (a memory dir that cannot be opened scans as empty)."""
+def opened_area(memory_dir: Path, guard: ChangeGuard | None = None) -> Iterator[Area | None]:
+    """The memory dir as an :class:`Area` (its changes told to ``guard``), ``None`` when it
+    is missing, not a folder or not the user's (a memory dir that cannot be opened scans as
+    empty)."""
     try:
-        area = Area.open(memory_dir)
+        area = Area.open(memory_dir, guard=guard)
     except OSError:
         yield None
         return

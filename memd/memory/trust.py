@@ -37,6 +37,7 @@ from typing import Any
 from memd import git
 from memd.atomic import persist
 from memd.config import MemoryConfig
+from memd.confined import ChangeGuard
 from memd.memory.citations import Citation, from_frontmatter, infer, to_frontmatter
 from memd.memory.cite_files import record_citations
 from memd.memory.freshness import MS_PER_DAY
@@ -256,15 +257,16 @@ class CitationChecks:
         cwd: str,
         memory_dir: Path,
         relatives: Sequence[str],
-        before_write: Callable[[str], None] | None = None,
+        guard: ChangeGuard | None = None,
     ) -> tuple[str, ...]:
         """Write the citations of the memory files an agent's run wrote (``relatives``,
-        below ``memory_dir``; see :func:`memd.memory.cite_files.record_citations`); the files
-        rewritten. Nothing when checks are off or the run had no cwd."""
+        below ``memory_dir``; see :func:`memd.memory.cite_files.record_citations`; ``guard``
+        is told each rewrite first); the files rewritten. Nothing when checks are off or the
+        run had no cwd."""
         if not self.enabled or not cwd or not relatives:
             return ()
         cite = partial(self.cite, cwd, memory_dir)
-        recorded = record_citations(memory_dir, relatives, cite, before_write)
+        recorded = record_citations(memory_dir, relatives, cite, guard)
         self._note_unrecorded(memory_dir, relatives, recorded.failed)
         return recorded.changed
 
