@@ -24,7 +24,8 @@ from pathlib import Path
 import anyio
 
 from memd.config import LLMConfig
-from memd.llm.client import Disabled, close_llm, open_llm
+from memd.llm.backends import open_llm
+from memd.llm.client import Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI
 from tests.dream_steps import STEPS, handler, memory_of, prepare
 from tests.dream_support import make_service

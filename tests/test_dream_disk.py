@@ -167,6 +167,7 @@ async def test_a_delete_whose_record_a_full_disk_cuts_short_is_not_made(
         assert padding.get("done"), padding  # the delete came with the journal at a page end
         assert tree(memory) == before, run
         assert run["state"] == "failed" and "No space left" in run["reason"], run
+        assert "refused the record of a change" in run["reason"], run
         assert lock_rolled_back(memory)
         journal = journal_of(tmp_path)
         assert journal is not None
