@@ -125,7 +125,8 @@ async def consolidate(
             partial(_prepare, job, book, settings.snapshot_max_bytes)
         )
     except (snapshot.TooLarge, OSError) as exc:
-        return DreamOutcome("failed", f"cannot snapshot the memory dir: {exc}", (), ())
+        why = f"cannot snapshot the memory dir or start the run's journal: {exc}; nothing changed"
+        return DreamOutcome("failed", why, (), ())
     index = snapshot.saved_bytes(snap, INDEX_FILENAME) if INDEX_FILENAME in before.files else None
     recorder = Recorder(job.memory_dir, book, before.files)
     tools, written = dream_tools(
