@@ -19,7 +19,16 @@ from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_replies import When
 from memd.testing.weak_model import WeakModel
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    memdctl,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 from tests.session_support import write_work_session
 from tests.test_memory_links_e2e import MEMORY_DIR_RE, MEMORY_SYSTEM
 from tests.test_source_memory_e2e import CODEX_ID, GEMINI_CHAT, gemini_chat, rollout
@@ -126,6 +135,10 @@ def test_a_local_openai_compatible_server_alone_keeps_every_agents_notes_and_mem
             assert local["calls"] >= 5 and local["billed"] == 0 and local["ms"] > 0
             posts = [r for r in server.requests if r.method == "POST"]
             assert posts and all(r.path == "/v1/chat/completions" for r in posts)
+            probe = call(home, "probe_api")
+            assert probe["ok"] and set(probe["backends"]) == {"local"}, probe
+            shown = memdctl(home, "status").stdout
+            assert "session_notes   local qwen2.5-coder:7b (whole;" in shown, shown
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 
@@ -195,5 +208,7 @@ def test_the_gemini_api_alone_keeps_every_agents_notes_and_memories(
             switched = call(home, "status")["llm"]
             assert switched["jobs"]["session_notes"]["backend"] == "openai"
             assert "gemini" in switched["found_unused"]
+            doctor = memdctl(home, "doctor").stdout
+            assert "openai serves" in doctor and "found, not used: gemini" in doctor, doctor
         finally:
             assert stop_memd(proc) == 0, read_log(home)

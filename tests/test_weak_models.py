@@ -222,3 +222,41 @@ async def test_a_bad_answer_changes_nothing_and_parks_the_job(
     assert snapshot(memory) == before
     assert not (tmp_path / "etc").exists()
     assert isinstance(classify(info.value), ParkJob)  # tried again after a back-off, not at once
+
+
+@pytest.mark.anyio
+async def test_secrets_and_private_spans_never_reach_another_backend(
+    local: Backend, api: LoopbackAPI, tmp_path: Path
+) -> None:
+    from tests.test_session_extract import SECRETS
+
+    api.set_handler(WeakModel(fault_every=0))
+    builder = TranscriptBuilder("sec")
+    builder.user(
+        f"Use {SECRETS['anthropic']} and <private>{SECRETS['private']}</private> for the "
+        f"deploy; the db is postgres://admin:{SECRETS['url_password']}@db.internal/app, "
+        f"AWS_ACCESS_KEY_ID={SECRETS['aws']} GITHUB_TOKEN={SECRETS['github']}\n"
+        f"-----BEGIN RSA PRIVATE KEY-----\n{SECRETS['pem_body']}\n-----END RSA PRIVATE KEY-----"
+    )
+    builder.assistant("Noted; deploying now.", prompt_tokens=12_000)
+    conv = builder.conversation()
+    job = NotesJob("sec", "proj", tuple(conv.messages()), conv.context().tokens, None)
+    ledger = Ledger.load(tmp_path / "state", FakeClock())
+    await notes_once(local, tmp_path, ledger, job)
+    memory_run = Job(new=tuple(conv.messages()), covered_uuid=builder.lines[-1]["uuid"])
+    settings = ExtractSettings(model="m", max_turns=4, max_tokens=2048, timeout_s=30)
+    await extract_memories(
+        local,
+        settings,
+        memory_run,
+        memory_dir=tmp_path / "memory",
+        project="p",
+        session="sec",
+        ledger=ledger,
+        clock=FakeClock(),
+        protocol="whole",
+    )
+    sent = "\n".join(str(r.body) for r in api.requests)
+    assert "deploy" in sent  # the conversation went, its secrets did not
+    for name, secret in SECRETS.items():
+        assert secret not in sent, name
