@@ -19,12 +19,12 @@ from memd.memory.frontmatter import parse_document
 from memd.memory.trust import CitationChecks
 from memd_client.render_status import render_status
 from tests.dream_support import recorder_for
+from tests.uid_support import NOBODY, import_readable, readable_code
 
 MEMORY = (
     "---\n# a comment the writer left\nname: retry\ndescription: 'where: retries'\n"
     "type: project\n---\n\nThe backoff is `backoff()` in src/retry.py:1-2.\n"
 )
-NOBODY = 65534
 ROWS = [{"path": "src/retry.py", "lines": "1-2", "commit": "ab" * 20, "hash": "cd" * 8}]
 
 
@@ -84,12 +84,14 @@ def test_a_memory_that_cites_nothing_is_left_as_it_is(tmp_path: Path) -> None:
 def as_nobody(work: Path) -> list[Any]:
     """What recording the memory's citations gives in a child process run as ``nobody``
     (forked: no interpreter to find), and what status then says."""
+    readable = readable_code()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns to pytest
         code = 1
         try:
             os.close(read)
+            import_readable(readable)
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             checks = CitationChecks(work / "state", MemoryConfig)
