@@ -371,11 +371,9 @@ def test_active_window_hours_is_which_sessions_are_read_at_start(tmp_path: Path)
                 quiet: bool = ingest["sessions"] == 2 and ingest["queued"] == ingest["running"] == 0
                 return quiet
 
-            def settled() -> bool:  # idle twice, 0.3 s apart: the startup scan is over
-                if not idle():
-                    return False
-                time.sleep(0.3)
-                return idle()
+            def settled() -> bool:  # the startup scan is over, and what it queued is read
+                log = (home.root / "memd.log").read_text(errors="replace")
+                return "startup scan:" in log and idle()
 
             wait_for(settled, timeout=20, what="the startup scan")
             rows = {r["session_id"]: r["parsed"] for r in call(home, "sessions")}

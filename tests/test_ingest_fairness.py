@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    load_stretch,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +49,11 @@ def _offset(home: Home, session: str) -> int:
     return int(call(home, "session", {"session": session})["offset"])
 
 
+def _known(home: Home, session: str) -> bool:
+    """The registry has the session (its ingest has begun)."""
+    return any(r["session_id"] == session for r in call(home, "sessions", {}))
+
+
 def test_a_huge_growing_line_elsewhere_does_not_delay_a_live_append(tmp_path: Path) -> None:
     with fake_home(tmp_path) as home:
         folder = home.projects / PROJECT
@@ -60,7 +74,7 @@ def test_a_huge_growing_line_elsewhere_does_not_delay_a_live_append(tmp_path: Pa
                 file.truncate(BIG_BYTES)
             grower = threading.Thread(target=_grow, args=(big, stop), daemon=True)
             grower.start()
-            time.sleep(1.0)  # the watcher has reported it; its ingest is under way
+            wait_for(lambda: _known(home, "big"), timeout=20.0, what="the big file's ingest")
 
             with live.open("ab") as file:
                 file.write(_line("u2", "u1", "second"))
@@ -68,7 +82,7 @@ def test_a_huge_growing_line_elsewhere_does_not_delay_a_live_append(tmp_path: Pa
             size = live.stat().st_size
             while _offset(home, "live") != size:
                 waited = time.monotonic() - appended
-                assert waited < VISIBLE_WITHIN_S, (
+                assert waited < VISIBLE_WITHIN_S * load_stretch(), (
                     f"the live append was not visible after {waited:.1f} s beside a "
                     f"{BIG_BYTES // 1024**3} GiB line being written"
                 )
