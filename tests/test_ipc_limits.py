@@ -55,7 +55,8 @@ async def test_at_the_limit_with_every_connection_at_work_the_next_gets_busy(
     sock_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only connections with a request in flight hold their place: when each of them has
-    one, the next connection gets ``busy`` and clients fail open."""
+    one, the next connection gets ``busy`` and clients fail open. (Here every connection is
+    this process's: its share is lifted to the whole limit, as if they were many clients.)"""
     limit = ServeLimits().max_connections
     assert limit == 256
     with anyio.fail_after(60):
@@ -71,7 +72,14 @@ async def test_at_the_limit_with_every_connection_at_work_the_next_gets_busy(
             return {"released": True}
 
         table = methods(wait=wait)
-        serve = serving(sock_path, table, limits=ServeLimits(), inline=INLINE, request_timeout=120)
+        serve = serving(
+            sock_path,
+            table,
+            limits=ServeLimits(),
+            inline=INLINE,
+            request_timeout=120,
+            peer_cap=limit,
+        )
         async with serve as (server, _), AsyncExitStack() as stack:
             conns = []
             for i in range(limit):
@@ -105,6 +113,55 @@ async def test_at_the_limit_with_every_connection_at_work_the_next_gets_busy(
             stack.push_async_callback(again.aclose)
             await answered(again, 7)
             assert server.statistics().connections_evicted == 1
+
+
+OTHER_CLIENT = """
+import sys
+from memd_client.client import Client
+with Client(sys.argv[1], timeout=30) as client:
+    print(client.call("echo", {"from": "another process"})["from"])
+"""
+
+
+async def test_one_process_has_requests_in_flight_on_half_the_connections_at_most(
+    sock_path: Path,
+) -> None:
+    """Requests that wait (``extract`` waits up to 300 s) sent over every connection by one
+    process held every place: the next client got ``busy``. Its share is half: past it its
+    request is answered ``busy`` at once (the connection lives on), and another process is
+    served meanwhile; once its requests are answered it works again."""
+    gate = Gate()
+    limits = ServeLimits(max_connections=8)
+    serve = serving(sock_path, methods(wait=gate), limits=limits, inline=INLINE)
+    async with serve as (server, _), AsyncExitStack() as stack:
+        assert server.shares.cap == 4
+        hog = []
+        with anyio.fail_after(30):
+            for i in range(6):
+                conn = await RawConnection.open(sock_path)
+                stack.push_async_callback(conn.aclose)
+                await conn.request(i, "wait")
+                hog.append(conn)
+            for i, conn in enumerate(hog[4:], start=4):  # past its share: answered at once
+                refused = await conn.reply()
+                assert isinstance(refused, p.Failure) and (refused.id, refused.code) == (
+                    i,
+                    p.BUSY,
+                )
+                assert "as many as one client may" in refused.message
+            await conn.request(9, "wait")  # still refused, the connection still served
+            again = await conn.reply()
+            assert isinstance(again, p.Failure) and again.code == p.BUSY
+            await hog[0].request(10, "wait")  # on a connection at work: no new place, served
+            other = await anyio.run_process(
+                [sys.executable, "-c", OTHER_CLIENT, str(sock_path)], check=False
+            )
+            assert (other.returncode, other.stdout) == (0, b"another process\n"), other.stderr
+            gate.release.set()
+            replies = [await conn.reply() for conn in hog[:4]] + [await hog[0].reply()]
+            assert sorted(r.id for r in replies if isinstance(r, p.Success)) == [0, 1, 2, 3, 10]
+            await answered(hog[5], 11)  # its share is free again
+        assert server.statistics().connections_busy == 0
 
 
 async def test_at_the_limit_the_longest_idle_connection_makes_room(sock_path: Path) -> None:

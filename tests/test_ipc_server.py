@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memd.errors import BudgetExhausted, LLMDisabled, NotFound, PromptTooLong, StartupError
-from memd.ipc.peercred import Allow, Deny, check_peer, check_socket_dir, peer_uid
+from memd.ipc.peercred import Allow, Deny, check_peer, check_socket_dir, peer_pid, peer_uid
 from memd.ipc.server import InvalidParams, Server, error_code_for, run_server
 from memd_client import protocol as p
 from memd_client.client import Client
@@ -79,6 +79,14 @@ def test_error_codes_for_handler_exceptions() -> None:
     assert error_code_for(PromptTooLong("x")) == p.UNAVAILABLE
     assert error_code_for(BudgetExhausted("x", resume_at=1.0)) == p.UNAVAILABLE
     assert error_code_for(KeyError("x")) == p.INTERNAL
+
+
+def test_peer_pid_reads_the_process_that_connected() -> None:
+    a, b = socket.socketpair(socket.AF_UNIX)
+    with a, b:
+        assert peer_pid(a) == os.getpid()
+    with socket.socket(socket.AF_UNIX) as lone:
+        assert peer_pid(lone) in (None, os.getpid())  # not connected: nothing to count
 
 
 def test_peer_uid_reads_our_own_uid() -> None:

@@ -133,6 +133,7 @@ class Connection:
         self.idle_since = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self.peer: int | None = None  # the client's pid, for its share of the connections
 
     def stop_reading(self) -> None:
         self._read_scope.cancel()
@@ -415,7 +416,13 @@ class Connection:
                     finally:
                         server.end_request()
                 case p.Request() as request:
+                    first = self._slots.value == server.max_in_flight
+                    if first and not server.shares.may_start(self.peer):
+                        await self.send(server.peer_busy(request.id))
+                        return
                     await self._slots.acquire()  # a full pipeline stops the reading
+                    if first:
+                        server.shares.started(self.peer)
                     server.begin_request()
                     tg.start_soon(self._handle, request, held)
                     held = 0  # the task gives it back
@@ -431,6 +438,8 @@ class Connection:
             self._server.budget.give(held)
             self._server.end_request()
             self._slots.release()
+            if self._slots.value == self._server.max_in_flight:
+                self._server.shares.ended(self.peer)
 
     async def send(self, frame: bytes) -> None:
         """Send one whole frame; frames never interleave. A departed client is not an error;

@@ -7,6 +7,7 @@ says, at start, which of them cannot hold as configured (each sentence names the
 from __future__ import annotations
 
 import resource
+from collections import Counter
 from dataclasses import dataclass
 
 from memd.ipc.connection import CONNECTION_BYTES, body_budget
@@ -48,3 +49,27 @@ def limit_warnings(limits: ServeLimits, max_frame_bytes: int) -> list[str]:
             " ipc.max_connections"
         )
     return warnings
+
+
+class WorkShares:
+    """Connections at work (a request in flight) per client process, at most ``cap`` each:
+    whatever one client sends, and however long its requests wait, the other connections stay
+    for the others. A peer whose pid the kernel does not give (None) is not counted."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._at_work: Counter[int] = Counter()
+
+    def may_start(self, peer: int | None) -> bool:
+        """Whether a connection of ``peer`` may start work (its first request in flight)."""
+        return peer is None or self._at_work[peer] < self.cap
+
+    def started(self, peer: int | None) -> None:
+        if peer is not None:
+            self._at_work[peer] += 1
+
+    def ended(self, peer: int | None) -> None:
+        if peer is not None:
+            self._at_work[peer] -= 1
+            if not self._at_work[peer]:
+                del self._at_work[peer]

@@ -53,6 +53,8 @@ _XUCRED_HEAD = struct.Struct("=II")
 _XUCRED_SIZE = 76
 _SOL_LOCAL = 0
 _LOCAL_PEERCRED = 0x001
+_LOCAL_PEERPID = 0x002  # macOS
+_PID = struct.Struct("=i")
 
 
 if sys.platform == "linux":
@@ -65,6 +67,16 @@ if sys.platform == "linux":
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
         _pid, uid, _gid = _UCRED.unpack(raw)
         return int(uid)
+
+    def peer_pid(sock: socket.socket) -> int | None:
+        """The process at the other end (SO_PEERCRED: the one that connected); None when
+        the kernel will not say."""
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        except OSError:
+            return None
+        pid = _UCRED.unpack(raw)[0]
+        return int(pid) if pid > 0 else None
 
 else:
 
@@ -79,3 +91,13 @@ else:
             raise OSError("LOCAL_PEERCRED returned a short credential record")
         _version, uid = _XUCRED_HEAD.unpack_from(raw)
         return int(uid)
+
+    def peer_pid(sock: socket.socket) -> int | None:
+        """The process at the other end (LOCAL_PEERPID, macOS); None where the kernel has no
+        such option or will not say."""
+        try:
+            raw = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERPID, _PID.size)
+        except OSError:
+            return None
+        pid = _PID.unpack(raw[: _PID.size])[0] if len(raw) >= _PID.size else 0
+        return int(pid) if pid > 0 else None

@@ -31,10 +31,13 @@ Serving is bounded (:class:`ServeLimits`), and no client can lock the others out
   without a whole frame or reply is closed to make room. Opening connections faster, or
   trickling bytes into them, only closes the attacker's own older ones, since a client that
   connects and sends its request at once is never the longest without one; descriptors and
-  memory stay bounded by ``max_connections``. Only when every connection has a request in
-  flight does the new one
-  get a ``busy`` error frame (at most :data:`MAX_TURNING_AWAY` at a time are told so; beyond
-  that they are closed at once);
+  memory stay bounded by ``max_connections``. One client process has requests in flight on
+  at most half the connections (:class:`~memd.ipc.limits.WorkShares`: a request past
+  that is answered ``busy`` at once), so requests that wait long (``extract`` waits up to
+  300 s for its run) sent over hundreds of connections hold no one else out either.
+  Only when every connection has a request in flight does the new one get a ``busy`` error
+  frame (at most :data:`MAX_TURNING_AWAY` at a time are told so; beyond that they are
+  closed at once);
 - bytes held for incoming frames across all connections stay under ``max_buffered_bytes``
   (each connection's own read and objects are set aside from it, the rest is the budget frame
   bodies share); a frame must be complete within ``frame_timeout_s``.
@@ -62,8 +65,8 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from memd.changes import CHANGES
 from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound, WriteFailed
 from memd.ipc.connection import Connection, ReadBudget, body_budget
-from memd.ipc.limits import ServeLimits, limit_warnings
-from memd.ipc.peercred import Allow, Deny, check_peer, peer_uid
+from memd.ipc.limits import ServeLimits, WorkShares, limit_warnings
+from memd.ipc.peercred import Allow, Deny, check_peer, peer_pid, peer_uid
 from memd.ipc.socketfile import (
     clear_stale_socket,
     prepare_runtime_dir,
@@ -140,6 +143,7 @@ class Server:
         inline: frozenset[str] = frozenset(),
         limits: ServeLimits | None = None,
         own_uid: int | None = None,
+        peer_cap: int | None = None,
     ) -> None:
         self.path = path
         self.methods = methods
@@ -156,6 +160,9 @@ class Server:
         )
         # The uid peers must have: the daemon's own (a test may name another one).
         self.own_uid = os.getuid() if own_uid is None else own_uid
+        self.shares = WorkShares(
+            max(1, self.limits.max_connections // 2) if peer_cap is None else peer_cap
+        )
         self._accepting = True
         self._accept_scope = anyio.CancelScope()
         self._inode: int | None = None
@@ -354,6 +361,7 @@ class Server:
                     case Allow():
                         if not self._accepting:
                             connection.stop_reading()
+                        connection.peer = peer_pid(stream.extra(SocketAttribute.raw_socket))
                         await connection.run()
         except Exception:
             log.exception("a connection failed; it is closed, the others go on")
@@ -438,6 +446,16 @@ class Server:
             message = str(exc) or type(exc).__name__
         return self.error_frame(request.id, code, message)
 
+    def peer_busy(self, rid: p.RequestId) -> bytes:
+        """The reply to a request past its process's share (:class:`WorkShares`)."""
+        limit = self.limits.max_connections
+        return self.error_frame(
+            rid,
+            p.BUSY,
+            f"this process has requests in flight on {self.shares.cap} connections, as many as"
+            f" one client may of memd's {limit} (ipc.max_connections): wait for their replies",
+        )
+
     def begin_request(self) -> None:
         self._in_flight += 1
 
@@ -458,6 +476,7 @@ async def run_server(
     inline: frozenset[str] = frozenset(),
     limits: ServeLimits | None = None,
     own_uid: int | None = None,
+    peer_cap: int | None = None,
     task_status: anyio.abc.TaskStatus[Server] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``methods`` on the Unix socket ``path`` until cancelled (see the module doc).
@@ -476,5 +495,6 @@ async def run_server(
         inline=inline,
         limits=limits,
         own_uid=own_uid,
+        peer_cap=peer_cap,
     )
     await server.run(task_status=task_status)
