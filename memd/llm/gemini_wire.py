@@ -106,7 +106,7 @@ def _parts(content: Any, names: dict[str, str]) -> list[dict[str, Any]]:
     return parts
 
 
-def usage_of(raw: Mapping[str, Any] | None) -> Usage:
+def usage_of(raw: Any) -> Usage:
     """``usage_metadata`` as memd's usage: cached prompt tokens are cache reads, thinking is
     output."""
     if not isinstance(raw, Mapping):
@@ -131,25 +131,25 @@ class GeminiAnswer:
     finish: str | None = None
     usage: Usage = field(default_factory=Usage)
 
-    def add(self, raw: Mapping[str, Any]) -> None:
-        self.id = self.id or str(raw.get("response_id") or "")
-        self.model = self.model or str(raw.get("model_version") or "")
+    def add(self, raw: Any) -> None:
+        raw = _map(raw)
+        self.id = self.id or _text(raw.get("response_id"))
+        self.model = self.model or _text(raw.get("model_version"))
         if isinstance(raw.get("usage_metadata"), Mapping):
             self.usage = usage_of(raw["usage_metadata"])
-        candidates = raw.get("candidates") or []
-        first = candidates[0] if candidates and isinstance(candidates[0], Mapping) else {}
-        for part in (first.get("content") or {}).get("parts") or ():
+        first = _map((_list(raw.get("candidates")) or [{}])[0])
+        for part in map(_map, _list(_map(first.get("content")).get("parts"))):
             self._part(part)
         if first.get("finish_reason"):
-            self.finish = str(first["finish_reason"])
+            self.finish = _text(first["finish_reason"]) or "STOP"
 
     def _part(self, part: Mapping[str, Any]) -> None:
         call = part.get("function_call")
         if isinstance(call, Mapping):
             block: dict[str, Any] = {
                 "type": "tool_use",
-                "id": str(call.get("id") or f"gcall_memd{next(_ids)}"),
-                "name": str(call.get("name") or ""),
+                "id": _text(call.get("id")) or f"gcall_memd{next(_ids)}",
+                "name": _text(call.get("name")),
                 "input": call.get("args") if isinstance(call.get("args"), dict) else {},
             }
             if part.get("thought_signature"):
@@ -177,9 +177,9 @@ class GeminiAnswer:
 
 def retry_delay(details: Any) -> float | None:
     """The ``google.rpc.RetryInfo`` delay of an error body (``"37s"``), if it carries one."""
-    error = details.get("error", details) if isinstance(details, Mapping) else None
-    for item in (error or {}).get("details") or () if isinstance(error, Mapping) else ():
-        delay = item.get("retryDelay") if isinstance(item, Mapping) else None
+    error = _map(_map(details).get("error", details))
+    for item in map(_map, _list(error.get("details"))):
+        delay = item.get("retryDelay")
         if isinstance(delay, str) and delay.endswith("s"):
             try:
                 seconds = float(delay[:-1])
@@ -189,10 +189,25 @@ def retry_delay(details: Any) -> float | None:
     return None
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is an object, else an empty one (a server's answer is hostile)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def error_text(details: Any) -> str:
     """What the API said, from an error body (never more than a few hundred characters)."""
-    if isinstance(details, Mapping):
-        inner = details.get("error", details)
-        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
-            return str(inner["message"])[:500]
-    return json.dumps(details)[:300] if details is not None else ""
+    inner = _map(_map(details).get("error", details))
+    if isinstance(inner.get("message"), str):
+        return str(inner["message"])[:500]
+    try:
+        return json.dumps(details)[:300] if details is not None else ""
+    except (TypeError, ValueError):
+        return ""

@@ -132,7 +132,7 @@ def tool_input(arguments: str) -> dict[str, Any] | str:
     return value if isinstance(value, dict) else arguments
 
 
-def usage_of(raw: Mapping[str, Any] | None) -> Usage:
+def usage_of(raw: Any) -> Usage:
     """Chat Completions usage as memd's: cached prompt tokens are cache reads."""
     if not isinstance(raw, Mapping):
         return Usage()
@@ -162,27 +162,38 @@ def content_blocks(text: str, calls: Sequence[tuple[str, str, str]]) -> list[dic
     return blocks
 
 
-def reply_from_chat(raw: Mapping[str, Any], backend: str, seconds: float, priced: bool) -> LLMReply:
+def _map(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is an object, else an empty one: a server's answer is hostile, and a
+    field of the wrong kind reads as absent."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def reply_from_chat(raw: Any, backend: str, seconds: float, priced: bool) -> LLMReply:
     """An :class:`LLMReply` from a whole ``chat.completion`` (decoded to plain data)."""
-    choices = raw.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], Mapping) else {}
-    message = choice.get("message") or {}
+    raw = _map(raw)
+    choice = _map((_list(raw.get("choices")) or [{}])[0])
+    message = _map(choice.get("message"))
     calls = [
         (
-            str(c.get("id") or ""),
-            str((c.get("function") or {}).get("name") or ""),
-            str((c.get("function") or {}).get("arguments") or ""),
+            _text(c.get("id")),
+            _text(_map(c.get("function")).get("name")),
+            _text(_map(c.get("function")).get("arguments")),
         )
-        for c in (message.get("tool_calls") or [])[:MAX_TOOL_CALLS]
-        if isinstance(c, Mapping)
+        for c in map(_map, _list(message.get("tool_calls"))[:MAX_TOOL_CALLS])
     ]
-    said = message.get("content")
-    text = said if isinstance(said, str) else ""
-    finish = str(choice.get("finish_reason") or "stop")
+    finish = _text(choice.get("finish_reason")) or "stop"
     return LLMReply(
-        id=str(raw.get("id") or ""),
-        model=str(raw.get("model") or ""),
-        content=content_blocks(text, calls),
+        id=_text(raw.get("id")),
+        model=_text(raw.get("model")),
+        content=content_blocks(_text(message.get("content")), calls),
         stop_reason=FINISH_REASONS.get(finish, "end_turn"),
         usage=usage_of(raw.get("usage")),
         backend=backend,
@@ -202,32 +213,31 @@ class StreamedAnswer:
     finish: str | None = None
     usage: Usage = field(default_factory=Usage)
 
-    def add(self, chunk: Mapping[str, Any]) -> None:
-        self.id = self.id or str(chunk.get("id") or "")
-        self.model = self.model or str(chunk.get("model") or "")
+    def add(self, chunk: Any) -> None:
+        chunk = _map(chunk)
+        self.id = self.id or _text(chunk.get("id"))
+        self.model = self.model or _text(chunk.get("model"))
         if isinstance(chunk.get("usage"), Mapping):
             self.usage = usage_of(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+        for choice in map(_map, _list(chunk.get("choices"))):
+            if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                self.text.append(delta["content"])
-            for call in delta.get("tool_calls") or ():
+            delta = _map(choice.get("delta"))
+            self.text.append(_text(delta.get("content")))
+            for call in map(_map, _list(delta.get("tool_calls"))):
                 self._call(call)
             if choice.get("finish_reason"):
-                self.finish = str(choice["finish_reason"])
+                self.finish = _text(choice["finish_reason"]) or "stop"
 
     def _call(self, call: Mapping[str, Any]) -> None:
         index = call.get("index", len(self.calls))
         if not isinstance(index, int) or not 0 <= index < MAX_TOOL_CALLS:
             return
         slot = self.calls.setdefault(index, ["", "", ""])
-        function = call.get("function") or {}
-        slot[0] = slot[0] or str(call.get("id") or "")
-        slot[1] = slot[1] or str(function.get("name") or "")
-        if isinstance(function.get("arguments"), str):
-            slot[2] += function["arguments"]
+        function = _map(call.get("function"))
+        slot[0] = slot[0] or _text(call.get("id"))
+        slot[1] = slot[1] or _text(function.get("name"))
+        slot[2] += _text(function.get("arguments"))
 
     @property
     def complete(self) -> bool:
@@ -235,11 +245,11 @@ class StreamedAnswer:
         return self.finish is not None
 
     def reply(self, backend: str, seconds: float, priced: bool) -> LLMReply:
-        calls = [tuple(self.calls[i]) for i in sorted(self.calls)]
+        calls = [(c[0], c[1], c[2]) for _, c in sorted(self.calls.items())]
         return LLMReply(
             id=self.id,
             model=self.model,
-            content=content_blocks("".join(self.text), calls),  # type: ignore[arg-type]
+            content=content_blocks("".join(self.text), calls),
             stop_reason=FINISH_REASONS.get(self.finish or "stop", "end_turn"),
             usage=self.usage,
             backend=backend,
