@@ -167,3 +167,19 @@ def test_model_ids_takes_only_an_answer_that_lists_models() -> None:
     assert model_ids(b'{"models": [{"name": "llama3:8b"}]}') == ("llama3:8b",)
     for bad in (b"[]", b"null", b"{", b'{"data": "x"}', b"[" * 100_000):
         assert model_ids(bad) is None
+
+
+@pytest.mark.anyio
+async def test_a_stop_at_shutdown_reaches_every_backend_a_job_uses() -> None:
+    from memd.errors import Unavailable
+
+    config = LLMConfig(models=ModelsConfig(session_notes="local:"), find_local=True)
+    models = open_models(config, {"GEMINI_API_KEY": "k"}, probe=ollama)
+    assert set(models.backends) == {"gemini", "local"}
+    models.stop("memd is stopping")
+    for kind in ("session_notes", "dream"):  # local, gemini
+        route = models.route(kind)
+        assert isinstance(route, Route)
+        with pytest.raises(Unavailable, match="stopping"):
+            await route.llm.create_message(model="m", system="", messages=[], max_tokens=1)
+    await models.aclose()
