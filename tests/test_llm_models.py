@@ -183,3 +183,11 @@ async def test_a_stop_at_shutdown_reaches_every_backend_a_job_uses() -> None:
         with pytest.raises(Unavailable, match="stopping"):
             await route.llm.create_message(model="m", system="", messages=[], max_tokens=1)
     await models.aclose()
+
+
+def test_a_reload_finds_a_server_started_since_and_keeps_what_did_not_change() -> None:
+    before = open_models(LLMConfig(), {}, probe=NO_PROBE)
+    assert not before.enabled
+    after = open_models(LLMConfig(), {}, before, probe=ollama)
+    assert after is not before and after.enabled
+    assert open_models(LLMConfig(), {}, after, probe=ollama) is after  # nothing to reopen

@@ -318,16 +318,7 @@ async def _loop(
             )
         except LLMError as exc:
             return Failed(exc)
-        ledger.record(
-            spec.kind,
-            reply.usage,
-            project=spec.project,
-            session=spec.session,
-            model=reply.model,
-            backend=reply.backend,
-            priced=reply.priced,
-            seconds=reply.seconds,
-        )
+        ledger.record_reply(spec.kind, reply, project=spec.project, session=spec.session)
         recorder.reply(reply)
         history.append({"role": "assistant", "content": reply.content})
         uses = reply.tool_uses
@@ -395,14 +386,5 @@ async def ask_once(
         )
     if scope.cancelled_caught:
         raise Unavailable(f"the {spec.kind} answer did not come within {spec.timeout_s:g} s")
-    ledger.record(
-        spec.kind,
-        reply.usage,
-        project=spec.project,
-        session=spec.session,
-        model=reply.model,
-        backend=reply.backend,
-        priced=reply.priced,
-        seconds=reply.seconds,
-    )
+    ledger.record_reply(spec.kind, reply, project=spec.project, session=spec.session)
     return reply

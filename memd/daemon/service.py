@@ -123,7 +123,6 @@ class Daemon:
         self.env_file = env_file or EnvFile(env_file_path(env))
         self.last_reload: ReloadOutcome | None = None
         self._llm_lock = anyio.Lock()  # one (re)opening of the model client at a time
-        self._llm_opened_from: tuple[object, dict[str, str]] | None = None  # (llm config, env)
         self.clock = clock
         self.started_at = time.time()
         self.state_file = loaded.paths.state_dir / SESSIONS_FILE
@@ -346,20 +345,22 @@ class Daemon:
     # -- the model client ----------------------------------------------------------------------
 
     async def open_model(self) -> None:
-        """Open the model client from the config and the env file as they are now (the SDK
-        is imported and the client built in a worker thread), hand it to the features and
-        close the one it replaces; nothing when it was opened from the same settings. A
+        """Open the model clients from the config and the env file as they are now, and
+        what a look for local servers finds (the SDKs are imported and the clients built in a
+        worker thread), hand them to the features and close the ones they replace; nothing
+        when the settings and what was found are the same. A
         reload and the first opening after READY both come here, one at a time."""
         from memd.llm.client import close_llm
         from memd.llm.models import open_models
 
         async with self._llm_lock:
-            settings = (self.loaded.config.llm, self.llm_env)
-            unchanged = self.llm is not None and self._llm_opened_from == settings
-            if unchanged or self.stopping.is_set():
+            if self.stopping.is_set():
                 return
+            settings = (self.loaded.config.llm, self.llm_env, self.llm)
             models = await anyio.to_thread.run_sync(open_models, *settings)
-            previous, self.llm, self._llm_opened_from = self.llm, models, settings
+            if models is self.llm:  # the same settings, and the same servers found
+                return
+            previous, self.llm = self.llm, models
             CHANGES.bump()  # ``llm`` and every section the model turns on or off
             self.notes.llm_changed()
             self.memory.llm_changed()

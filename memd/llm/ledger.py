@@ -43,7 +43,7 @@ from memd.atomic import persist
 from memd.changes import CHANGES
 from memd.clock import Clock
 from memd.config import BudgetConfig
-from memd.llm.client import TokenCounts
+from memd.llm.client import LLMReply, TokenCounts
 from memd.llm.windows import (
     DAY_S,
     HOUR_S,
@@ -381,6 +381,21 @@ class Ledger:
         if len(self._state.records) > MAX_RAW_RECORDS:
             self.compact()
         return entry
+
+    def record_reply(
+        self, kind: JobKind, reply: LLMReply, *, project: str, session: str = ""
+    ) -> UsageRecord:
+        """Add one answered call: its usage, model, backend, time and whether it is priced."""
+        return self.record(
+            kind,
+            reply.usage,
+            project=project,
+            session=session,
+            model=reply.model,
+            backend=reply.backend,
+            priced=reply.priced,
+            seconds=reply.seconds,
+        )
 
     def spend_points(self) -> list[SpendPoint]:
         return spend_points(self._state)

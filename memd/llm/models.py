@@ -162,6 +162,7 @@ class Models:
     backends: dict[str, Backend | LLM] = field(default_factory=dict)
     found: dict[str, Found] = field(default_factory=dict)
     default: str | None = None
+    key: object = None  # what it was opened from (settings, environment, servers found)
 
     @classmethod
     def single(
@@ -241,11 +242,16 @@ class Models:
 def open_models(
     config: LLMConfig,
     env: Mapping[str, str],
+    previous: Models | None = None,
     *,
     probe: Callable[[list[str], float], list[LocalServer]] = probe_all,
 ) -> Models:
-    """Discover, plan and open every backend a job uses (blocking: a worker thread)."""
+    """Discover, plan and open every backend a job uses (blocking: a worker thread);
+    ``previous`` itself when it was opened from the same settings and found the same."""
     found = discover(config, env, probe)
+    key = (config, tuple(sorted(env.items())), tuple(sorted(found.items())))
+    if previous is not None and previous.key == key:
+        return previous
     planned = plan(config, found)
     opened: dict[str, Backend | Disabled] = {}
     routes: dict[JobKind, Route | Disabled] = {}
@@ -272,7 +278,7 @@ def open_models(
     backends: dict[str, Backend | LLM] = {
         n: b for n, b in opened.items() if not isinstance(b, Disabled)
     }
-    return Models(routes, backends, found, planned.default)
+    return Models(routes, backends, found, planned.default, key)
 
 
 def _open(

@@ -145,19 +145,30 @@ async def extract_memories(
     try:
         if protocol == "whole":
             return await _by_operations(llm, spec, request, memory_dir, settings, ledger, before)
-        run = await run_agent(llm, spec, request, ledger=ledger, clock=clock)
+        return await _by_tools(llm, spec, request, memory_dir, settings, ledger, clock, before)
     except PromptTooLong as exc:
         exc.sent = estimate_text(prompts.render_new(new, secrets=settings.redact_secrets))
         raise
+
+
+async def _by_tools(
+    llm: LLM,
+    spec: AgentSpec,
+    request: list[dict[str, Any]],
+    memory_dir: Path,
+    settings: ExtractSettings,
+    ledger: Ledger,
+    clock: Clock,
+    before: Snapshot,
+) -> Extracted:
+    """The tool loop: the agent's writes kept, or undone when the run fails or is cancelled."""
+    try:
+        run = await run_agent(llm, spec, request, ledger=ledger, clock=clock)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(roll_back, memory_dir, before)
         raise
-    try:
-        return await anyio.to_thread.run_sync(settle, memory_dir, before, run, settings)
-    except PromptTooLong as exc:
-        exc.sent = estimate_text(prompts.render_new(new, secrets=settings.redact_secrets))
-        raise
+    return await anyio.to_thread.run_sync(settle, memory_dir, before, run, settings)
 
 
 async def _by_operations(

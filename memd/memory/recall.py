@@ -404,15 +404,8 @@ def _failed(context: _Context, error: BaseException) -> None:
 
 def _succeeded(context: _Context, reply: LLMReply) -> None:
     if context.ledger is not None:
-        context.ledger.record(
-            "recall",
-            reply.usage,
-            project=context.project,
-            session=context.session,
-            model=reply.model,
-            backend=reply.backend,
-            priced=reply.priced,
-            seconds=reply.seconds,
+        context.ledger.record_reply(
+            "recall", reply, project=context.project, session=context.session
         )
     if context.guard is not None:
         context.guard.record_success("recall", subject=context.project)

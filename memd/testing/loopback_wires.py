@@ -298,14 +298,16 @@ def _finish(message: Mapping[str, Any], calls: Sequence[Any]) -> str:
     return "tool_calls" if calls else "stop"
 
 
-def _chat_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+def prompt_output(usage: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A Messages usage as (prompt tokens, of which cached, output tokens)."""
     cached = int(usage.get("cache_read_input_tokens") or 0)
-    prompt = (
-        int(usage.get("input_tokens") or 0)
-        + int(usage.get("cache_creation_input_tokens") or 0)
-        + cached
-    )
-    output = int(usage.get("output_tokens") or 0)
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    prompt = int(usage.get("input_tokens") or 0) + written + cached
+    return prompt, cached, int(usage.get("output_tokens") or 0)
+
+
+def _chat_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    prompt, cached, output = prompt_output(usage)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": output,
@@ -393,14 +395,7 @@ def gemini_answer(message: Mapping[str, Any]) -> dict[str, Any]:
                     }
                 }
             )
-    usage = message.get("usage") or {}
-    cached = int(usage.get("cache_read_input_tokens") or 0)
-    prompt = (
-        int(usage.get("input_tokens") or 0)
-        + int(usage.get("cache_creation_input_tokens") or 0)
-        + cached
-    )
-    output = int(usage.get("output_tokens") or 0)
+    prompt, cached, output = prompt_output(message.get("usage") or {})
     finish = "MAX_TOKENS" if message.get("stop_reason") == "max_tokens" else "STOP"
     return {
         "candidates": [
