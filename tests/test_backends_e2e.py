@@ -1,5 +1,6 @@
-"""Issue 34's acceptance, on the real daemon: with no Anthropic key anywhere, Claude Code,
-Codex and Gemini sessions get notes and memories from a local OpenAI-compatible server found
+"""Issue 34's acceptance, on the real daemon: with no Anthropic key anywhere, real Claude Code,
+Codex and Gemini sessions (tests/corpus, copied where each agent writes them while memd runs)
+get notes and memories from a local OpenAI-compatible server found
 on its port (the whole-answer protocol), or from the Gemini API (the tool loop), and
 ``compact --fork`` serves from those notes with no model call; ``reload`` switches backends
 and ``status`` says which backend serves each job and why."""
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from memd.memory.paths import memory_dir, project_slug
+from memd.memory.paths import memory_dir
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_replies import When
@@ -29,16 +30,28 @@ from tests.daemon_harness import (
     stop_memd,
     wait_for,
 )
-from tests.session_support import write_work_session
 from tests.test_memory_links_e2e import MEMORY_DIR_RE, MEMORY_SYSTEM
-from tests.test_source_memory_e2e import CODEX_ID, GEMINI_CHAT, gemini_chat, rollout
 
 pytestmark = pytest.mark.slow
 
-CLAUDE_ID = "5d0c7f3e-1b2a-4c3d-9e8f-0a1b2c3d4e5f"
+CORPUS = Path(__file__).parent / "corpus"
+REAL = {  # a real session of each agent (tests/corpus), by its session id
+    "claude": CORPUS / "claude-code-2.1.331" / "f7dce3d6-f41d-4e48-922a-2def94740327.jsonl",
+    "codex": CORPUS
+    / "agents"
+    / "codex-0.169.0"
+    / "rollout-2026-11-26T06-42-28-01a21697-5f81-70d2-ac50-a2e65a3302d4.jsonl",
+    "gemini": CORPUS / "agents" / "gemini-cli-0.61.0" / "session-2026-11-26T06-48-a795b61b.jsonl",
+}
+REAL_IDS = {
+    "claude": "f7dce3d6-f41d-4e48-922a-2def94740327",
+    "codex": "01a21697-5f81-70d2-ac50-a2e65a3302d4",
+    "gemini": "session-2026-11-26T06-48-a795b61b",
+}
+
 TUNING = (
-    "--set",
-    "session_notes.init_tokens=1000",
+    "--set",  # the corpus's Gemini chat was recorded against a model reporting ~10 tokens
+    "session_notes.init_tokens=1",
     "--set",
     "memory.extraction_quiet_s=0.2",
     "--set",
@@ -56,39 +69,40 @@ def server() -> Iterator[LoopbackAPI]:
         yield api
 
 
-def sessions(tmp_path: Path, home: Home, repo: Path) -> dict[str, Path]:
-    """One session of each agent, each past the notes' first trigger and at a turn's end."""
-    claude = write_work_session(home.projects / "-work-project", CLAUDE_ID, turns=3)
-    day = tmp_path / ".codex" / "sessions" / "2026" / "11" / "26"
-    day.mkdir(parents=True)
-    codex = day / f"rollout-2026-11-26T06-42-28-{CODEX_ID}.jsonl"
-    codex.write_bytes(rollout(repo, answered=True))
-    folder = tmp_path / ".gemini" / "tmp" / "repo"
-    (folder / "chats").mkdir(parents=True)
-    (folder / ".project_root").write_text(str(repo))
-    gemini = folder / "chats" / f"{GEMINI_CHAT}.jsonl"
-    gemini.write_bytes(gemini_chat(answered=True))
-    return {"claude": claude, "codex": codex, "gemini": gemini}
+def real_sessions(tmp_path: Path, home: Home, repo: Path) -> None:
+    """The corpus's sessions copied where each agent writes them, as the agent would."""
+    claude = home.projects / "-home-user-proj" / REAL["claude"].name
+    codex = tmp_path / ".codex" / "sessions" / "2026" / "11" / "26" / REAL["codex"].name
+    gemini = tmp_path / ".gemini" / "tmp" / "repo"
+    for folder in (claude.parent, codex.parent, gemini / "chats"):
+        folder.mkdir(parents=True, exist_ok=True)
+    (gemini / ".project_root").write_text(str(repo))
+    for source, target in (
+        (REAL["claude"], claude),
+        (REAL["codex"], codex),
+        (REAL["gemini"], gemini / "chats" / REAL["gemini"].name),
+    ):
+        target.write_bytes(source.read_bytes())
 
 
-def notes_of(home: Home, repo: Path) -> dict[str, Path]:
-    def at(folder: str, session: str) -> Path:
-        return home.projects / folder / session / "session-memory" / "summary.md"
+def memory_of(home: Home, session: str) -> Path:
+    """The memory dir of a session's project (its cwd's, as memd locates it)."""
+    cwd = call(home, "session", {"session": session})["cwd"]
+    return memory_dir(home.projects, Path(cwd))
 
-    slug = project_slug(str(repo))
-    return {
-        "claude": at("-work-project", CLAUDE_ID),
-        "codex": at(slug, CODEX_ID),
-        "gemini": at(slug, GEMINI_CHAT),
-    }
+
+def notes_saying(home: Home, session: str, words: str) -> bool:
+    """Whether the session's notes (wherever its project's folder is) hold ``words``."""
+    found = home.projects.glob(f"*/{session}/session-memory/summary.md")
+    return any(words in path.read_text() for path in found)
 
 
 def memories(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("*.md") if p.name != "MEMORY.md")
 
 
-def forked_from_notes(home: Home) -> dict[str, Any]:
-    fork: dict[str, Any] = call(home, "compact", {"session": CLAUDE_ID, "fork": True})
+def forked_from_notes(home: Home, session: str) -> dict[str, Any]:
+    fork: dict[str, Any] = call(home, "compact", {"session": session, "fork": True})
     return fork
 
 
@@ -101,7 +115,8 @@ def test_a_local_openai_compatible_server_alone_keeps_every_agents_notes_and_mem
     server.set_handler(WeakModel(fault_every=0))
     port = server.url.rsplit(":", 1)[1]
     with fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home:
-        proc = start_memd(home, *TUNING, "--set", f"llm.local_ports=['127.0.0.1:{port}']")
+        local = f"llm.local_ports=['127.0.0.1:{port}']"
+        proc = start_memd(home, *TUNING, "--set", local)
         try:
             llm = wait_for(
                 lambda: (s := call(home, "status")["llm"])["enabled"] and s,
@@ -115,20 +130,16 @@ def test_a_local_openai_compatible_server_alone_keeps_every_agents_notes_and_mem
                 "whole",
             )
             assert "answers at" in job["why"] and "anthropic" in llm["turn_on"]
-            sessions(tmp_path, home, repo)  # written while memd runs, as agents do
-            notes = notes_of(home, repo)
-            for agent, path in notes.items():
+            real_sessions(tmp_path, home, repo)  # written while memd runs, as agents do
+            for agent, session in REAL_IDS.items():
                 wait_for(
-                    lambda p=path: p.exists() and "Step " in p.read_text(),  # type: ignore[misc]
+                    partial(notes_saying, home, session, "Step "),
                     timeout=60,
                     what=f"the {agent} session's notes from the local model",
                 )
-            for where in (
-                memory_dir(home.projects, repo),
-                home.projects / "-work-project" / "memory",
-            ):
-                wait_for(partial(memories, where), timeout=60, what=f"memories in {where}")
-            fork = forked_from_notes(home)
+                where = wait_for(partial(memory_of, home, session), timeout=30, what="its cwd")
+                wait_for(partial(memories, where), timeout=60, what=f"{agent}'s memories")
+            fork = forked_from_notes(home, REAL_IDS["claude"])  # the real session, from notes
             assert fork["forked"] and fork["api_calls"] == 0, fork
             usage = call(home, "status")["usage"]
             local = usage["by_backend"]["local"]
@@ -183,19 +194,20 @@ def test_the_gemini_api_alone_keeps_every_agents_notes_and_memories(
             assert {j["backend"] for j in llm["jobs"].values()} == {"gemini"}
             assert llm["jobs"]["dream"]["protocol"] == "tools"
             assert "GEMINI_API_KEY is set" in llm["jobs"]["recall"]["why"]
-            sessions(tmp_path, home, repo)
-            for agent, path in notes_of(home, repo).items():
+            real_sessions(tmp_path, home, repo)
+            for agent, session in REAL_IDS.items():
                 wait_for(
-                    lambda p=path: p.exists() and "Step on Gemini" in p.read_text(),  # type: ignore[misc]
+                    partial(notes_saying, home, session, "Step on Gemini"),
                     timeout=60,
                     what=f"the {agent} session's notes from Gemini",
                 )
-            wait_for(
-                lambda: (memory_dir(home.projects, repo) / "project_deploy.md").exists(),
-                timeout=60,
-                what="the memory from the Codex and Gemini sessions",
-            )
-            fork = forked_from_notes(home)
+                where = wait_for(partial(memory_of, home, session), timeout=30, what="its cwd")
+                wait_for(
+                    (where / "project_deploy.md").exists,
+                    timeout=60,
+                    what=f"the memory from the {agent} session",
+                )
+            fork = forked_from_notes(home, REAL_IDS["claude"])
             assert fork["forked"] and fork["api_calls"] == 0
             posts = [r for r in server.requests if r.method == "POST"]
             assert posts and all(":streamGenerateContent" in r.path for r in posts)
