@@ -1,8 +1,8 @@
-"""Faults of a backend other than Anthropic's, on the real daemon with a local
-OpenAI-compatible server (issue 34): a 429 with retry-after, a 500, a hang, a stream cut
-mid-answer, a wrong tool name, a tool call with a path outside the area, an answer that is
-not what was asked: each ends in a state ``status`` shows, and none changes the notes or
-the memories wrongly."""
+"""Faults of the backends other than Anthropic's, on the real daemon with a local
+OpenAI-compatible server and with the Gemini API (issue 34): a 429 with retry-after, a 500,
+a hang, a stream cut mid-answer, a wrong tool name, a tool call with a path outside the area,
+an answer that is not what was asked: each ends in a state ``status`` shows, and none
+changes the notes or the memories wrongly."""
 
 from __future__ import annotations
 
@@ -35,9 +35,24 @@ def guard(home: Home) -> dict[str, Any]:
     return status
 
 
-def test_each_fault_of_a_local_backend_ends_in_a_state_status_shows(tmp_path: Path) -> None:
+def backend_config(backend: str, url: str) -> str:
+    """The ``llm`` section that puts every job on ``backend`` at ``url``."""
+    common = "  find_local: false\n  timeout_s: 2\n"
+    if backend == "gemini":
+        where = f"  provider: gemini\n  gemini:\n    base_url: {url}\n"
+    else:
+        where = f"  local:\n    base_url: {url}/v1\n"
+    return f"llm:\n{common}{where}    protocol: tools\n"
+
+
+@pytest.mark.parametrize("backend", ["local", "gemini"])
+def test_each_fault_of_a_backend_ends_in_a_state_status_shows(tmp_path: Path, backend: str) -> None:
     notes_rule = When(system_match=NOTES_SYSTEM)
-    with LoopbackAPI() as api, fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1") as home:
+    keys = {"GEMINI_API_KEY": "test"} if backend == "gemini" else {}
+    with (
+        LoopbackAPI() as api,
+        fake_home(tmp_path, CLAUDE_CODE_DISABLE_AUTO_MEMORY="1", **keys) as home,
+    ):
         api.models = ("qwen2.5-coder:7b",)
         api.add_rule(notes_rule, replies.rate_limited(retry_after=1), times=1)
         api.add_rule(notes_rule, replies.server_error(500), times=1)
@@ -54,8 +69,7 @@ def test_each_fault_of_a_local_backend_ends_in_a_state_status_shows(tmp_path: Pa
         api.add_rule(When(system_match=MEMORY_SYSTEM, turn="after_tool"), replies.text("Done."))
         config = tmp_path / "memd.yaml"
         config.write_text(
-            f"llm:\n  find_local: false\n  timeout_s: 2\n  local:\n    base_url: {api.url}/v1\n"
-            "    protocol: tools\nsession_notes:\n  init_tokens: 1000000000\n"
+            backend_config(backend, api.url) + "session_notes:\n  init_tokens: 1000000000\n"
             "memory:\n  extraction_quiet_s: 0.2\n  extract_beside_claude_code: true\n"
             "budget:\n  backoff_initial_s: 0.01\n  backoff_max_s: 0.05\n"
         )
