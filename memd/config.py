@@ -172,7 +172,11 @@ class BackendConfig:
     api_key_env: str = ""  # "" = the backend's own variable (OPENAI_API_KEY, GEMINI_API_KEY)
     model: str = ""  # "" = the backend's default per job (a local server: its first model)
     protocol: Literal["auto", "tools", "whole"] = "auto"
-    stream: bool = True  # openai wire: ask for server-sent events (the answer as it comes)
+    # Per model, over ``protocol``: models of this backend that drive the tool loop well (a
+    # large local one), or that must be asked for whole answers (a small one on an API).
+    tools_models: tuple[str, ...] = ()
+    whole_models: tuple[str, ...] = ()
+    stream: bool = True  # ask for the answer as it comes (server-sent events)
 
 
 DEFAULT_LOCAL_PORTS: tuple[str, ...] = (

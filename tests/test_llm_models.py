@@ -74,6 +74,13 @@ def test_a_local_server_serves_its_first_model_by_the_whole_answer_protocol() ->
     )
     tools = open_models(LLMConfig(local=BackendConfig(protocol="tools")), {}, probe=ollama)
     assert isinstance(r := tools.route("memory_extract"), Route) and r.protocol == "tools"
+    # per model: the big local model drives tools, the small one answers whole
+    local = BackendConfig(tools_models=("qwen2.5-coder:32b",))
+    jobs = ModelsConfig(session_notes="local:qwen2.5-coder:32b")
+    mixed = open_models(LLMConfig(local=local, models=jobs), {}, probe=ollama)
+    notes, extract = mixed.route("session_notes"), mixed.route("memory_extract")
+    assert isinstance(notes, Route) and notes.protocol == "tools"
+    assert isinstance(extract, Route) and extract.protocol == "whole"
 
 
 def test_status_says_what_was_found_and_not_used() -> None:

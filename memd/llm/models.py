@@ -9,9 +9,10 @@ daemon's worker thread) and returns :class:`Models`, which the features ask for 
 :class:`Route` at every run: a reload swaps the whole object.
 
 Protocol per job: ``tools`` (the multi-turn tool loop) or ``whole`` (one answer that memd
-checks and applies: notes as the whole new text, memories as a list of operations). A
-backend's ``protocol`` setting decides (``auto``: ``whole`` for a local server, ``tools``
-otherwise); a backend that cannot drive tools is always ``whole``.
+checks and applies: notes as the whole new text, memories as a list of operations). The
+model's entry in its backend's ``tools_models`` / ``whole_models`` decides, else the
+backend's ``protocol`` (``auto``: ``whole`` for a local server, ``tools`` otherwise); a
+backend that cannot drive tools is always ``whole``.
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def open_models(
                 f"set llm.{choice.backend}.model or llm.models.{kind}"
             )
         else:
-            protocol = _protocol(choice.backend, config, llm)
+            protocol = _protocol(choice.backend, config, llm, choice.model)
             priced = llm.facts().priced
             routes[kind] = Route(
                 kind, choice.backend, llm, choice.model, protocol, choice.why, priced
@@ -301,11 +302,16 @@ def _with_local_url(config: LLMConfig, url: str) -> LLMConfig:
     return dataclasses.replace(config, local=dataclasses.replace(config.local, base_url=url))
 
 
-def _protocol(name: str, config: LLMConfig, llm: Backend) -> Protocol:
+def _protocol(name: str, config: LLMConfig, llm: Backend, model: str) -> Protocol:
     facts = llm.facts()
     if not facts.tools:
         return "whole"
-    setting = settings_for(name, config).protocol
+    settings = settings_for(name, config)
+    if model in settings.tools_models:
+        return "tools"
+    if model in settings.whole_models:
+        return "whole"
+    setting = settings.protocol
     if setting != "auto":
         return setting
     return "tools" if facts.priced else "whole"
