@@ -229,7 +229,7 @@ async def _run_chunk(
     )
     try:
         if setup.protocol == "whole":
-            usage = await _whole_chunk(llm, setup, spec, chunk, path, before[0], ledger, clock)
+            usage = await _whole_chunk(llm, setup, spec, chunk, path, before[0], ledger)
         else:
             usage = await _tool_chunk(llm, setup, spec, chunk, path, before[0], ledger, clock)
     except PromptTooLong as exc:
@@ -267,7 +267,6 @@ async def _whole_chunk(
     path: Path,
     before: str,
     ledger: Ledger,
-    clock: Clock,
 ) -> Usage:
     """The whole new notes asked for and checked (:mod:`memd.session.whole`)."""
     budget = await anyio.to_thread.run_sync(
@@ -285,7 +284,6 @@ async def _whole_chunk(
         total_limit=setup.config.total_tokens,
         secrets=setup.redact_secrets,
         ledger=ledger,
-        clock=clock,
     )
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 import anyio.to_thread
 
 from memd.agent.runner import AgentSpec, ask_once
-from memd.clock import Clock
 from memd.errors import MalformedAnswer
 from memd.llm.client import LLM, LLMReply, Usage
 from memd.llm.ledger import Ledger
@@ -132,10 +131,8 @@ async def run_chunk(
     total_limit: int,
     secrets: bool,
     ledger: Ledger,
-    clock: Clock,
 ) -> Usage:
     """One chunk: ask, check, replace the notes (atomically) or raise ``MalformedAnswer``."""
-    del clock
     request = inputs.delta_request(chunk, instruction(before, reminder), secrets=secrets)
     reply = await ask_once(llm, spec, request.messages, ledger=ledger)
     after = scrub_text(notes_of(reply), secrets=secrets)
