@@ -90,6 +90,7 @@ def test_status_says_what_was_found_and_not_used() -> None:
     assert {j["backend"] for j in status["jobs"].values()} == {"anthropic"}
     assert set(status["found_unused"]) == {"gemini", "local"}
     assert "GEMINI_API_KEY is set" in status["found_unused"]["gemini"]
+    assert "llm.provider: gemini" in status["found_unused"]["gemini"]  # the line to use it
     assert "openai" in status["turn_on"] and "anthropic" not in status["turn_on"]
 
 

@@ -233,7 +233,11 @@ class Models:
             }
             for name, f in self.facts().items()
         }
-        found = {n: f.detail for n, f in self.found.items() if n not in used}
+        found = {
+            n: f"{f.detail}; to use it: llm.provider: {n} (or llm.models.<job>: '{n}:<model>')"
+            for n, f in self.found.items()
+            if n not in used
+        }
         turn_on = {
             n: spec.turn_on for n, spec in BACKENDS.items() if n not in used and n not in found
         }
