@@ -3,7 +3,8 @@
 Retrieval only, no model: does the memory holding a question's evidence come back?
 
 Data: a file in the LoCoMo format (``locomo10.json`` of snap-research/LoCoMo, CC BY-NC 4.0;
-not shipped with memd, give its path). Each conversation is one project: every observation
+not shipped with memd, give its path), or the folder ``locomo10_v2/`` that the repository's
+``data/locomo10.zip`` unpacks to (the same conversations, one file each). Each conversation is one project: every observation
 (one fact, with the dialogue id it came from) becomes one memory file in a memory dir of its
 own, dated at its session's date; each question's evidence ids say which memories hold the
 answer. Category 5 (adversarial: the answer is not in the conversation) is left out unless
@@ -110,9 +111,26 @@ class Score:
 
 
 def load(path: Path, *, adversarial: bool = False) -> list[Conversation]:
-    """Conversations of a LoCoMo-format file as memories and questions."""
-    raw: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
+    """Conversations of a LoCoMo-format file as memories and questions; or of a folder of
+    one file per conversation (``locomo10_v2/`` of the repository's ``data/locomo10.zip``:
+    each file's keys at its top level), in the order of their numbers."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"), key=lambda f: (len(f.stem), f.stem))
+        raw = [_joined(f.stem, json.loads(f.read_text(encoding="utf-8"))) for f in files]
+    else:
+        raw = json.loads(path.read_text(encoding="utf-8"))
     return [_conversation(item, adversarial) for item in raw]
+
+
+def _joined(number: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    """One conversation's file of ``locomo10_v2/`` in ``locomo10.json``'s shape."""
+    observed = {k: v for k, v in item.items() if k.endswith("_observation")}
+    return {
+        "sample_id": f"conv-{number}",
+        "conversation": {k: v for k, v in item.items() if k.startswith(("speaker_", "session_"))},
+        "observation": observed,
+        "qa": item["qa"],
+    }
 
 
 def _conversation(item: Mapping[str, Any], adversarial: bool) -> Conversation:

@@ -49,6 +49,7 @@ mean nothing is injected, never an error.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ from memd.memory.service import MemoryService
 from memd.memory.session_context import INDEX_MARK, NOTES_MARK, RECALL_MARK, SessionContext
 from memd.privacy import scrub_text
 from memd.tokens import estimate_text
+
+log = logging.getLogger(__name__)
 
 NotesFor = Callable[[str], Awaitable[str | None]]
 
@@ -375,7 +378,11 @@ async def _prompt_submit(
             prompt, cwd, record.session_id, tools, timeout_s=timeout_s, where=where
         )
         pinned = {m["path"] for m in memories}
-        memories += [m for m in result.get("memories") or [] if m["path"] not in pinned]
+        recalled = result.get("memories") or []
+        if not recalled:  # e.g. nothing relevant enough (issue 36): said, at debug level
+            why = result.get("reason") or "no memories"
+            log.debug("recall for session %s injects nothing: %s", record.session_id, why)
+        memories += [m for m in recalled if m["path"] not in pinned]
         caveat = str(result.get("caveat") or "")
     first = len(sections)
     if memories:

@@ -35,6 +35,7 @@ from functools import lru_cache
 
 from memd.memory import related
 from memd.memory.frontmatter import MemoryType
+from memd.memory.relevance import best_coverage, relevant_enough
 from memd.memory.scan import MemoryHeader
 from memd.memory.terms import (
     analyze,
@@ -55,8 +56,8 @@ EXPAND_WEIGHT = 0.1  # their weight against the query's own terms (1.0)
 EXPAND_MIN_COUNT = 2  # memories a term must share with the seed
 EXPAND_LIFT = 6.0  # a term offered is at least this many times likelier beside the seed
 EXPAND_MAX_DF = 32  # only a query term held by at most this many memories is expanded
-RELATED_TERMS = 5  # terms related in meaning added per query term (memd.memory.related)
-RELATED_WEIGHT = 0.6  # a related term weighs this times its cosine squared (a query term: 1.0)
+RELATED_TERMS = related.NEAREST  # terms related in meaning added per query term
+RELATED_WEIGHT = related.WEIGHT  # a related term weighs this times its cosine squared
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class RankDoc:
 class Ranked:
     key: str
     score: float
+    doc: int = -1  # its number in the index ranked
 
 
 def doc_from_header(header: MemoryHeader) -> RankDoc:
@@ -259,9 +261,9 @@ def ranking(
             if number not in having:
                 scores[number] *= ENTITY_MISS
     docs = index.docs
-    order = [(-score, -docs[n].mtime_ms, docs[n].key) for n, score in scores.items()]
+    order = [(-score, -docs[n].mtime_ms, docs[n].key, n) for n, score in scores.items()]
     order.sort()  # best first, then the newer, then by key: deterministic
-    ranked = (Ranked(key, -negative) for negative, _, key in order if key not in exclude)
+    ranked = (Ranked(key, -negative, n) for negative, _, key, n in order if key not in exclude)
     if not recent_tools:
         return list(ranked)
     by_key = {docs[n].key: docs[n] for n in scores}
@@ -335,9 +337,20 @@ def rank(
 ) -> list[Ranked]:
     """The best ``limit`` memories for ``query``, best first; only those sharing a term with
     it (see :func:`ranking`) and scoring at least :data:`MIN_SHARE` of the best
-    (:func:`strong_count`)."""
+    (:func:`strong_count`), and none when the best of those covers too little of the query
+    (:func:`answer_coverage`)."""
     ranked = ranking(index, query, exclude=exclude, recent_tools=recent_tools)[:limit]
-    return ranked[: strong_count([r.score for r in ranked])]
+    strong = ranked[: strong_count([r.score for r in ranked])]
+    return strong if relevant_enough(answer_coverage(index, query, strong, limit)) else []
+
+
+def answer_coverage(index: LexicalIndex, query: str, ranked: Sequence[Ranked], limit: int) -> float:
+    """How much of ``query`` the best memory of a lexical answer from ``ranked`` (best first:
+    the first ``limit``, less those under :func:`strong_count`'s cut) holds
+    (:mod:`memd.memory.relevance`); 0 when the answer is empty."""
+    best = ranked[:limit]
+    strong = best[: strong_count([r.score for r in best])]
+    return best_coverage(index, query, (r.doc for r in strong))
 
 
 def strong_count(scores: Sequence[float]) -> int:
@@ -362,7 +375,7 @@ def rank_headers(
     recent_tools: Sequence[str] = (),
 ) -> list[MemoryHeader]:
     """Rank scanned headers directly, reusing the index while the memories are unchanged."""
-    ranked = ranked_headers(
+    ranked, _ = ranked_headers(
         headers, query, already_surfaced=already_surfaced, recent_tools=recent_tools
     )
     return [header for header, _ in ranked[:limit]]
@@ -374,15 +387,18 @@ def ranked_headers(
     *,
     already_surfaced: Collection[str] = (),
     recent_tools: Sequence[str] = (),
-) -> list[tuple[MemoryHeader, float]]:
-    """:func:`ranking` of scanned headers (those not surfaced), with their scores."""
+    answer: int = DEFAULT_LIMIT,
+) -> tuple[list[tuple[MemoryHeader, float]], float]:
+    """:func:`ranking` of scanned headers (those not surfaced), with their scores; and the
+    :func:`answer_coverage` of a lexical answer of ``answer`` memories."""
     index = cached_index(tuple(doc_from_header(h) for h in headers))
     surfaced = {h.relative for h in headers} - {
         h.relative for h in selection_candidates(headers, already_surfaced)
     }
     by_key = {h.relative: h for h in headers}
     ranked = ranking(index, query, exclude=surfaced, recent_tools=recent_tools)
-    return [(by_key[r.key], r.score) for r in ranked]
+    cover = answer_coverage(index, query, ranked, answer)
+    return [(by_key[r.key], r.score) for r in ranked], cover
 
 
 def selection_candidates(

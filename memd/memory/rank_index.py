@@ -27,11 +27,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memd.memory.rank import (
+    DEFAULT_LIMIT,
     FIELDS,
     LexicalIndex,
     RankDoc,
     Ranked,
     analyze_fields,
+    answer_coverage,
     doc_from_header,
     encode_fields,
     ranking,
@@ -172,16 +174,21 @@ class RecallCache(HeaderCache):
         exclude: Collection[str] = (),
         recent_tools: Sequence[str] = (),
         head_lines: int = DEFAULT_HEAD_LINES,
-    ) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]]]:
-        """Every memory's header (newest first), and the best ``limit`` for ``query`` with
-        their scores among those whose relative path is not in ``exclude``."""
+        answer: int = DEFAULT_LIMIT,
+    ) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]], float]:
+        """Every memory's header (newest first); the best ``limit`` for ``query`` with their
+        scores among those whose relative path is not in ``exclude``; and how much of the
+        query the best of a lexical answer of ``answer`` memories covers
+        (:func:`memd.memory.rank.answer_coverage`)."""
         headers = self.scan(memory_dir, max_files=None, head_lines=head_lines)
         key = str(memory_dir)
         with self._lock:
             index = self._indexes.get(key)
             known = self._dirs.get(key) or {}
             if index is None:
-                return headers, []
+                return headers, [], 0.0
             ranked = index.ranking(query, exclude=exclude, recent_tools=recent_tools)
+            cover = answer_coverage(index.lexical(), query, ranked, answer)
             found = ((known.get(r.key), r.score) for r in ranked[:limit])
-            return headers, [(hit[1], score) for hit, score in found if hit is not None]
+            hits = [(hit[1], score) for hit, score in found if hit is not None]
+            return headers, hits, cover

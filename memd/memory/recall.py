@@ -54,6 +54,7 @@ from memd.memory.rank import (
     strong_count,
 )
 from memd.memory.rank_index import RecallCache
+from memd.memory.relevance import abstained, relevant_enough
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.memory.selector import build_selector_prompt, parse_selection, selector_system
 from memd.privacy import scrub_text
@@ -181,7 +182,7 @@ async def recall(
     surfaced = frozenset(already_surfaced)
     scan = partial(_scan_and_rank, memory_dir, query, cfg, surfaced, tuple(recent_tools), cache)
     try:
-        headers, ranked = await anyio.to_thread.run_sync(scan)
+        headers, ranked, cover = await anyio.to_thread.run_sync(scan)
     except OSError as exc:
         return _empty(f"the memory dir cannot be scanned: {exc}", started, clock)
     candidates = selection_candidates(headers, already_surfaced)
@@ -189,10 +190,12 @@ async def recall(
         return _empty("the query is empty", started, clock, len(candidates))
     if not candidates:
         return _empty("no memories to choose from", started, clock)
+    lexical, fused = ranked, None
     if semantic is not None:
         semantic.want(memory_dir, headers)
         fuse = partial(semantic.fuse, memory_dir, query, candidates, ranked)
         ranked = await _fused(fuse, cfg, tuple(recent_tools), deadline - clock.monotonic(), ranked)
+        fused = ranked
     context = _Context(
         as_route(llm, "recall", cfg.llm.models.recall),
         cfg,
@@ -205,7 +208,8 @@ async def recall(
         session,
         deadline,
     )
-    choice = await _choose(query, candidates, ranked, context)
+    answerable = Answerable(cover, lexical, fused)
+    choice = await _choose(query, candidates, ranked, context, answerable)
     memories = await _load_chosen(memory_dir, choice, context, checks)
     elapsed, found = clock.monotonic() - started, len(candidates)
     return RecallResult(memories, choice.method, choice.reason, RECALL_CAVEAT, found, elapsed)
@@ -250,11 +254,13 @@ def _scan_and_rank(
     surfaced: frozenset[str],
     recent_tools: tuple[str, ...],
     cache: RecallCache | None,
-) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]]]:
-    """Every memory's header (newest first) and the best of those not surfaced for ``query``
-    with their scores, as many as a manifest holds (blocking)."""
+) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]], float]:
+    """Every memory's header (newest first); the best of those not surfaced for ``query``
+    with their scores, as many as a manifest holds; and how much of the query the best of a
+    lexical answer covers (:mod:`memd.memory.relevance`). Blocking."""
     head_lines = cfg.memory.frontmatter_lines
     limit = max(cfg.memory.scan_max_files, cfg.memory.recall_max)
+    answer = cfg.memory.recall_max
     if cache is not None:
         prefix = f"{memory_dir}/"
         exclude = {s.removeprefix(prefix) for s in surfaced}
@@ -265,10 +271,13 @@ def _scan_and_rank(
             exclude=exclude,
             recent_tools=recent_tools,
             head_lines=head_lines,
+            answer=answer,
         )
     headers = scan_memories(memory_dir, max_files=None, head_lines=head_lines)
-    ranked = ranked_headers(headers, query, already_surfaced=surfaced, recent_tools=recent_tools)
-    return headers, ranked[:limit]
+    ranked, cover = ranked_headers(
+        headers, query, already_surfaced=surfaced, recent_tools=recent_tools, answer=answer
+    )
+    return headers, ranked[:limit], cover
 
 
 def _empty(reason: str, started: float, clock: Clock, candidates: int = 0) -> RecallResult:
@@ -279,15 +288,45 @@ def _empty(reason: str, started: float, clock: Clock, candidates: int = 0) -> Re
 # Choosing
 
 
+@dataclass(frozen=True)
+class Answerable:
+    """Which memories a lexical answer may give (issue 36): any, when the best of the lexical
+    ranker's answer covers enough of the query (``cover``, :mod:`memd.memory.relevance`);
+    otherwise only those the semantic stage, when on, found alike to the query (at least
+    ``semantic.min_similarity``: its fused score is above the lexical share alone), and
+    none without it."""
+
+    cover: float
+    lexical: Sequence[tuple[MemoryHeader, float]]
+    fused: Sequence[tuple[MemoryHeader, float]] | None  # None: the semantic stage is off
+
+    @property
+    def any(self) -> bool:
+        return relevant_enough(self.cover)
+
+    def alike(self) -> set[str]:
+        """The memories the semantic stage lifted: their fused score is above their share of
+        the best lexical score."""
+        if self.fused is None:
+            return set()
+        best = max((score for _, score in self.lexical), default=0.0)
+        share = {h.relative: score / best for h, score in self.lexical} if best > 0 else {}
+        return {h.relative for h, s in self.fused if s > share.get(h.relative, 0.0) + 1e-9}
+
+
 async def _choose(
     query: str,
     candidates: Sequence[MemoryHeader],
     ranked: Sequence[tuple[MemoryHeader, float]],
     context: _Context,
+    answerable: Answerable,
 ) -> _Choice:
     limit = context.cfg.memory.recall_max
     best = ranked[: 2 * limit]
     strong = [h for h, _ in best[: strong_count([score for _, score in best])]]
+    if not answerable.any:
+        alike = answerable.alike()
+        strong = [h for h in strong if h.relative in alike]
     why = model_unavailable(context.llm, context.guard, context.project)
     if why is None:
         assert isinstance(context.llm, Route)
@@ -302,6 +341,8 @@ async def _choose(
             return _Choice(tuple(picked), "model", f"chosen by {model}", spares)
         why = picked
     chosen_lexically, spares = tuple(strong[:limit]), tuple(strong[limit:])
+    if not chosen_lexically and best and not answerable.any:
+        why = f"{why}; {abstained(answerable.cover)}"
     return _Choice(chosen_lexically, "lexical", f"lexical ranking: {why}", spares)
 
 

@@ -97,13 +97,32 @@ def split_identifier(word: str) -> list[str]:
 @lru_cache(maxsize=8192)
 def analyze(text: str) -> tuple[str, ...]:
     """Stemmed search terms of ``text``, in order, with repeats (see the module docstring)."""
-    terms: list[str] = []
+    return tuple(term for word in _words(text) for term in word)
+
+
+@lru_cache(maxsize=1024)
+def query_words(query: str) -> tuple[tuple[str, ...], ...]:
+    """The terms of ``query`` word by word (:func:`analyze`'s, grouped by the word they come
+    from: ``useEffect`` gives one group of ``useeffect``, ``use``, ``effect``), each term in
+    its first word only, words without terms left out."""
+    seen: set[str] = set()
+    grouped: list[tuple[str, ...]] = []
+    for word in _words(query):
+        fresh = tuple(dict.fromkeys(t for t in word if t not in seen))
+        if fresh:
+            seen.update(fresh)
+            grouped.append(fresh)
+    return tuple(grouped)
+
+
+def _words(text: str) -> list[tuple[str, ...]]:
     words = _WORD.findall(text)
-    for at, word in enumerate(words):
-        if word.lower() in _HEDGES and at + 1 < len(words) and words[at + 1].lower() == "of":
-            continue  # "what kind of music": the topic is the word after "of"
-        terms.extend(_word_terms(word))
-    return tuple(terms)
+    return [
+        _word_terms(word)
+        for at, word in enumerate(words)
+        # "what kind of music": the topic is the word after "of"
+        if not (word.lower() in _HEDGES and at + 1 < len(words) and words[at + 1].lower() == "of")
+    ]
 
 
 @lru_cache(maxsize=65536)
@@ -126,6 +145,12 @@ def _add(terms: list[str], token: str) -> None:
     long_form = ABBREVIATIONS.get(token)
     if long_form is not None:
         terms.extend(stem(w) for w in long_form.split())
+
+
+_CALENDAR_TEXT = """\
+    january february march april may june july august september october november december
+    monday tuesday wednesday thursday friday saturday sunday"""
+CALENDAR = frozenset(stem(word) for word in _CALENDAR_TEXT.split())  # capitalised, not names
 
 
 @lru_cache(maxsize=1024)
