@@ -2,14 +2,14 @@
 
 Retrieval only, no model: does the memory holding a question's evidence come back?
 
-Data: a file in the LoCoMo format (``locomo10.json`` of snap-research/LoCoMo, CC BY-NC 4.0;
-not shipped with memd, give its path), or the folder ``locomo10_v2/`` that the repository's
-``data/locomo10.zip`` unpacks to (the same conversations, one file each). Each conversation is one project: every observation
-(one fact, with the dialogue id it came from) becomes one memory file in a memory dir of its
-own, dated at its session's date; each question's evidence ids say which memories hold the
-answer. Category 5 (adversarial: the answer is not in the conversation) is left out unless
-``--with-adversarial``. A question whose evidence is in no memory counts as a miss for every
-method (the "ceiling" row says how many can be found at all).
+Data: a file in the LoCoMo format (``locomo10.json`` of snap-research/LoCoMo, CC BY-NC 4.0; not
+shipped with memd, give its path), or the folder ``locomo10_v2/`` that the repository's
+``data/locomo10.zip`` unpacks to (the same conversations, one file each). Each conversation is
+one project: every observation (one fact, with the dialogue id it came from) becomes one memory
+file in a memory dir of its own, dated at its session's date; each question's evidence ids say
+which memories hold the answer. Category 5 (adversarial: the answer is not in the conversation)
+is left out unless ``--with-adversarial``. A question whose evidence is in no memory counts as
+a miss for every method (the "ceiling" row says how many can be found at all).
 
 Methods, on the same memories and questions:
 
@@ -76,7 +76,7 @@ class Memory:
 @dataclass(frozen=True)
 class Question:
     text: str
-    category: int
+    category: int | str  # LoCoMo's number (CATEGORIES), or another benchmark's name
     evidence: frozenset[str]
 
 
@@ -142,7 +142,7 @@ def _conversation(item: Mapping[str, Any], adversarial: bool) -> Conversation:
         when = _session_time(dialogue.get(f"{number}_date_time", ""))
         for speaker, facts in speakers.items():
             for fact, evidence in facts:
-                key = _unique_key(fact, used)
+                key = unique_key(fact, used)
                 meta = Frontmatter(name=f"{speaker}, {when:%d %B %Y}", description=fact)
                 text = render_document(meta, f"{fact}\n")
                 stamp = when.timestamp() + len(memories)  # keeps the dialogue's order
@@ -162,7 +162,7 @@ def _session_time(text: str) -> datetime:
         return datetime(2023, 1, 1, tzinfo=UTC)
 
 
-def _unique_key(fact: str, used: set[str]) -> str:
+def unique_key(fact: str, used: set[str]) -> str:
     """A file name from the fact's first words, as an extraction would name a topic."""
     words = [w for w in _SLUG.findall(fact.lower()) if w not in STOPWORDS][:5] or ["memory"]
     base = "_".join(words)
@@ -289,7 +289,11 @@ def _score_conversation(
         keys_of[memory.evidence].add(memory.key)
     for question in conv.questions:
         wanted = frozenset(k for e in question.evidence for k in keys_of.get(e, ()))
-        category = CATEGORIES.get(question.category, str(question.category))
+        category = (
+            CATEGORIES.get(question.category, str(question.category))
+            if isinstance(question.category, int)
+            else question.category
+        )
         found = float(bool(wanted))
         for name in (category, "all"):
             table["ceiling"][name].add(dict.fromkeys(KS, found), found)
@@ -308,7 +312,9 @@ def report(
 ) -> str:
     """``table`` as a Markdown table under ``title``: a row per method (those of ``methods``
     it has, in that order) and category."""
-    categories = [c for c in (*CATEGORIES.values(), "all") if c in table["ceiling"]]
+    known = [c for c in CATEGORIES.values() if c in table["ceiling"]]
+    others = sorted(set(table["ceiling"]) - {*known, "all"})
+    categories = [*known, *others, "all"]
     lines = [f"### {title}", "", "| method | category | n | R@1 | R@3 | R@5 | MRR |"]
     lines.append("|---|---|---|---|---|---|---|")
     for method in methods:
