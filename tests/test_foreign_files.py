@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memd.foreign_reads import PROBLEMS
@@ -25,6 +25,7 @@ from memd.sources.codex import own_memory
 from memd.sources.gemini import Gemini
 from memd_client import foreign_file
 from memd_client.foreign_file import Unusable
+from tests.conftest import PROFILE_SUPPRESSED
 from tests.daemon_harness import (
     call,
     claude_hook,
@@ -275,7 +276,7 @@ def test_a_fifo_as_claude_codes_session_memory_template_is_not_waited_on(tmp_pat
 # The door itself
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[*PROFILE_SUPPRESSED])
 @given(
     data=st.one_of(
         st.binary(max_size=300),
