@@ -22,7 +22,9 @@ each have memories a good recall returns): answered share, recall@5 and hit@5.
 files. Projects are split as in ``recall_quality.py`` (even conversations ``dev``, odd
 ``held-out``); the coding prompts too (even-numbered prompts ``dev``).
 
-Run: ``python3 bench/recall_abstain.py PATH/locomo10.json [--split dev|held-out|all|both]``.
+Run: ``python3 bench/recall_abstain.py PATH/locomo10.json [--split dev|held-out|all|both]
+[--beam PATH/chats/100K ...]``; ``--beam``: also BEAM's questions asked in their own chat's
+project (``bench/recall_beam.py``), answered share and R@5 per half.
 Targets (issue 36): off-topic answered ≤ 10 %, coding ≤ 5 %, relevant ≥ 95 %.
 """
 
@@ -41,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
 from bench import recall as handwritten  # noqa: E402  (the hand-written set)
+from bench import recall_beam  # noqa: E402
 from bench import recall_quality as rq  # noqa: E402
 from memd.config import Config  # noqa: E402
 
@@ -281,6 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("data", type=Path, help="a LoCoMo-format JSON file (locomo10.json)")
     parser.add_argument("--split", choices=("dev", "held-out", "all", "both"), default="both")
+    parser.add_argument(
+        "--beam", type=Path, action="append", default=[], help="a BEAM tier's folder too"
+    )
     args = parser.parse_args(argv)
     try:
         conversations = rq.load(args.data)
@@ -299,6 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         title = f"{name} ({len(convs)} conversations, {len(asked)} coding prompts)"
         print(report(title, evaluate(convs, asked, cfg)))
         print()
+    for folder in args.beam:
+        chats = recall_beam.load(folder)
+        for name, part in (("dev", chats[0::2]), ("held-out", chats[1::2])):
+            tally = evaluate(part, (), cfg)["relevant"]
+            print(f"BEAM {folder.name} {name}, relevant: " + tally.row("relevant", True))
     tally, recall_at_5 = evaluate_handwritten(cfg)
     answered, hit = tally.answered / tally.asked, tally.found / tally.asked
     print(

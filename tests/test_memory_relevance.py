@@ -17,7 +17,16 @@ from memd.config import Config
 from memd.memory.frontmatter import Frontmatter, render_document
 from memd.memory.rank import LexicalIndex, RankDoc, rank
 from memd.memory.recall import Answerable, recall
-from memd.memory.relevance import MIN_COVER, NAME, UNSEEN, best_coverage, coverage, query_weight
+from memd.memory.relevance import (
+    MIN_COVER,
+    NAME,
+    UNSEEN,
+    Cover,
+    best_coverage,
+    coverage,
+    covered,
+    query_weight,
+)
 from memd.memory.scan import MemoryHeader
 
 LIFE = (
@@ -126,7 +135,7 @@ def test_coverage_is_a_share_and_the_query_itself_covers_all(query: str, extra: 
         assert 0.0 <= coverage(index, weight, number) <= 1.0 + 1e-9
     if weight.words:
         assert coverage(index, weight, number_of(index, "query.md")) == pytest.approx(1.0)
-        assert best_coverage(index, query, range(len(index.docs))) == pytest.approx(1.0)
+        assert best_coverage(index, query, range(len(index.docs))).share == pytest.approx(1.0)
 
 
 def test_rank_gives_nothing_for_a_prompt_about_nothing_it_holds() -> None:
@@ -174,7 +183,26 @@ def test_with_the_semantic_stage_only_what_it_found_alike_may_answer() -> None:
     a, b, c = header("a.md"), header("b.md"), header("c.md")
     lexical = [(a, 2.0), (b, 1.0)]
     fused = [(a, 1.0), (b, 0.5), (c, 0.4)]  # c: a semantic hit; a and b: as before
-    low = Answerable(MIN_COVER / 2, lexical, fused)
+    low = Answerable(Cover(MIN_COVER / 2), lexical, fused)
     assert not low.any and low.alike() == {"c.md"}
-    assert Answerable(MIN_COVER / 2, lexical, None).alike() == set()
-    assert Answerable(MIN_COVER, lexical, None).any
+    assert Answerable(Cover(MIN_COVER / 2), lexical, None).alike() == set()
+    assert Answerable(Cover(MIN_COVER), lexical, None).any
+
+
+def test_three_words_met_answer_a_long_question_unless_it_names_a_stranger() -> None:
+    """A long question meets its memory on three words while most of its wording (about the
+    conversation itself) is in no memory: answered. The same with a name no memory holds:
+    not (a question about someone else)."""
+    index = life_index()
+    memory = number_of(index, "fact_7.md")  # Melanie ... saving up for a camper van
+    long = (
+        "Can you walk me through the order in which I brought up the saving for the camper "
+        "van across our conversations, in order? Mention ONLY and ONLY three items, briefly."
+    )
+    got = covered(index, query_weight(index, long), memory)
+    assert got.words >= 3 and got.share < MIN_COVER and got.enough
+    assert [r.key for r in rank(index, long)][:1] == ["fact_7.md"]
+    named = long.replace("I brought up", "Joanna brought up")
+    got = covered(index, query_weight(index, named), memory)
+    assert got.words >= 3 and got.stranger and not got.enough
+    assert rank(index, named) == []

@@ -35,7 +35,7 @@ from functools import lru_cache
 
 from memd.memory import related
 from memd.memory.frontmatter import MemoryType
-from memd.memory.relevance import best_coverage, relevant_enough
+from memd.memory.relevance import Cover, best_coverage
 from memd.memory.scan import MemoryHeader
 from memd.memory.terms import (
     analyze,
@@ -341,10 +341,10 @@ def rank(
     (:func:`answer_coverage`)."""
     ranked = ranking(index, query, exclude=exclude, recent_tools=recent_tools)[:limit]
     strong = ranked[: strong_count([r.score for r in ranked])]
-    return strong if relevant_enough(answer_coverage(index, query, strong, limit)) else []
+    return strong if answer_coverage(index, query, strong, limit).enough else []
 
 
-def answer_coverage(index: LexicalIndex, query: str, ranked: Sequence[Ranked], limit: int) -> float:
+def answer_coverage(index: LexicalIndex, query: str, ranked: Sequence[Ranked], limit: int) -> Cover:
     """How much of ``query`` the best memory of a lexical answer from ``ranked`` (best first:
     the first ``limit``, less those under :func:`strong_count`'s cut) holds
     (:mod:`memd.memory.relevance`); 0 when the answer is empty."""
@@ -388,7 +388,7 @@ def ranked_headers(
     already_surfaced: Collection[str] = (),
     recent_tools: Sequence[str] = (),
     answer: int = DEFAULT_LIMIT,
-) -> tuple[list[tuple[MemoryHeader, float]], float]:
+) -> tuple[list[tuple[MemoryHeader, float]], Cover]:
     """:func:`ranking` of scanned headers (those not surfaced), with their scores; and the
     :func:`answer_coverage` of a lexical answer of ``answer`` memories."""
     index = cached_index(tuple(doc_from_header(h) for h in headers))

@@ -38,6 +38,7 @@ from memd.memory.rank import (
     encode_fields,
     ranking,
 )
+from memd.memory.relevance import Cover
 from memd.memory.scan import DEFAULT_HEAD_LINES, HeaderCache, MemoryHeader
 from memd.memory.terms import mentions_warning
 
@@ -175,7 +176,7 @@ class RecallCache(HeaderCache):
         recent_tools: Sequence[str] = (),
         head_lines: int = DEFAULT_HEAD_LINES,
         answer: int = DEFAULT_LIMIT,
-    ) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]], float]:
+    ) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]], Cover]:
         """Every memory's header (newest first); the best ``limit`` for ``query`` with their
         scores among those whose relative path is not in ``exclude``; and how much of the
         query the best of a lexical answer of ``answer`` memories covers
@@ -186,7 +187,7 @@ class RecallCache(HeaderCache):
             index = self._indexes.get(key)
             known = self._dirs.get(key) or {}
             if index is None:
-                return headers, [], 0.0
+                return headers, [], Cover()
             ranked = index.ranking(query, exclude=exclude, recent_tools=recent_tools)
             cover = answer_coverage(index.lexical(), query, ranked, answer)
             found = ((known.get(r.key), r.score) for r in ranked[:limit])

@@ -54,7 +54,7 @@ from memd.memory.rank import (
     strong_count,
 )
 from memd.memory.rank_index import RecallCache
-from memd.memory.relevance import abstained, relevant_enough
+from memd.memory.relevance import Cover, abstained
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.memory.selector import build_selector_prompt, parse_selection, selector_system
 from memd.privacy import scrub_text
@@ -254,7 +254,7 @@ def _scan_and_rank(
     surfaced: frozenset[str],
     recent_tools: tuple[str, ...],
     cache: RecallCache | None,
-) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]], float]:
+) -> tuple[list[MemoryHeader], list[tuple[MemoryHeader, float]], Cover]:
     """Every memory's header (newest first); the best of those not surfaced for ``query``
     with their scores, as many as a manifest holds; and how much of the query the best of a
     lexical answer covers (:mod:`memd.memory.relevance`). Blocking."""
@@ -296,13 +296,13 @@ class Answerable:
     ``semantic.min_similarity``: its fused score is above the lexical share alone), and
     none without it."""
 
-    cover: float
+    cover: Cover
     lexical: Sequence[tuple[MemoryHeader, float]]
     fused: Sequence[tuple[MemoryHeader, float]] | None  # None: the semantic stage is off
 
     @property
     def any(self) -> bool:
-        return relevant_enough(self.cover)
+        return self.cover.enough
 
     def alike(self) -> set[str]:
         """The memories the semantic stage lifted: their fused score is above their share of

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from memd.memory.rank import LexicalIndex
 
 MIN_COVER = 0.15  # the share of the query's weight the best memory must hold
+MIN_WORDS = 3  # or this many of the query's words (each at least half held) ...
+MIN_WORDS_COVER = 0.05  # ... and this share, when the query names no one the memories lack
 UNSEEN = 2.0  # a word no memory holds weighs this times one that one memory holds
 NAME = 4.0  # a name the query gives weighs this times its idf
 
@@ -55,6 +57,29 @@ class QueryWeight:
 
     words: tuple[tuple[float, tuple[tuple[int, float], ...]], ...]
     total: float
+    stranger: bool = False  # the query gives a name that no memory holds
+
+
+@dataclass(frozen=True)
+class Cover:
+    """How much of a query one memory holds: the share of its weight, and how many of its
+    words (each at least half of the word's weight); ``stranger``: the query gives a name no
+    memory holds."""
+
+    share: float = 0.0
+    words: int = 0
+    stranger: bool = False
+
+    @property
+    def enough(self) -> bool:
+        """Whether an answer whose best memory holds this may be given: :data:`MIN_COVER` of
+        the query's weight; or :data:`MIN_WORDS` of its words and :data:`MIN_WORDS_COVER`,
+        unless the query is about someone the memories never mention (a long question
+        that meets its memory on three words is about it, however much of its wording the
+        memories lack)."""
+        if self.share >= MIN_COVER:
+            return True
+        return self.words >= MIN_WORDS and self.share >= MIN_WORDS_COVER and not self.stranger
 
 
 def query_weight(index: LexicalIndex, query: str) -> QueryWeight:
@@ -63,10 +88,12 @@ def query_weight(index: LexicalIndex, query: str) -> QueryWeight:
     unseen = UNSEEN * math.log(1 + (size - 0.5) / 1.5)  # UNSEEN x the idf of a df of 1
     names = entity_terms(query) - CALENDAR
     words: list[tuple[float, tuple[tuple[int, float], ...]]] = []
+    stranger = False
     for terms in query_words(query):
         weight, held, plain = 0.0, [], []
         for term in terms:
             slot = index.slot(term)
+            stranger = stranger or (slot is None and term in names)
             rarity = unseen if slot is None else float(index.idfs[slot])
             rarity *= NAME if term in names else 1.0
             weight = max(weight, rarity)
@@ -78,34 +105,38 @@ def query_weight(index: LexicalIndex, query: str) -> QueryWeight:
             if (slot := index.slot(term)) is not None:
                 held.append((slot, related.WEIGHT * alike * alike * weight))
         words.append((weight, tuple(held)))
-    return QueryWeight(tuple(words), sum(w for w, _ in words))
+    return QueryWeight(tuple(words), sum(w for w, _ in words), stranger)
+
+
+def covered(index: LexicalIndex, weight: QueryWeight, number: int) -> Cover:
+    """How much of the query memory ``number`` of ``index`` holds."""
+    if weight.total <= 0:
+        return Cover(stranger=weight.stranger)
+    terms = index.doc_terms(number)
+    got, met = 0.0, 0
+    for most, held in weight.words:
+        part = min(most, max((w for slot, w in held if slot in terms), default=0.0))
+        got += part
+        met += most > 0 and part >= most / 2
+    return Cover(got / weight.total, met, weight.stranger)
 
 
 def coverage(index: LexicalIndex, weight: QueryWeight, number: int) -> float:
     """The share (0 to 1) of the query's weight that memory ``number`` of ``index`` holds."""
-    if weight.total <= 0:
-        return 0.0
-    terms = index.doc_terms(number)
-    got = 0.0
-    for most, held in weight.words:
-        got += min(most, max((w for slot, w in held if slot in terms), default=0.0))
-    return got / weight.total
+    return covered(index, weight, number).share
 
 
-def best_coverage(index: LexicalIndex, query: str, numbers: Iterable[int]) -> float:
-    """The largest :func:`coverage` among memories ``numbers`` of ``index`` (0 for none)."""
+def best_coverage(index: LexicalIndex, query: str, numbers: Iterable[int]) -> Cover:
+    """The best :func:`covered` among memories ``numbers`` of ``index`` (one that is
+    :attr:`Cover.enough` first, then the largest share); an empty one for none."""
     weight = query_weight(index, query)
-    return max((coverage(index, weight, n) for n in numbers), default=0.0)
+    found = [covered(index, weight, n) for n in numbers]
+    return max(found, key=lambda c: (c.enough, c.share), default=Cover(stranger=weight.stranger))
 
 
-def relevant_enough(cover: float) -> bool:
-    """Whether an answer whose best memory covers ``cover`` of the query may be given."""
-    return cover >= MIN_COVER
-
-
-def abstained(cover: float) -> str:
+def abstained(cover: Cover) -> str:
     """Why nothing was recalled, for a recall's reason and the hook's log."""
     return (
-        f"nothing relevant enough: the best memory holds {cover:.0%} of the prompt's weight "
-        f"({MIN_COVER:.0%} needed)"
+        f"nothing relevant enough: the best memory holds {cover.share:.0%} of the prompt's "
+        f"weight ({MIN_COVER:.0%} needed, or {MIN_WORDS_COVER:.0%} and {MIN_WORDS} of its words)"
     )
