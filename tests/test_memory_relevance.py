@@ -16,11 +16,12 @@ from memd.clock import FakeClock
 from memd.config import Config
 from memd.memory.frontmatter import Frontmatter, render_document
 from memd.memory.rank import LexicalIndex, RankDoc, rank
-from memd.memory.recall import Answerable, recall
+from memd.memory.recall import recall
 from memd.memory.relevance import (
     MIN_COVER,
     NAME,
     UNSEEN,
+    Answerable,
     Cover,
     best_coverage,
     coverage,

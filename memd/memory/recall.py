@@ -54,7 +54,7 @@ from memd.memory.rank import (
     strong_count,
 )
 from memd.memory.rank_index import RecallCache
-from memd.memory.relevance import Cover, abstained
+from memd.memory.relevance import Answerable, Cover, abstained
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.memory.selector import build_selector_prompt, parse_selection, selector_system
 from memd.privacy import scrub_text
@@ -190,12 +190,12 @@ async def recall(
         return _empty("the query is empty", started, clock, len(candidates))
     if not candidates:
         return _empty("no memories to choose from", started, clock)
-    lexical, fused = ranked, None
+    lexical = ranked
     if semantic is not None:
         semantic.want(memory_dir, headers)
-        fuse = partial(semantic.fuse, memory_dir, query, candidates, ranked)
-        ranked = await _fused(fuse, cfg, tuple(recent_tools), deadline - clock.monotonic(), ranked)
-        fused = ranked
+        fuse = partial(semantic.fuse, memory_dir, query, candidates, lexical)
+        ranked = await _fused(fuse, cfg, tuple(recent_tools), deadline - clock.monotonic(), lexical)
+    answerable = Answerable(cover, lexical, None if semantic is None else ranked)
     context = _Context(
         as_route(llm, "recall", cfg.llm.models.recall),
         cfg,
@@ -208,7 +208,6 @@ async def recall(
         session,
         deadline,
     )
-    answerable = Answerable(cover, lexical, fused)
     choice = await _choose(query, candidates, ranked, context, answerable)
     memories = await _load_chosen(memory_dir, choice, context, checks)
     elapsed, found = clock.monotonic() - started, len(candidates)
@@ -286,32 +285,6 @@ def _empty(reason: str, started: float, clock: Clock, candidates: int = 0) -> Re
 
 # ---------------------------------------------------------------------------------------------
 # Choosing
-
-
-@dataclass(frozen=True)
-class Answerable:
-    """Which memories a lexical answer may give (issue 36): any, when the best of the lexical
-    ranker's answer covers enough of the query (``cover``, :mod:`memd.memory.relevance`);
-    otherwise only those the semantic stage, when on, found alike to the query (at least
-    ``semantic.min_similarity``: its fused score is above the lexical share alone), and
-    none without it."""
-
-    cover: Cover
-    lexical: Sequence[tuple[MemoryHeader, float]]
-    fused: Sequence[tuple[MemoryHeader, float]] | None  # None: the semantic stage is off
-
-    @property
-    def any(self) -> bool:
-        return self.cover.enough
-
-    def alike(self) -> set[str]:
-        """The memories the semantic stage lifted: their fused score is above their share of
-        the best lexical score."""
-        if self.fused is None:
-            return set()
-        best = max((score for _, score in self.lexical), default=0.0)
-        share = {h.relative: score / best for h, score in self.lexical} if best > 0 else {}
-        return {h.relative for h, s in self.fused if s > share.get(h.relative, 0.0) + 1e-9}
 
 
 async def _choose(

@@ -32,7 +32,7 @@ one over that memory's terms.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,7 @@ from memd.memory.terms import CALENDAR, entity_terms, query_words
 
 if TYPE_CHECKING:
     from memd.memory.rank import LexicalIndex
+    from memd.memory.scan import MemoryHeader
 
 MIN_COVER = 0.15  # the share of the query's weight the best memory must hold
 MIN_WORDS = 3  # or this many of the query's words (each at least half held) ...
@@ -140,3 +141,29 @@ def abstained(cover: Cover) -> str:
         f"nothing relevant enough: the best memory holds {cover.share:.0%} of the prompt's "
         f"weight ({MIN_COVER:.0%} needed, or {MIN_WORDS_COVER:.0%} and {MIN_WORDS} of its words)"
     )
+
+
+@dataclass(frozen=True)
+class Answerable:
+    """Which memories a lexical answer may give (issue 36): any, when the best of the lexical
+    ranker's answer covers enough of the query (``cover``, :mod:`memd.memory.relevance`);
+    otherwise only those the semantic stage, when on, found alike to the query (at least
+    ``semantic.min_similarity``: its fused score is above the lexical share alone), and
+    none without it."""
+
+    cover: Cover
+    lexical: Sequence[tuple[MemoryHeader, float]]
+    fused: Sequence[tuple[MemoryHeader, float]] | None  # None: the semantic stage is off
+
+    @property
+    def any(self) -> bool:
+        return self.cover.enough
+
+    def alike(self) -> set[str]:
+        """The memories the semantic stage lifted: their fused score is above their share of
+        the best lexical score."""
+        if self.fused is None:
+            return set()
+        best = max((score for _, score in self.lexical), default=0.0)
+        share = {h.relative: score / best for h, score in self.lexical} if best > 0 else {}
+        return {h.relative for h, s in self.fused if s > share.get(h.relative, 0.0) + 1e-9}
