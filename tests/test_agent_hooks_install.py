@@ -21,6 +21,7 @@ from memd.install.codex_hooks import install, uninstall
 from memd.install.config_files import ConfigFileError
 from memd_client import hook as hook_module
 from memd_client.cli_doctor import Check, Facts, check_codex, check_gemini
+from memd_client.config_backup import Original, read_backup
 from memd_client.hooks_codex import trust_entries, trust_hash
 from memd_client.hooks_install import (
     AGENT_HOOKS,
@@ -73,8 +74,8 @@ def test_a_file_memd_created_goes_again_even_after_a_reinstall(tmp_path: Path, a
     settings = tmp_path / "settings.json"
     spec = AGENT_HOOKS[agent]
     install_hooks(settings, f"/old/bin/memd-hook {agent}", spec)
-    install_hooks(settings, command(agent), spec)  # memd's own file: no backup of it is kept
-    assert not settings.with_name("settings.json.memd-backup").exists()
+    install_hooks(settings, command(agent), spec)  # memd's own file: no copy of it is kept
+    assert read_backup(settings.with_name("settings.json.memd-backup")) == Original(None)
     assert uninstall_hooks(settings)[0] == f"removed {settings}, which held only memd's entries"
     assert not settings.exists()
 
@@ -186,7 +187,7 @@ def test_codex_hooks_and_mcp_share_one_backup_of_config_toml(tmp_path: Path) -> 
             else:
                 apply(["codex"], "user", "install", root, env)
         backup = home / "config.toml.memd-backup"
-        assert backup.read_text() == CODEX_CONFIG
+        assert read_backup(backup) == Original(CODEX_CONFIG.encode())
         for step in removals:
             if step == "hooks":
                 uninstall(home)

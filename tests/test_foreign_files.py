@@ -307,7 +307,7 @@ def test_any_bytes_come_back_as_a_value_or_a_problem(
 
 
 @given(depth=st.integers(1, 200), kind=st.sampled_from(["array", "inline", "dotted", "header"]))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 def test_toml_nesting_is_judged_before_decoding(depth: int, kind: str) -> None:
     text = {
         "array": "a = " + "[" * depth + "]" * depth,

@@ -19,6 +19,7 @@ import memd_client
 from memd.memory.hook_context import hook_stdout
 from memd.memory.paths import memory_dir
 from memd_client import hook
+from memd_client.config_backup import Original, read_backup
 from memd_client.hooks_install import (
     HOOK_CODE,
     detached,
@@ -158,7 +159,9 @@ def test_install_hooks_keeps_user_hooks_and_is_idempotent(tmp_path: Path) -> Non
         f"memd hooks already present in {settings}"
     ]
     assert settings.read_text() == before
-    backup = json.loads((tmp_path / "settings.json.memd-backup").read_text())
+    saved = read_backup(tmp_path / "settings.json.memd-backup")
+    assert isinstance(saved, Original) and saved.data is not None
+    backup = json.loads(saved.data)
     assert backup == {"model": "opus", "hooks": {"PreToolUse": [mine]}}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from memd.install.agents import AGENTS, Action, apply
+from memd_client.config_backup import Original, read_backup
 from tests.daemon_harness import run_memdctl
 from tests.fifo_support import waited_on_fifos
 
@@ -94,7 +95,7 @@ def test_install_is_idempotent_and_uninstall_restores_the_bytes(tmp_path: Path, 
     assert entries["memd"]["command"] == sys.executable
     assert entries["memd"]["args"] == ["-P", "-m", "memd.mcp"]
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
-    assert Path(str(path) + ".memd-backup").read_bytes() == original
+    assert read_backup(Path(str(path) + ".memd-backup")) == Original(original)
     installed = path.read_bytes()
 
     [second] = apply([agent], "user", "install", tmp_path, env)
@@ -154,7 +155,8 @@ def test_missing_files_are_created_and_bad_files_are_left_alone(tmp_path: Path) 
     assert [o.result for o in failed] == ["failed"] * 4
     for relative, text in bad.items():
         assert (tmp_path / relative).read_text() == text
-        assert not (tmp_path / (relative + ".memd-backup")).exists()
+        # no copy of a file memd did not change: only the mark that memd created it
+        assert read_backup(tmp_path / (relative + ".memd-backup")) == Original(None)
 
 
 def test_a_fifo_as_an_agents_config_fails_that_agent_instead_of_waiting(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from memd_client.cli_base import Ctx
 from memd_client.cli_daemon import extraction_failure, project_params
 from memd_client.cli_doctor import Facts, check_hooks, check_writes
 from memd_client.cli_top import screen_lines
+from memd_client.config_backup import Original, read_backup
 from memd_client.hooks_install import (
     HOOK_CODE,
     MATCHERS,
@@ -277,9 +278,9 @@ def test_hooks_keep_the_mode_and_uninstall_gives_the_file_back_byte_for_byte(
     assert stat.S_IMODE(settings.stat().st_mode) == 0o644
     assert "memd-hook" in settings.read_text()
     backup = tmp_path / "settings.json.memd-backup"
-    assert backup.read_bytes() == original
+    assert read_backup(backup) == Original(original)
     install_hooks(settings, "/opt/bin/other/memd-hook")  # a reinstall keeps the first backup
-    assert backup.read_bytes() == original
+    assert read_backup(backup) == Original(original)
     done = uninstall_hooks(settings)
     assert settings.read_bytes() == original
     assert stat.S_IMODE(settings.stat().st_mode) == 0o644
@@ -300,7 +301,7 @@ def test_uninstall_after_other_changes_removes_only_memds_and_keeps_the_backup(
     uninstall_hooks(settings)
     assert json.loads(settings.read_text()) == {"model": "x", "theme": "dark"}  # no "hooks": {}
     assert settings.read_text().startswith('{\n    "model"')  # the file's own indent
-    assert (tmp_path / "settings.json.memd-backup").read_bytes() == original
+    assert read_backup(tmp_path / "settings.json.memd-backup") == Original(original)
 
 
 def test_service_files_honour_xdg_and_stay_simple(tmp_path: Path) -> None:

@@ -8,10 +8,8 @@ an unsafe runtime dir) is exactly when a person runs the doctor.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,7 +24,7 @@ from memd_client.cli_doctor_agents import (
     runnable,
 )
 from memd_client.cli_local import agent_settings, client_version, settings_path
-from memd_client.config_read import read_config_text
+from memd_client.config_read import parse_json, parse_toml, read_config_text
 from memd_client.errors import MemdClientError
 from memd_client.hook_record import read_failed_open, record_path
 from memd_client.hooks_install import MATCHERS, read_settings, waited_for
@@ -249,14 +247,11 @@ def mcp_agents(home: Path, env: dict[str, str]) -> list[str]:
     ):
         try:
             text = read_config_text(path)
-            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-        except (OSError, ValueError, RecursionError):
+            parse = parse_toml if path.suffix == ".toml" else parse_json
+            data = parse(path, text)
+        except (OSError, ValueError):
             continue
-        servers = (
-            data.get("mcp_servers" if agent == "codex" else "mcpServers")
-            if isinstance(data, dict)
-            else None
-        )
+        servers = data.get("mcp_servers" if agent == "codex" else "mcpServers")
         if isinstance(servers, dict) and "memd" in servers:
             found.append(agent)
     return found

@@ -83,14 +83,16 @@ def read_bytes(path: str | os.PathLike[str], cap: int, *, links: Links) -> bytes
     except ValueError:
         return Unusable(name, "has a NUL byte in its name", "rename it")
     try:
-        return _read_fd(name, fd, cap)
+        return read_fd(name, fd, cap)
     except OSError as exc:
         return Unusable(name, f"cannot be read ({_why(exc)})", "check the disk, then retry")
     finally:
         os.close(fd)
 
 
-def _read_fd(name: str, fd: int, cap: int) -> bytes | Unusable:
+def read_fd(name: str, fd: int, cap: int) -> bytes | Unusable:
+    """The bytes of the open file ``fd`` (named ``name``) if it is a regular file of at most
+    ``cap`` bytes (``fstat``, then ``cap + 1`` asked for). Raises ``OSError`` as ``read``."""
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         what = f"is {kind_of(info.st_mode)}, not a regular file"

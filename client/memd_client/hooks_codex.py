@@ -19,12 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memd_client.config_read import read_config_text
+from memd_client.config_read import parse_toml, read_config_text
 
 # Codex's snake-case labels of the events memd may register (HookEventName).
 LABELS = {
@@ -82,15 +81,11 @@ def trust_entries(hooks_file: Path, settings: Mapping[str, Any], is_mine: Any) -
 
 def read_config(path: Path) -> dict[str, Any]:
     """``config.toml``'s data; ``{}`` when it is missing. Raises ValueError naming the file
-    when it is not TOML."""
+    when memd cannot use it (not TOML, nested too deep, too large: :mod:`.config_read`)."""
     try:
-        text = read_config_text(path)
+        return parse_toml(path, read_config_text(path))
     except FileNotFoundError:
         return {}
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path} is not valid TOML ({exc}); fix it first") from None
 
 
 def trusted_state(config: Mapping[str, Any]) -> dict[str, str]:

@@ -22,8 +22,10 @@ Installing is idempotent (an entry whose command is already there is not added a
 replaces memd's entries in any older form (the ``memd-hook`` console script, ``python -m
 memd_client.hook``, ``python …/memd_client/hook.py``) rather than adding beside them, and
 keeps every hook the user already has; uninstalling removes only memd's entries, whichever
-form. Both replace the file atomically, keeping its mode, and keep the backup of the file as
-it was before memd first changed it (:mod:`memd_client.config_backup`).
+form. Both edit the file a link names (the link stays), replace it atomically keeping its
+mode and layout, and keep the backup of the file as it was before memd first changed it
+(:mod:`memd_client.config_backup`). A file memd cannot use (too large, nested too deep, not
+UTF-8, not JSON) is refused with one line naming it, before anything is written.
 """
 
 from __future__ import annotations
@@ -35,10 +37,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memd_client.atomic import write_text_atomic
-from memd_client.config_backup import give_back, keep_first_backup, undone_on_refusal
-from memd_client.config_read import read_config_text
-from memd_client.json_layout import json_layout
+from memd_client.atomic import write_atomic
+from memd_client.config_backup import give_back, keep_first_backup, same_json, undone_on_refusal
+from memd_client.config_read import (
+    config_path,
+    config_text,
+    has_bom,
+    parse_json,
+    read_config_bytes,
+    read_config_text,
+    with_bom,
+)
+from memd_client.json_layout import dump_like
 
 MATCHERS = {
     # Not at a startup: the first prompt's hook brings the index then (one process fewer
@@ -308,6 +318,8 @@ def _without_memd(group: object, keep: Wanted | None) -> object | None:
         for h in inner
         if not (isinstance(h, dict) and h != entry and is_memd_hook(h.get("command")))
     ]
+    if len(kept) == len(inner):
+        return group  # a user's group, even an empty one, stays as it is
     return {**group, "hooks": kept} if kept else None
 
 
@@ -332,30 +344,26 @@ def waited_for(settings: dict[str, Any], spec: AgentHooks = CLAUDE_HOOKS) -> lis
 
 
 def read_settings(settings_path: Path) -> dict[str, Any]:
-    """The settings object; ``{}`` for a missing or empty file. Raises ValueError, naming the
-    file, for one that is not a JSON object."""
+    """The settings object; ``{}`` for a missing or empty file. Raises ValueError
+    (:class:`~memd_client.foreign_file.UnusableFile`), naming the file, for one memd cannot
+    use: not a JSON object, nested too deep, too large, not UTF-8, not a regular file."""
     try:
-        text = read_config_text(settings_path, errors="replace")
+        return parse_json(settings_path, read_config_text(settings_path))
     except FileNotFoundError:
         return {}
-    try:
-        loaded = json.loads(text) if text.strip() else {}
-    except ValueError as exc:
-        raise ValueError(f"{settings_path} is not valid JSON ({exc}); fix it first") from exc
-    if not isinstance(loaded, dict):
-        raise ValueError(f"{settings_path} does not hold a JSON object; fix it first")
-    return loaded
 
 
 def install_hooks(settings_path: Path, command: str, spec: AgentHooks = CLAUDE_HOOKS) -> list[str]:
-    """Merge into ``settings_path``; return what was done, in words."""
-    current = read_settings(settings_path)
+    """Merge into ``settings_path`` (the file it names, when it is a link: the link stays);
+    return what was done, in words."""
+    real = config_path(settings_path)
+    current = read_settings(real)
     merged, added, replaced = _merge(current, command, spec)
     if not added and not replaced:
         return [f"memd hooks already present in {settings_path}"]
-    with undone_on_refusal(settings_path):  # no backup left of a file the disk kept as it was
-        done = keep_first_backup(settings_path, only_memd=_only_memd(current))
-        _write_like(settings_path, merged)
+    with undone_on_refusal(real):  # no backup left of a file the disk kept as it was
+        done = keep_first_backup(real, only_memd=_only_memd(current))
+        write_atomic(real, _dump_like(real, merged))
     if replaced:
         done.append(f"removed memd's older hook command for {', '.join(replaced)}")
     if added:
@@ -364,19 +372,20 @@ def install_hooks(settings_path: Path, command: str, spec: AgentHooks = CLAUDE_H
 
 
 def uninstall_hooks(settings_path: Path) -> list[str]:
-    """Remove memd's entries from ``settings_path``; return what was done, in words.
+    """Remove memd's entries from ``settings_path`` (the file it names, when it is a link);
+    return what was done, in words.
 
     When memd's install was the file's only change since, the bytes saved before it come
     back exactly (and the backup goes); otherwise only memd's entries go, with the ``hooks``
     object if that leaves it empty, and the backup of the user's original stays as it is.
     """
-    merged, changed = remove_hooks(read_settings(settings_path))
+    real = config_path(settings_path)
+    merged, changed = remove_hooks(read_settings(real))
     if not changed:
         return [f"no memd hooks in {settings_path}; nothing to remove"]
     if merged.get("hooks") == {}:
         del merged["hooks"]
-    new = _dump_like(settings_path, merged).encode("utf-8")  # the layout the file has
-    done = give_back(settings_path, new, _same_json, empty=not merged)
+    done = give_back(real, _dump_like(real, merged), same_json, empty=not merged)
     done.append(f"removed memd hooks for {', '.join(changed)} from {settings_path}")
     return done
 
@@ -387,21 +396,11 @@ def _only_memd(settings: dict[str, Any]) -> bool:
     return bool(changed) and rest in ({}, {"hooks": {}})
 
 
-def _same_json(saved: bytes, new: bytes) -> bool:
-    """Whether two settings texts say the same (an empty text says ``{}``)."""
-    return bool((json.loads(saved) if saved.strip() else {}) == json.loads(new))
-
-
-def _write_like(settings_path: Path, settings: dict[str, Any]) -> None:
-    """Write ``settings`` in the layout the file has (indent, line end), atomically."""
-    write_text_atomic(settings_path, _dump_like(settings_path, settings))
-
-
-def _dump_like(settings_path: Path, settings: dict[str, Any]) -> str:
-    """``settings`` as JSON in the layout the file has (indent, line end)."""
+def _dump_like(path: Path, settings: dict[str, Any]) -> bytes:
+    """``settings`` as JSON in the layout the file has (indent, line ends, final newline,
+    byte order mark)."""
     try:
-        text = read_config_text(settings_path, errors="replace")
+        data = read_config_bytes(path)
     except FileNotFoundError:
-        text = ""
-    indent, ending = json_layout(text)
-    return json.dumps(settings, indent=indent) + ending
+        data = b""
+    return with_bom(dump_like(settings, config_text(path, data)), has_bom(data))

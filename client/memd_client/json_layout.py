@@ -2,11 +2,13 @@
 
 memdctl's installers (``hooks_install``) and ``memd/install`` (the MCP entries) write agents'
 JSON files back in the layout they found: a user's two-space, four-space or tab indent, a
-one-line file and a missing final newline stay as they were.
+one-line file, CRLF line ends and a missing final newline stay as they were (a byte order
+mark is kept by :mod:`memd_client.config_read`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 
@@ -23,3 +25,17 @@ def json_layout(text: str) -> tuple[int | str | None, str]:
         indent = None  # a one-line file stays on one line
     ending = "\n" if text.endswith("\n") or not text else ""
     return indent, ending
+
+
+def dump_like(data: object, like: str) -> str:
+    """``data`` as JSON in the layout of ``like`` (:func:`json_layout`), with its line ends
+    (``\\r\\n`` when it used them) and non-ASCII text escaped only where ``like`` had none
+    (or where it cannot be written as UTF-8: a lone surrogate a ``\\ud800`` escape gave)."""
+    indent, ending = json_layout(like)
+    out = json.dumps(data, indent=indent, ensure_ascii=like.isascii())
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        out = json.dumps(data, indent=indent)
+    out += ending
+    return out.replace("\n", "\r\n") if "\r\n" in like else out

@@ -27,7 +27,6 @@ when nothing else changed since, puts back the original bytes (a file memd creat
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -45,13 +44,25 @@ from memd.install.config_files import (
 )
 from memd_client.atomic import write_atomic
 from memd_client.config_backup import (
+    Original,
     backup_path,
     give_back,
     keep_first_backup,
+    read_backup,
+    same_json,
+    same_toml,
     undone_on_refusal,
     write_refused,
 )
-from memd_client.config_read import read_config_bytes, read_config_text
+from memd_client.config_read import (
+    config_path,
+    config_text,
+    has_bom,
+    read_config_bytes,
+    read_config_text,
+    with_bom,
+)
+from memd_client.foreign_file import UnusableFile
 
 AGENTS = ("claude", "codex", "cursor", "gemini")
 SERVER_NAME = "memd"
@@ -126,13 +137,21 @@ def target_for(agent: str, scope: Scope, env: Mapping[str, str], project: Path) 
 
 def apply_file(target: Target, action: Action) -> Outcome:
     """Install or uninstall memd's entry in ``target``'s file."""
-    real = Path(os.path.realpath(target.path))
+    real = config_path(target.path)
     where = str(target.path)
     try:
-        old = read_config_bytes(real) if real.exists() else None
-        text = old.decode("utf-8") if old is not None else ""
-    except (OSError, ValueError) as exc:
+        old: bytes | None = read_config_bytes(real)
+    except FileNotFoundError:
+        old = None
+    except UnusableFile as exc:
+        return Outcome(target.agent, where, "failed", str(exc))
+    except OSError as exc:
         return Outcome(target.agent, where, "failed", f"cannot read it: {exc}")
+    try:
+        text = config_text(real, old) if old is not None else ""
+    except UnusableFile as exc:
+        return Outcome(target.agent, where, "failed", str(exc))
+    bom = old is not None and has_bom(old)
     if action == "uninstall" and old is None:
         return Outcome(target.agent, where, "absent", "no such file")
     try:
@@ -147,17 +166,20 @@ def apply_file(target: Target, action: Action) -> Outcome:
     backup = backup_path(real)
     try:
         if action == "uninstall":
-            return _write_uninstalled(target, real, new)
+            return _write_uninstalled(target, real, with_bom(new, bom))
         with undone_on_refusal(real):  # no backup left of a file the disk kept as it was
-            keep_first_backup(real, only_memd=old is not None and _only_memd(target, text))
+            done = keep_first_backup(real, only_memd=old is not None and _only_memd(target, text))
             mode = None if old is not None else target.new_mode
-            write_atomic(real, new.encode("utf-8"), mode=mode)
+            write_atomic(real, with_bom(new, bom), mode=mode)
     except OSError as exc:  # a full or read-only disk: this agent fails, the others go on
         return Outcome(target.agent, where, "failed", write_refused(exc, target.path))
     result = (
         "installed" if old is None or SERVER_NAME not in _servers_of(target, text) else "updated"
     )
-    return Outcome(target.agent, where, result, backup=str(backup) if backup.exists() else None)
+    detail = "; ".join(line for line in done if line.startswith("left "))
+    saved = read_backup(backup)
+    kept = isinstance(saved, Original) and saved.data is not None
+    return Outcome(target.agent, where, result, detail, backup=str(backup) if kept else None)
 
 
 def _only_memd(target: Target, text: str) -> bool:
@@ -173,14 +195,14 @@ def _servers_of(target: Target, text: str) -> Mapping[str, Any]:
     return node if isinstance(node, dict) else {}
 
 
-def _write_uninstalled(target: Target, real: Path, new: str) -> Outcome:
-    def same(saved: bytes, left: bytes) -> bool:
-        return bool(parsed(target.fmt, saved.decode()) == parsed(target.fmt, left.decode()))
-
-    done = give_back(real, new.encode("utf-8"), same, empty=not parsed(target.fmt, new))
+def _write_uninstalled(target: Target, real: Path, new: bytes) -> Outcome:
+    same = same_json if target.fmt == "json" else same_toml
+    empty = not parsed(target.fmt, config_text(real, new))
+    done = give_back(real, new, same, empty=empty)
     restored = any(line.startswith(("restored", "removed")) for line in done)
     detail = "restored the file as it was before the install" if restored else ""
-    return Outcome(target.agent, str(target.path), "removed", detail)
+    said = "; ".join([detail, *(line for line in done if line.startswith("left "))])
+    return Outcome(target.agent, str(target.path), "removed", said.strip("; "))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,10 +234,15 @@ def apply_claude_cli(
         )
 
     try:
-        text = read_config_text(target.path) if target.path.exists() else ""
-        current = _servers_of(target, text).get(SERVER_NAME)
-    except (OSError, ValueError, ConfigFileError) as exc:
+        text = read_config_text(target.path)
+    except FileNotFoundError:
+        text = ""
+    except (OSError, ValueError) as exc:
         return Outcome("claude", str(target.path), "failed", f"cannot read it: {exc}")
+    try:
+        current = _servers_of(target, text).get(SERVER_NAME)
+    except ConfigFileError as exc:
+        return Outcome("claude", str(target.path), "failed", f"{target.path}: {exc}")
     if action == "install" and current == target.entry:
         return Outcome("claude", "claude CLI", "unchanged", "memd is already configured")
     if current is None and action == "uninstall":

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,8 +26,20 @@ from tomlkit.items import Table
 
 from memd.install.config_files import toml_load, toml_table
 from memd_client.atomic import write_atomic
-from memd_client.config_backup import give_back, keep_first_backup, undone_on_refusal, write_refused
-from memd_client.config_read import read_config_text
+from memd_client.config_backup import (
+    give_back,
+    keep_first_backup,
+    same_toml,
+    undone_on_refusal,
+    write_refused,
+)
+from memd_client.config_read import (
+    config_path,
+    config_text,
+    has_bom,
+    read_config_bytes,
+    with_bom,
+)
 from memd_client.hooks_codex import (
     codex_home,
     hooks_turned_off,
@@ -47,11 +58,13 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def install(home: Path, command: str) -> list[str]:
-    """Register ``command`` in ``home``'s hooks.json and trust it; what was done, in words."""
+    """Register ``command`` in ``home``'s hooks.json and trust it; what was done, in words.
+    Each file is edited where a link names it (the trust keys name hooks.json as Codex
+    does, by the path in ``home``)."""
     hooks_file, config = home / "hooks.json", home / "config.toml"
     read_config(config)  # a config.toml memd cannot edit stops the install before any write
     old = trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
-    with undone_on_refusal(hooks_file, config):
+    with undone_on_refusal(config_path(hooks_file), config_path(config)):
         done = install_hooks(hooks_file, command, CODEX_HOOKS)
         new = trust_entries(hooks_file, read_settings(hooks_file), lambda c: c == command)
         done += _edit_trust(config, new, set(old.values()) - set(new.values()), f"{hooks_file}:")
@@ -66,32 +79,31 @@ def uninstall(home: Path) -> list[str]:
     hooks_file, config = home / "hooks.json", home / "config.toml"
     read_config(config)
     mine = trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
-    with undone_on_refusal(hooks_file, config):
+    with undone_on_refusal(config_path(hooks_file), config_path(config)):
         done = uninstall_hooks(hooks_file) if hooks_file.exists() else []
         return done + _edit_trust(config, {}, set(mine.values()), f"{hooks_file}:")
 
 
 def _edit_trust(config: Path, add: Mapping[str, str], drop: set[str], prefix: str) -> list[str]:
     """Record ``add`` (key → hash) in ``config``'s ``[hooks.state]`` and remove the states
-    under ``prefix`` whose hash is in ``drop``."""
+    under ``prefix`` whose hash is in ``drop``; the file a link names is edited."""
+    real = config_path(config)
     try:
-        text = read_config_text(config)
+        data: bytes | None = read_config_bytes(real)
     except FileNotFoundError:
-        text = ""
+        data = None
+    text = config_text(real, data) if data is not None else ""
     new = edit_state(text, add, drop, prefix)
     if new is None:
         return []
+    bom = data is not None and has_bom(data)
     if add:
         only_memd = edit_state(text, {}, set(add.values()) | drop, prefix) == ""
-        done = keep_first_backup(config, only_memd=only_memd)
-        write_atomic(config, new.encode("utf-8"), mode=None if text else 0o600)
+        done = keep_first_backup(real, only_memd=only_memd)
+        write_atomic(real, with_bom(new, bom), mode=None if data is not None else 0o600)
         return [*done, f"trusted memd's hooks in {config} ([hooks.state])"]
-    done = give_back(config, new.encode("utf-8"), _same_toml, empty=not new.strip())
+    done = give_back(real, with_bom(new, bom), same_toml, empty=not new.strip())
     return [*done, f"removed the trust of memd's hooks from {config}"]
-
-
-def _same_toml(saved: bytes, new: bytes) -> bool:
-    return tomllib.loads(saved.decode("utf-8")) == tomllib.loads(new.decode("utf-8"))
 
 
 def edit_state(text: str, add: Mapping[str, str], drop: set[str], prefix: str) -> str | None:

@@ -20,15 +20,16 @@ same as the file without memd's entry (:mod:`memd_client.config_backup`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import tomlkit
 import tomlkit.exceptions
+from tomlkit.container import OutOfOrderTableProxy
 from tomlkit.items import Table
 
-from memd_client.json_layout import json_layout
+from memd_client import foreign_file
+from memd_client.json_layout import dump_like
 
 Format = Literal["json", "toml"]
 
@@ -42,22 +43,16 @@ class ConfigFileError(ValueError):
 
 
 def _json_load(text: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
+    """The object of ``text`` (blank: ``{}``), its nesting judged before it is decoded."""
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigFileError(f"it is not valid JSON ({exc}); fix or move it first") from None
-    if not isinstance(data, dict):
-        raise ConfigFileError("its top level is not a JSON object")
-    return data
+        return foreign_file.decode_json_object(text)
+    except ValueError as exc:
+        raise ConfigFileError(f"it {exc}; fix or move it first") from None
 
 
 def _json_dump(data: Mapping[str, Any], like: str) -> str:
-    """``data`` in the layout of ``like`` (:func:`memd_client.json_layout.json_layout`), with
-    non-ASCII text escaped only where ``like`` had none."""
-    indent, ending = json_layout(like)
-    return json.dumps(data, indent=indent, ensure_ascii=like.isascii()) + ending
+    """``data`` in the layout of ``like`` (:func:`memd_client.json_layout.dump_like`)."""
+    return dump_like(data, like)
 
 
 def _servers(data: dict[str, Any], keys: Sequence[str], *, create: bool) -> dict[str, Any] | None:
@@ -110,14 +105,24 @@ def _drop_emptied(data: dict[str, Any], keys: Sequence[str]) -> None:
 
 
 def toml_load(text: str) -> tomlkit.TOMLDocument:
-    """``text`` parsed for editing; :class:`ConfigFileError` when it is not TOML."""
+    """``text`` parsed for editing; :class:`ConfigFileError` when it is not TOML, or nests
+    too deep or spells a key in too many parts for tomlkit (which recurses) to see it."""
+    try:
+        foreign_file.check_toml(text)
+    except ValueError as exc:
+        raise ConfigFileError(f"it {exc}; fix or move it first") from None
     try:
         return tomlkit.parse(text)
     except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:
         raise ConfigFileError(f"it is not valid TOML ({exc}); fix or move it first") from None
 
 
-def toml_table(parent: tomlkit.TOMLDocument | Table, key: str, *, create: bool) -> Table | None:
+TomlTable = Table | OutOfOrderTableProxy  # a table defined in parts (``[a.b]`` before ``[a]``)
+
+
+def toml_table(
+    parent: tomlkit.TOMLDocument | TomlTable, key: str, *, create: bool
+) -> TomlTable | None:
     """The table ``key`` of ``parent``; None when absent and not ``create``. Raises
     :class:`ConfigFileError` when ``key`` holds something else (a user's own value)."""
     node = parent.get(key)
@@ -125,8 +130,8 @@ def toml_table(parent: tomlkit.TOMLDocument | Table, key: str, *, create: bool) 
         if not create:
             return None
         node = tomlkit.table(is_super_table=True)
-        parent.append(key, node)
-    if not isinstance(node, Table):
+        parent[key] = node
+    if not isinstance(node, Table | OutOfOrderTableProxy):
         raise ConfigFileError(f"'{key}' is not a table; fix it by hand")
     return node
 
