@@ -34,14 +34,26 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from memd.memory import related
 from memd.memory.terms import CALENDAR, entity_terms, query_words
 
 if TYPE_CHECKING:
-    from memd.memory.rank import LexicalIndex
     from memd.memory.scan import MemoryHeader
+
+
+class LexicalIndex(Protocol):
+    """What coverage reads of :class:`memd.memory.rank.LexicalIndex` (a protocol, so this
+    module, which rank imports, does not import rank back)."""
+
+    @property
+    def docs(self) -> Sequence[object]: ...
+    @property
+    def idfs(self) -> Sequence[float]: ...
+    def slot(self, term: str) -> int | None: ...
+    def doc_terms(self, number: int) -> set[int]: ...
+
 
 MIN_COVER = 0.15  # the share of the query's weight the best memory must hold
 MIN_WORDS = 3  # or this many of the query's words (each at least half held) ...
