@@ -223,13 +223,16 @@ def test_hostile_claude_settings_are_named_with_what_is_wrong(
 def test_a_codex_config_with_a_huge_dotted_key_is_refused_before_tomllib(tmp_path: Path) -> None:
     """tomllib is quadratic in a dotted key's parts (10,000 parts: 2 s and 400 MB; the 1 MiB
     config memd reads holds ~500,000): judged on the text first. In a child with 1 GiB of
-    address space, where the decoder would fail (or the machine swap)."""
+    address space beyond what it holds when forked (a pytest process deep in the whole suite
+    holds most of a GiB already), where the decoder would fail (or the machine swap)."""
     home = tmp_path / ".codex"
     home.mkdir()
     (home / "config.toml").write_text("a" + ".a" * 200_000 + " = 1\n[features]\nmemories = true\n")
 
     def child() -> int:
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        held = next(x for x in Path("/proc/self/status").read_text().splitlines() if "VmSize" in x)
+        room = int(held.split()[1]) * 1024 + (1 << 30)
+        resource.setrlimit(resource.RLIMIT_AS, (room, room))
         return 0 if own_memory(home) is None else 1
 
     exited = run_forked(child, timeout=60)
