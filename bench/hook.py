@@ -95,12 +95,14 @@ async def _hello(params: dict[str, Any]) -> Any:
 
 
 async def _hook(params: dict[str, Any]) -> Any:
-    from memd.memory.hook_context import hook_stdout, parse_hook_stdin
+    from memd.sources.registry import UNNAMED
 
-    parsed = parse_hook_stdin(params["raw"]) if isinstance(params.get("raw"), bytes) else None
-    event = parsed[0] if parsed else str(params.get("event"))
-    context = ANSWERS.get(event)
-    return {"additionalContext": context, "stdout": hook_stdout(event, context)}
+    hooks = UNNAMED.hooks
+    parsed = hooks.read(params["raw"]) if isinstance(params.get("raw"), bytes) else None
+    name, data = parsed if parsed else (str(params.get("event")), {})
+    context = ANSWERS.get(name)
+    event = hooks.parse(name, {"session_id": "bench", **data}, None)
+    return {"additionalContext": context, "stdout": hooks.output(event, context or "")}
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from memd.memory.paths import memory_dir
 from memd.testing.loopback import LoopbackAPI
+from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
 from memd_client.hooks_install import install_hooks
 from tests.claude_cli import ClaudeCLI, installed_claude
 from tests.daemon_harness import Home, fake_home, start_memd, stop_memd
@@ -37,7 +38,7 @@ def _home(home: Home, hooks: str | None) -> Path:
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text("{}")
     if hooks:
-        install_hooks(settings, hooks)
+        install_hooks(settings, hooks, CLAUDE_HOOKS)
         mdir = memory_dir(home.projects, project)
         mdir.mkdir(parents=True)
         (mdir / "deploy.md").write_text(MEMORY)

@@ -97,7 +97,7 @@ def test_codex_gets_the_index_although_claude_codes_auto_memory_is_on(tmp_path: 
 def test_codex_context_stays_under_its_hook_output_limit(tmp_path: Path) -> None:
     """Codex writes a hook's output over ~2,500 tokens to a file under the temp dir that others
     can list: an index dense in tokens (CJK, emoji) fit memd's 8 KB but not that limit."""
-    from memd.memory.hook_context import CODEX_MAX_TOKENS
+    from memd.sources.codex.hooks import MAX_TOKENS as CODEX_MAX_TOKENS
     from memd.tokens import estimate_text
 
     dense = "".join(f"- [記憶 {i}](feedback_tests.md) — 漢字テスト 🙂🙂 {i}\n" for i in range(150))

@@ -20,12 +20,12 @@ from memd.install.agents import apply
 from memd.install.codex_hooks import install, uninstall
 from memd.install.config_files import ConfigFileError
 from memd_client import hook as hook_module
-from memd_client.cli_doctor import Check, Facts, check_codex, check_gemini
+from memd_client.agents import named
+from memd_client.agents.gemini import HOOKS as GEMINI_HOOKS
+from memd_client.cli_doctor import Check, Facts, check_agent
 from memd_client.config_backup import Original, read_backup
 from memd_client.hooks_codex import trust_entries, trust_hash
 from memd_client.hooks_install import (
-    AGENT_HOOKS,
-    GEMINI_HOOKS,
     hook_command,
     install_hooks,
     is_memd_hook,
@@ -44,7 +44,17 @@ USER_HOOK = {"type": "command", "command": "/usr/local/bin/audit", "timeout": 5}
 
 
 def command(agent: str) -> str:
-    return hook_command(sys.executable, hook_module.__file__, agent)
+    table = named(agent)
+    assert table is not None
+    return hook_command(sys.executable, hook_module.__file__, table.hook_name)
+
+
+def check_codex(facts: Facts) -> Check:
+    return check_agent(facts, "codex")
+
+
+def check_gemini(facts: Facts) -> Check:
+    return check_agent(facts, "gemini")
 
 
 def test_gemini_gets_its_events_in_milliseconds_and_its_file_back(tmp_path: Path) -> None:
@@ -72,7 +82,9 @@ def test_gemini_gets_its_events_in_milliseconds_and_its_file_back(tmp_path: Path
 @pytest.mark.parametrize("agent", ["claude", "gemini"])
 def test_a_file_memd_created_goes_again_even_after_a_reinstall(tmp_path: Path, agent: str) -> None:
     settings = tmp_path / "settings.json"
-    spec = AGENT_HOOKS[agent]
+    table = named(agent)
+    assert table is not None and table.hooks is not None
+    spec = table.hooks.spec
     install_hooks(settings, f"/old/bin/memd-hook {agent}", spec)
     install_hooks(settings, command(agent), spec)  # memd's own file: no copy of it is kept
     assert read_backup(settings.with_name("settings.json.memd-backup")) == Original(None)

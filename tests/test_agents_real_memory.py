@@ -22,6 +22,7 @@ from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_agents import LoopbackAgentAPI
 from memd.testing.loopback_process import LoopbackProcess
 from memd_client import hook as hook_module
+from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
 from memd_client.hooks_install import hook_command, install_hooks
 from tests.claude_cli import ClaudeCLI
 from tests.daemon_harness import (
@@ -54,7 +55,7 @@ def claude_hooks(home: Home) -> None:
     settings = home.root / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(json.dumps({}))
-    install_hooks(settings, hook_command(sys.executable, hook_module.__file__))
+    install_hooks(settings, hook_command(sys.executable, hook_module.__file__), CLAUDE_HOOKS)
 
 
 def claude_texts(api: LoopbackAPI, since: int) -> str:

@@ -16,6 +16,7 @@ from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI, RecordedRequest
 from memd.testing.loopback_replies import When
 from memd_client import hook as hook_module
+from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
 from memd_client.hooks_install import hook_command, install_hooks
 from tests.claude_cli import ClaudeCLI
 from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd, wait_for
@@ -38,7 +39,7 @@ def setup(home: Home, memd_api: LoopbackAPI, settings: dict[str, Any]) -> Path:
     user_settings.parent.mkdir(parents=True, exist_ok=True)
     user_settings.write_text(json.dumps(settings))
     # The form memdctl install-hooks registers, run by the real CLI through its shell.
-    install_hooks(user_settings, hook_command(sys.executable, hook_module.__file__))
+    install_hooks(user_settings, hook_command(sys.executable, hook_module.__file__), CLAUDE_HOOKS)
     mdir = memory_dir(home.projects, project)
     mdir.mkdir(parents=True)
     (mdir / "MEMORY.md").write_text(INDEX_LINE + "\n")

@@ -26,7 +26,8 @@ from memd.testing.loopback import LoopbackAPI, RecordedRequest
 from memd.testing.loopback_replies import When
 from memd.transcript.conversation import Conversation
 from memd_client import hook as hook_module
-from memd_client.hooks_install import CLAUDE_TAKEOVER_HOOKS, hook_command, install_hooks
+from memd_client.agents.claude_code import TAKEOVER_HOOKS as CLAUDE_TAKEOVER
+from memd_client.hooks_install import hook_command, install_hooks
 from tests.claude_cli import ClaudeCLI
 from tests.daemon_harness import Home, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.daemon_harness import memdctl as run_memdctl
@@ -154,7 +155,7 @@ def test_compaction_from_the_notes_through_the_real_claude_code(
         project = setup(home, memd_api, {})
         settings = home.root / ".claude" / "settings.json"
         command = hook_command(sys.executable, hook_module.__file__)
-        install_hooks(settings, command, CLAUDE_TAKEOVER_HOOKS)
+        install_hooks(settings, command, CLAUDE_TAKEOVER)
         config = Path(home.env["MEMD_CONFIG"])
         # No notes runs: the notes the test plants stay as they are (and no update is due).
         no_runs = "  init_tokens: 100000000\n"

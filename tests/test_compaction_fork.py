@@ -18,13 +18,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from memd.compaction.fork import encode_line
 from memd.compaction.forked_session import ForkExists, ForkPlan, plan_fork, write_new_session
 from memd.compaction.message import Msg
 from memd.compaction.service import messages_of
 from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
 from memd.session.template import DEFAULT_TEMPLATE
+from memd.sources.claude_code.fork import ClaudeFork, encode_line
 from memd.transcript.conversation import Conversation
 from tests.compaction_support import api_problems, conversations, says_something
 from tests.conftest import CORPUS as TRANSCRIPTS
@@ -32,6 +32,7 @@ from tests.daemon_harness import call, fake_home, memdctl, read_log, start_memd,
 from tests.test_compaction_e2e import BIG, SLUG, install_session, seed_notes, wait_ingested
 
 NOTES = DEFAULT_TEMPLATE + "\nWiring the matcher into the CLI; test_cli_flags still fails.\n"
+WRITER = ClaudeFork()
 SMALL = CompactionConfig(keep_min_tokens=2_000, keep_min_text_messages=2, keep_max_tokens=8_000)
 CORPUS = [
     TRANSCRIPTS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl",  # parallel calls, interleaved
@@ -66,7 +67,9 @@ def fork_of(source: Path, fraction: float) -> tuple[Conversation, ForkPlan]:
     else:
         at = int(len(msgs) * fraction)
     notes = NotesInput(NOTES, DEFAULT_TEMPLATE, msgs[at].uuid, "/n/summary.md")
-    plan = plan_fork(conv, msgs, notes, threshold=10**9, cfg=cfg, transcript_path=str(source))
+    plan = plan_fork(
+        conv, msgs, notes, threshold=10**9, cfg=cfg, transcript_path=str(source), writer=WRITER
+    )
     assert isinstance(plan, ForkPlan), plan
     return conv, plan
 
@@ -164,20 +167,20 @@ def test_the_new_file_is_owner_only_and_never_written_over_an_existing_one(
 ) -> None:
     folder = tmp_path / "proj"
     folder.mkdir(mode=0o700)
-    path = write_new_session(folder, "new", b'{"a":1}\n')
+    path = write_new_session(folder / "new.jsonl", b'{"a":1}\n')
     assert path == folder / "new.jsonl" and path.read_bytes() == b'{"a":1}\n'
     assert path.stat().st_mode & 0o777 == 0o600
     with pytest.raises(ForkExists):
-        write_new_session(folder, "new", b"other\n")
+        write_new_session(folder / "new.jsonl", b"other\n")
     assert path.read_bytes() == b'{"a":1}\n'
     os.symlink(tmp_path / "elsewhere", folder / "planted.jsonl")
     with pytest.raises(ForkExists):
-        write_new_session(folder, "planted", b"x\n")
+        write_new_session(folder / "planted.jsonl", b"x\n")
     assert not (tmp_path / "elsewhere").exists()
     assert sorted(p.name for p in folder.iterdir()) == ["new.jsonl", "planted.jsonl"]
     os.symlink(folder, tmp_path / "linked")
     with pytest.raises(OSError):
-        write_new_session(tmp_path / "linked", "other", b"x\n")
+        write_new_session(tmp_path / "linked" / "other.jsonl", b"x\n")
 
 
 def test_memdctl_compact_fork_writes_a_resumable_session_with_no_model(tmp_path: Path) -> None:
@@ -244,7 +247,9 @@ def test_any_fork_reads_back_as_the_notes_then_the_kept_messages(
     anchor = parsed[min(len(parsed) - 1, int(at * len(parsed)))].uuid
     notes = NotesInput(NOTES, DEFAULT_TEMPLATE, anchor)
     tiny = CompactionConfig(keep_min_tokens=1, keep_min_text_messages=1)
-    plan = plan_fork(conv, parsed, notes, threshold=10**9, cfg=tiny, transcript_path="/t")
+    plan = plan_fork(
+        conv, parsed, notes, threshold=10**9, cfg=tiny, transcript_path="/t", writer=WRITER
+    )
     assume(isinstance(plan, ForkPlan))
     assert isinstance(plan, ForkPlan)
     lines = [json.loads(line) for line in plan.fork.data.splitlines()]

@@ -22,9 +22,10 @@ from memd.compaction.takeover import (
     TakeoverRecord,
     decide,
 )
+from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
+from memd_client.agents.claude_code import TAKEOVER_HOOKS as CLAUDE_TAKEOVER
+from memd_client.agents.claude_code import TAKEOVER_TIMEOUT_S
 from memd_client.hooks_install import (
-    CLAUDE_TAKEOVER_HOOKS,
-    TAKEOVER_TIMEOUT_S,
     install_hooks,
     read_settings,
     uninstall_hooks,
@@ -108,17 +109,17 @@ def test_install_hooks_adds_the_takeover_only_when_asked_and_uninstall_removes_i
     tmp_path: Path,
 ) -> None:
     settings = tmp_path / "settings.json"
-    install_hooks(settings, "/bin/memd-hook")
+    install_hooks(settings, "/bin/memd-hook", CLAUDE_HOOKS)
     assert "PreCompact" not in read_settings(settings)["hooks"]
-    install_hooks(settings, "/bin/memd-hook", CLAUDE_TAKEOVER_HOOKS)
+    install_hooks(settings, "/bin/memd-hook", CLAUDE_TAKEOVER)
     (group,) = read_settings(settings)["hooks"]["PreCompact"]
     assert group["matcher"] == "manual"
     assert group["hooks"] == [
         {"type": "command", "command": "/bin/memd-hook", "timeout": TAKEOVER_TIMEOUT_S}
     ]
-    install_hooks(settings, "/bin/memd-hook")  # without the flag: the takeover goes
+    install_hooks(settings, "/bin/memd-hook", CLAUDE_HOOKS)  # without the flag: the takeover goes
     assert "PreCompact" not in read_settings(settings)["hooks"]
-    install_hooks(settings, "/bin/memd-hook", CLAUDE_TAKEOVER_HOOKS)
+    install_hooks(settings, "/bin/memd-hook", CLAUDE_TAKEOVER)
     uninstall_hooks(settings)
     assert "hooks" not in read_settings(settings)
 

@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 from memd.install import codex_hooks
 from memd.install.agents import apply
 from memd_client import hook as hook_module
+from memd_client.agents import named
+from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
+from memd_client.agents.claude_code import TAKEOVER_HOOKS as CLAUDE_TAKEOVER_HOOKS
 from memd_client.config_backup import Original, backup_bytes, read_backup
 from memd_client.hooks_install import (
-    AGENT_HOOKS,
-    CLAUDE_TAKEOVER_HOOKS,
     hook_command,
     install_hooks,
     uninstall_hooks,
@@ -37,7 +38,9 @@ ORIGINAL = b'{\n  "theme": "dark",\n  "hooks": {}\n}\n'
 
 
 def command(agent: str = "claude") -> str:
-    return hook_command(sys.executable, hook_module.__file__, agent)
+    table = named(agent)
+    assert table is not None
+    return hook_command(sys.executable, hook_module.__file__, table.hook_name)
 
 
 def cli_env(home: Path) -> dict[str, str]:
@@ -63,7 +66,7 @@ def test_a_linked_claude_settings_file_is_edited_at_its_target_and_stays_a_link(
     settings_file = tmp_path / ".claude" / "settings.json"
     settings_file.parent.mkdir()
     settings_file.symlink_to("../dotfiles/claude.json")
-    install_hooks(settings_file, command())
+    install_hooks(settings_file, command(), CLAUDE_HOOKS)
     assert os.readlink(settings_file) == "../dotfiles/claude.json"
     assert "SessionStart" in json.loads(dotfiles.read_text())["hooks"]
     assert read_backup(dotfiles.with_name("claude.json.memd-backup")) == Original(ORIGINAL)
@@ -123,7 +126,7 @@ def test_a_planted_backup_is_never_copied_into_the_config(tmp_path: Path, kind: 
     backup = tmp_path / "settings.json.memd-backup"
     planted(kind, backup, outside, ORIGINAL)
     before = backup.lstat()
-    done = install_hooks(settings_file, command())
+    done = install_hooks(settings_file, command(), CLAUDE_HOOKS)
     assert any(line.startswith(f"left {backup} alone") for line in done), done
     done = uninstall_hooks(settings_file)
     assert any(line.startswith(f"left {backup} alone") for line in done), done
@@ -153,7 +156,7 @@ def test_a_backup_of_another_user_is_not_trusted(tmp_path: Path) -> None:
         backup.write_bytes(backup_bytes(b'{"hooks": {}, "theme": "dark"}'))  # root's
 
         def child() -> int:
-            install_hooks(settings_file, command())
+            install_hooks(settings_file, command(), CLAUDE_HOOKS)
             done = uninstall_hooks(settings_file)
             sys.stderr.write("\n".join(done))
             return 0 if settings_file.read_bytes() != backup.read_bytes()[86:] else 1
@@ -386,7 +389,9 @@ def round_trip(root: Path, steps: list[Callable[[], object]]) -> None:
 def test_json_hooks_files_come_back_byte_for_byte(
     original: bytes | None, agent: str, link: str, twice: bool
 ) -> None:
-    spec = CLAUDE_TAKEOVER_HOOKS if agent == "takeover" else AGENT_HOOKS[agent]
+    table = named("claude" if agent == "takeover" else agent)
+    assert table is not None and table.hooks is not None
+    spec = CLAUDE_TAKEOVER_HOOKS if agent == "takeover" else table.hooks.spec
     name = "gemini" if agent == "gemini" else "claude"
     with scratch() as root:
         path = root / "home" / "settings.json"

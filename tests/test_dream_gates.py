@@ -11,6 +11,10 @@ from hypothesis import strategies as st
 
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Thresholds, evaluate
 from memd.dream.transcripts import count_sessions
+from memd.sources.base import DreamScope, any_session
+from memd.sources.codex import Codex
+from memd.sources.gemini import Gemini
+from memd.state import SessionState
 
 LIMITS = Thresholds(24.0, 10.0, 5)
 NOW = 1_800_000_000.0
@@ -85,7 +89,8 @@ def test_session_count_is_stat_only_and_excludes_the_trigger(tmp_path: Path) -> 
     (folder / "notes.txt").write_text("x")
     os.mkfifo(folder / "fifo.jsonl")  # never opened
     os.symlink(folder / "s6.jsonl", folder / "link.jsonl")
-    assert count_sessions([folder, tmp_path / "missing"], 103.0, exclude="s6") == ("s4", "s5")
+    scopes = [DreamScope(folder, any_session), DreamScope(tmp_path / "missing", any_session)]
+    assert count_sessions(scopes, 103.0, exclude="s6") == ("s4", "s5")
 
 
 @pytest.mark.parametrize("closed", ["time", "throttle"])
@@ -126,3 +131,38 @@ def test_the_scan_runs_once_the_cheap_gates_are_open(
     assert isinstance(verdict, Skip) and verdict.gate == "sessions"
     assert "3 of 5" in verdict.reason
     assert len(scandirs) == 1
+
+
+def test_each_agents_sessions_count_for_the_dream_as_its_room_says(tmp_path: Path) -> None:
+    """Issue 35: the dream counted only Claude Code's project folders. A Gemini project's
+    chats count (the two files a resume in a new minute leaves are one chat); a Codex rollout
+    counts alone (its day folder holds every project's)."""
+    chats = tmp_path / ".gemini" / "tmp" / "proj" / "chats"
+    day = tmp_path / ".codex" / "sessions" / "2026" / "11" / "28"
+    for folder in (chats, day):
+        folder.mkdir(parents=True)
+    names = {
+        chats: [
+            "session-2026-11-26T06-45-f71100ab.jsonl",
+            "session-2026-11-26T06-46-f71100ab.jsonl",  # the same chat, resumed
+            "session-2026-11-26T06-48-a795b61b.jsonl",
+            "notes.jsonl",
+        ],
+        day: [
+            "rollout-2026-11-28T06-50-03-01a220eb-073e-74b1-af7e-d21de4f940f9.jsonl",
+            "rollout-2026-11-28T07-00-00-01a220ec-0000-7000-8000-000000000001.jsonl",
+        ],
+    }
+    for folder, files in names.items():
+        for name in files:
+            (folder / name).write_text("{}\n")
+    gemini = Gemini(tmp_path / ".gemini")
+    codex = Codex(tmp_path / ".codex")
+    chat = SessionState("f71100ab", "", str(chats / names[chats][0]), agent="gemini")
+    rollout_id = "01a220eb-073e-74b1-af7e-d21de4f940f9"
+    rollout = SessionState(rollout_id, "", str(day / names[day][0]), agent="codex")
+    scopes = [gemini.dream_scope(chat), codex.dream_scope(rollout)]
+    assert None not in scopes
+    counted = count_sessions([s for s in scopes if s is not None], 0.0)
+    assert counted == (rollout_id, "a795b61b", "f71100ab")
+    assert gemini.dream_scope(SessionState("x", "", str(tmp_path / "x.jsonl"))) is None

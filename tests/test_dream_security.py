@@ -20,6 +20,7 @@ from memd.agent.tools import Tool, ToolResult
 from memd.dream.lock import LOCK_NAME
 from memd.dream.tools import dream_tools
 from memd.dream.transcripts import MAX_MATCHES, MAX_OUTPUT_CHARS
+from memd.sources.base import DreamScope, any_session
 from tests.dream_support import recorder_for
 from tests.test_security import tree_hash
 
@@ -53,7 +54,9 @@ def area(tmp_path: Path) -> tuple[Path, dict[str, Tool]]:
     root, project, memory = build(tmp_path / "tree")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    tools, _ = dream_tools(memory, recorder_for(memory, run_dir), [project])
+    tools, _ = dream_tools(
+        memory, recorder_for(memory, run_dir), [DreamScope(project, any_session)]
+    )
     return root, tools
 
 
@@ -148,7 +151,9 @@ async def test_a_merge_delete_is_allowed_and_journaled(tmp_path: Path) -> None:
     _, project, memory = build(tmp_path / "tree")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    tools, written = dream_tools(memory, recorder_for(memory, run_dir), [project])
+    tools, written = dream_tools(
+        memory, recorder_for(memory, run_dir), [DreamScope(project, any_session)]
+    )
     body = "---\nname: n\ndescription: merged\ntype: user\n---\nhi and more\n"
     wrote = await tools["Write"].run({"file_path": "merged.md", "content": body})
     assert not wrote.is_error and written.paths == {"merged.md"}
@@ -172,7 +177,9 @@ async def test_team_memories_are_never_deleted_and_nothing_personal_is_promoted(
     (team / "ci.md").write_text(shared)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    tools, _ = dream_tools(memory, recorder_for(memory, run_dir), [project])
+    tools, _ = dream_tools(
+        memory, recorder_for(memory, run_dir), [DreamScope(project, any_session)]
+    )
     body = "---\nname: n\ndescription: d\nmetadata:\n  type: user\n---\nhi\n"
     delete = await tools["Delete"].run({"file_path": "team/ci.md", "merged_into": "note.md"})
     assert delete.is_error and "never deletes" in delete.content

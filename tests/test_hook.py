@@ -16,9 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memd_client
-from memd.memory.hook_context import hook_stdout
 from memd.memory.paths import memory_dir
+from memd.sources.claude_code import ROOM as CLAUDE_CODE
+from memd.sources.hooks import PromptSubmit, SessionStart, TurnEnd
 from memd_client import hook
+from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
 from memd_client.config_backup import Original, read_backup
 from memd_client.hooks_install import (
     HOOK_CODE,
@@ -74,7 +76,8 @@ def test_garbage_stdin_is_ignored(tmp_path: Path, stdin: bytes) -> None:
 
 
 def test_the_daemon_renders_the_hooks_json_format() -> None:
-    out = hook_stdout("UserPromptSubmit", "remember: tests use pytest")
+    output = CLAUDE_CODE.hooks.output
+    out = output(PromptSubmit("UserPromptSubmit", "s1"), "remember: tests use pytest")
     assert out is not None
     assert json.loads(out) == {
         "hookSpecificOutput": {
@@ -82,8 +85,8 @@ def test_the_daemon_renders_the_hooks_json_format() -> None:
             "additionalContext": "remember: tests use pytest",
         }
     }
-    assert hook_stdout("Stop", "anything") is None
-    assert hook_stdout("SessionStart", None) is None
+    assert output(TurnEnd("Stop", "s1"), "anything") is None
+    assert output(SessionStart("SessionStart", "s1"), "") is None
 
 
 def test_the_hook_imports_no_heavy_module() -> None:
@@ -143,7 +146,7 @@ def test_install_hooks_keeps_user_hooks_and_is_idempotent(tmp_path: Path) -> Non
     settings = tmp_path / "settings.json"
     mine = {"matcher": "Bash", "hooks": [{"type": "command", "command": "my-linter"}]}
     settings.write_text(json.dumps({"model": "opus", "hooks": {"PreToolUse": [mine]}}))
-    done = install_hooks(settings, "/bin/memd-hook")
+    done = install_hooks(settings, "/bin/memd-hook", CLAUDE_HOOKS)
     assert any("backed up" in line for line in done)
     data = json.loads(settings.read_text())
     assert data["model"] == "opus"
@@ -155,7 +158,7 @@ def test_install_hooks_keeps_user_hooks_and_is_idempotent(tmp_path: Path) -> Non
         ]
     assert data["hooks"]["SessionStart"][0]["matcher"] == "resume|clear|compact"
     before = settings.read_text()
-    assert install_hooks(settings, "/bin/memd-hook") == [
+    assert install_hooks(settings, "/bin/memd-hook", CLAUDE_HOOKS) == [
         f"memd hooks already present in {settings}"
     ]
     assert settings.read_text() == before
@@ -169,7 +172,7 @@ def test_install_hooks_refuses_broken_settings(tmp_path: Path) -> None:
     settings = tmp_path / "settings.json"
     settings.write_text("{broken")
     with pytest.raises(ValueError, match="not valid JSON"):
-        install_hooks(settings, "/bin/memd-hook")
+        install_hooks(settings, "/bin/memd-hook", CLAUDE_HOOKS)
     assert settings.read_text() == "{broken"
 
 
@@ -184,10 +187,10 @@ json_values = st.recursive(
 
 @given(st.dictionaries(st.sampled_from(["model", "env", "permissions", "x"]), json_values))
 def test_merge_keeps_everything_else(settings: dict[str, Any]) -> None:
-    merged, changed = merge_hooks(settings, "/bin/memd-hook")
+    merged, changed = merge_hooks(settings, "/bin/memd-hook", CLAUDE_HOOKS)
     assert changed == ["SessionStart", "UserPromptSubmit", "SessionEnd"]
     assert {k: v for k, v in merged.items() if k != "hooks"} == settings
-    again, changed_again = merge_hooks(merged, "/bin/memd-hook")
+    again, changed_again = merge_hooks(merged, "/bin/memd-hook", CLAUDE_HOOKS)
     assert again == merged and changed_again == []
 
 
@@ -223,14 +226,16 @@ def test_install_hooks_replaces_an_older_memd_entry(tmp_path: Path, old: str) ->
     groups = {"Stop": [{"hooks": [theirs, old_entry]}], "SessionEnd": [{"hooks": [old_entry]}]}
     settings.write_text(json.dumps({"hooks": groups}))
     new = hook_command("/opt/py/bin/python3", "/opt/py/lib/site-packages/memd_client/hook.py")
-    done = install_hooks(settings, new)
+    done = install_hooks(settings, new, CLAUDE_HOOKS)
     assert "removed memd's older hook command for Stop, SessionEnd" in done
     for event in ("SessionStart", "UserPromptSubmit"):
         assert memd_commands(settings, event) == [new]
     assert memd_commands(settings, "SessionEnd") == [detached(new)]
     stop = json.loads(settings.read_text())["hooks"]["Stop"]
     assert stop[0] == {"hooks": [theirs]}
-    assert install_hooks(settings, new) == [f"memd hooks already present in {settings}"]
+    assert install_hooks(settings, new, CLAUDE_HOOKS) == [
+        f"memd hooks already present in {settings}"
+    ]
 
 
 def test_claude_code_waits_only_for_the_hooks_whose_answer_it_reads(tmp_path: Path) -> None:
@@ -247,8 +252,8 @@ def test_claude_code_waits_only_for_the_hooks_whose_answer_it_reads(tmp_path: Pa
     }
     old["SessionStart"] = [{"matcher": "startup|resume|clear|compact", "hooks": [waited]}]
     settings.write_text(json.dumps({"hooks": old}))
-    assert waited_for(json.loads(settings.read_text())) == ["Stop", "SessionEnd"]
-    done = install_hooks(settings, new)
+    assert waited_for(json.loads(settings.read_text()), CLAUDE_HOOKS) == ["Stop", "SessionEnd"]
+    done = install_hooks(settings, new, CLAUDE_HOOKS)
     assert "removed memd's older hook command for Stop, SessionEnd, SessionStart" in done
     hooks = json.loads(settings.read_text())["hooks"]
     entries = {e: [h for g in hooks[e] for h in g["hooks"]] for e in hooks}
@@ -258,8 +263,10 @@ def test_claude_code_waits_only_for_the_hooks_whose_answer_it_reads(tmp_path: Pa
         "UserPromptSubmit": [waited],
         "SessionEnd": [{**waited, "command": detached(new)}],
     }
-    assert waited_for(json.loads(settings.read_text())) == []
-    assert install_hooks(settings, new) == [f"memd hooks already present in {settings}"]
+    assert waited_for(json.loads(settings.read_text()), CLAUDE_HOOKS) == []
+    assert install_hooks(settings, new, CLAUDE_HOOKS) == [
+        f"memd hooks already present in {settings}"
+    ]
     settings.write_text(json.dumps({"hooks": {**hooks, **old}}))
     uninstall_hooks(settings)
     assert not settings.exists() or "hook.py" not in settings.read_text()

@@ -23,15 +23,16 @@ from memd.llm.ledger import Ledger
 from memd.llm.models import models_of
 from memd.memory.hook_context import (
     CUT_NOTE,
+    NotesFor,
     fit,
-    head_lines,
     hook_context,
     hook_recall_timeout,
     render_memory,
-    utf8_len,
 )
 from memd.memory.paths import memory_dir
 from memd.memory.service import MemoryService
+from memd.sources.hooks import head_lines, utf8_len
+from memd.sources.registry import room_named
 from memd.state import SessionState
 from memd.transcript.conversation import Conversation
 
@@ -116,6 +117,30 @@ def test_the_recall_inside_a_hook_fits_the_hooks_own_deadline() -> None:
 # Events over a service
 
 
+async def injected(
+    name: str,
+    data: dict[str, Any],
+    service: MemoryService,
+    *,
+    budget_bytes: int,
+    env: dict[str, str] | None = None,
+    notes_for: NotesFor | None = None,
+    agent: str = "claude_code",
+) -> dict[str, str | None]:
+    """What the hook method injects for the agent's event (its room parses it)."""
+    room = room_named(agent)
+    assert room is not None
+    event = room.hooks.parse(name, data, env)
+    text = await hook_context(
+        event,
+        service,
+        notes_for=notes_for,
+        budget_bytes=budget_bytes,
+        own_index=room.memory_per_session,
+    )
+    return {"additionalContext": text}
+
+
 class Fixture:
     def __init__(
         self, tmp: Path, config: Config | None = None, *, claude_auto_memory: bool = False
@@ -165,7 +190,7 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
     async def notes_for(session_id: str) -> str | None:
         return f"# Current State\nworking on {session_id}\n"
 
-    start = await hook_context(
+    start = await injected(
         "SessionStart",
         world.event("SessionStart", source="startup"),
         world.service,
@@ -175,7 +200,7 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
     text = start["additionalContext"]
     assert text is not None and "- [Real DB](feedback_db.md)" in text and str(world.memory) in text
     assert "working on" not in text
-    resumed = await hook_context(
+    resumed = await injected(
         "SessionStart",
         world.event("SessionStart", source="compact"),
         world.service,
@@ -184,7 +209,7 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
     )
     both = resumed["additionalContext"]
     assert both is not None and both.index("Real DB") < both.index("working on s1")
-    resumed = await hook_context(
+    resumed = await injected(
         "SessionStart",
         world.event("SessionStart", source="resume"),
         world.service,
@@ -193,12 +218,12 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
     )
     assert resumed == {"additionalContext": None}  # index and notes are in the conversation
     prompt = world.event("UserPromptSubmit", prompt="zzz unrelated")
-    held = await hook_context(
+    held = await injected(
         "UserPromptSubmit", prompt, world.service, notes_for=notes_for, budget_bytes=BUDGET
     )
     assert held == {"additionalContext": None}
     other = {"session_id": "s2"}
-    resumed = await hook_context(
+    resumed = await injected(
         "SessionStart",
         {**world.event("SessionStart", source="resume"), **other},
         world.service,
@@ -206,7 +231,7 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
         budget_bytes=BUDGET,
     )
     assert "working on" not in str(resumed["additionalContext"])  # never at SessionStart
-    owed = await hook_context(
+    owed = await injected(
         "UserPromptSubmit",
         {**prompt, **other},
         world.service,
@@ -214,7 +239,7 @@ async def test_session_start_injects_the_index_and_on_resume_the_notes(tmp_path:
         budget_bytes=BUDGET,
     )
     assert owed["additionalContext"] is not None and "working on s2" in owed["additionalContext"]
-    again = await hook_context(
+    again = await injected(
         "UserPromptSubmit",
         {**prompt, **other},
         world.service,
@@ -241,7 +266,7 @@ async def test_auto_memory_directory_moves_the_memory_dir_but_not_from_a_reposit
     )
     assert (await world.service.locate(str(world.cwd))).memory_dir == moved
     event = world.event("SessionStart", source="startup")
-    text = (await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET))[
+    text = (await injected("SessionStart", event, world.service, budget_bytes=BUDGET))[
         "additionalContext"
     ]
     assert text is not None and "- [Moved](moved.md)" in text and str(moved) in text
@@ -254,12 +279,12 @@ async def test_index_is_cut_to_the_budget_with_a_note(tmp_path: Path) -> None:
         "".join(f"- [Memory {n}](m{n}.md) — hook {n}\n" for n in range(40))
     )
     event = world.event("SessionStart", source="startup")
-    cut = (await hook_context("SessionStart", event, world.service, budget_bytes=600))[
+    cut = (await injected("SessionStart", event, world.service, budget_bytes=600))[
         "additionalContext"
     ]
     assert cut is not None and utf8_len(cut) <= 600 and "Memory 0" in cut
     assert cut.endswith("injection budget]")
-    nothing = await hook_context("SessionStart", event, world.service, budget_bytes=40)
+    nothing = await injected("SessionStart", event, world.service, budget_bytes=40)
     assert nothing == {"additionalContext": None}
 
 
@@ -268,11 +293,11 @@ async def test_no_index_when_claude_code_loads_its_own(tmp_path: Path) -> None:
     world = Fixture(tmp_path, claude_auto_memory=True)
     (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md) — never mock Postgres\n")
     event = world.event("SessionStart", source="startup")
-    assert await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET) == {
+    assert await injected("SessionStart", event, world.service, budget_bytes=BUDGET) == {
         "additionalContext": None
     }
     off = {**event, "session_id": "s2"}
-    forced_off = await hook_context(
+    forced_off = await injected(
         "SessionStart",
         off,
         world.service,
@@ -296,7 +321,7 @@ async def test_the_first_prompt_brings_the_index_when_no_session_start_did(tmp_p
         (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md) — never mock\n")
         event = world.event("UserPromptSubmit", prompt="can I mock postgres here?")
         first = str(
-            (await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET))[
+            (await injected("UserPromptSubmit", event, world.service, budget_bytes=BUDGET))[
                 "additionalContext"
             ]
         )
@@ -305,23 +330,23 @@ async def test_the_first_prompt_brings_the_index_when_no_session_start_did(tmp_p
         if not auto_memory:
             assert first.index("make test-db") < first.index("- [Real DB](feedback_db.md)")
         later = {**event, "prompt": "and postgres again?"}
-        again = await hook_context("UserPromptSubmit", later, world.service, budget_bytes=BUDGET)
+        again = await injected("UserPromptSubmit", later, world.service, budget_bytes=BUDGET)
         assert again == {"additionalContext": None}
     (tmp_path / "started").mkdir()
     world = Fixture(tmp_path / "started")
     started = {**world.event("SessionStart", source="startup"), "session_id": "s2"}
     (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md) — never mock\n")
-    start = await hook_context("SessionStart", started, world.service, budget_bytes=BUDGET)
+    start = await injected("SessionStart", started, world.service, budget_bytes=BUDGET)
     assert "Real DB" in str(start["additionalContext"])
     prompt = {**world.event("UserPromptSubmit", prompt="zzz"), "session_id": "s2"}
-    after = await hook_context("UserPromptSubmit", prompt, world.service, budget_bytes=BUDGET)
+    after = await injected("UserPromptSubmit", prompt, world.service, budget_bytes=BUDGET)
     assert after == {"additionalContext": None}
 
 
 @pytest.mark.anyio
 async def test_session_start_without_memories_injects_nothing(tmp_path: Path) -> None:
     world = Fixture(tmp_path)
-    result = await hook_context(
+    result = await injected(
         "SessionStart",
         world.event("SessionStart", source="startup"),
         world.service,
@@ -344,15 +369,15 @@ async def test_prompt_submit_injects_recalled_memories_once_per_session(tmp_path
         "project_deploy.md", "Deploy day", "Deploys run on Tuesdays", "Frozen on Fridays.", 0
     )
     event = world.event("UserPromptSubmit", prompt="can I mock postgres in the integration tests?")
-    first = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    first = await injected("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
     text = first["additionalContext"]
     assert text is not None and utf8_len(text) <= BUDGET
     assert "Real DB in tests (feedback memory, updated 5 days ago)" in text
     assert "5 days ago" in text and "file:line" in text and "Use make test-db." in text
     assert "stale" in text  # the general caveat
-    again = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    again = await injected("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
     assert again == {"additionalContext": None}
-    other = await hook_context(
+    other = await injected(
         "UserPromptSubmit", {**event, "session_id": "s2"}, world.service, budget_bytes=BUDGET
     )
     assert other["additionalContext"] is not None
@@ -382,7 +407,7 @@ async def test_prompt_submit_degrades_to_the_best_memory_cut_under_a_small_budge
     )
     event = world.event("UserPromptSubmit", prompt="postgres integration tests")
     for budget in (1_400, 2_000, 3_000):
-        result = await hook_context(
+        result = await injected(
             "UserPromptSubmit",
             {**event, "session_id": f"s{budget}"},
             world.service,
@@ -391,7 +416,7 @@ async def test_prompt_submit_degrades_to_the_best_memory_cut_under_a_small_budge
         text = result["additionalContext"]
         assert text is not None and utf8_len(text) <= budget
         assert "cut to fit" in text and "step 0:" in text and "step 79:" not in text
-    squeezed = await hook_context(
+    squeezed = await injected(
         "UserPromptSubmit", {**event, "session_id": "tiny"}, world.service, budget_bytes=900
     )
     text = squeezed["additionalContext"]
@@ -403,7 +428,7 @@ async def test_stop_and_session_end_arm_a_turn_end_and_inject_nothing(tmp_path: 
     world = Fixture(tmp_path)
     for name in ("Stop", "SessionEnd"):
         event = world.event(name, transcript_path="/t/-work-proj/s1.jsonl", stop_hook_active=False)
-        assert await hook_context(name, event, world.service, budget_bytes=BUDGET) == {
+        assert await injected(name, event, world.service, budget_bytes=BUDGET) == {
             "additionalContext": None
         }
         assert world.service.statistics()["quiet_timers"] == 1  # waiting for the transcript
@@ -425,9 +450,7 @@ async def test_other_events_and_bad_input_inject_nothing(
     world = Fixture(tmp_path)
     world.memory_file("feedback_db.md", "Real DB", "Never mock Postgres", "x", 0)
     (world.memory / "MEMORY.md").write_text("- [Real DB](feedback_db.md)\n")
-    result = await hook_context(
-        event, world.event(event, **fields), world.service, budget_bytes=BUDGET
-    )
+    result = await injected(event, world.event(event, **fields), world.service, budget_bytes=BUDGET)
     assert result == {"additionalContext": None}
 
 
@@ -441,7 +464,7 @@ async def test_memory_off_means_no_injection(tmp_path: Path) -> None:
         ("SessionStart", {"source": "startup"}),
         ("UserPromptSubmit", {"prompt": "postgres"}),
     ):
-        result = await hook_context(
+        result = await injected(
             event, world.event(event, **fields), world.service, budget_bytes=BUDGET
         )
         assert result == {"additionalContext": None}
@@ -469,13 +492,13 @@ async def test_pinned_memories_go_ahead_of_recall_at_most_four_once_a_session(
         pinned_file(world, f"pin-{n}", f"Pinned fact {n}.", pinned=True, days=n)
     pinned_file(world, "postgres-tests", "Never mock Postgres.", pinned=False, days=0)
     event = world.event("UserPromptSubmit", prompt="can I mock postgres in the tests?")
-    first = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    first = await injected("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
     text = first["additionalContext"]
     assert text is not None
     shown = [text.find(f"Pinned fact {n}.") for n in range(5)]
     assert all(at >= 0 for at in shown[:4]) and shown[4] == -1  # at most four, newest first
     assert shown[:4] == sorted(shown[:4]) and text.find("Never mock Postgres.") > shown[3]
-    again = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    again = await injected("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
     assert again["additionalContext"] is None or "Pinned fact" not in again["additionalContext"]
 
 
@@ -509,7 +532,7 @@ async def test_a_pin_or_a_link_older_than_the_scan_cap_still_counts(tmp_path: Pa
         world, "deploy-flow", "Deploys use the canary; see [[metrics-board]].", pinned=False, days=0
     )
     event = world.event("UserPromptSubmit", prompt="how do deploys go out")
-    first = await hook_context("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
+    first = await injected("UserPromptSubmit", event, world.service, budget_bytes=BUDGET)
     text = first["additionalContext"]
     assert text is not None and "Always run the linter." in text
     assert "Deploys use the canary" in text and "Graphs live at grafana." in text
@@ -547,11 +570,11 @@ async def test_the_hook_env_moves_the_memory_dir_as_claude_code_does(tmp_path: P
     (cowork / "MEMORY.md").write_text("- [Shared](shared.md) — in the cowork folder\n")
     env = {"CLAUDE_COWORK_MEMORY_PATH_OVERRIDE": str(cowork)}
     event = world.event("SessionStart", source="startup")
-    answer = await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET, env=env)
+    answer = await injected("SessionStart", event, world.service, budget_bytes=BUDGET, env=env)
     text = answer["additionalContext"]
     assert text is not None and "- [Shared](shared.md)" in text and str(cowork) in text
     assert (await world.service.locate(str(world.cwd))).memory_dir == cowork
-    await hook_context(
+    await injected(
         "SessionStart", {**event, "session_id": "s2"}, world.service, budget_bytes=BUDGET, env={}
     )
     assert (await world.service.locate(str(world.cwd))).memory_dir == world.memory
@@ -570,7 +593,7 @@ async def test_without_memory_md_the_index_is_assembled_from_each_memory(tmp_pat
         "- [newer](newer.md) — about newer\n- [older](older.md) — about older\n"
     )
     event = world.event("SessionStart", source="startup")
-    text = (await hook_context("SessionStart", event, world.service, budget_bytes=BUDGET))[
+    text = (await injected("SessionStart", event, world.service, budget_bytes=BUDGET))[
         "additionalContext"
     ]
     assert text is not None and "- [newer](newer.md) — about newer" in text

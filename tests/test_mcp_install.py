@@ -54,12 +54,12 @@ args = ["--port", "0"]   # keep this comment
 model = "o4-mini"
 """
 FILES = {
-    "claude": (".claude.json", CLAUDE_JSON),
+    "claude_code": (".claude.json", CLAUDE_JSON),
     "codex": (".codex/config.toml", CODEX_TOML),
     "cursor": (".cursor/mcp.json", CURSOR_JSON),
     "gemini": (".gemini/settings.json", GEMINI_JSON),
 }
-OTHER = {"claude": "github", "codex": "docs", "cursor": "linear", "gemini": "fs"}
+OTHER = {"claude_code": "github", "codex": "docs", "cursor": "linear", "gemini": "fs"}
 
 
 def env_for(home: Path) -> dict[str, str]:
@@ -111,8 +111,8 @@ def test_install_is_idempotent_and_uninstall_restores_the_bytes(tmp_path: Path, 
 
 
 def test_json_formatting_is_kept_outside_memds_entry(tmp_path: Path) -> None:
-    path, _ = plant(tmp_path, "claude")
-    apply(["claude"], "user", "install", tmp_path, env_for(tmp_path))
+    path, _ = plant(tmp_path, "claude_code")
+    apply(["claude"], "user", "install", tmp_path, env_for(tmp_path))  # its older name
     text = path.read_text()
     assert text.startswith('{\n    "numStartups": 12,\n    "theme": "dark — ünïcode",')
     assert text.endswith("}\n")

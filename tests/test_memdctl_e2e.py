@@ -260,8 +260,8 @@ def test_doctor_verdicts(tmp_path: Path) -> None:
             assert checks["daemon"]["verdict"] == "ok"
             assert checks["model"]["verdict"] == "warn"
             assert "ANTHROPIC_API_KEY" in checks["model"]["fix"]
-            assert checks["hooks"]["verdict"] == "fail"
-            assert checks["hooks"]["fix"] == "run `memdctl install-hooks`"
+            assert checks["claude_code hooks"]["verdict"] == "fail"
+            assert checks["claude_code hooks"]["fix"] == "run `memdctl install-hooks`"
             assert checks["directories"]["verdict"] == "ok"
             # A user who reaches memd over MCP only: the hooks are optional, not a failure.
             mcp = memdctl(home, "install-mcp", "--agent", "codex")
@@ -269,8 +269,8 @@ def test_doctor_verdicts(tmp_path: Path) -> None:
             done = memdctl(home, "doctor", "--json")
             assert done.returncode == 0, done.stdout
             checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
-            assert checks["hooks"]["verdict"] == "ok", checks["hooks"]
-            assert "over MCP (codex)" in checks["hooks"]["detail"]
+            assert checks["claude_code hooks"]["verdict"] == "ok", checks["claude_code hooks"]
+            assert "over MCP (codex)" in checks["claude_code hooks"]["detail"]
             assert memdctl(home, "uninstall-mcp", "--agent", "codex").returncode == 0
             assert memdctl(home, "doctor").returncode == 1  # neither hooks nor MCP: a failure
             settings = home.root / ".claude" / "settings.json"
@@ -288,11 +288,11 @@ def test_doctor_verdicts(tmp_path: Path) -> None:
             done = memdctl(home, "doctor", "--json")
             assert done.returncode == 0, done.stdout
             checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
-            assert checks["hooks"]["verdict"] == "warn", checks["hooks"]
-            assert "console script" in checks["hooks"]["detail"]
+            assert checks["claude_code hooks"]["verdict"] == "warn", checks["claude_code hooks"]
+            assert "console script" in checks["claude_code hooks"]["detail"]
             assert memdctl(home, "install-hooks").returncode == 0
             done = memdctl(home, "doctor")
-            assert "ok    hooks" in done.stdout, done.stdout
+            assert "ok    claude_code hooks" in done.stdout, done.stdout
             assert done.returncode == 0, done.stdout
         finally:
             assert stop_memd(proc) == 0

@@ -22,15 +22,16 @@ import memd_client.hook
 from memd.daemon.logsetup import LIBRARY_LOGGERS, configure_logging, log_destination
 from memd.envfile import merged, parse_env_text, read_env_file
 from memd_client import service
+from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
+from memd_client.agents.claude_code import MATCHERS
 from memd_client.cli import build_parser
 from memd_client.cli_base import Ctx
 from memd_client.cli_daemon import extraction_failure, project_params
-from memd_client.cli_doctor import Facts, check_hooks, check_writes
+from memd_client.cli_doctor import Check, Facts, check_agent, check_writes
 from memd_client.cli_top import screen_lines
 from memd_client.config_backup import Original, read_backup
 from memd_client.hooks_install import (
     HOOK_CODE,
-    MATCHERS,
     hook_command,
     install_hooks,
     uninstall_hooks,
@@ -274,12 +275,13 @@ def test_hooks_keep_the_mode_and_uninstall_gives_the_file_back_byte_for_byte(
     original = json.dumps({"hooks": {"Stop": [{"hooks": [mine]}]}, "model": "x"}).encode()
     settings.write_bytes(original)
     settings.chmod(0o644)
-    install_hooks(settings, "/opt/bin/memd-hook")
+    install_hooks(settings, "/opt/bin/memd-hook", CLAUDE_HOOKS)
     assert stat.S_IMODE(settings.stat().st_mode) == 0o644
     assert "memd-hook" in settings.read_text()
     backup = tmp_path / "settings.json.memd-backup"
     assert read_backup(backup) == Original(original)
-    install_hooks(settings, "/opt/bin/other/memd-hook")  # a reinstall keeps the first backup
+    # a reinstall keeps the first backup
+    install_hooks(settings, "/opt/bin/other/memd-hook", CLAUDE_HOOKS)
     assert read_backup(backup) == Original(original)
     done = uninstall_hooks(settings)
     assert settings.read_bytes() == original
@@ -294,7 +296,7 @@ def test_uninstall_after_other_changes_removes_only_memds_and_keeps_the_backup(
     settings = tmp_path / "settings.json"
     original = b'{\n    "model": "x"\n}\n'
     settings.write_bytes(original)
-    install_hooks(settings, "/opt/bin/memd-hook")
+    install_hooks(settings, "/opt/bin/memd-hook", CLAUDE_HOOKS)
     changed = json.loads(settings.read_text())
     changed["theme"] = "dark"  # the user's own change since the install
     settings.write_text(json.dumps(changed, indent=4) + "\n")
@@ -401,12 +403,16 @@ def test_progress_is_drawn_on_a_terminal_only() -> None:
     assert Ctx(args, out=_Terminal(), env={"TERM": "xterm"}).style().colour is True
 
 
+def check_hooks(facts: Facts) -> Check:
+    return check_agent(facts, "claude_code")
+
+
 def test_doctor_names_a_hook_file_that_is_gone(tmp_path: Path) -> None:
     """memd-client removed from the venv the hooks name: the hook would fail, the doctor says
     which file is missing; present again, the check passes."""
     settings = tmp_path / "settings.json"
     hook_file = tmp_path / "site-packages" / "memd_client" / "hook.py"
-    install_hooks(settings, hook_command(sys.executable, str(hook_file)))
+    install_hooks(settings, hook_command(sys.executable, str(hook_file)), CLAUDE_HOOKS)
     facts = Facts({}, tmp_path, settings=settings)
     gone = check_hooks(facts)
     assert (gone.verdict, gone.fix) == ("fail", "run `memdctl install-hooks`")
@@ -433,7 +439,7 @@ def test_doctor_names_an_older_install_that_claude_code_waits_for(tmp_path: Path
     settings.write_text(json.dumps({"hooks": {e: [{"hooks": [entry]}] for e in events}}))
     waited = check_hooks(facts)
     assert waited.verdict == "warn" and "waits for memd's Stop and SessionEnd hook" in waited.detail
-    install_hooks(settings, new)
+    install_hooks(settings, new, CLAUDE_HOOKS)
     assert check_hooks(facts).verdict == "ok"
 
 
@@ -452,12 +458,14 @@ def test_doctor_names_the_hook_code_install_hooks_wrote_before(tmp_path: Path) -
     new = hook_command(sys.executable, memd_client.hook.__file__)
     old = new.replace(shlex.quote(HOOK_CODE), shlex.quote(OLDER_HOOK_CODE))
     assert old != new
-    install_hooks(settings, old)
+    install_hooks(settings, old, CLAUDE_HOOKS)
     facts = Facts({}, tmp_path, settings=settings)
     older = check_hooks(facts)
     assert (older.verdict, older.fix) == ("warn", "run `memdctl install-hooks`: it replaces it")
     assert "interpreter, older code" in older.detail
-    assert install_hooks(settings, new) != [f"memd hooks already present in {settings}"]
+    assert install_hooks(settings, new, CLAUDE_HOOKS) != [
+        f"memd hooks already present in {settings}"
+    ]
     assert check_hooks(facts).verdict == "ok"
 
 

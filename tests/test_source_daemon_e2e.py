@@ -75,6 +75,12 @@ def test_a_codex_rollout_is_followed_as_it_is_written(tmp_path: Path) -> None:
             assert "codex" in listed and CODEX_ID[:8] in listed
             detail = memdctl(home, "session", CODEX_ID)
             assert "codex" in detail and str(project) in detail
+            # No fork writer in Codex's room yet: refused with the reason, nothing written
+            # (a Claude Code file in Codex's day folder was tried, and failed confusingly).
+            refused = run_memdctl(home, "compact", CODEX_ID, "--fork")
+            assert refused.returncode == 1, refused
+            assert "cannot write a Codex CLI session" in refused.stderr, refused.stderr
+            assert sorted(p.name for p in day.iterdir()) == [ROLLOUT]
             status = call(home, "status", {})
             sources = {s["agent"]: s for s in status["ingest"]["sources"]}
             assert sources["codex"]["watcher"] in ("inotify", "native")

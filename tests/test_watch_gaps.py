@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from memd.daemon.inotify import Event, Inotify, parse_events
 from memd.daemon.watch_gaps import Gaps, project_folders
 from memd.daemon.watch_tree import LINK, Tree
+from memd.sources.base import Layout
+from memd.sources.codex import LAYOUT as CODEX_LAYOUT
 
 
 def inotify_watches() -> int:
@@ -155,3 +157,43 @@ def test_a_folder_dropped_from_the_scan_takes_its_stamps_with_it(tmp_path: Path)
     assert gaps.unwatched == {str(kept)}
     assert list(gaps.stamps) == [kept / "s.jsonl"]
     assert gaps.scan() == []  # what the kept folder holds is still not news
+
+
+def test_an_unwatched_folder_is_scanned_down_to_where_its_agent_keeps_sessions(
+    tmp_path: Path,
+) -> None:
+    """Codex keeps its rollouts three folders down (year, month, day): a year folder out of
+    watches (or every folder, while polling) is scanned to its day folders, not only for the
+    files directly in it, which held none (issue 35: the layout is the agent's room's)."""
+    root = tmp_path / "sessions"
+    day = root / "2026" / "11" / "28"
+    day.mkdir(parents=True)
+    (root / "2026" / "stray.jsonl").write_bytes(b"{}\n")
+    gaps = Gaps(root=str(root), layout=CODEX_LAYOUT)
+    gaps.add([str(root / "2026")], quiet=True)
+    rollout = day / "rollout-2026-11-28T06-50-03-01a220eb-073e-74b1-af7e-d21de4f940f9.jsonl"
+    rollout.write_bytes(b"{}\n")
+    assert gaps.scan() == [rollout]
+    gaps.drop(str(root / "2026"))  # watched again: its day folders' stamps go with it
+    assert gaps.stamps == {}
+
+
+def test_the_tree_watches_as_deep_and_reports_the_names_its_agents_layout_says(
+    tmp_path: Path,
+) -> None:
+    """An agent whose sessions are ``*.json`` two folders down: those are reported, a
+    ``.jsonl`` is not, and no folder below the layout's depth gets a watch."""
+    root = tmp_path / "root"
+    (root / "p" / "chats" / "deeper").mkdir(parents=True)
+    before = inotify_watches()
+    tree = Tree(Inotify(), str(root), Layout(depth=2, sessions_at=2, suffix=".json"))
+    try:
+        tree.watch_root()
+        tree.fill(report=False)
+        assert inotify_watches() - before == 3  # root, p, chats
+        chat = root / "p" / "chats" / "s1.json"
+        chat.write_bytes(b"{}")
+        (root / "p" / "chats" / "other.jsonl").write_bytes(b"{}\n")
+        assert set(tree.handle(tree.inotify.read()).transcripts) == {chat}
+    finally:
+        tree.close()

@@ -10,24 +10,19 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from memd_client import service
+from memd_client.agents import AGENTS, UNNAMED, named
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, Ctx, Registrar
-from memd_client.cli_doctor_agents import (
-    check_codex_hooks,
-    check_gemini_hooks,
-    memd_hooks,
-    runnable,
-)
-from memd_client.cli_local import agent_settings, client_version, settings_path
-from memd_client.config_read import parse_json, parse_toml, read_config_text
+from memd_client.cli_doctor_agents import check_agent_hooks, hooks_file, mcp_agents
+from memd_client.cli_local import client_version
 from memd_client.errors import MemdClientError
 from memd_client.hook_record import read_failed_open, record_path
-from memd_client.hooks_install import MATCHERS, read_settings, waited_for
+from memd_client.hooks_install import read_settings
 from memd_client.paths import default_runtime_dir
 from memd_client.render_status import write_fix
 from memd_client.status_form import expanded
@@ -62,21 +57,26 @@ class Facts:
 def register(reg: Registrar) -> None:
     p = reg.add("doctor", cmd_doctor, "check every prerequisite; each check says how to fix it")
     p.add_argument(
-        "--settings", metavar="FILE", help="Claude Code settings file to check for the hooks"
+        "--settings", metavar="FILE", help=f"{UNNAMED.title}'s settings file to check for hooks"
     )
 
 
 def cmd_doctor(ctx: Ctx) -> int:
     facts = gather(ctx)
-    checks = [check(facts) for check in CHECKS]
+    checks = [c for check in CHECKS for c in _each(check(facts))]
     failed = any(c.verdict == "fail" for c in checks)
     data = {"ok": not failed, "checks": [asdict(c) for c in checks]}
     ctx.emit(data, lambda d: render_checks(checks, ctx.style()))
     return EXIT_REMOTE if failed else EXIT_OK
 
 
+def _each(found: Check | Iterable[Check]) -> Iterable[Check]:
+    return (found,) if isinstance(found, Check) else found
+
+
 def gather(ctx: Ctx) -> Facts:
-    facts = Facts(ctx.env, Path.home(), settings=settings_path(ctx), socket=ctx.client().path)
+    given = Path(ctx.args.settings) if getattr(ctx.args, "settings", None) else Path()
+    facts = Facts(ctx.env, Path.home(), settings=given, socket=ctx.client().path)
     try:
         facts.hello = ctx.call("hello")
         facts.status = expanded(ctx.call("status"))
@@ -188,83 +188,17 @@ def check_env_file(f: Facts) -> Check:
     return Check("env file", "ok", f"{path} is yours and private")
 
 
-def check_hooks(f: Facts) -> Check:
-    fix = "run `memdctl install-hooks`"
-    try:
-        settings = read_settings(f.settings)
-    except (OSError, ValueError) as exc:
-        return Check("hooks", "fail", str(exc), f"repair {f.settings}, then {fix}")
-    hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
-    assert isinstance(hooks, dict)
-    found = {event: memd_hooks(hooks.get(event)) for event in MATCHERS}
-    missing = [event for event, mine in found.items() if not mine]
-    if missing and len(missing) == len(MATCHERS):
-        over_mcp = mcp_agents(f.home, f.env)
-        if over_mcp:
-            return Check(
-                "hooks",
-                "ok",
-                f"none in {f.settings}; memd is reached over MCP ({', '.join(over_mcp)}), "
-                "so hooks are optional",
-                f"{fix} to have memories brought into prompts without the agent asking",
-            )
-    if missing:
-        return Check("hooks", "fail", f"no memd hook for {', '.join(missing)} in {f.settings}", fix)
-    every = [h for mine in found.values() for h in mine]
-    broken = next((h for h in every if not runnable(h)), None)
-    if broken is not None:
-        what = broken.module_file or broken.program
-        return Check("hooks", "fail", f"the hook's {what} does not exist or cannot run", fix)
-    older = next((h for h in every if h.form != "interpreter"), None)
-    if older is not None:
-        return Check(
-            "hooks",
-            "warn",
-            f"the hook runs in an older, slower form ({older.form}: {older.program})",
-            f"{fix}: it replaces it",
-        )
-    waited = waited_for(settings)
-    if waited:
-        return Check(
-            "hooks",
-            "warn",
-            f"Claude Code waits for memd's {' and '.join(waited)} hook (an older install), "
-            "which only tells memd a turn ended: it slows every `claude -p`",
-            f"{fix}: it removes the Stop hook and runs SessionEnd in the background",
-        )
-    return Check("hooks", "ok", f"memd's hook runs on {', '.join(MATCHERS)}")
+def check_agents(f: Facts) -> list[Check]:
+    """Each agent's hooks (:mod:`memd_client.cli_doctor_agents`)."""
+    over_mcp = mcp_agents(f.env, f.home)
+    return [check_agent_hooks(t, f, Check, over_mcp) for t in AGENTS if t.hooks is not None]
 
 
-def mcp_agents(home: Path, env: dict[str, str]) -> list[str]:
-    """The agents whose user-scope MCP config names memd's server (``memdctl install-mcp``)."""
-    codex = Path(env.get("CODEX_HOME") or home / ".codex") / "config.toml"
-    found = []
-    for agent, path in (
-        ("claude", home / ".claude.json"),
-        ("codex", codex),
-        ("cursor", home / ".cursor" / "mcp.json"),
-        ("gemini", home / ".gemini" / "settings.json"),
-    ):
-        try:
-            text = read_config_text(path)
-            parse = parse_toml if path.suffix == ".toml" else parse_json
-            data = parse(path, text)
-        except (OSError, ValueError):
-            continue
-        servers = data.get("mcp_servers" if agent == "codex" else "mcpServers")
-        if isinstance(servers, dict) and "memd" in servers:
-            found.append(agent)
-    return found
-
-
-def check_codex(f: Facts) -> Check:
-    result: Check = check_codex_hooks(f, Check, mcp_agents(f.home, f.env))
-    return result
-
-
-def check_gemini(f: Facts) -> Check:
-    file = agent_settings("gemini", f.env, f.home)
-    result: Check = check_gemini_hooks(f, Check, mcp_agents(f.home, f.env), file)
+def check_agent(f: Facts, name: str) -> Check:
+    """One agent's hooks check, by its name."""
+    table = named(name)
+    assert table is not None and table.hooks is not None, name
+    result: Check = check_agent_hooks(table, f, Check, mcp_agents(f.env, f.home))
     return result
 
 
@@ -359,12 +293,13 @@ def check_transcripts(f: Facts) -> Check:
 
 def check_claude_features(f: Facts) -> Check:
     """Claude Code's own writers of the files memd writes (its auto memory and dream)."""
+    file = hooks_file(UNNAMED, f)
     try:
-        settings = read_settings(f.settings)
+        settings = read_settings(file)
     except (OSError, ValueError):
         settings = {}
     fights = [
-        f"{key} is on in {f.settings}: Claude Code's own {what} writes the same files as memd"
+        f"{key} is on in {file}: Claude Code's own {what} writes the same files as memd"
         for key, what in (("autoMemoryEnabled", "auto memory"), ("autoDreamEnabled", "dream"))
         if settings.get(key) is True
     ]
@@ -447,14 +382,12 @@ def _projects_root(f: Facts) -> Path:
     return Path(f.env.get("CLAUDE_CONFIG_DIR") or f.home / ".claude") / "projects"
 
 
-CHECKS: tuple[Callable[[Facts], Check], ...] = (
+CHECKS: tuple[Callable[[Facts], Check | list[Check]], ...] = (
     check_daemon,
     check_versions,
     check_env_file,
     check_api,
-    check_hooks,
-    check_codex,
-    check_gemini,
+    check_agents,
     check_hook_failures,
     check_service,
     check_dirs,

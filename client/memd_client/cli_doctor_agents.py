@@ -1,11 +1,13 @@
-"""``memdctl doctor``'s checks of the hooks of the other agents it finds: Codex CLI
-(``$CODEX_HOME``, ``~/.codex``) and Gemini CLI (``$GEMINI_CLI_HOME/.gemini``, ``~/.gemini``).
+"""``memdctl doctor``'s check of each agent's hooks and MCP entries, over the agents' tables
+(:mod:`memd_client.agents`).
 
-An agent that is not there passes ("not found"). One that is there without memd's hooks is a
-warning with the command that installs them, or passes when memd reaches it over MCP
-(``memdctl install-mcp``: the agent can ask memd itself). Half an install, a hook command that
-cannot run, a Codex hook without the trust Codex wants (it skips it without a word), or the
-agent's own switch turning its hooks off, fail.
+An agent whose hooks are optional (``required`` false) and is not installed passes ("not
+found"); one that is there without memd's hooks is a warning with the command that installs
+them, or passes when memd reaches it over MCP (``memdctl install-mcp``: the agent can ask memd
+itself). Without the hooks of an agent that needs them, doctor fails unless some agent reaches
+memd over MCP. Half an install, a hook command that cannot run or names another agent, or the
+agent's own further check (Codex's trust, Gemini's switches) fails; a hook in an older,
+slower form, or one the agent waits for needlessly, warns.
 """
 
 from __future__ import annotations
@@ -15,21 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from memd_client.hooks_codex import (
-    codex_home,
-    hooks_turned_off,
-    read_config,
-    trust_entries,
-    trusted_state,
-)
-from memd_client.hooks_install import (
-    AGENT_HOOKS,
-    AgentHooks,
-    MemdHook,
-    is_memd_hook,
-    parse_memd_hook,
-    read_settings,
-)
+from memd_client.agents import AGENTS, UNNAMED
+from memd_client.agents.base import AgentTable, HookFiles
+from memd_client.config_read import parse_json, parse_toml, read_config_text
+from memd_client.hooks_install import MemdHook, parse_memd_hook, read_settings, waited_for
 
 
 class Found(Protocol):
@@ -37,6 +28,7 @@ class Found(Protocol):
 
     env: dict[str, str]
     home: Path
+    settings: Path  # ``--settings``: the unnamed agent's hooks file, when given
 
 
 Make = Callable[..., Any]  # cli_doctor.Check's constructor (name, verdict, detail, fix)
@@ -63,96 +55,115 @@ def runnable(hook: MemdHook) -> bool:
     return runs and (hook.module_file is None or Path(hook.module_file).is_file())
 
 
-def check_agent(
-    make: Make,
-    spec: AgentHooks,
-    file: Path,
-    settings: dict[str, Any],
-    over_mcp: bool,
-    extra: Callable[[], tuple[str, str, str] | None],
-) -> Any:
-    """The check of one agent's hooks file (``extra``: the agent's own further check, giving
-    (verdict, detail, fix) when something is wrong)."""
-    name, fix = f"{spec.agent} hooks", f"run `memdctl install-hooks --agent {spec.agent}`"
-    hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
-    assert isinstance(hooks, dict)
-    found = {event: memd_hooks(hooks.get(event)) for event in spec.events}
-    missing = [event for event, mine in found.items() if not mine]
-    if len(missing) == len(spec.events):
-        if over_mcp:
-            return make(
-                name,
-                "ok",
-                f"none in {file}; memd is reached over MCP, so hooks are optional",
-                f"{fix} to have memories brought into prompts",
-            )
-        return make(name, "warn", f"no memd hook in {file}", fix)
-    if missing:
-        return make(name, "fail", f"no memd hook for {', '.join(missing)} in {file}", fix)
-    every = [h for mine in found.values() for h in mine]
-    broken = next((h for h in every if not runnable(h)), None)
-    if broken is not None:
-        what = broken.module_file or broken.program
-        return make(name, "fail", f"the hook's {what} does not exist or cannot run", fix)
-    if any(h.agent != spec.agent for h in every):
-        return make(name, "fail", f"memd's hook in {file} does not name {spec.agent}", fix)
-    problem = extra()
-    if problem is not None:
-        return make(name, *problem)
-    return make(name, "ok", f"memd's hook runs on {', '.join(spec.events)} ({file})")
+def mcp_agents(env: dict[str, str], home: Path) -> list[str]:
+    """The agents whose user-scope MCP config names memd's server (``memdctl install-mcp``)."""
+    found = []
+    for table in AGENTS:
+        if table.mcp is None:
+            continue
+        path = table.mcp.user(env, home)
+        try:
+            text = read_config_text(path)
+            parse = parse_toml if table.mcp.fmt == "toml" else parse_json
+            data = parse(path, text)
+        except (OSError, ValueError):
+            continue
+        servers = data.get(table.mcp.servers)
+        if isinstance(servers, dict) and "memd" in servers:
+            found.append(table.name)
+    return found
 
 
-def check_codex_hooks(f: Found, make: Make, over_mcp: list[str]) -> Any:
-    home = codex_home(f.env, f.home)
-    if not home.is_dir():
-        return make("codex hooks", "ok", f"Codex CLI not found ({home} does not exist)")
-    file, config = home / "hooks.json", home / "config.toml"
-    try:
-        settings, toml = read_settings(file), read_config(config)
-    except (OSError, ValueError) as exc:
-        return make("codex hooks", "fail", str(exc), "repair it, then install the hooks again")
-
-    def trust() -> tuple[str, str, str] | None:
-        off = hooks_turned_off(toml)
-        if off:
-            return ("fail", f"{config} has {off}: Codex runs no hooks", f"remove {off}")
-        state = trusted_state(toml)
-        expected = trust_entries(file, settings, is_memd_hook)
-        if any(state.get(key) != value for key, value in expected.items()):
-            return (
-                "fail",
-                f"Codex skips memd's hooks: their trust in {config} is missing or stale",
-                "run `memdctl install-hooks --agent codex` (it records the trust again)",
-            )
-        return None
-
-    return check_agent(make, AGENT_HOOKS["codex"], file, settings, "codex" in over_mcp, trust)
+def install_fix(table: AgentTable) -> str:
+    """The command that installs the agent's hooks."""
+    agent = "" if table is UNNAMED else f" --agent {table.name}"
+    return f"run `memdctl install-hooks{agent}`"
 
 
-def check_gemini_hooks(f: Found, make: Make, over_mcp: list[str], file: Path) -> Any:
-    if not file.parent.is_dir():
-        return make("gemini hooks", "ok", f"Gemini CLI not found ({file.parent} does not exist)")
+def hooks_file(table: AgentTable, f: Found) -> Path:
+    """The agent's hooks file (``--settings`` names the unnamed agent's)."""
+    assert table.hooks is not None
+    given = f.settings if table is UNNAMED and str(f.settings) not in ("", ".") else None
+    return given or table.hooks.settings(f.env, f.home)
+
+
+def check_agent_hooks(table: AgentTable, f: Found, make: Make, over_mcp: list[str]) -> Any:
+    """The check of one agent's hooks file (see the module doc)."""
+    hooks = table.hooks
+    assert hooks is not None
+    name, fix = f"{table.name} hooks", install_fix(table)
+    file = hooks_file(table, f)
+    if not hooks.required and not hooks.found(f.env, f.home).is_dir():
+        where = hooks.found(f.env, f.home)
+        return make(name, "ok", f"{table.title} not found ({where} does not exist)")
     try:
         settings = read_settings(file)
     except (OSError, ValueError) as exc:
-        return make("gemini hooks", "fail", str(exc), "repair it, then install the hooks again")
+        return make(name, "fail", str(exc), f"repair {file}, then {fix}")
+    groups = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
+    assert isinstance(groups, dict)
+    found = {event: memd_hooks(groups.get(event)) for event in hooks.spec.events}
+    missing = [event for event, mine in found.items() if not mine]
+    unreadable = hooks.check(settings, file, f.env, f.home, False) if hooks.check else None
+    if unreadable is not None:
+        return make(name, *unreadable)
+    if len(missing) == len(found):
+        return _none_installed(table, hooks, file, make, over_mcp)
+    if missing:
+        return make(name, "fail", f"no memd hook for {', '.join(missing)} in {file}", fix)
+    every = [h for mine in found.values() for h in mine]
+    problem = _command_problem(table, every, settings, file, f)
+    if problem is not None:
+        return make(name, *problem)
+    return make(name, "ok", f"memd's hook runs on {', '.join(hooks.spec.events)} ({file})")
 
-    def switches() -> tuple[str, str, str] | None:
-        config = settings.get("hooksConfig")
-        config = config if isinstance(config, dict) else {}
-        if config.get("enabled") is False:
-            return (
-                "fail",
-                f"{file} has hooksConfig.enabled false: Gemini runs no hooks",
-                'set "hooksConfig": {"enabled": true}',
-            )
-        disabled = config.get("disabled")
-        if isinstance(disabled, list) and any(is_memd_hook(d) for d in disabled):
-            return (
-                "fail",
-                f"memd's hook is in hooksConfig.disabled in {file}",
-                "remove it from that list (or `/hooks enable` it in Gemini)",
-            )
-        return None
 
-    return check_agent(make, AGENT_HOOKS["gemini"], file, settings, "gemini" in over_mcp, switches)
+def _none_installed(
+    table: AgentTable, hooks: HookFiles, file: Path, make: Make, over_mcp: list[str]
+) -> Any:
+    """No memd hook at all in the agent's file."""
+    name, fix = f"{table.name} hooks", install_fix(table)
+    reached = over_mcp if hooks.required else [a for a in over_mcp if a == table.name]
+    if reached:
+        return make(
+            name,
+            "ok",
+            f"none in {file}; memd is reached over MCP ({', '.join(reached)}), so hooks are "
+            "optional",
+            f"{fix} to have memories brought into prompts without the agent asking",
+        )
+    if hooks.required:
+        return make(name, "fail", f"no memd hook in {file}", fix)
+    return make(name, "warn", f"no memd hook in {file}", fix)
+
+
+def _command_problem(
+    table: AgentTable, every: list[MemdHook], settings: dict[str, Any], file: Path, f: Found
+) -> tuple[str, str, str] | None:
+    """What is wrong with memd's installed hook commands, as (verdict, detail, fix)."""
+    hooks = table.hooks
+    assert hooks is not None
+    fix = install_fix(table)
+    broken = next((h for h in every if not runnable(h)), None)
+    if broken is not None:
+        what = broken.module_file or broken.program
+        return ("fail", f"the hook's {what} does not exist or cannot run", fix)
+    if any(h.agent != table.hook_name for h in every):
+        named = table.hook_name or "no agent"
+        return ("fail", f"memd's hook in {file} does not name {named}", fix)
+    problem = hooks.check(settings, file, f.env, f.home, True) if hooks.check else None
+    if problem is not None:
+        return problem
+    older = next((h for h in every if h.form != "interpreter"), None)
+    if older is not None:
+        detail = f"the hook runs in an older, slower form ({older.form}: {older.program})"
+        return ("warn", detail, f"{fix}: it replaces it")
+    waited = waited_for(settings, hooks.spec)
+    if waited:
+        return (
+            "warn",
+            f"{table.title} waits for memd's {' and '.join(waited)} hook (an older install), "
+            "which only tells memd a turn ended: it slows every prompt",
+            f"{fix}: it removes that hook and runs the session's end in the background",
+        )
+    return None

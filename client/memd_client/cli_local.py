@@ -14,16 +14,12 @@ import time
 from pathlib import Path
 
 from memd_client import hook, hooks_install, service
+from memd_client.agents import AGENTS, UNNAMED, choices, named
+from memd_client.agents.base import AgentTable, HookFiles
 from memd_client.cli_base import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.config_backup import write_refused
 from memd_client.errors import MemdClientError
-from memd_client.hooks_codex import codex_home
-from memd_client.hooks_install import (
-    AGENT_HOOKS,
-    CLAUDE_TAKEOVER_HOOKS,
-    install_hooks,
-    uninstall_hooks,
-)
+from memd_client.hooks_install import install_hooks, uninstall_hooks
 
 FOLLOW_POLL_S = 0.5
 LOG_TAIL_LINES = 200
@@ -67,50 +63,58 @@ def register(reg: Registrar) -> None:
                 "--compact-takeover",
                 action="store_true",
                 help="also take over /compact: memd forks the session from its notes (no "
-                "model call) and Claude Code says how to resume it (off without this flag)",
+                "model call) and the agent says how to resume it (off without this flag; "
+                "for an agent whose compaction memd can take over)",
             )
         p.add_argument(
             "--agent",
-            choices=tuple(AGENT_HOOKS),
-            default="claude",
-            help="claude (default): Claude Code's settings.json; codex: $CODEX_HOME/hooks.json "
-            "and their trust in config.toml; gemini: ~/.gemini/settings.json",
+            choices=choices(hooks=True),
+            default=UNNAMED.name,
+            help=f"whose hooks: {_agents_help()}",
         )
         p.add_argument(
             "--settings",
             metavar="FILE",
-            help="settings file of Claude Code or Gemini (default: $CLAUDE_CONFIG_DIR/"
-            "settings.json or ~/.claude/settings.json; $GEMINI_CLI_HOME/.gemini/settings.json "
-            "or ~/.gemini/settings.json)",
+            help="the agent's hooks file, if not the one it reads by default",
         )
     p = reg.add("logs", cmd_logs, "show memd's log (journald under systemd, else its log file)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
 
 
+def _agents_help() -> str:
+    """Each agent with hooks and its default hooks file, for ``--help``."""
+    return "; ".join(
+        f"{t.name}{' (default)' if t is UNNAMED else ''}: {t.title}"
+        for t in AGENTS
+        if t.hooks is not None
+    )
+
+
+def agent_table(ctx: Ctx) -> tuple[AgentTable, HookFiles]:
+    """The agent ``--agent`` names (default: the unnamed agent's) and its hooks."""
+    table = named(getattr(ctx.args, "agent", UNNAMED.name)) or UNNAMED
+    if table.hooks is None:
+        raise CliFailure(f"memd installs no hooks for {table.title}", EXIT_USAGE)
+    return table, table.hooks
+
+
 def settings_path(ctx: Ctx) -> Path:
     if ctx.args.settings:
         return Path(ctx.args.settings)
-    return agent_settings(getattr(ctx.args, "agent", "claude"), ctx.env, Path.home())
+    return agent_table(ctx)[1].settings(ctx.env, Path.home())
 
 
-def agent_settings(agent: str, env: dict[str, str], home: Path) -> Path:
-    """The user-scope file holding ``agent``'s hooks (Codex: its hooks.json)."""
-    if agent == "gemini":
-        return Path(env.get("GEMINI_CLI_HOME") or home) / ".gemini" / "settings.json"
-    if agent == "codex":
-        return codex_home(env, home) / "hooks.json"
-    return Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude") / "settings.json"
-
-
-def hook_command(agent: str = "claude") -> str | None:
+def hook_command(table: AgentTable = UNNAMED) -> str | None:
     """This interpreter running the installed ``memd_client/hook.py`` (the fast form, see
-    :mod:`memd_client.hooks_install`); the ``memd-hook`` console script when this process
-    cannot name its interpreter; ``None`` when there is neither."""
+    :mod:`memd_client.hooks_install`), naming the agent where its hooks do; the
+    ``memd-hook`` console script when this process cannot name its interpreter; ``None``
+    when there is neither."""
+    agent = table.hook_name
     if sys.executable and os.path.isabs(sys.executable):
         file = os.path.abspath(hook.__file__)
         return hooks_install.hook_command(sys.executable, file, agent)
     script = shutil.which("memd-hook")
-    return shlex.join([script, agent]) if script and agent != "claude" else script
+    return shlex.join([script, agent]) if script and agent else script
 
 
 def _plan(ctx: Ctx) -> service.ServicePlan:
@@ -159,66 +163,61 @@ def _command_failed(plan: service.ServicePlan, exc: subprocess.CalledProcessErro
 
 
 def cmd_install_hooks(ctx: Ctx) -> int:
-    agent = ctx.args.agent
+    table, hooks = agent_table(ctx)
     settings = settings_path(ctx)
-    command = hook_command(agent)
+    command = hook_command(table)
     if command is None:
         raise CliFailure(
             "cannot find a Python interpreter or the memd-hook command to register; "
             "reinstall memd-client",
             EXIT_USAGE,
         )
-    if ctx.args.compact_takeover and agent != "claude":
-        raise CliFailure("--compact-takeover is for Claude Code (--agent claude)", EXIT_USAGE)
-    if agent == "codex":
-        done = _codex_hooks(ctx, ["install", f"--command={command}"])
-        return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
+    spec = hooks.spec
+    if ctx.args.compact_takeover:
+        if hooks.takeover is None:
+            raise CliFailure(
+                f"memd cannot take over {table.title}'s compaction (--compact-takeover)",
+                EXIT_USAGE,
+            )
+        spec = hooks.takeover
+    if hooks.installer is not None:
+        done = _installer(ctx, table, hooks.installer, ["install", f"--command={command}"])
+        return ctx.emit({"agent": table.name, "settings": str(settings), "done": done}, _lines)
     try:
-        spec = AGENT_HOOKS[agent]
-        if ctx.args.compact_takeover:
-            spec = CLAUDE_TAKEOVER_HOOKS
         done = install_hooks(settings, command, spec)
     except OSError as exc:
         raise CliFailure(write_refused(exc, settings)) from None
     except ValueError as exc:
-        raise CliFailure(str(exc) + _gemini_hint(agent, exc), EXIT_USAGE) from None
-    return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
-
-
-def _gemini_hint(agent: str, exc: Exception) -> str:
-    """Gemini reads comments in its settings.json; memd's JSON editor would drop them."""
-    if agent != "gemini" or "not valid JSON" not in str(exc):
-        return ""
-    return (
-        ". If it holds comments (Gemini allows them), memd cannot edit it without losing them: "
-        "remove them, or add memd's SessionStart, BeforeAgent and AfterAgent hooks by hand"
-    )
+        hint = hooks.edit_hint if "not valid JSON" in str(exc) else ""
+        raise CliFailure(str(exc) + hint, EXIT_USAGE) from None
+    return ctx.emit({"agent": table.name, "settings": str(settings), "done": done}, _lines)
 
 
 def cmd_uninstall_hooks(ctx: Ctx) -> int:
-    agent = ctx.args.agent
+    table, hooks = agent_table(ctx)
     settings = settings_path(ctx)
-    if agent == "codex":
-        done = _codex_hooks(ctx, ["uninstall"])
-        return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
+    if hooks.installer is not None:
+        done = _installer(ctx, table, hooks.installer, ["uninstall"])
+        return ctx.emit({"agent": table.name, "settings": str(settings), "done": done}, _lines)
     try:
         done = uninstall_hooks(settings)
     except OSError as exc:
         raise CliFailure(write_refused(exc, settings)) from None
     except ValueError as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from None
-    return ctx.emit({"agent": agent, "settings": str(settings), "done": done}, _lines)
+    return ctx.emit({"agent": table.name, "settings": str(settings), "done": done}, _lines)
 
 
-def _codex_hooks(ctx: Ctx, args: list[str]) -> list[str]:
-    """Codex's hooks need their trust recorded in its config.toml, which takes a TOML editor
-    that keeps comments: the memd package's (:mod:`memd.install.codex_hooks`), run with this
+def _installer(ctx: Ctx, table: AgentTable, module: str, args: list[str]) -> list[str]:
+    """Hooks that take more than a JSON edit (Codex's trust in its config.toml, which takes
+    a TOML editor that keeps comments): the memd package's ``module``, run with this
     interpreter, as ``install-mcp`` does."""
-    argv = [sys.executable, "-m", "memd.install.codex_hooks", *args]
+    argv = [sys.executable, "-m", module, *args]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, env=ctx.env)
     if "No module named memd" in done.stderr:
         raise CliFailure(
-            f"the Codex hooks need the memd package in {sys.executable}; install memd there",
+            f"the {table.title} hooks need the memd package in {sys.executable}; "
+            "install memd there",
             EXIT_USAGE,
         )
     if done.returncode != 0:

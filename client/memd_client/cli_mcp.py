@@ -11,18 +11,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from memd_client.agents import AGENTS, choices
 from memd_client.cli_base import Registrar, run_memd_module
-
-AGENTS = ("claude", "codex", "cursor", "gemini", "all")
 
 
 def register(reg: Registrar) -> None:
+    titles = ", ".join(t.title for t in AGENTS if t.mcp is not None)
     for name, text in (
-        ("install-mcp", "add memd-mcp to the MCP config of Claude Code, Codex, Cursor, Gemini"),
+        ("install-mcp", f"add memd-mcp to the MCP config of {titles}"),
         ("uninstall-mcp", "remove memd-mcp's entry from those configs (nothing else)"),
     ):
         p = reg.add(name, lambda ctx: cmd_mcp_config(ctx.args), text)
-        p.add_argument("--agent", choices=AGENTS, default="all", help="default: all")
+        p.add_argument(
+            "--agent", choices=(*choices(mcp=True), "all"), default="all", help="default: all"
+        )
         p.add_argument(
             "--scope",
             choices=("user", "project"),

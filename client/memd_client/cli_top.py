@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from memd_client.agents import UNNAMED, named
 from memd_client.cli_base import EXIT_OK, EXIT_USAGE, CliFailure, Ctx, Registrar
 from memd_client.errors import MemdClientError
 from memd_client.hook_record import FailOpenRecord, read_failed_open
@@ -159,9 +160,9 @@ def _dream_lines(dream: Any) -> list[str]:
 
 
 def _agent(name: object) -> str:
-    """An agent's name in six columns (``claude_code`` is ``claude``)."""
-    text = str(name or "claude_code")
-    return "claude" if text == "claude_code" else text[:6]
+    """An agent's name in six columns (its table's short name)."""
+    table = named(str(name or UNNAMED.name))
+    return table.short if table is not None else str(name)[:6]
 
 
 def _session_lines(status: dict[str, Any], width: int, room: int) -> list[str]:

@@ -1,14 +1,13 @@
-"""``memd-hook``: the hook command of Claude Code, Codex CLI and Gemini CLI.
+"""``memd-hook``: the hook command of every agent memd serves (Claude Code, Codex CLI, Gemini
+CLI: :mod:`memd_client.agents`).
 
-The agent runs it with the hook's JSON on stdin (Claude Code: FORMAT.md §10); Codex and Gemini
-run the same command with their name as its last argument (``… hook.py codex``), which goes
-to the daemon as the request's ``agent`` (the daemon reads each agent's input and answers in
-its shape; see :mod:`memd.memory.hook_context`). It hands those bytes, and
-the part of Claude Code's environment that decides what Claude Code does itself
-(``CLAUDE_CODE_DISABLE_AUTO_MEMORY``, ``CLAUDE_CODE_SIMPLE``, ``CLAUDE_PROJECT_DIR`` and the
-variables that move the memory dir: :data:`FORWARDED_ENV`), to the
-daemon's ``hook`` method, and prints what the daemon says to print (hooks JSON), which is
-nothing when there is nothing to add:
+The agent runs it with the hook's input on stdin (Claude Code: FORMAT.md §10); an agent's
+command ends with the agent's name (``… hook.py codex``; Claude Code's names none), which goes
+to the daemon as the request's ``agent`` (the agent's room there reads its input and answers
+in its shape; see :mod:`memd.sources.hooks`). It hands those bytes, and the environment the
+agents' rooms read (:data:`FORWARDED_ENV`: what decides what Claude Code does itself, and the
+variables that move its memory dir), to the daemon's ``hook`` method, and prints what the
+daemon says to print (hooks JSON), which is nothing when there is nothing to add:
 
 - ``SessionStart``: the project's memory index when Claude Code does not load it itself;
 - ``UserPromptSubmit``: memories recalled for the prompt, with their age (and, after a resume,
@@ -45,6 +44,8 @@ import sys
 
 Env = dict[str, str]
 
+# Every agent table's ``forwarded_env`` (a copy: the hook imports nothing it can do without;
+# tests/test_agent_names.py checks it is the same).
 FORWARDED_ENV = (
     "CLAUDE_CODE_DISABLE_AUTO_MEMORY",
     "CLAUDE_CODE_SIMPLE",
@@ -73,7 +74,6 @@ EVENTS = (
     "BeforeAgent",
     "AfterAgent",
 )
-AGENTS = ("claude", "codex", "gemini")  # the last argument, when it names one
 
 
 class FailedOpen(Exception):
@@ -139,19 +139,21 @@ def environ() -> Env:
 
 def request(stdin: bytes, env: Env, agent: str = "") -> bytes:
     """One length-prefixed msgpack request frame for the daemon's ``hook`` method (``agent``:
-    which agent runs the hook; left out for Claude Code, which older daemons assume)."""
+    the agent the command names, left out when it names none: the daemon's unnamed agent,
+    which older daemons assume too)."""
     params: dict[str, object] = {"raw": stdin}
-    if agent and agent != "claude":
+    if agent:
         params["agent"] = agent
-    else:  # only Claude Code's environment says what Claude Code does itself
-        params["env"] = {k: env[k] for k in FORWARDED_ENV if k in env}
+    params["env"] = {k: env[k] for k in FORWARDED_ENV if k in env}
     body = pack({"id": 1, "method": "hook", "params": params})
     return len(body).to_bytes(4, "big") + body
 
 
 def agent_of(argv: list[str]) -> str:
-    """The agent the command line names (its last argument), or ``""``."""
-    return argv[-1] if len(argv) > 1 and argv[-1] in AGENTS else ""
+    """The agent the command line names (its last argument, when that is a plain name and
+    not the hook's own file), or ``""``."""
+    last = argv[-1] if len(argv) > 1 else ""
+    return last if last.isidentifier() and last.isascii() else ""
 
 
 def pack(obj: object) -> bytes:

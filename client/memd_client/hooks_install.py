@@ -3,9 +3,10 @@
 Claude Code (``settings.json``), Gemini CLI (``settings.json``) and Codex CLI (``hooks.json``;
 its trust in ``config.toml``: :mod:`memd.install.codex_hooks`) keep hooks in the same JSON
 shape, ``{"hooks": {event: [{"matcher"?, "hooks": [{"type": "command", "command",
-"timeout"}]}]}}``; what differs is said by an :class:`AgentHooks` (the events, their
-matchers, the timeout in the agent's unit). Codex and Gemini run the same command with their
-name as its last argument (:func:`hook_command`).
+"timeout"}]}]}}``; what differs is said by the agent's :class:`AgentHooks` (the events, their
+matchers, the timeout in the agent's unit), in its table (:mod:`memd_client.agents`). An
+agent's hook command ends with its name, but for the agent a command naming none is for
+(:func:`hook_command`).
 
 The command registered (:func:`hook_command`) runs the installed ``memd_client/hook.py`` with
 an absolute interpreter path, isolated (``-I``: no ``PYTHONPATH``, no user site, no script
@@ -15,7 +16,7 @@ the ``memd-hook`` console script (whose launcher imports ``re``) and than runnin
 path (compiled on every run). See BENCHMARKS.md, "Hook command".
 
 ``install-hooks --compact-takeover`` (Claude Code) also registers the hook on PreCompact
-(manual ``/compact`` only, with a timeout of its own: :data:`CLAUDE_TAKEOVER_HOOKS`);
+(manual ``/compact`` only, with a timeout of its own: its table's ``takeover`` spec);
 installing without the flag removes that entry again.
 
 Installing is idempotent (an entry whose command is already there is not added again),
@@ -50,29 +51,6 @@ from memd_client.config_read import (
 )
 from memd_client.json_layout import dump_like
 
-MATCHERS = {
-    # Not at a startup: the first prompt's hook brings the index then (one process fewer
-    # before ``claude -p`` answers; BENCHMARKS.md, issue 25).
-    "SessionStart": "resume|clear|compact",
-    "UserPromptSubmit": None,
-    "SessionEnd": None,  # the session's last memory extraction (the hook only notifies memd)
-}
-HOOK_TIMEOUT_S = 10
-
-
-# ``--compact-takeover`` (off by default): ``/compact`` served by a fork from the notes
-# (memd.compaction.takeover). Claude Code waits for a PreCompact hook until its timeout, then
-# kills it and compacts anyway; memd answers in well under a second or lets it through.
-TAKEOVER_MATCHERS: dict[str, str | None] = {"PreCompact": "manual"}
-TAKEOVER_TIMEOUT_S = 5
-# SessionEnd only tells memd the session ended, and each hook Claude Code waits for is a
-# process on the prompt path (BENCHMARKS.md, issue 25): its command starts the hook in the
-# background (:func:`detached`), so Claude Code waits for a shell and ``cat`` alone. Not
-# ``"async": true``, nor a bare ``… &``: Claude Code (2.1.197, 2.1.331) then writes no stdin
-# to a hook whose shell has exited; the shell reads it first. No Stop hook any more:
-# memd reads turn ends from the transcript (``turn_duration``), print mode's one turn ends
-# with its SessionEnd, and an async Stop made ``claude -p`` wait ~1.5 s at exit (2.1.331).
-BACKGROUND = frozenset({"SessionEnd"})
 # The hook in the background: the shell reads the agent's input, hands it to the hook and
 # leaves it running, its output nowhere (the agent waits for its pipes to close).
 DETACH_HEAD = 'i=$(cat); printf %s "$i" | '
@@ -100,7 +78,6 @@ class AgentHooks:
     removed, and so are those on the ``retired`` events memd's hook ran on once (an older
     install's, which doctor names)."""
 
-    agent: str
     events: dict[str, str | None]
     timeout: int
     timeouts: dict[str, int] = field(default_factory=dict)
@@ -116,32 +93,6 @@ class AgentHooks:
         return {"type": "command", "command": command, "timeout": timeout}
 
 
-CLAUDE_HOOKS = AgentHooks(
-    "claude",
-    MATCHERS,
-    HOOK_TIMEOUT_S,
-    optional=tuple(TAKEOVER_MATCHERS),
-    background=BACKGROUND,
-    retired=("Stop",),
-)
-CLAUDE_TAKEOVER_HOOKS = AgentHooks(
-    "claude",
-    {**MATCHERS, **TAKEOVER_MATCHERS},
-    HOOK_TIMEOUT_S,
-    {"PreCompact": TAKEOVER_TIMEOUT_S},
-    background=BACKGROUND,
-    retired=("Stop",),
-)
-# Codex sends Claude Code's input and takes its output under the same event names (seconds).
-# Its Stop is a turn end for extraction: ``codex exec`` ends with no quiet period to wait for.
-CODEX_HOOKS = AgentHooks(
-    "codex", {"SessionStart": None, "UserPromptSubmit": None, "Stop": None}, 10
-)
-# Gemini's prompt event is BeforeAgent, its turn end AfterAgent; its timeouts are milliseconds.
-GEMINI_HOOKS = AgentHooks(
-    "gemini", {"SessionStart": None, "BeforeAgent": None, "AfterAgent": None}, 10_000
-)
-AGENT_HOOKS = {spec.agent: spec for spec in (CLAUDE_HOOKS, CODEX_HOOKS, GEMINI_HOOKS)}
 # Run as ``python -I -S -c HOOK_CODE <…/memd_client/hook.py>``: the package's parent dir first
 # on sys.path, then the module imported (from its cached bytecode). A constant, so the path is
 # an ordinary shell-quoted argument and never has to be escaped inside Python source. ``-S``:
@@ -158,12 +109,13 @@ HOOK_MODULE = "memd_client.hook"
 HOOK_FILE_TAIL = ("memd_client", "hook.py")
 
 
-def hook_command(python: str, hook_file: str, agent: str = "claude") -> str:
-    """The hook command for ``agent``'s hooks file: ``python`` (absolute) runs ``hook_file``
-    (the installed ``memd_client/hook.py``), given the agent's name unless it is Claude
-    Code. Quoted for a POSIX shell (the agents run hook commands with ``sh -c`` or ``bash
-    -c``), whatever the paths hold."""
-    tail = [agent] if agent != "claude" else []
+def hook_command(python: str, hook_file: str, agent: str = "") -> str:
+    """The hook command for an agent's hooks file: ``python`` (absolute) runs ``hook_file``
+    (the installed ``memd_client/hook.py``), given ``agent``, the agent's name, as its last
+    argument (``""``: none, for the agent a command naming none is for). Quoted for a POSIX
+    shell (the agents run hook commands with ``sh -c`` or ``bash -c``), whatever the paths
+    hold."""
+    tail = [agent] if agent else []
     return shlex.join([python, "-I", "-S", "-c", HOOK_CODE, hook_file, *tail])
 
 
@@ -178,7 +130,7 @@ class MemdHook:
     # hook skipped ``os`` and the teardown), "interpreter with site" (before ``-S``),
     # "script", "module", "console script"
     form: str
-    agent: str = "claude"  # the agent the command names (its last argument)
+    agent: str = ""  # the agent the command names (its last argument), "" for none
 
 
 def parse_memd_hook(command: object) -> MemdHook | None:
@@ -189,7 +141,7 @@ def parse_memd_hook(command: object) -> MemdHook | None:
     if not words:
         return None
     program, args = words[0], words[1:]
-    agent = args[-1] if args and args[-1] in AGENT_HOOKS else "claude"
+    agent = args[-1] if args and _a_name(args[-1]) else ""
     if os.path.basename(program) == "memd-hook":
         return MemdHook(program, None, "console script", agent)
     if _after(args, "-c")[:1] and f"from {HOOK_MODULE} import main" in _after(args, "-c")[0]:
@@ -204,6 +156,12 @@ def parse_memd_hook(command: object) -> MemdHook | None:
     if script is not None and not _after(args, "-c") and Path(script).parts[-2:] == HOOK_FILE_TAIL:
         return MemdHook(program, script, "script", agent)
     return None
+
+
+def _a_name(word: str) -> bool:
+    """Whether a command's last word names an agent (a plain name, not a path, a module
+    or a flag)."""
+    return word.isidentifier() and word.isascii()
 
 
 def _words(command: object) -> list[str]:
@@ -226,7 +184,7 @@ def is_memd_hook(command: object) -> bool:
 
 
 def merge_hooks(
-    settings: dict[str, Any], command: str, spec: AgentHooks = CLAUDE_HOOKS
+    settings: dict[str, Any], command: str, spec: AgentHooks
 ) -> tuple[dict[str, Any], list[str]]:
     """Return the settings with memd's hooks added (any older memd entry replaced by
     ``command``), and the events that changed."""
@@ -323,8 +281,8 @@ def _without_memd(group: object, keep: Wanted | None) -> object | None:
     return {**group, "hooks": kept} if kept else None
 
 
-def waited_for(settings: dict[str, Any], spec: AgentHooks = CLAUDE_HOOKS) -> list[str]:
-    """The events where Claude Code waits for a memd entry it need not wait for: one of
+def waited_for(settings: dict[str, Any], spec: AgentHooks) -> list[str]:
+    """The events where the agent waits for a memd entry it need not wait for: one of
     ``spec.background`` not run in the background, or one on a ``spec.retired`` event (an
     install from before issue 25). Each event once."""
     hooks = settings.get("hooks") if isinstance(settings.get("hooks"), dict) else {}
@@ -353,7 +311,7 @@ def read_settings(settings_path: Path) -> dict[str, Any]:
         return {}
 
 
-def install_hooks(settings_path: Path, command: str, spec: AgentHooks = CLAUDE_HOOKS) -> list[str]:
+def install_hooks(settings_path: Path, command: str, spec: AgentHooks) -> list[str]:
     """Merge into ``settings_path`` (the file it names, when it is a link: the link stays);
     return what was done, in words."""
     real = config_path(settings_path)

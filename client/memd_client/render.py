@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memd_client.agents import UNNAMED
 from memd_client.textfmt import (
     ago,
     duration,
@@ -41,7 +42,7 @@ def render_sessions(rows: list[dict[str, Any]]) -> str:
         body.append(
             [
                 short[str(r["session_id"])],
-                str(r.get("agent", "claude_code")),
+                str(r.get("agent", UNNAMED.name)),
                 ctx,
                 str(r.get("message_count", 0)),
                 ago(r.get("last_activity")),

@@ -2,11 +2,12 @@
 
 :func:`plan_fork` runs in a worker thread under the session's lock (``registry.read``): it
 computes level 1's cut from the notes (:func:`memd.compaction.session_memory.
-compact_with_notes`), reads the kept lines back from the transcript and builds the new file
-(:func:`memd.compaction.fork.fork_session`). :func:`write_new_session` puts it beside the old
-session: the old file is never opened for writing, and the new one is written under a temp
-name (owner-only), made durable, then linked to its name, which fails rather than replace a
-file that exists; the folder is held by a descriptor opened without following a link.
+compact_with_notes`) and has the agent's fork writer (its room's
+:class:`~memd.sources.base.ForkWriter`) read the kept lines back and build the new file.
+:func:`write_new_session` puts it where the writer says the agent finds it: the old file is
+never opened for writing, and the new one is written under a temp name (owner-only), made
+durable, then linked to its name, which fails rather than replace a file that exists; the
+folder is held by a descriptor opened without following a link.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import contextlib
 import os
 import stat
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from memd.compaction.fork import Fork, Line, LineMismatch, fork_session
 from memd.compaction.message import Msg
 from memd.compaction.session_memory import (
     Compacted,
@@ -29,11 +27,9 @@ from memd.compaction.session_memory import (
 )
 from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
+from memd.sources.base import Fork, ForkWriter
 from memd.tokens import estimate_content
-from memd.transcript.agent_bytes import loads_as_the_agent
-from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
-from memd.transcript.model import Entry
 
 
 @dataclass(frozen=True)
@@ -55,11 +51,12 @@ def plan_fork(
     threshold: int,
     cfg: CompactionConfig,
     transcript_path: str,
+    writer: ForkWriter,
     session_id: str | None = None,
 ) -> ForkPlan | FallThrough:
     """The fork of ``conv`` (``msgs``: its messages as compaction input, same order) as
-    session ``session_id`` (default: a new uuid4), or why level 1 cannot serve it.
-    Blocking; run under the session's lock. Raises
+    session ``session_id`` (default: a new id of the writer's), written by ``writer``, or why
+    level 1 cannot serve it. Blocking; run under the session's lock. Raises
     :class:`~memd.transcript.content.TranscriptChanged` when the file changed meanwhile."""
     level1 = notes.level1(
         msgs,
@@ -72,20 +69,13 @@ def plan_fork(
     if isinstance(level1, FallThrough):
         return level1
     kept = conv.outline()[level1.cut_index :]
-    entries: list[Entry] = [line for message in kept for line in message.lines()]
-    raw = read_lines(conv, entries)
-    try:
-        fork = fork_session(
-            kept,
-            raw,
-            session_id=session_id or str(uuid.uuid4()),
-            summary=_summary_text(level1),
-            pre_tokens=level1.tokens_before,
-            timestamp=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            new_uuid=lambda: str(uuid.uuid4()),
-        )
-    except LineMismatch as exc:
-        raise TranscriptChanged(str(exc)) from None
+    fork = writer.write(
+        conv,
+        kept,
+        session_id=session_id or writer.new_id(),
+        summary=_summary_text(level1),
+        pre_tokens=level1.tokens_before,
+    )
     covered = covered_end(msgs, notes.last_summarized_uuid) or 0
     uncovered_tokens = sum(m.tokens for m in msgs[covered:])
     return ForkPlan(
@@ -100,36 +90,21 @@ def _summary_text(level1: Compacted) -> str:
     return text if isinstance(text, str) else ""
 
 
-def read_lines(conv: Conversation, entries: Sequence[Entry]) -> dict[str, Line]:
-    """The decoded transcript lines of ``entries`` by uuid (each checked to be that line)."""
-    by_offset = conv.lines.read(entries)
-    out: dict[str, Line] = {}
-    for entry in entries:
-        try:
-            line = loads_as_the_agent(by_offset[entry.at])  # never an Infinity to write
-        except (KeyError, ValueError, RecursionError):  # BadLine is a ValueError
-            raise TranscriptChanged(f"the line of {entry.uuid} can no longer be read") from None
-        if not isinstance(line, dict) or line.get("uuid") != entry.uuid:
-            raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")
-        out[entry.uuid] = line
-    return out
-
-
 class ForkExists(FileExistsError):
     """The new session's name is taken (a uuid4 collision, or a file planted there)."""
 
 
-def write_new_session(directory: Path, session_id: str, data: bytes) -> Path:
-    """Write ``<directory>/<session_id>.jsonl`` with ``data``, owner-only, never over an
-    existing file (:class:`ForkExists`), durable before it appears. Blocking; raises
+def write_new_session(path: Path, data: bytes) -> Path:
+    """Write ``path`` (a new name in an existing folder) with ``data``, owner-only, never over
+    an existing file (:class:`ForkExists`), durable before it appears. Blocking; raises
     ``OSError`` (the folder is a link or not the user's: ``PermissionError``)."""
+    directory, name = path.parent, path.name
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     folder = os.open(directory, flags)
     try:
         info = os.fstat(folder)
         if info.st_uid != os.getuid() or info.st_mode & stat.S_IWOTH:
             raise PermissionError(f"{directory} is not a private folder of this user's")
-        name = f"{session_id}.jsonl"
         temp = f".{name}.memd-{uuid.uuid4().hex[:8]}.tmp"
         _write_temp(folder, temp, data)
         try:

@@ -33,6 +33,7 @@ from memd.llm.client import Disabled, Usage
 from memd.llm.ledger import Ledger
 from memd.llm.models import Models, Route, job_route
 from memd.regular_file import read_regular, read_text_target
+from memd.sources.room import Room
 from memd.state import SessionState
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
@@ -49,11 +50,6 @@ NotesProvider = Callable[[str], Awaitable[NotesInput | None]]
 ExtractionWaiter = Callable[[str], Awaitable[None]]
 IndexProvider = Callable[[str], Awaitable[str | None]]
 ConversationReader = Callable[[SessionState, Callable[[Conversation], Any]], Awaitable[Any]]
-
-
-def resume_command(session_id: str) -> str:
-    """How the user continues in a forked session."""
-    return f"claude --resume {session_id}"
 
 
 @dataclass(frozen=True)
@@ -310,6 +306,7 @@ class CompactionService:
     async def fork(
         self,
         state: SessionState,
+        room: Room,
         read: ConversationReader,
         window: Window,
         *,
@@ -317,13 +314,17 @@ class CompactionService:
         fork_id: str | None = None,
         fresh_only: bool = False,
     ) -> dict[str, Any]:
-        """Write a level-1 compaction of ``state`` as a new session beside it (no model
-        call; see :mod:`memd.compaction.fork`). ``read`` runs a function on the session's
-        conversation under its lock (``registry.read``); ``wait`` False does not wait for
-        an in-flight notes extraction (the hook cannot); ``fork_id`` names the new session
-        (default: a new uuid4); ``fresh_only`` refuses notes that are behind (more than
+        """Write a level-1 compaction of ``state`` as a new session of its agent, ``room``, in
+        the agent's own format and place (no model call; see :mod:`memd.compaction.
+        forked_session`). ``read`` runs a function on the session's conversation under its
+        lock (``registry.read``); ``wait`` False does not wait for an in-flight notes
+        extraction (the hook cannot); ``fork_id`` names the new session (default: a new id
+        of the agent's); ``fresh_only`` refuses notes that are behind (more than
         ``keep_max_tokens`` of messages after what they cover). Result: ``forked`` and the new
         ``session``, its ``path`` and the ``resume`` command, or ``forked: False`` and why."""
+        writer = room.fork
+        if writer is None:
+            return {"forked": False, "reason": f"memd cannot write a {room.title} session yet"}
         if wait:
             notes = await self.notes_input(state.session_id)
         else:
@@ -341,6 +342,7 @@ class CompactionService:
                 threshold=threshold,
                 cfg=self.config.compaction,
                 transcript_path=state.path,
+                writer=writer,
                 session_id=fork_id,
             )
 
@@ -350,19 +352,23 @@ class CompactionService:
         behind = planned.uncovered_tokens - self.config.compaction.keep_max_tokens
         if fresh_only and behind > 0:
             return {"forked": False, "reason": f"the notes are {behind} tokens behind"}
-        return await self._write_fork(state, planned)
+        return await self._write_fork(state, room, planned)
 
-    async def _write_fork(self, state: SessionState, planned: ForkPlan) -> dict[str, Any]:
-        """Write the planned fork beside ``state``'s transcript; :meth:`fork`'s result."""
+    async def _write_fork(
+        self, state: SessionState, room: Room, planned: ForkPlan
+    ) -> dict[str, Any]:
+        """Write the planned fork where the agent finds it; :meth:`fork`'s result."""
         fork = planned.fork
-        folder = Path(state.path).parent
+        assert room.fork is not None
+        path = room.fork.place(Path(state.path), fork.session_id)
         try:
-            path = await anyio.to_thread.run_sync(
-                write_new_session, folder, fork.session_id, fork.data
-            )
+            await anyio.to_thread.run_sync(write_new_session, path, fork.data)
         except OSError as exc:
             log.warning("fork of %s not written: %s", state.session_id, exc)
-            return {"forked": False, "reason": f"writing the new session in {folder} failed: {exc}"}
+            return {
+                "forked": False,
+                "reason": f"writing the new session in {path.parent} failed: {exc}",
+            }
         log.info(
             "forked %s into %s: %d -> %d tokens, %d messages kept, no API call",
             state.session_id,
@@ -376,7 +382,7 @@ class CompactionService:
             "session": fork.session_id,
             "from_session": state.session_id,
             "path": str(path),
-            "resume": resume_command(fork.session_id),
+            "resume": room.resume(fork.session_id),
             "tokens_before": planned.tokens_before,
             "tokens_after": planned.tokens_after,
             "kept_messages": fork.kept_messages,

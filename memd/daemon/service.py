@@ -45,7 +45,7 @@ from memd.daemon.watch import WatchedRoot
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.ipc.server import Server
-from memd.sources.registry import sources_for
+from memd.sources.registry import room_named, sources_for
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.tokens import load_soon
 from memd.transcript.conversation import Conversation
@@ -134,7 +134,7 @@ class Daemon:
             started_at=self.started_at,
         )
         self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
-        self.watched = [WatchedRoot(s.root, s.create_root) for s in sources]
+        self.watched = [WatchedRoot(s.root, s.create_root, layout=s.layout) for s in sources]
         self.watcher_status = self.watched[0].status  # Claude Code's projects root
         # Why memd extracts nothing from an agent's sessions (its own memories are on), by
         # agent; refreshed each minute in the background: ``status`` reads it, no file.
@@ -225,7 +225,7 @@ class Daemon:
             hold_dir=self.exclusion.hold,
             after_turn=self._after_turn,
             claude_dir=loaded.paths.claude_dir,
-            source_of=self.registry.source_of,
+            own_memory_of=self.registry.own_memory_of,
         )
         self.compaction.memory_index_for = self._memory_index_text
         self._build_dream()
@@ -247,6 +247,7 @@ class Daemon:
             self.exclusion,
             retire_candidates=self.memory.citations.retire_candidates,
             cite_files=self.memory.citations.record,
+            scope_of=self.registry.dream_scope,
         )
 
     def _after_turn(self, where: Location, state: SessionState) -> None:
@@ -315,7 +316,7 @@ class Daemon:
 
     async def refresh_own_memory(self) -> None:
         """Read again whether each agent keeps memories of its own (its config files)."""
-        sources = [s for s in self.registry.sources if not s.claude_settings]
+        sources = [s for s in self.registry.sources if not _per_session(s.agent)]
         own = await anyio.to_thread.run_sync(lambda: {s.agent: s.own_memory("") for s in sources})
         if own != self.own_memory:
             self.own_memory = own
@@ -432,6 +433,12 @@ class Daemon:
         saved = save_sessions(self.state_file, self.registry.snapshot_for_save())
         self.registry.dirty = False
         return saved
+
+
+def _per_session(agent: str) -> bool:
+    """Whether the agent's native memory is decided per session (not by its config)."""
+    room = room_named(agent)
+    return room is not None and room.memory_per_session
 
 
 def _read_env_file(env: dict[str, str]) -> EnvFile:

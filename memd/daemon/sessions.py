@@ -38,7 +38,9 @@ from memd.config import TranscriptsConfig
 from memd.daemon.session_index import SessionIndex
 from memd.daemon.session_state import from_start, new_state, publish
 from memd.errors import NotFound
-from memd.sources.base import Reader, SessionKey, Source, source_for
+from memd.sources.base import DreamScope, Reader, SessionKey, Source, source_for
+from memd.sources.registry import room_named
+from memd.sources.room import Room
 from memd.state import SessionState
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
@@ -176,10 +178,32 @@ class SessionRegistry:
                 return source
         return None
 
-    def serves_compaction(self, state: SessionState) -> bool:
-        """Whether memd's compaction serves the session's agent."""
+    def room_of(self, state: SessionState) -> Room | None:
+        """The room of the session's agent, when memd follows it (None: no longer)."""
         source = self.source_of(state)
-        return source is not None and source.serves_compaction
+        return room_named(source.agent) if source is not None else None
+
+    def own_memory_of(self, state: SessionState) -> Callable[[str], str | None] | None:
+        """How to learn whether the session's agent keeps memories of its own in a cwd (its
+        source's ``own_memory``), or None when that is decided per session (its room's
+        ``memory_per_session``) or memd does not follow the agent."""
+        source = self.source_of(state)
+        room = room_named(source.agent) if source is not None else None
+        if source is None or room is None or room.memory_per_session:
+            return None
+        return source.own_memory
+
+    def dream_scope(self, state: SessionState) -> DreamScope | None:
+        """The sessions the dream counts and searches with ``state``'s (its source says),
+        or None when they do not count."""
+        source = self.source_of(state)
+        return source.dream_scope(state) if source is not None else None
+
+    def serves_compaction(self, state: SessionState) -> bool:
+        """Whether memd compacts the session's agent's sessions (its room can write a
+        compacted session the agent resumes)."""
+        room = self.room_of(state)
+        return room is not None and room.fork is not None
 
     def _key(self, path: Path) -> tuple[Source, SessionKey] | None:
         return source_for(self.sources, path)

@@ -38,13 +38,11 @@ from memd.daemon.inotify import Inotify
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.watch_gaps import FIX, Gaps, project_folders, watch_limit
 from memd.daemon.watch_tree import Found, Tree
+from memd.sources.base import Layout
 
 log = logging.getLogger(__name__)
 
 
-# How deep below a newly created directory transcripts can sit: a project folder holds
-# ``<session>.jsonl`` and ``<session>/subagents/*.jsonl``.
-NEW_DIR_DEPTH = 3
 RESTART_DELAY_S = 5.0  # after the root's watch ended (the root was removed or moved)
 LIMIT_CHECK_S = 10.0  # while degraded: try the missing watches again this often
 SKIPPED_SHOWN = 20  # skipped paths listed in status (all are counted)
@@ -54,21 +52,23 @@ INLINE_EVENTS = 64  # at most this many events of names only are handled on the 
 READS_PER_STEP = 8
 
 
-def transcripts_below(directory: str, depth: int = NEW_DIR_DEPTH) -> list[Path]:
-    """The ``*.jsonl`` names below a directory that just appeared, without following links.
+def transcripts_below(directory: str, layout: Layout | None = None) -> list[Path]:
+    """The transcripts (as ``layout`` names them, down to its depth) below a directory that
+    just appeared, without following links.
 
     inotify watches a new directory only once it has been seen, so files created in it
     before that produce no event of their own: without this look, a transcript written
     right after its project folder was made would be missed until it changed again.
     """
+    layout = layout or Layout()
     found: list[Path] = []
-    pending = [(directory, depth)]
+    pending = [(directory, layout.depth)]
     while pending:
         folder, left = pending.pop()
         try:
             with os.scandir(folder) as entries:
                 for entry in entries:
-                    if entry.name.endswith(".jsonl"):
+                    if layout.names(entry.name):
                         found.append(Path(entry.path))
                     elif left > 1 and entry.is_dir(follow_symlinks=False):
                         pending.append((entry.path, left - 1))
@@ -102,11 +102,13 @@ class WatcherStatus(Counted):
 
 @dataclass(frozen=True)
 class WatchedRoot:
-    """A folder to watch, whether memd makes it when it is missing, and its status."""
+    """A folder to watch, whether memd makes it when it is missing, how its agent lays out
+    its files below it, and its status."""
 
     path: Path
     create: bool = True
     status: WatcherStatus = field(default_factory=WatcherStatus)
+    layout: Layout = field(default_factory=Layout)
 
 
 async def run_watcher(
@@ -162,12 +164,14 @@ async def _follow_root(
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     if sys.platform == "linux":
-        await Watcher(root.path, config, queue, root.status, create=root.create).run(
-            news=news, task_status=task_status
-        )
+        await Watcher(
+            root.path, config, queue, root.status, create=root.create, layout=root.layout
+        ).run(news=news, task_status=task_status)
     else:
         task_status.started()
-        await follow_with_watchfiles(root.path, config, queue, root.status, create=root.create)
+        await follow_with_watchfiles(
+            root.path, config, queue, root.status, create=root.create, layout=root.layout
+        )
 
 
 class Watcher:
@@ -182,13 +186,15 @@ class Watcher:
         status: WatcherStatus,
         *,
         create: bool = True,
+        layout: Layout | None = None,
     ) -> None:
         self.root = root
         self.create = create
         self.config = config
         self.queue = queue
         self.status = status
-        self.gaps = Gaps()
+        self.layout = layout or Layout()
+        self.gaps = Gaps(root=str(root), layout=self.layout)
         self._warned = False
         self._checked = 0.0  # when the missing watches were last tried
         self._step = (-math.inf, 0)  # when the current step began, reads made in it
@@ -218,7 +224,7 @@ class Watcher:
         root. Transcripts met are news, except at the first start (the startup scan reads
         them)."""
         try:
-            tree = Tree(Inotify(), str(self.root))
+            tree = Tree(Inotify(), str(self.root), self.layout)
             tree.watch_root()  # two system calls: at once, not in a thread
         except OSError as exc:
             self._checked = anyio.current_time()
@@ -368,13 +374,16 @@ async def follow_with_watchfiles(
     status: WatcherStatus,
     *,
     create: bool = True,
+    layout: Layout | None = None,
 ) -> None:
     """Elsewhere than Linux: watchfiles (FSEvents on macOS, whose file systems keep names
     UTF-8 and whose events do not follow links), polling after an error."""
     import watchfiles
 
+    layout = layout or Layout()
+
     def wants(change: watchfiles.Change, path: str) -> bool:
-        return path.endswith(".jsonl") or change == watchfiles.Change.added
+        return layout.names(path) or change == watchfiles.Change.added
 
     polling = False
     while True:
@@ -390,10 +399,11 @@ async def follow_with_watchfiles(
                 ignore_permission_denied=True,
             ):
                 for change, path in changes:
-                    if path.endswith(".jsonl"):
+                    if layout.names(path):
                         queue.mark_nowait(Path(path))
                     elif change == watchfiles.Change.added:
-                        for found in await anyio.to_thread.run_sync(transcripts_below, path):
+                        below = partial(transcripts_below, path, layout)
+                        for found in await anyio.to_thread.run_sync(below):
                             queue.mark_nowait(found)
         except Exception as exc:  # noqa: BLE001 - the watcher never stops: say so, go on
             log.warning("watching %s failed (%s); polling it instead", root, exc)

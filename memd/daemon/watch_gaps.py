@@ -7,9 +7,11 @@ such folders here; their transcripts are compared (inode, size, mtime) every
 watcher tries to watch them again now and then, so a raised limit ends the scan by itself.
 While inotify cannot be used at all, every project folder is kept here ("polling").
 
-Only project folders (the root's children) matter: main transcripts live there (sub-agent
-transcripts are not sessions; memory dirs and notes are read when needed, never on an
-event). Nothing here costs anything while every folder is watched.
+Only the folders sessions sit in matter, and those above them (the agent's
+:class:`~memd.sources.base.Layout`: ``sessions_at`` folders below the root; Claude Code's
+project folders, Codex's day folders under year and month): an unwatched one is scanned down
+to that depth (sub-agent transcripts are not sessions; memory dirs and notes are read when
+needed, never on an event). Nothing here costs anything while every folder is watched.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from memd.sources.base import Layout
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +47,19 @@ def watch_limit() -> int | None:
 Stamp = tuple[int, int, int]  # inode, size, mtime_ns
 
 
-def transcript_stamps(folder: str) -> dict[Path, Stamp]:
-    """Every ``*.jsonl`` in ``folder``, with what says it changed. Blocking."""
+def transcript_stamps(
+    folder: str, layout: Layout | None = None, below: int = 0
+) -> dict[Path, Stamp]:
+    """Every transcript (as ``layout`` names them) in ``folder`` and in the real folders
+    down to ``below`` levels under it, with what says it changed. Blocking."""
+    names = (layout or Layout()).names
     stamps: dict[Path, Stamp] = {}
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
-                if not entry.name.endswith(".jsonl"):
+                if below > 0 and entry.is_dir(follow_symlinks=False):
+                    stamps.update(transcript_stamps(entry.path, layout, below - 1))
+                if not names(entry.name):
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
@@ -79,10 +89,19 @@ def _is_folder(path: str) -> bool:
 
 @dataclass
 class Gaps:
-    """The project folders inotify does not watch, and what their transcripts looked like."""
+    """The folders inotify does not watch where sessions sit (or above them, below the
+    ``root``), and what their transcripts looked like."""
 
     unwatched: set[str] = field(default_factory=set)
     stamps: dict[Path, Stamp] = field(default_factory=dict)
+    root: str = ""
+    layout: Layout = field(default_factory=Layout)
+
+    def _stamps(self, folder: str) -> dict[Path, Stamp]:
+        """The transcripts of an unwatched folder, down to where the layout puts sessions."""
+        rel = os.path.relpath(folder, self.root) if self.root else "."
+        depth = 1 if rel == "." or rel.startswith("..") else rel.count(os.sep) + 1
+        return transcript_stamps(folder, self.layout, max(0, self.layout.sessions_at - depth))
 
     def add(self, folders: list[str], *, quiet: bool) -> None:
         """Scan ``folders`` from now on; ``quiet``: what they hold now is not news (the
@@ -91,7 +110,7 @@ class Gaps:
         self.unwatched.update(folders)
         if quiet:
             for folder in folders:
-                self.stamps.update(transcript_stamps(folder))
+                self.stamps.update(self._stamps(folder))
 
     def scan(self) -> list[Path]:
         """Transcripts in unwatched folders that appeared, changed or went since the last
@@ -101,7 +120,7 @@ class Gaps:
             if not _is_folder(folder):
                 self.unwatched.discard(folder)
                 continue
-            fresh.update(transcript_stamps(folder))
+            fresh.update(self._stamps(folder))
         changed = [p for p, stamp in fresh.items() if self.stamps.get(p) != stamp]
         changed += [p for p in self.stamps if p not in fresh]
         self.stamps = fresh
@@ -110,7 +129,8 @@ class Gaps:
     def drop(self, folder: str) -> None:
         """``folder`` is watched now: no longer scanned."""
         self.unwatched.discard(folder)
-        self.stamps = {p: s for p, s in self.stamps.items() if str(p.parent) != folder}
+        inside = folder.rstrip(os.sep) + os.sep
+        self.stamps = {p: s for p, s in self.stamps.items() if not str(p).startswith(inside)}
 
     def forget(self) -> set[str]:
         """Drop every unwatched folder (the watcher watches them again); return them."""

@@ -1,8 +1,10 @@
 """The inotify watches on the folders transcripts sit in, and what their events mean.
 
-The projects root is depth 0, a project folder 1 (main transcripts), a session's folder 2,
-its ``subagents`` folder 3 (sub-agent transcripts): a real folder at depth 3 or less gets a
-watch, nothing deeper. A link is never followed (the root itself excepted: it is the user's
+The root is depth 0; how deep transcripts sit below it is the agent's :class:`~memd.sources.
+base.Layout` (Claude Code: a project folder 1 holds main transcripts, a session's folder 2,
+its ``subagents`` folder 3; Codex: year, month, day folders): a real folder at
+``layout.depth`` or less gets a watch, nothing deeper, and only files named as the layout
+says are transcripts. A link is never followed (the root itself excepted: it is the user's
 setting): a symlinked project folder costs no watch and is not read (the startup scan skips
 it too); it is named in ``status`` (``ingest.watcher.skipped``) with the folders memd may
 not read. A symlinked transcript is reported by ingest as unreadable ("a symbolic link").
@@ -29,8 +31,8 @@ from memd.daemon.inotify import (
     Event,
     Inotify,
 )
+from memd.sources.base import Layout
 
-MAX_DEPTH = 3
 LINK = "a symbolic link to a folder (not followed)"
 
 
@@ -39,7 +41,8 @@ class Found:
     """What adding watches or reading events turned up."""
 
     transcripts: list[Path] = field(default_factory=list)  # to mark for ingest
-    unwatched: list[str] = field(default_factory=list)  # project folders out of watches
+    # Folders out of watches that sessions sit in, or above them (scanned instead).
+    unwatched: list[str] = field(default_factory=list)
     root_gone: bool = False  # the root's watch ended (deleted, moved, unmounted)
 
 
@@ -47,9 +50,11 @@ class Tree:
     """One inotify descriptor and the folders it watches, by watch descriptor. Blocking
     methods, called from one task at a time."""
 
-    def __init__(self, inotify: Inotify, root: str) -> None:
+    def __init__(self, inotify: Inotify, root: str, layout: Layout | None = None) -> None:
         self.inotify = inotify
         self.root = root
+        self.layout = layout or Layout()
+        self._suffix = os.fsencode(self.layout.suffix)
         self.folders: dict[int, tuple[str, int]] = {}  # wd -> (path, depth)
         self.skipped: dict[str, str] = {}  # path -> why it has no watch (not out of watches)
 
@@ -75,8 +80,8 @@ class Tree:
         return found
 
     def add(self, folder: str, depth: int, *, report: bool) -> Found:
-        """Watch ``folder`` (depth 1 or more) and the real folders below it down to
-        :data:`MAX_DEPTH`; ``report``: the transcripts found in them are news (they may
+        """Watch ``folder`` (depth 1 or more) and the real folders below it down to the
+        layout's depth; ``report``: the transcripts found in them are news (they may
         predate the watch)."""
         found = Found()
         pending = [(folder, depth)]
@@ -98,12 +103,12 @@ class Tree:
         try:
             with os.scandir(path) as entries:
                 for entry in entries:
-                    if entry.name.endswith(".jsonl"):
+                    if self.layout.names(entry.name):
                         if found is not None and depth > 0:
                             found.transcripts.append(Path(entry.path))
-                    elif depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
+                    elif depth < self.layout.depth and entry.is_dir(follow_symlinks=False):
                         below.append((entry.path, depth + 1))
-                    elif depth < MAX_DEPTH and entry.is_symlink():
+                    elif depth < self.layout.depth and entry.is_symlink():
                         self._note_link(entry.path)
         except OSError:  # gone again, not a folder, no access: its watch says the rest
             pass
@@ -117,8 +122,8 @@ class Tree:
             CHANGES.bump()
 
     def _refused(self, path: str, depth: int, exc: OSError, found: Found) -> None:
-        if exc.errno == errno.ENOSPC:  # out of watches: the project folder is scanned
-            if depth == 1:
+        if exc.errno == errno.ENOSPC:  # out of watches: scanned (where sessions may be)
+            if depth <= self.layout.sessions_at:
                 found.unwatched.append(path)
         elif exc.errno in (errno.ENOTDIR, errno.ELOOP):
             self._note_link(path)  # replaced by a link (or a file) since it was listed
@@ -131,7 +136,7 @@ class Tree:
         appeared (watches added, a look inside), lost events (every folder listed). Growth,
         new and gone transcripts are only names: handled without a thread's hop."""
         return any(
-            e.mask & IN_Q_OVERFLOW or (e.mask & APPEARED and not e.name.endswith(b".jsonl"))
+            e.mask & IN_Q_OVERFLOW or (e.mask & APPEARED and not e.name.endswith(self._suffix))
             for e in events
         )
 
@@ -154,10 +159,10 @@ class Tree:
         return found
 
     def _entry(self, path: str, depth: int, event: Event, found: Found) -> None:
-        if path.endswith(".jsonl"):
+        if self.layout.names(path):
             if depth > 0:
                 found.transcripts.append(Path(path))
-        elif event.mask & APPEARED and depth < MAX_DEPTH:
+        elif event.mask & APPEARED and depth < self.layout.depth:
             if event.mask & IN_ISDIR:
                 more = self.add(path, depth + 1, report=True)
                 found.transcripts += more.transcripts
@@ -168,13 +173,14 @@ class Tree:
             CHANGES.bump()  # ``ingest.watcher.skipped`` in ``status``
 
     def every_transcript(self) -> list[Path]:
-        """Every ``*.jsonl`` in the watched folders below the root. Blocking."""
+        """Every transcript in the watched folders below the root. Blocking."""
         every: list[Path] = []
         for folder, depth in list(self.folders.values()):
             if depth > 0:
                 try:
                     with os.scandir(folder) as entries:
-                        every += [Path(e.path) for e in entries if e.name.endswith(".jsonl")]
+                        names = self.layout.names
+                        every += [Path(e.path) for e in entries if names(e.name)]
                 except OSError:
                     continue
         return every

@@ -57,6 +57,7 @@ from memd.llm.client import LLM, Usage
 from memd.llm.ledger import Ledger
 from memd.memory.paths import INDEX_FILENAME
 from memd.privacy import scrub_text
+from memd.sources.base import DreamScope
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ CiteRun = Callable[[Sequence[str], ChangeGuard], tuple[str, ...]]
 class Job:
     memory_dir: Path
     run_dir: Path
-    transcript_dirs: tuple[Path, ...]
+    transcripts: tuple[DreamScope, ...]  # the sessions TranscriptGrep searches
     sessions: tuple[str, ...]
     project: str
     today: str
@@ -130,7 +131,7 @@ async def consolidate(
     index = snapshot.saved_bytes(snap, INDEX_FILENAME) if INDEX_FILENAME in before.files else None
     recorder = Recorder(job.memory_dir, book, before.files)
     tools, written = dream_tools(
-        job.memory_dir, recorder, job.transcript_dirs, secrets=settings.redact_secrets
+        job.memory_dir, recorder, job.transcripts, secrets=settings.redact_secrets
     )
     spec, messages = _request(settings, job, tools, index)
     run: AgentRun | None = None

@@ -54,11 +54,14 @@ from memd.llm.guard import Go as GuardGo
 from memd.llm.ledger import Ledger, billed_tokens
 from memd.llm.models import Models, Route, job_route
 from memd.memory.location import Location, locate_project
+from memd.sources.base import DreamScope, any_session
 from memd.state import SessionState
 
 log = logging.getLogger(__name__)
 
 HISTORY = 10
+# The sessions the dream counts and searches with a session's project (its room says).
+ScopeOf = Callable[[SessionState], DreamScope | None]
 # (cwd, memory dir, files, the guard told each rewrite first) → the files whose citations
 # were recorded.
 CiteFiles = Callable[[str, Path, Sequence[str], ChangeGuard], tuple[str, ...]]
@@ -82,13 +85,14 @@ class DreamDir(Counted):
 
     key: str  # the memory dir as located (the exclusion's key)
     memory_dir: Path
-    folders: set[Path]
+    scopes: set[DreamScope]  # where its sessions are (memd.sources.base.DreamScope)
     last_scan_at: float | None = None
     verdict: Verdict | None = None
     verdict_at: float | None = None
     lock_mtime: float | None = None
     busy: lock.Busy | None = None
     trigger: str = ""
+    exclude: str = ""  # the trigger session as its scope names it (not counted)
     cwd: str = ""  # a session's, the newest seen: the repository its memories cite
     running: Running | None = None
     history: deque[RunRecord] = field(default_factory=lambda: deque(maxlen=HISTORY))
@@ -109,8 +113,10 @@ class DreamService:
         *,
         retire_candidates: Callable[[Path], list[str]] | None = None,
         cite_files: CiteFiles | None = None,
+        scope_of: ScopeOf = lambda state: None,
     ) -> None:
         self.projects_root = projects_root
+        self._scope_of = scope_of
         self._retire_candidates = retire_candidates
         self._cite_files = cite_files
         self.config = config
@@ -136,10 +142,12 @@ class DreamService:
         if where.opted_out:
             return
         found = self._dir(where.memory_dir)
-        folder = Path(state.path).parent
-        if state.path and folder.is_absolute() and folder.parent == self.projects_root:
-            found.folders.add(folder)  # only a project folder's own transcripts are counted
+        scope = self._scope_of(state)  # None: its agent's sessions do not count
+        if scope is not None:
+            found.scopes.add(scope)
         found.trigger = state.session_id
+        named = scope.session_of(Path(state.path).name) if scope is not None else None
+        found.exclude = named or state.session_id
         found.cwd = state.cwd or found.cwd
         self._queue.mark_nowait(found.key)
 
@@ -174,7 +182,8 @@ class DreamService:
         key = str(memory_dir)
         found = self._dirs.get(key)
         if found is None:
-            found = DreamDir(key, memory_dir, {memory_dir.parent})
+            # Claude Code's own count: the transcripts beside the memory dir's folder.
+            found = DreamDir(key, memory_dir, {DreamScope(memory_dir.parent, any_session)})
             self._dirs[key] = found
         return found
 
@@ -201,9 +210,10 @@ class DreamService:
         verdict = gates.evaluate(seen, limits)
         if isinstance(verdict, NeedScan) or (isinstance(verdict, Go) and force):
             found.last_scan_at = now
-            folders = sorted(found.folders)
+            scopes = _ordered(found.scopes)
             since = verdict.since if isinstance(verdict, NeedScan) else mtime or 0.0
-            sessions = await anyio.to_thread.run_sync(count_sessions, folders, since, trigger)
+            exclude = found.exclude if trigger else ""
+            sessions = await anyio.to_thread.run_sync(count_sessions, scopes, since, exclude)
             verdict = gates.evaluate(dataclasses.replace(seen, sessions=sessions), limits)
         record = None
         if isinstance(verdict, Go):
@@ -341,7 +351,7 @@ class DreamService:
         job = Job(
             memory_dir=Path(record.memory_dir),
             run_dir=self.store.run_dir(record.project, record.run_id),
-            transcript_dirs=tuple(sorted(found.folders)),
+            transcripts=tuple(_ordered(found.scopes)),
             sessions=tuple(record.sessions),
             project=record.project,
             today=datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y-%m-%d"),
@@ -465,7 +475,7 @@ class DreamService:
     def row(self, memory_dir: Path) -> dict[str, Any]:
         """One memory dir's status row (no I/O; an unknown dir is not remembered)."""
         found = self._dirs.get(str(memory_dir)) or DreamDir(
-            str(memory_dir), memory_dir, {memory_dir.parent}
+            str(memory_dir), memory_dir, {DreamScope(memory_dir.parent, any_session)}
         )
         row: dict[str, Any] = printable(dir_row(found, self._clock.now()))
         return row
@@ -483,3 +493,8 @@ class DreamService:
             "queued_checks": self._queue.statistics().queued,
             "projects": [printable(dir_row(d, self._clock.now())) for d in self._dirs.values()],
         }
+
+
+def _ordered(scopes: set[DreamScope]) -> list[DreamScope]:
+    """The scopes in a stable order (by folder, then what they name)."""
+    return sorted(scopes, key=lambda scope: (str(scope.folder), repr(scope.session_of)))

@@ -85,7 +85,7 @@ def dir_row(found: DreamDir, now: float) -> dict[str, Any]:
         "lock": lock_row,
         "running": progress_row(found.running) if found.running else None,
         "last_runs": [_brief(r.as_dict()) for r in found.history],
-        "folders": sorted(str(f) for f in found.folders),
+        "folders": sorted({str(scope.folder) for scope in found.scopes}),
     }
 
 

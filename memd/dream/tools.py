@@ -38,6 +38,7 @@ from memd.dream.recorder import Recorder
 from memd.dream.transcripts import TranscriptGrep
 from memd.memory.extract import ScrubbedTool
 from memd.memory.paths import TEAM_DIRNAME
+from memd.sources.base import DreamScope
 
 READ_TOOLS = ("Read", "Grep", "Glob", "Shell")
 WRITE_TOOLS = ("Edit", "Write", "Delete")
@@ -182,7 +183,7 @@ def _is_file(memory_dir: Path, relative: str) -> bool:
 def dream_tools(
     memory_dir: Path,
     recorder: Recorder,
-    transcript_dirs: Sequence[Path],
+    transcripts: Sequence[DreamScope],
     *,
     secrets: bool = True,
     exclude_session: str = "",
@@ -199,6 +200,6 @@ def dream_tools(
         tools[name] = ScrubbedTool(
             JournaledTool(base[name], resolved, policy, recorder, written), secrets
         )
-    grep = TranscriptGrep(tuple(transcript_dirs), secrets=secrets)
+    grep = TranscriptGrep(tuple(transcripts), secrets=secrets)
     tools[grep.name] = grep
     return tools, written

@@ -28,6 +28,7 @@ import anyio.to_thread
 
 from memd.agent.tools import ToolResult, denial, error
 from memd.privacy import scrub_text
+from memd.sources.base import DreamScope
 
 MAX_MATCHES = 40
 EXCERPT_CHARS = 240
@@ -41,21 +42,21 @@ MAX_TERM_CHARS = 200
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def count_sessions(folders: Sequence[Path], since: float, exclude: str = "") -> tuple[str, ...]:
-    """Session ids whose transcript was modified after ``since`` (stat only, sorted)."""
+def count_sessions(
+    scopes: Sequence[DreamScope], since: float, exclude: str = ""
+) -> tuple[str, ...]:
+    """Sessions (as their scopes name them) with a file modified after ``since`` (stat only,
+    sorted)."""
     found: set[str] = set()
-    for folder in folders:
+    for scope in scopes:
         try:
-            entries = os.scandir(folder)
+            entries = os.scandir(scope.folder)
         except OSError:
             continue
         with entries:
             for entry in entries:
-                name = entry.name
-                if not name.endswith(".jsonl"):
-                    continue
-                session = name[: -len(".jsonl")]
-                if session == exclude:
+                session = scope.session_of(entry.name)
+                if session is None or session == exclude:
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
@@ -68,9 +69,9 @@ def count_sessions(folders: Sequence[Path], since: float, exclude: str = "") -> 
 
 @dataclass(frozen=True)
 class TranscriptGrep:
-    """The TranscriptGrep tool over the ``*.jsonl`` files directly in ``folders``."""
+    """The TranscriptGrep tool over the session files of ``scopes``."""
 
-    folders: tuple[Path, ...]
+    scopes: tuple[DreamScope, ...]
     secrets: bool = True
 
     name = "TranscriptGrep"
@@ -113,7 +114,7 @@ class TranscriptGrep:
         out: list[str] = []
         size = 0
         budget = [MAX_TOTAL_BYTES]
-        for path in _newest_first(self.folders):
+        for path in _newest_first(self.scopes):
             for number, excerpt in _matches(path, regex, self.secrets, budget):
                 line = f"{path.name}:{number}: {excerpt}"
                 out.append(line)
@@ -127,18 +128,20 @@ class TranscriptGrep:
         return "\n".join(out) if out else "No matches found"
 
 
-def _newest_first(folders: Sequence[Path]) -> list[Path]:
-    found: list[tuple[float, Path]] = []
-    for folder in folders:
+def _newest_first(scopes: Sequence[DreamScope]) -> list[Path]:
+    found: dict[Path, float] = {}
+    for scope in scopes:
         try:
-            with os.scandir(folder) as entries:
+            with os.scandir(scope.folder) as entries:
                 for entry in entries:
-                    if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
-                        found.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+                    if scope.session_of(entry.name) is not None and entry.is_file(
+                        follow_symlinks=False
+                    ):
+                        found[Path(entry.path)] = entry.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue
-    found.sort(key=lambda item: (-item[0], str(item[1])))
-    return [path for _, path in found[:MAX_FILES]]
+    ordered = sorted(found.items(), key=lambda item: (-item[1], str(item[0])))
+    return [path for path, _ in ordered[:MAX_FILES]]
 
 
 def _matches(

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from memd.install.agents import AGENTS, apply
+from memd.install.agents import AGENTS, NAMES, apply
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -23,7 +23,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memdctl install-mcp", description=__doc__.splitlines()[0])
     p.add_argument("action", choices=("install", "uninstall"))
-    p.add_argument("--agent", choices=(*AGENTS, "all"), default="all", help="default: all")
+    p.add_argument("--agent", choices=(*NAMES, "all"), default="all", help="default: all")
     p.add_argument("--scope", choices=("user", "project"), default="user", help="default: user")
     p.add_argument(
         "--project", metavar="DIR", help="project root for --scope project (default: cwd)"
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         for o in outcomes:
             extra = f" ({o.detail})" if o.detail else ""
             backup = f"; backup {o.backup}" if o.backup else ""
-            print(f"{o.agent:7} {o.result:9} {o.where}{extra}{backup}")
+            print(f"{o.agent:11} {o.result:9} {o.where}{extra}{backup}")
     return EXIT_FAILED if any(o.result == "failed" for o in outcomes) else EXIT_OK
 
 

@@ -1,18 +1,21 @@
 """``memd-mcp`` in each agent's MCP configuration: install and uninstall (R-I8).
 
-=========  ==============================================  ==================================
-agent      user scope                                      project scope
-=========  ==============================================  ==================================
-claude     ``claude mcp add -s user`` when the CLI is on   ``.mcp.json`` (``claude mcp add
-           PATH, else ``~/.claude.json`` ``mcpServers``    -s project`` when on PATH)
-codex      ``$CODEX_HOME/config.toml`` (``~/.codex``)      ``.codex/config.toml``
-           ``[mcp_servers.memd]``
-cursor     ``~/.cursor/mcp.json`` ``mcpServers``           ``.cursor/mcp.json``
-gemini     ``~/.gemini/settings.json`` ``mcpServers``      ``.gemini/settings.json``
-=========  ==============================================  ==================================
+Where each agent keeps its MCP servers is its table's (:mod:`memd_client.agents`,
+``McpFiles``):
 
-Claude Code's own CLI is preferred because a running Claude Code rewrites ``~/.claude.json``
-from memory and would drop an entry written behind its back.
+=============  ==============================================  ==============================
+agent          user scope                                      project scope
+=============  ==============================================  ==============================
+claude_code    ``claude mcp add -s user`` when the CLI is on   ``.mcp.json`` (``claude mcp
+               PATH, else ``~/.claude.json`` ``mcpServers``    add -s project`` when on PATH)
+codex          ``$CODEX_HOME/config.toml`` (``~/.codex``)      ``.codex/config.toml``
+               ``[mcp_servers.memd]``
+cursor         ``~/.cursor/mcp.json`` ``mcpServers``           ``.cursor/mcp.json``
+gemini         ``~/.gemini/settings.json`` ``mcpServers``      ``.gemini/settings.json``
+=============  ==============================================  ==============================
+
+An agent's own CLI is preferred where its table names one (Claude Code's: a running Claude
+Code rewrites ``~/.claude.json`` from memory and would drop an entry written behind its back).
 
 The user-scope command is this interpreter with ``-m memd.mcp`` (absolute, so it works
 from GUI agents without the user's PATH); the project-scope command is ``memd-mcp``, since
@@ -42,6 +45,9 @@ from memd.install.config_files import (
     parsed,
     remove_entry,
 )
+from memd_client.agents import AGENTS as TABLES
+from memd_client.agents import named
+from memd_client.agents.base import AgentTable, McpFiles
 from memd_client.atomic import write_atomic
 from memd_client.config_backup import (
     Original,
@@ -64,7 +70,8 @@ from memd_client.config_read import (
 )
 from memd_client.foreign_file import UnusableFile
 
-AGENTS = ("claude", "codex", "cursor", "gemini")
+AGENTS = tuple(t.name for t in TABLES if t.mcp is not None)  # every agent with MCP
+NAMES = tuple(n for t in TABLES if t.mcp is not None for n in (t.name, *t.aliases))
 SERVER_NAME = "memd"
 Scope = Literal["user", "project"]
 Action = Literal["install", "uninstall"]
@@ -105,30 +112,23 @@ def server_command(scope: Scope) -> list[str]:
     return [sys.executable, "-P", "-m", "memd.mcp"] if scope == "user" else ["memd-mcp"]
 
 
+def mcp_of(agent: str) -> tuple[AgentTable, McpFiles]:
+    """The agent's table and where it keeps MCP servers (``ValueError`` for another name)."""
+    table = named(agent)
+    if table is None or table.mcp is None:
+        raise ValueError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)}")
+    return table, table.mcp
+
+
 def target_for(agent: str, scope: Scope, env: Mapping[str, str], project: Path) -> Target:
     """Where ``agent`` keeps its MCP servers for ``scope``, and memd's entry there."""
+    table, mcp = mcp_of(agent)
     home = Path(env.get("HOME") or Path.home())
     command, *args = server_command(scope)
-    plain = {"command": command, "args": args}
     user = scope == "user"
-    mode = 0o600 if user else 0o644
-    if agent == "claude":
-        claude_dir = env.get("CLAUDE_CONFIG_DIR")
-        path = (Path(claude_dir) if claude_dir else home) / ".claude.json"
-        entry = {"type": "stdio", **plain, "env": {}}
-        return Target(
-            agent, path if user else project / ".mcp.json", "json", ("mcpServers",), entry, mode
-        )
-    if agent == "codex":
-        codex = Path(env.get("CODEX_HOME") or home / ".codex")
-        path = codex / "config.toml" if user else project / ".codex" / "config.toml"
-        return Target(agent, path, "toml", ("mcp_servers",), plain, mode)
-    folder = {"cursor": ".cursor", "gemini": ".gemini"}.get(agent)
-    if folder is None:
-        raise ValueError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)}")
-    name = "mcp.json" if agent == "cursor" else "settings.json"
-    path = (home if user else project) / folder / name
-    return Target(agent, path, "json", ("mcpServers",), plain, mode)
+    path = mcp.user(env, home) if user else mcp.project(project)
+    entry = mcp.entry({"command": command, "args": args})
+    return Target(table.name, path, mcp.fmt, (mcp.servers,), entry, 0o600 if user else 0o644)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,11 +206,13 @@ def _write_uninstalled(target: Target, real: Path, new: bytes) -> Outcome:
 
 
 # ---------------------------------------------------------------------------------------------
-# Claude Code's CLI
+# The agent's own CLI (Claude Code's)
 
 
-def claude_cli(env: Mapping[str, str]) -> str | None:
-    return shutil.which("claude", path=env.get("PATH"))
+def agent_cli(agent: str, env: Mapping[str, str]) -> str | None:
+    """The agent's own CLI that edits its MCP config, when its table names one on PATH."""
+    cli = mcp_of(agent)[1].cli
+    return shutil.which(cli, path=env.get("PATH")) if cli else None
 
 
 def apply_claude_cli(
@@ -238,28 +240,31 @@ def apply_claude_cli(
     except FileNotFoundError:
         text = ""
     except (OSError, ValueError) as exc:
-        return Outcome("claude", str(target.path), "failed", f"cannot read it: {exc}")
+        return Outcome(target.agent, str(target.path), "failed", f"cannot read it: {exc}")
     try:
         current = _servers_of(target, text).get(SERVER_NAME)
     except ConfigFileError as exc:
-        return Outcome("claude", str(target.path), "failed", f"{target.path}: {exc}")
+        return Outcome(target.agent, str(target.path), "failed", f"{target.path}: {exc}")
+    where = f"{Path(cli).name} CLI"
     if action == "install" and current == target.entry:
-        return Outcome("claude", "claude CLI", "unchanged", "memd is already configured")
+        return Outcome(target.agent, where, "unchanged", "memd is already configured")
     if current is None and action == "uninstall":
-        return Outcome("claude", "claude CLI", "absent")
+        return Outcome(target.agent, where, "absent")
     if current is not None:
         done = run("remove", SERVER_NAME, "-s", scope)
         if done.returncode != 0 or action == "uninstall":
-            return _cli_outcome(done, "removed")
+            return _cli_outcome(target, where, done, "removed")
     done = run("add", "-s", scope, SERVER_NAME, "--", *server_command(scope))
-    return _cli_outcome(done, "installed" if current is None else "updated")
+    return _cli_outcome(target, where, done, "installed" if current is None else "updated")
 
 
-def _cli_outcome(done: subprocess.CompletedProcess[str], result: str) -> Outcome:
+def _cli_outcome(
+    target: Target, where: str, done: subprocess.CompletedProcess[str], result: str
+) -> Outcome:
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
-        return Outcome("claude", "claude CLI", "failed", message[-1] if message else "failed")
-    return Outcome("claude", "claude CLI", result)
+        return Outcome(target.agent, where, "failed", message[-1] if message else "failed")
+    return Outcome(target.agent, where, result)
 
 
 def apply(
@@ -268,7 +273,7 @@ def apply(
     """Install or uninstall for each agent; one agent's failure does not stop the others."""
     outcomes = []
     for agent in agents:
-        cli = claude_cli(env) if agent == "claude" else None
+        cli = agent_cli(agent, env)
         target = target_for(agent, scope, env, project)
         if cli is not None:
             outcomes.append(apply_claude_cli(cli, target, scope, action, project, env))

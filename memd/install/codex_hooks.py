@@ -25,6 +25,7 @@ import tomlkit
 from tomlkit.items import Table
 
 from memd.install.config_files import toml_load, toml_table
+from memd_client.agents.codex import HOOKS as CODEX_HOOKS
 from memd_client.atomic import write_atomic
 from memd_client.config_backup import (
     give_back,
@@ -47,7 +48,6 @@ from memd_client.hooks_codex import (
     trust_entries,
 )
 from memd_client.hooks_install import (
-    CODEX_HOOKS,
     install_hooks,
     is_memd_hook,
     read_settings,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,7 +118,10 @@ async def _fork(daemon: CompactionFace, params: dict[str, Any]) -> dict[str, Any
     if params.get("messages") is not None or params.get("dry_run"):
         raise InvalidParams("'fork' takes a 'session', not 'messages' or 'dry_run'")
     state = find_session(daemon, opt_str(params, "session"))
-    return await svc.fork(state, daemon.registry.read, svc.window(params))
+    room = daemon.registry.room_of(state)
+    if room is None:
+        return {"forked": False, "reason": f"memd no longer follows {state.agent} sessions"}
+    return await svc.fork(state, room, daemon.registry.read, svc.window(params))
 
 
 async def _input(
@@ -150,7 +152,8 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
     svc, sid = daemon.compaction, hook_input.get("session_id")
     record = svc.takeover
     state = daemon.registry.get(sid) if isinstance(sid, str) and sid else None
-    if state is None:
+    room = daemon.registry.room_of(state) if state is not None else None
+    if state is None or room is None:
         return await _pass(daemon, "", "memd does not know the session")
     if (not_asked := asked(hook_input)) is not None:
         return await _pass(daemon, state.session_id, not_asked.reason)
@@ -170,7 +173,9 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
     )
     if isinstance(decision, Pass):
         return await _pass(daemon, state.session_id, decision.reason)
-    fork_id = str(uuid.uuid4())
+    if room.fork is None:
+        return await _pass(daemon, state.session_id, f"memd cannot write a {room.title} session")
+    fork_id = room.fork.new_id()
     try:
         await anyio.to_thread.run_sync(record.mark, state.session_id, fork_id)
     except OSError as exc:
@@ -178,7 +183,13 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
     with anyio.move_on_after(TAKEOVER_BUDGET_S):
         try:
             result = await svc.fork(
-                state, daemon.registry.read, window, wait=False, fork_id=fork_id, fresh_only=True
+                state,
+                room,
+                daemon.registry.read,
+                window,
+                wait=False,
+                fork_id=fork_id,
+                fresh_only=True,
             )
         except (NotFound, TranscriptChanged) as exc:  # the transcript went or keeps changing
             return await _pass(daemon, state.session_id, str(exc))

@@ -8,13 +8,10 @@ from typing import TYPE_CHECKING, Any
 from memd.ipc.compaction_methods import precompact
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
-from memd.memory.hook_context import (
-    CLAUDE,
-    from_subagent,
-    hook_context,
-    hook_stdout,
-    parse_hook_stdin,
-)
+from memd.memory.hook_context import hook_context
+from memd.sources.hooks import PreCompact, Unhandled
+from memd.sources.registry import UNNAMED, room_named
+from memd.sources.room import Room
 from memd_client.names import unescape_name
 
 if TYPE_CHECKING:
@@ -74,46 +71,50 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
 
 async def _hook(daemon: MemoryFace, params: dict[str, Any]) -> Any:
     """Params: ``raw`` (the hook's stdin bytes, as ``memd-hook`` sends them) or ``event``
-    (a hook event) and ``input`` (its stdin JSON); ``agent``: ``claude`` (the default),
-    ``codex`` or ``gemini``; ``env``: the Claude Code environment the hook forwards (read
-    for Claude Code only). Result: ``{"additionalContext": text or None, "stdout": what
-    the hook prints or None}`` under the injection budget; nothing for an event a
-    Claude Code sub-agent fired (:func:`~memd.memory.hook_context.from_subagent`)."""
-    parsed = _hook_event(params)
+    (a hook event) and ``input`` (its stdin JSON); ``agent``: the agent that runs the hook
+    (a room's name, :data:`memd.sources.registry.ROOMS`; none: the first room's, whose hook
+    commands name none); ``env``: the environment the hook forwards (read where the agent's
+    room reads it). Result: ``{"additionalContext": text or None, "stdout": what the hook
+    prints or None}`` under the injection budget, in the agent's shape and limits; nothing
+    for an agent or an event memd does not know."""
+    nothing = {"additionalContext": None, "stdout": None}
+    agent = opt_str(params, "agent")
+    room = room_named(agent) if agent else UNNAMED
+    if room is None:
+        return nothing
+    parsed = _hook_event(room, params)
     if parsed is None:
-        return {"additionalContext": None, "stdout": None}
-    event, hook_input = parsed
-    agent = opt_str(params, "agent") or CLAUDE
-    if agent == CLAUDE and from_subagent(hook_input):
-        return {"additionalContext": None, "stdout": None}
-    if event == "PreCompact" and agent == CLAUDE:
-        return {"additionalContext": None, "stdout": await precompact(daemon, hook_input)}
-    result = await hook_context(
+        return nothing
+    event = room.hooks.parse(*parsed, _forwarded_env(params))
+    if isinstance(event, Unhandled):
+        return nothing
+    if isinstance(event, PreCompact):
+        return {"additionalContext": None, "stdout": await precompact(daemon, event.data)}
+    text = await hook_context(
         event,
-        hook_input,
         daemon.memory,
         notes_for=daemon.notes_text,
         budget_bytes=daemon.loaded.config.hook.injection_max_bytes,
-        env=_forwarded_env(params) if agent == CLAUDE else None,
-        agent=agent,
+        own_index=room.memory_per_session,
     )
-    return {**result, "stdout": hook_stdout(event, result["additionalContext"], agent)}
+    text = room.hooks.limit(text) if text else None
+    return {"additionalContext": text or None, "stdout": room.hooks.output(event, text or "")}
 
 
 def _forwarded_env(params: dict[str, Any]) -> dict[str, str] | None:
-    """The Claude Code environment a hook forwarded (``env``), its string pairs only."""
+    """The environment a hook forwarded (``env``), its string pairs only."""
     env = params.get("env")
     if not isinstance(env, dict):
         return None
     return {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _hook_event(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """``hook``'s event and input: from ``raw`` (None when the bytes are no hook input) or
-    from ``event`` and ``input``."""
+def _hook_event(room: Room, params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``hook``'s event and input: from ``raw`` (None when the bytes are not the agent's
+    hook input) or from ``event`` and ``input``."""
     raw = params.get("raw")
     if isinstance(raw, bytes):
-        parsed = parse_hook_stdin(raw)
+        parsed = room.hooks.read(raw)
         if parsed is None:
             return None
         return parsed[0], dict(parsed[1])

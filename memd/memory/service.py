@@ -31,7 +31,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -69,9 +69,10 @@ from memd.memory.turns import TurnEnds
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
 
-if TYPE_CHECKING:
-    from memd.sources.base import Source
-
+# Why memd extracts no memories from a session in a cwd (its agent keeps its own), or None:
+# a source's own_memory (memd.sources.base.Source), for the agents whose native memory is not
+# decided per session.
+OwnMemory = Callable[[str], str | None]
 MAX_SURFACED_SESSIONS = 1_024
 TOOL_WINDOW = 6  # assistant messages whose tool calls count as "in active use"
 
@@ -94,10 +95,10 @@ class MemoryService:
         hold_dir: DirHold | None = None,
         after_turn: Callable[[Location, SessionState], None] | None = None,
         claude_dir: Path | None = None,
-        source_of: Callable[[SessionState], Source | None] = lambda state: None,
+        own_memory_of: Callable[[SessionState], OwnMemory | None] = lambda state: None,
     ) -> None:
         self.projects_root = projects_root
-        self._source_of = source_of
+        self._own_memory_of = own_memory_of
         self.state_dir = state_dir
         self.config = config
         self._clock = clock
@@ -227,8 +228,7 @@ class MemoryService:
     async def claude_code_status(self, state: SessionState) -> dict[str, Any]:
         """For ``memdctl session``: what the session's Claude Code does itself, and so what
         memd does and does not do beside it (for another agent: its own memory only)."""
-        source = self._source_of(state)
-        if source is not None and not source.claude_settings:
+        if self._own_memory_of(state) is not None:
             off = await self._extraction_off(state)
             return {"agent": state.agent, "memd_extraction": f"off: {off}" if off else "on"}
         record = await self.session_context(state.session_id, state.path)
@@ -260,9 +260,9 @@ class MemoryService:
         """Why memd extracts nothing for this session (Claude Code's agent does it), or None."""
         if self.config.memory.extract_beside_claude_code:
             return None
-        source = self._source_of(state)
-        if source is not None and not source.claude_settings:
-            return await anyio.to_thread.run_sync(source.own_memory, state.cwd or "")
+        own_memory = self._own_memory_of(state)
+        if own_memory is not None:
+            return await anyio.to_thread.run_sync(own_memory, state.cwd or "")
         record = await self.session_context(state.session_id, state.path)
         facts = await self.claude_code(record, state.cwd or "")
         return facts.extraction_off(self.config.memory.extract_beside_claude_code)

@@ -1,24 +1,108 @@
-"""The protocol every agent's room implements, and what the house needs of a session.
+"""What a room's source of sessions implements, and what the house needs of a session.
 
-A :class:`Source` names one agent's folder (``root``, watched down to three folders below it)
-and says which files under it are sessions (:meth:`Source.session_key`), how to find them
-all (:meth:`Source.walk`) and one by id (:meth:`Source.locate`). A :class:`Reader` is made per
-session file; it is fed the file's complete lines in order, with their offsets, and keeps a
+A :class:`Source` is an agent's room opened on this machine's config: it names the agent's
+folder (``root``) and how its files are laid out below it (:class:`Layout`: how deep the
+watcher goes, which names are session files), says which files are sessions
+(:meth:`Source.session_key`), how to find them all (:meth:`Source.walk`) and one by id
+(:meth:`Source.locate`), which of them the dream counts and searches with a session's
+(:meth:`Source.dream_scope`), and whether the agent keeps memories of its own
+(:meth:`Source.own_memory`: its native memory). A :class:`Reader` is made per session file;
+it is fed the file's complete lines in order, with their offsets, and keeps a
 :class:`~memd.transcript.conversation.Conversation` of what the agent's model sees, whose
 entries read their content back from the file through the reader's own decoder. A reader
 also says what it learned of the session: its working dir, and why memd does not follow it
 (``ignored``: a sub-agent's file, the agent's own memory job, a file of no project).
+
+What needs no paths (the agent's one name, its hook dialect, its resume command, its fork
+writer) is the room's itself: :class:`memd.sources.room.Room`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from memd.state import SessionState
 from memd.transcript.conversation import Conversation
+from memd.transcript.messages import OutlineMessage
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an agent's files sit below its root: session files end in ``suffix`` and sit
+    ``sessions_at`` folders below the root; the watcher watches the real folders down to
+    ``depth`` below it (files there may be sessions or their sub-agents')."""
+
+    depth: int = 3
+    sessions_at: int = 1
+    suffix: str = ".jsonl"
+
+    def names(self, name: str) -> bool:
+        """Whether a file of this name may be a session file (or a sub-agent's)."""
+        return name.endswith(self.suffix)
+
+
+@dataclass(frozen=True)
+class DreamScope:
+    """Sessions the dream counts for its session gate and searches (``TranscriptGrep``) with
+    a project's: the files directly in ``folder`` that ``session_of`` names (file name to
+    the session it is, None for any other file; files of one session count once)."""
+
+    folder: Path
+    session_of: Callable[[str], str | None]
+
+
+@dataclass(frozen=True)
+class OneFile:
+    """A :attr:`DreamScope.session_of` that names one file only (an agent whose folders
+    hold every project's sessions: only those of the project seen are counted)."""
+
+    name: str
+    session_id: str
+
+    def __call__(self, name: str) -> str | None:
+        return self.session_id if name == self.name else None
+
+
+@dataclass(frozen=True)
+class Fork:
+    """A forked session ready to write: its id, its file's bytes, what they hold."""
+
+    session_id: str
+    data: bytes
+    lines: int
+    kept_messages: int
+
+
+class ForkWriter(Protocol):
+    """A compacted copy of a session written in its agent's own format, where the agent
+    resumes it (``compact --fork``: compaction with no model call)."""
+
+    def new_id(self) -> str:
+        """A new session id of the agent's form."""
+        ...
+
+    def write(
+        self,
+        conv: Conversation,
+        kept: Sequence[OutlineMessage],
+        *,
+        session_id: str,
+        summary: str,
+        pre_tokens: int,
+    ) -> Fork:
+        """The new session: ``summary`` in place of what came before ``kept`` (the messages
+        after the cut, in order), then ``kept``, read back from ``conv``'s file (blocking,
+        under the session's lock; raises ``TranscriptChanged`` when the file no longer
+        holds them). ``pre_tokens``: the context before the compaction."""
+        ...
+
+    def place(self, transcript: Path, session_id: str) -> Path:
+        """The new session's file, where the agent finds it (``transcript``: the old one)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -58,11 +142,10 @@ class Reader(Protocol):
 class Source(Protocol):
     """One agent's sessions on disk."""
 
-    agent: str  # "claude_code", "codex", "gemini": shown with every session
-    root: Path  # the folder watched (down to three folders below it)
+    agent: str  # the room's one name (memd.sources.room.Room.name): shown with every session
+    root: Path  # the folder watched (down to ``layout.depth`` folders below it)
+    layout: Layout
     create_root: bool  # make the root when it is missing (else wait for it to appear)
-    serves_compaction: bool  # whether memd's compaction serves this agent's sessions
-    claude_settings: bool  # whether Claude Code's settings say what the agent does itself
 
     def session_key(self, path: Path) -> SessionKey | None:
         """The session ``path`` (under :attr:`root`) is, or None for any other file."""
@@ -94,6 +177,11 @@ class Source(Protocol):
         why (for ``status``; no I/O)."""
         ...
 
+    def dream_scope(self, state: SessionState) -> DreamScope | None:
+        """The sessions the dream counts and searches with ``state``'s project, or None when
+        they do not count (no I/O)."""
+        ...
+
 
 def under(root: Path, path: Path) -> Path | None:
     """``path`` relative to ``root``, or None when it is not below it (lexically)."""
@@ -110,6 +198,12 @@ def source_for(sources: Iterable[Source], path: Path) -> tuple[Source, SessionKe
         if key is not None:
             return source, key
     return None
+
+
+def any_session(name: str) -> str | None:
+    """A :attr:`DreamScope.session_of` for a folder of one project's sessions, one file
+    each: every ``*.jsonl`` is the session its name says."""
+    return name.removesuffix(".jsonl") if name.endswith(".jsonl") else None
 
 
 def plain_name(name: str) -> bool:

@@ -1,21 +1,27 @@
-"""Every source memd follows, from the config: the one list of agents' rooms."""
+"""Every agent memd knows, one room each: the one list the house loops over.
+
+A new agent is a new room (a package beside these, :mod:`memd.sources.room`) and one line in
+:data:`ROOMS`.
+"""
 
 from __future__ import annotations
 
 from memd.config import LoadedConfig
+from memd.sources import claude_code, codex, gemini
 from memd.sources.base import Source
-from memd.sources.claude_code import ClaudeCode
-from memd.sources.codex import Codex
-from memd.sources.gemini import Gemini
+from memd.sources.room import Room
+
+ROOMS: tuple[Room, ...] = (claude_code.ROOM, codex.ROOM, gemini.ROOM)
+# The agent of a hook call that names none: hook commands written before agents were named
+# (and Claude Code's still) name none.
+UNNAMED = ROOMS[0]
+
+
+def room_named(name: str) -> Room | None:
+    """The room of the agent called ``name`` (its name or an older one), or None."""
+    return next((room for room in ROOMS if room.called(name)), None)
 
 
 def sources_for(loaded: LoadedConfig) -> list[Source]:
-    """Claude Code's projects root first (its root is made when missing), then each other
-    agent that ``sources.*`` leaves on."""
-    paths, on = loaded.paths, loaded.config.sources
-    found: list[Source] = [ClaudeCode(paths.projects_root)]
-    if on.codex:
-        found.append(Codex(paths.codex_home))
-    if on.gemini:
-        found.append(Gemini(paths.gemini_dir))
-    return found
+    """Each room's source of sessions that the config leaves on, in :data:`ROOMS` order."""
+    return [source for room in ROOMS if (source := room.open(loaded)) is not None]

@@ -1,10 +1,13 @@
-"""Claude Code's sessions: ``<projects root>/<project>/<session>.jsonl`` (FORMAT.md).
+"""Claude Code's room: its sessions, ``<projects root>/<project>/<session>.jsonl`` (FORMAT.md).
 
 The project is the folder a transcript sits in (the slug of the dir Claude Code started in);
 lines are parsed by :mod:`memd.transcript.parse`, the format the common model was made from;
 a line of a type Claude Code is not known to write (:mod:`.entry_types`) is counted.
 Sub-agent transcripts (``<session>/subagents/…``) and the old ``agent-*.jsonl`` layout are
-not main conversations (R-T1).
+not main conversations (R-T1). Every session of a project folder counts for the dream and is
+searched by it. Its hooks: :mod:`.hooks`; a compacted session it resumes: :mod:`.fork`
+(``claude --resume <id>``); its own memory is decided per session from its settings
+(:mod:`memd.memory.claude_code`). Older hook commands and installs call it ``claude``.
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from memd.sources.base import SessionKey, plain_name, under
+from memd.config import LoadedConfig
+from memd.sources.base import DreamScope, Layout, SessionKey, any_session, plain_name, under
 from memd.sources.claude_code.entry_types import KNOWN
+from memd.sources.claude_code.fork import ClaudeFork
+from memd.sources.claude_code.hooks import ClaudeHooks
+from memd.sources.room import Room
+from memd.state import SessionState
 from memd.transcript.content import FileLines
 from memd.transcript.conversation import Conversation
 from memd.transcript.parse import BadLine, parse_kind
@@ -24,15 +32,16 @@ from memd.transcript.parse import BadLine, parse_kind
 log = logging.getLogger(__name__)
 
 AGENT = "claude_code"
+# Project folder (1), a session's folder (2), its ``subagents`` folder (3).
+LAYOUT = Layout(depth=3, sessions_at=1)
 
 
 class ClaudeCode:
     """The Claude Code source; ``root`` is the projects root."""
 
     agent = AGENT
+    layout = LAYOUT
     create_root = True
-    serves_compaction = True
-    claude_settings = True  # memory/claude_code.py decides, per session, from its settings
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -94,10 +103,17 @@ class ClaudeCode:
         return key.project
 
     def own_memory(self, cwd: str) -> str | None:
-        return None  # decided per session from its settings and hooks (claude_settings)
+        return None  # decided per session from its settings and hooks (memory_per_session)
 
     def unread(self) -> dict[str, int]:
         return {}  # links and unreadable folders: the watcher's ``skipped``
+
+    def dream_scope(self, state: SessionState) -> DreamScope | None:
+        """Every transcript in the session's project folder (Claude Code's own count)."""
+        folder = Path(state.path).parent
+        if not state.path or folder.parent != self.root:
+            return None
+        return DreamScope(folder, any_session)
 
 
 class ClaudeReader:
@@ -129,3 +145,23 @@ class ClaudeReader:
             elif entry is not None:
                 conv.add(entry)
         return bad
+
+
+def _open(loaded: LoadedConfig) -> ClaudeCode:
+    return ClaudeCode(loaded.paths.projects_root)
+
+
+def _resume(session_id: str) -> str:
+    return f"claude --resume {session_id}"
+
+
+ROOM = Room(
+    name=AGENT,
+    title="Claude Code",
+    hooks=ClaudeHooks(),
+    open=_open,
+    resume=_resume,
+    aliases=("claude",),
+    fork=ClaudeFork(),
+    memory_per_session=True,
+)

@@ -1,11 +1,15 @@
-"""Codex CLI's sessions: ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl``.
+"""Codex CLI's room: its sessions, ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread
+id>.jsonl``.
 
 Date-nested, not per project: a session's project is its ``session_meta`` cwd (the registry
 lists it under the slug Claude Code would give that dir, and its memories go to the one
 memory dir of the cwd's git root, as Claude Code's do). Resume appends to the same file; a
 fork is a new file. Codex's own memory jobs and sub-agents' threads are read to their first
 line only (``ignored``). Whether Codex keeps memories of its own is read from its
-``config.toml`` (:func:`own_memory`): then memd leaves extraction to it.
+``config.toml`` (:func:`own_memory`): then memd leaves extraction to it. The day folders hold
+every project's rollouts: the dream counts and searches those of a project that memd saw end
+a turn (:meth:`Codex.dream_scope`). Its hooks: :mod:`.hooks`; ``codex resume <id>`` resumes a
+session; memd writes no Codex session yet (no fork writer).
 """
 
 from __future__ import annotations
@@ -16,11 +20,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from memd import foreign_reads
+from memd.config import LoadedConfig
 from memd.memory.paths import project_slug
-from memd.sources.base import SessionKey, plain_name, under
+from memd.sources.base import DreamScope, Layout, OneFile, SessionKey, plain_name, under
+from memd.sources.codex.hooks import CodexHooks
 from memd.sources.codex.reader import CodexReader
+from memd.sources.room import Room
+from memd.state import SessionState
 
 AGENT: Final = "codex"
+LAYOUT: Final = Layout(depth=3, sessions_at=3)  # YYYY/MM/DD
 _ROLLOUT: Final = re.compile(r"rollout-.*?([0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})")
 _CONFIG_MAX: Final = 1024 * 1024
 
@@ -29,9 +38,8 @@ class Codex:
     """The Codex source; ``home`` is ``$CODEX_HOME`` (its ``sessions`` folder is watched)."""
 
     agent = AGENT
+    layout = LAYOUT
     create_root = False
-    serves_compaction = False
-    claude_settings = False
 
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -79,6 +87,13 @@ class Codex:
     def unread(self) -> dict[str, int]:
         return {}
 
+    def dream_scope(self, state: SessionState) -> DreamScope | None:
+        """The session's own rollout: the day folders hold every project's."""
+        path = Path(state.path)
+        if self.session_key(path) is None:
+            return None
+        return DreamScope(path.parent, OneFile(path.name, state.session_id))
+
 
 def _folders(root: str, depth: int) -> list[str]:
     """The real folders ``depth`` levels below ``root`` (links not followed)."""
@@ -115,3 +130,14 @@ def _read_config(path: Path) -> dict[str, Any]:
     """``config.toml``'s data (the user's file: a link is followed), ``{}`` when there is
     none or it cannot be used (:mod:`memd.foreign_reads` says why in ``status``)."""
     return foreign_reads.read_toml(path, _CONFIG_MAX, links="follow") or {}
+
+
+def _open(loaded: LoadedConfig) -> Codex | None:
+    return Codex(loaded.paths.codex_home) if loaded.config.sources.codex else None
+
+
+def _resume(session_id: str) -> str:
+    return f"codex resume {session_id}"
+
+
+ROOM = Room(name=AGENT, title="Codex CLI", hooks=CodexHooks(), open=_open, resume=_resume)

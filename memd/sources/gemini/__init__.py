@@ -1,11 +1,14 @@
-"""Gemini CLI's sessions: ``~/.gemini/tmp/<project>/chats/session-<time>-<id8>.jsonl``.
+"""Gemini CLI's room: its sessions, ``~/.gemini/tmp/<project>/chats/session-<time>-<id8>.jsonl``.
 
 The project folder's ``.project_root`` holds the project's path (``projects.json`` maps paths
 to folders: the fallback); a chat's memories go to the one memory dir of that path's git
 root, as Claude Code's do. Sub-agents' chats (``chats/<parent id>/``) are not sessions. A
 folder whose project cannot be placed (the legacy ``tmp/<sha256>/`` layout has no
 ``.project_root``) is listed as not followed, with the reason; the legacy single-JSON chat
-files (``*.json``) are not read.
+files (``*.json``) are not read. A project's chats count for the dream and are searched by
+it (the files of one chat, which a resume in a new minute leaves, count once). Its hooks:
+:mod:`.hooks`; ``gemini --resume <id>`` resumes a session; memd writes no Gemini session yet
+(no fork writer).
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from memd import foreign_reads
+from memd.config import LoadedConfig
 from memd.memory.paths import project_slug
-from memd.sources.base import SessionKey, plain_name, under
+from memd.sources.base import DreamScope, Layout, SessionKey, plain_name, under
+from memd.sources.gemini.hooks import GeminiHooks
 from memd.sources.gemini.reader import GeminiReader
+from memd.sources.room import Room
+from memd.state import SessionState
 
 AGENT: Final = "gemini"
+LAYOUT: Final = Layout(depth=3, sessions_at=2)  # <project>/chats/, sub-agents' chats below
 _SMALL_FILE: Final = 1024 * 1024
 _PATH_MAX: Final = 64 * 1024
 
@@ -28,9 +36,8 @@ class Gemini:
     """The Gemini CLI source; ``home`` is ``~/.gemini`` (its ``tmp`` folder is watched)."""
 
     agent = AGENT
+    layout = LAYOUT
     create_root = False
-    serves_compaction = False
-    claude_settings = False
 
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -94,6 +101,13 @@ class Gemini:
     def own_memory(self, cwd: str) -> str | None:
         return None  # Gemini CLI's save_memory writes GEMINI.md only when its model calls it
 
+    def dream_scope(self, state: SessionState) -> DreamScope | None:
+        """Every chat in the session's project folder (``tmp/<project>/chats``)."""
+        path = Path(state.path)
+        if self.session_key(path) is None:
+            return None
+        return DreamScope(path.parent, chat_of)
+
     def project_path(self, folder: Path) -> str | None:
         """The project a ``tmp/<project>`` folder is for: its ``.project_root``, else the
         path ``projects.json`` maps to that folder's name. None when neither says."""
@@ -107,6 +121,14 @@ class Gemini:
         return _from_projects(table, folder.name)
 
 
+def chat_of(name: str) -> str | None:
+    """The chat a file in a ``chats`` folder belongs to (the first 8 of its session id, which
+    every file of one chat carries), or None for another file."""
+    if not name.startswith("session-") or not name.endswith(".jsonl"):
+        return None
+    return name.removesuffix(".jsonl").rsplit("-", 1)[-1] or None
+
+
 def _from_projects(table: dict[str, Any] | None, name: str) -> str | None:
     table = table.get("projects", table) if table is not None else None
     if not isinstance(table, dict):
@@ -115,3 +137,14 @@ def _from_projects(table: dict[str, Any] | None, name: str) -> str | None:
         if slug == name and isinstance(path, str) and path.startswith("/") and "\0" not in path:
             return path
     return None
+
+
+def _open(loaded: LoadedConfig) -> Gemini | None:
+    return Gemini(loaded.paths.gemini_dir) if loaded.config.sources.gemini else None
+
+
+def _resume(session_id: str) -> str:
+    return f"gemini --resume {session_id}"
+
+
+ROOM = Room(name=AGENT, title="Gemini CLI", hooks=GeminiHooks(), open=_open, resume=_resume)

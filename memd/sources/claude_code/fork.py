@@ -16,18 +16,27 @@ the notes and with no model call:
    written as two lines; parallel tool calls streamed interleaved are written call lines
    first, then their results, the order Claude Code itself writes for one call at a time.
 
-Everything here is pure: the caller reads the lines back from the transcript (under the
-session's lock) and writes the result (:mod:`memd.compaction.forked_session`).
+:func:`fork_session` is pure; :class:`ClaudeFork` (the room's fork writer,
+:class:`memd.sources.base.ForkWriter`) reads the kept lines back from the transcript (under
+the session's lock) and names the file, ``<project folder>/<new id>.jsonl``; the compaction
+plans the cut and writes the file (:mod:`memd.compaction.forked_session`).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from memd.sources.base import Fork
+from memd.transcript.agent_bytes import loads_as_the_agent
+from memd.transcript.content import TranscriptChanged
+from memd.transcript.conversation import Conversation
 from memd.transcript.messages import OutlineMessage
+from memd.transcript.model import Entry
 
 Line = dict[str, Any]
 BOUNDARY_TEXT = "Conversation compacted"
@@ -41,14 +50,55 @@ class LineMismatch(ValueError):
     """A line read back does not hold what the conversation's outline says (file changed)."""
 
 
-@dataclass(frozen=True)
-class Fork:
-    """The new session's lines, ready to write, and what they hold."""
+class ClaudeFork:
+    """Claude Code's fork writer: the new session beside the old one, as ``claude --resume``
+    reads a compacted conversation."""
 
-    session_id: str
-    data: bytes
-    lines: int
-    kept_messages: int
+    def new_id(self) -> str:
+        return str(uuid.uuid4())
+
+    def write(
+        self,
+        conv: Conversation,
+        kept: Sequence[OutlineMessage],
+        *,
+        session_id: str,
+        summary: str,
+        pre_tokens: int,
+    ) -> Fork:
+        entries: list[Entry] = [line for message in kept for line in message.lines()]
+        raw = read_lines(conv, entries)
+        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        try:
+            return fork_session(
+                kept,
+                raw,
+                session_id=session_id,
+                summary=summary,
+                pre_tokens=pre_tokens,
+                timestamp=now,
+                new_uuid=self.new_id,
+            )
+        except LineMismatch as exc:
+            raise TranscriptChanged(str(exc)) from None
+
+    def place(self, transcript: Path, session_id: str) -> Path:
+        return transcript.parent / f"{session_id}.jsonl"
+
+
+def read_lines(conv: Conversation, entries: Sequence[Entry]) -> dict[str, Line]:
+    """The decoded transcript lines of ``entries`` by uuid (each checked to be that line)."""
+    by_offset = conv.lines.read(entries)
+    out: dict[str, Line] = {}
+    for entry in entries:
+        try:
+            line = loads_as_the_agent(by_offset[entry.at])  # never an Infinity to write
+        except (KeyError, ValueError, RecursionError):  # BadLine is a ValueError
+            raise TranscriptChanged(f"the line of {entry.uuid} can no longer be read") from None
+        if not isinstance(line, dict) or line.get("uuid") != entry.uuid:
+            raise TranscriptChanged(f"the line at byte {entry.at} is no longer {entry.uuid}")
+        out[entry.uuid] = line
+    return out
 
 
 def fork_session(
