@@ -21,7 +21,9 @@ NAMES = {name for t in AGENTS for name in (t.name, *t.aliases)} | {
 # Where an agent's name may be tested: its room, its table, and the registries.
 ROOMS_AT = ROOT / "memd" / "sources"
 TABLES_AT = ROOT / "client" / "memd_client" / "agents"
-ALLOWED = {ROOT / "memd" / "testing"}  # the loopback servers stand in for the agents' APIs
+# The loopback servers stand in for the agents' APIs; the model backends are rooms of their
+# own, whose names one agent shares (Gemini's API is a backend, Gemini CLI an agent).
+ALLOWED = {ROOT / "memd" / "testing", ROOT / "memd" / "llm"}
 
 
 def _names_in(node: ast.AST | None) -> set[str]:
@@ -31,6 +33,13 @@ def _names_in(node: ast.AST | None) -> set[str]:
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return {n for e in node.elts for n in _names_in(e)}
     return set()
+
+
+def _is_literal_type(node: ast.AST) -> bool:
+    """``Literal[…]``: a type, whose values are the config's (a backend may be "gemini")."""
+    return (isinstance(node, ast.Name) and node.id == "Literal") or (
+        isinstance(node, ast.Attribute) and node.attr == "Literal"
+    )
 
 
 def agent_tests(tree: ast.Module) -> list[tuple[int, str]]:
@@ -52,7 +61,7 @@ def agent_tests(tree: ast.Module) -> list[tuple[int, str]]:
                 if isinstance(pattern, ast.MatchValue)
                 for n in _names_in(pattern.value)
             }
-        elif isinstance(node, ast.Subscript):
+        elif isinstance(node, ast.Subscript) and not _is_literal_type(node.value):
             names = _names_in(node.slice)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in ("get", "pop", "setdefault") and node.args:
