@@ -1,7 +1,8 @@
 """The real Claude Code CLI for end-to-end tests (issue 10): installed once with npm, pinned.
 
 :func:`installed_claude` installs ``@anthropic-ai/claude-code@<version>`` (2.1.197 unless
-asked; :data:`CLAUDE_CODE_VERSIONS` are those the tests pin) into a cache dir
+asked; :data:`CLAUDE_CODE_VERSIONS` are those the tests pin, :data:`EACH_VERSION` those a
+test run per version runs on) into a cache dir
 (:func:`tests.agent_cli.npm_installed`, one folder per version; the native binary arrives as
 an npm optional dependency) and returns the ``claude`` command, or ``None`` when npm is
 absent.
@@ -27,8 +28,14 @@ from pathlib import Path
 from tests.agent_cli import cache_root, npm_installed
 
 CLAUDE_CODE_VERSION = "2.1.197"
-CLAUDE_CODE_VERSIONS = (CLAUDE_CODE_VERSION, "2.1.331")  # the issue 25 measurements' version
-NEWEST_VERSION = CLAUDE_CODE_VERSIONS[-1]  # the memory forms and switches of issue 25
+# 2.1.331: issue 25's measurements; 2.1.332: issue 38's (the window of its models, idle
+# compaction, the 2026 MCP protocol).
+CLAUDE_CODE_VERSIONS = (CLAUDE_CODE_VERSION, "2.1.331", "2.1.332")
+NEWEST_VERSION = CLAUDE_CODE_VERSIONS[-1]
+# A test run once per version runs on these: the oldest and the newest, where what the tests
+# look at differs (2.1.331 and 2.1.332 write the same line types and hook input; the tests of
+# what only 2.1.332 does use the newest alone). Each real-CLI run costs 5-30 s.
+EACH_VERSION = (CLAUDE_CODE_VERSION, NEWEST_VERSION)
 PACKAGE = f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"
 API_KEY = "sk-ant-loopback-0000000000000000000000"
 

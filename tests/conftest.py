@@ -25,7 +25,7 @@ from memd.llm.client import LLM, Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI
 from memd_client import paths as client_paths
 from tests.claude_cli import (
-    CLAUDE_CODE_VERSIONS,
+    EACH_VERSION,
     NEWEST_VERSION,
     PACKAGE,
     ClaudeCLI,
@@ -288,9 +288,9 @@ def claude_cli_newest() -> ClaudeCLI:
     return ClaudeCLI(command, NEWEST_VERSION)
 
 
-@pytest.fixture(scope="session", params=CLAUDE_CODE_VERSIONS)
+@pytest.fixture(scope="session", params=EACH_VERSION)
 def claude_cli_each(request: pytest.FixtureRequest) -> ClaudeCLI:
-    """The real Claude Code CLI once per pinned version (:data:`CLAUDE_CODE_VERSIONS`)."""
+    """The real Claude Code CLI once per version that differs (:data:`EACH_VERSION`)."""
     version = str(request.param)
     command = installed_claude(version=version)
     if command is None:
