@@ -1,4 +1,5 @@
-"""``memd-mcp``: spawn-to-``list_tools`` time and a ``recall`` round trip, next to a bare
+"""``memd-mcp``: spawn-to-``initialize`` and spawn-to-``list_tools`` time and a ``recall``
+round trip, next to a bare ``python -I -c pass`` (issue 38's yardstick) and
 ``python -c 'import mcp'`` in the same run.
 
     python3 bench/mcp.py [--runs 10] [--memories 100] [--recalls 20]
@@ -6,10 +7,11 @@
 Starts the real daemon in a throwaway HOME (no API key: recall uses the lexical ranker) with
 ``--memories`` memory files in one project. Each run spawns ``python -m memd.mcp`` through
 the MCP SDK's own stdio client, exactly as an agent would, and times the spawn up to the
-``list_tools`` answer (initialize included); then ``--recalls`` ``recall`` calls in that
-session, each a round trip agent → memd-mcp → daemon → memd-mcp → agent. The baseline
-``python -c 'import mcp'`` runs interleaved with the spawns, so that load on the shared
-machine hits both alike. Prints medians and p90s.
+``initialize`` answer and up to the ``list_tools`` answer; then ``--recalls`` ``recall`` calls
+in that session (the first one is where memd-mcp loads the MCP SDK), each a round trip agent
+→ memd-mcp → daemon → memd-mcp → agent. The baselines ``python -I -c pass`` and ``python -c
+'import mcp'`` run interleaved with the spawns, so that load on the shared machine hits all
+alike. Prints medians and p90s, and the ratios of the medians to the bare start.
 """
 
 from __future__ import annotations
@@ -72,13 +74,17 @@ def start_daemon(env: dict[str, str], sock: Path) -> subprocess.Popen[bytes]:
     raise SystemExit("memd did not start in 60 s")
 
 
-async def one_run(env: dict[str, str], project: Path, recalls: int) -> tuple[float, list[float]]:
+async def one_run(
+    env: dict[str, str], project: Path, recalls: int
+) -> tuple[float, float, list[float]]:
+    """Spawn to the ``initialize`` answer, spawn to the ``list_tools`` answer, the recalls."""
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "memd.mcp"], env=env, cwd=str(project)
+        command=sys.executable, args=["-P", "-m", "memd.mcp"], env=env, cwd=str(project)
     )
     t0 = time.perf_counter()
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
+        initialized = time.perf_counter() - t0
         tools = await session.list_tools()
         spawn = time.perf_counter() - t0
         assert len(tools.tools) == 6
@@ -88,12 +94,12 @@ async def one_run(env: dict[str, str], project: Path, recalls: int) -> tuple[flo
             result = await session.call_tool("recall", {"query": f"{TOPICS[n % 8]} case {n}"})
             trips.append(time.perf_counter() - t1)
             assert not result.is_error, result
-    return spawn, trips
+    return initialized, spawn, trips
 
 
-def bare_import() -> float:
+def bare(*args: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import mcp"], check=True, cwd="/")
+    subprocess.run([sys.executable, *args], check=True, cwd="/")
     return time.perf_counter() - t0
 
 
@@ -117,28 +123,40 @@ def main() -> None:
     path = os.pathsep.join(p for p in (str(REPO), str(REPO / "client"), env.get("PYTHONPATH")) if p)
     env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime), PYTHONPATH=path)
     proc = start_daemon(env, runtime / "memd" / "memd.sock")
+    inits: list[float] = []
     spawns: list[float] = []
     trips: list[float] = []
-    bare: list[float] = []
+    firsts: list[float] = []
+    imports: list[float] = []
+    starts: list[float] = []
     try:
-        bare_import()  # warm the page cache for both
+        bare("-c", "import mcp")  # warm the page cache for all
         for _ in range(args.runs):
-            bare.append(bare_import())
-            spawn, round_trips = anyio.run(one_run, env, project, args.recalls)
+            starts.append(bare("-I", "-c", "pass"))
+            imports.append(bare("-c", "import mcp"))
+            initialized, spawn, round_trips = anyio.run(one_run, env, project, args.recalls)
+            inits.append(initialized)
             spawns.append(spawn)
-            trips.extend(round_trips)
+            firsts.append(round_trips[0])
+            trips.extend(round_trips[1:])
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(runtime, ignore_errors=True)
     load = os.getloadavg()[0]
-    print(f"{args.runs} runs, {args.memories} memories, {len(trips)} recalls, load {load:.1f}")
-    print(f"python -c 'import mcp'      median {ms(bare, 0.5)}  p90 {ms(bare, 0.9)}")
+    each = f"{args.memories} memories, {args.recalls} recalls each"
+    print(f"{args.runs} runs, {each}, load {load:.1f}")
+    start = statistics.median(starts)
+    print(f"python -I -c pass           median {ms(starts, 0.5)}  p90 {ms(starts, 0.9)}")
+    print(f"python -c 'import mcp'      median {ms(imports, 0.5)}  p90 {ms(imports, 0.9)}")
+    print(f"spawn → initialize answer   median {ms(inits, 0.5)}  p90 {ms(inits, 0.9)}")
+    print(f"  ratio to the bare start   {statistics.median(inits) / start:.1f}")
     print(f"spawn → list_tools answer   median {ms(spawns, 0.5)}  p90 {ms(spawns, 0.9)}")
-    ratio = statistics.median(spawns) / statistics.median(bare)
-    print(f"  ratio to the bare import  {ratio:.2f}")
-    print(f"recall round trip           median {ms(trips, 0.5)}  p90 {ms(trips, 0.9)}")
+    print(f"  ratio to the bare start   {statistics.median(spawns) / start:.1f}")
+    print(f"first recall (SDK loaded)   median {ms(firsts, 0.5)}  p90 {ms(firsts, 0.9)}")
+    if trips:
+        print(f"later recall round trip     median {ms(trips, 0.5)}  p90 {ms(trips, 0.9)}")
 
 
 if __name__ == "__main__":

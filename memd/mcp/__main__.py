@@ -1,6 +1,6 @@
 """``python -m memd.mcp``: the same as the ``memd-mcp`` command."""
 
-from memd.mcp.server import main
+from memd.mcp.front import main
 
 if __name__ == "__main__":
     main()

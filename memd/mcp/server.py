@@ -8,26 +8,34 @@ exactly as for Claude Code sessions.
 
 Fail open (R-B6): when the daemon is down, slow or refuses, the tool answers an error result
 whose text says what happened and how to fix it; the server itself keeps running. Only the
-MCP SDK and the msgpack client are imported at start; the daemon's own modules never are.
+MCP SDK and the msgpack client are imported; the daemon's own modules never are. This module
+is imported only once the agent asks what :mod:`memd.mcp.front` does not answer (a tool call):
+the handshake and the tool list are answered before the SDK is loaded.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import queue
 import sys
 import warnings
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, cast
 
 import anyio
+import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types import ListResourcesResult, PaginatedRequestParams, Resource, ToolAnnotations
 from pydantic import Field
 
 from memd.mcp import render
 from memd.mcp.project import NoProject, Project, resolve_project
+from memd.mcp.resources import URI_PREFIX, resource_rows
 from memd_client.client import AsyncClient
 from memd_client.errors import DaemonNotRunning, MemdClientError, RemoteError
 
@@ -37,7 +45,6 @@ CALL_TIMEOUT_S = 10.0
 RECALL_TIMEOUT_S = 20.0  # the daemon gives the model memory.recall_timeout_s, then ranks
 REMEMBER_TIMEOUT_S = 25.0  # the daemon waits up to 15 s for an extraction or dream to finish
 ROOTS_TIMEOUT_S = 2.0
-URI_PREFIX = "memd://memory/"
 
 INSTRUCTIONS = """\
 memd keeps this project's long-lived memories: Markdown notes about the user, their
@@ -276,28 +283,7 @@ class MemdMCP(MCPServer[Any]):
         except DaemonFailure as exc:
             log.info("resources/list: %s", exc)
             return []
-        resources = [
-            Resource(
-                uri=f"{URI_PREFIX}MEMORY.md",
-                name="MEMORY.md",
-                mime_type="text/markdown",
-                description="The memory index as it is loaded into Claude Code's context",
-            )
-        ]
-        for row in result.get("memories") or []:
-            if isinstance(row, dict) and isinstance(row.get("relative"), str):
-                resources.append(
-                    Resource(
-                        uri=URI_PREFIX + row["relative"],
-                        name=row["relative"],
-                        title=row.get("name") if isinstance(row.get("name"), str) else None,
-                        description=row.get("description")
-                        if isinstance(row.get("description"), str)
-                        else None,
-                        mime_type="text/markdown",
-                    )
-                )
-        return resources
+        return [Resource.model_validate(row) for row in resource_rows(result)]
 
 
 async def memory_resource(file: str, ctx: Context) -> str:
@@ -346,6 +332,82 @@ def _version() -> str:
 
 
 def main() -> None:
-    """Run the server on stdin/stdout until the client closes it."""
+    """Run the server on stdin/stdout until the client closes it (the SDK from the start;
+    ``memd-mcp`` runs :func:`memd.mcp.front.main`, which answers the handshake first)."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     build_server().run("stdio")
+
+
+def serve_lines(
+    lines: queue.SimpleQueue[bytes | None], write: Callable[[bytes], None], drop_id: object
+) -> None:
+    """Serve the lines :mod:`memd.mcp.front` passes on (``None`` ends them) until they end,
+    writing each answer whole through ``write``; the answer to the request ``drop_id`` (the
+    ``initialize`` the front answered already) is not written. Blocking: the front runs it
+    in a thread of its own."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    server = build_server()
+
+    async def run() -> None:
+        # Explicit streams: stdin is the front's to read, stdout shared with it.
+        streams = stdio_server(cast(Any, _Fed(lines)), cast(Any, _Dropping(write, drop_id)))
+        async with streams as (read, write_stream):
+            await server._lowlevel_server.run(
+                read, write_stream, server._lowlevel_server.create_initialization_options()
+            )
+
+    anyio.run(run)
+
+
+class _Fed:
+    """The lines the front passes on, as the text lines the SDK's stdio reader iterates."""
+
+    def __init__(self, lines: queue.SimpleQueue[bytes | None]) -> None:
+        self._lines = lines
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._read()
+
+    def _next(self) -> bytes | None:
+        return self._lines.get()
+
+    async def _read(self) -> AsyncIterator[str]:
+        while (
+            line := await anyio.to_thread.run_sync(self._next, abandon_on_cancel=True)
+        ) is not None:
+            yield line.decode("utf-8", errors="replace")
+
+
+class _Dropping:
+    """The SDK's output lines, each written whole, but its answer to ``drop_id``."""
+
+    def __init__(self, write: Callable[[bytes], None], drop_id: object) -> None:
+        self._write = write
+        self._drop_id = drop_id
+        self._pending = ""
+
+    async def write(self, text: str) -> None:
+        self._pending += text
+        if not self._pending.endswith("\n"):
+            return
+        line, self._pending = self._pending, ""
+        if self._drop_id is not None and _answers(line, self._drop_id):
+            self._drop_id = None
+            return
+        await anyio.to_thread.run_sync(self._write, line.encode("utf-8"))
+
+    async def flush(self) -> None:
+        pass
+
+
+def _answers(line: str, ident: object) -> bool:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(data, dict)
+        and "method" not in data
+        and data.get("id") == ident
+        and type(data.get("id")) is type(ident)
+    )
