@@ -160,7 +160,7 @@ def run_git(
     if folder is None:
         raise ValueError("run_git needs a tree or a cwd")
     try:
-        done = _run_bounded(
+        done = run_bounded(
             [git, "--no-pager", *args], folder, _environment(tree, folder), stdin, timeout_s
         )
     except OSError as exc:
@@ -174,14 +174,21 @@ def run_git(
     return out
 
 
-def _run_bounded(
-    argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes, timeout_s: float
+def run_bounded(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    stdin: bytes,
+    timeout_s: float,
+    *,
+    pass_fds: Sequence[int] = (),
 ) -> tuple[int | None, bytes, bytes] | None:
     """Run ``argv`` in a session of its own: its exit code, stdout and stderr, read as they
     come; ``None`` when it did not end within ``timeout_s``. At :data:`MAX_OUTPUT_BYTES` of
     stdout it is killed and what it wrote so far is its output (exit code ``None``): memory
     stays bounded whatever a repository makes git print. Its process group is killed on any
-    way out, so no git outlives the call."""
+    way out, so no git outlives the call. ``pass_fds``: descriptors git inherits (a lock
+    it then holds for as long as it runs, even past a kill of the caller)."""
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -190,6 +197,7 @@ def _run_bounded(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     try:
         deadline = time.monotonic() + timeout_s

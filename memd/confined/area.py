@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import stat
@@ -38,6 +39,18 @@ class ChangeGuard(Protocol):
     def before_change(
         self, area: Area, kind: ChangeKind, relative: str, data: bytes | None
     ) -> None: ...
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function: Callable[[int], int] = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+_syncfs = _load_syncfs()
 
 
 class Entry(NamedTuple):
@@ -427,6 +440,7 @@ class Area:
         *,
         mode: int | None = None,
         expected: bytes | None = None,
+        durable: bool = True,
     ) -> bool:
         """Replace ``relative`` with ``data`` atomically, making its folders; whether it was.
 
@@ -436,7 +450,8 @@ class Area:
         (the file's bytes as the caller read them), nothing is written (``False``) when the
         file is gone or holds anything else, looked at just before the rename: another
         program's write meanwhile is not overwritten (compare and swap, as near as a
-        folder others write allows).
+        folder others write allows). ``durable=False``: no fsync of the file or its folder
+        (a caller writing many files flushes them at once, :meth:`flush`).
         """
         parts = split_relative(relative)
         parent = self.make_dirs("/".join(parts[:-1]))
@@ -460,9 +475,18 @@ class Area:
                     mode = existing.st_mode & 0o7777
             self._tell("write", relative, data)
             with reporting(self.path(relative)):  # a disk fault raises WriteFailed
-                return replace_at(parent, name, data, 0o600 if mode is None else mode, expected)
+                chosen = 0o600 if mode is None else mode
+                return replace_at(parent, name, data, chosen, expected, durable=durable)
         finally:
             os.close(parent)
+
+    def flush(self) -> None:
+        """Put everything written beneath the area on the disk (``syncfs`` of its file
+        system where the kernel has it, else ``sync``): one call after many writes made
+        with ``durable=False``."""
+        with reporting(self.root):
+            if _syncfs is None or _syncfs(self._fd) != 0:
+                os.sync()
 
     def unlink(self, relative: str) -> bool:
         """Remove the entry ``relative`` (a link itself, never what it names); whether it was

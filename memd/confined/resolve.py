@@ -130,9 +130,18 @@ def use_openat2(enabled: bool) -> bool:
     return previous
 
 
-def replace_at(parent: int, name: bytes, data: bytes, mode: int, expected: bytes | None) -> bool:
+def replace_at(
+    parent: int,
+    name: bytes,
+    data: bytes,
+    mode: int,
+    expected: bytes | None,
+    *,
+    durable: bool = True,
+) -> bool:
     """Replace ``name`` in the folder ``parent`` with ``data`` (a unique temp file beside it,
-    fsync, rename); with ``expected``, only while it still holds those bytes (whether it was)."""
+    fsync, rename); with ``expected``, only while it still holds those bytes (whether it was).
+    ``durable=False``: no fsync (the caller flushes many writes at once)."""
     temp = b"." + name + os.fsencode(TEMP_MARK) + secrets.token_hex(4).encode() + b".tmp"
     fd = os.open(
         temp,
@@ -147,7 +156,8 @@ def replace_at(parent: int, name: bytes, data: bytes, mode: int, expected: bytes
                 written = os.write(fd, view)
                 view = view[written:]
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if expected is not None and not holds(parent, name, expected):
@@ -158,6 +168,7 @@ def replace_at(parent: int, name: bytes, data: bytes, mode: int, expected: bytes
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=parent)
         raise
-    with contextlib.suppress(OSError):
-        os.fsync(parent)
+    if durable:
+        with contextlib.suppress(OSError):
+            os.fsync(parent)
     return True
