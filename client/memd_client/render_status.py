@@ -28,6 +28,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         *env_lines(d, st),
         *model_lines(s.get("llm", {}), st),
         *recall_lines(s.get("memory", {}).get("recall_stages"), st),
+        *used_lines(s.get("memory", {}).get("usage")),
         f"sessions  {ing.get('sessions', 0)} known, {ing.get('parsed', 0)} parsed, "
         f"{ing.get('in_memory', 0)} in memory; {ing.get('queued', 0)} queued for reading",
         f"ingest    {size(ing.get('bytes_parsed', 0))} in {ing.get('lines', 0)} lines, "
@@ -122,6 +123,22 @@ def recall_lines(stages: dict[str, Any] | None, st: Style) -> list[str]:
         parts.append(st.warn(f"model off ({model.get('off_reason')})"))
     parts.append(semantic_part(stages.get("semantic") or {}, st))
     return [f"recall    {'; '.join(parts)}"]
+
+
+def used_lines(usage: object) -> list[str]:
+    """How many of the memories injected into agents' sessions they then used, in the last
+    day and week (issue 36; each use read in the agent's own transcript)."""
+    if not isinstance(usage, dict):
+        return []
+    parts: list[str] = []
+    for span in ("day", "week"):
+        row = usage.get(span)
+        if not isinstance(row, dict):
+            continue
+        share = row.get("share")
+        shown = f" ({share:.0%})" if isinstance(share, int | float) else ""
+        parts.append(f"{row.get('used', 0)} of {row.get('injected', 0)} in the last {span}{shown}")
+    return [f"used      injected memories the agents used: {', '.join(parts)}"] if parts else []
 
 
 def related_part(lexical: dict[str, Any], st: Style) -> str:

@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
+
+# The head of one memory in a recall or read_memory answer: ``## <name> (<type>) — <file>``.
+# The daemon reads it back in the agent's transcript (memd.memory.usage_evidence): what memd
+# served there entered the agent's context. Matched in a tool result's text as the agent
+# wrote it, JSON-escaped or not (the file ends at a space, a backslash or a quote).
+_HEAD = re.compile(
+    r"(?:^|\n|\\n|\"|>)## [^\n]{0,400}? "
+    r"\((?:user|feedback|project|reference|untyped)\) — ([^\s\\\"]{1,400}\.md)"
+)
+MAX_SERVED = 64
+
+
+def served_files(text: str) -> tuple[str, ...]:
+    """The memory files a recall or read_memory answer in ``text`` holds (see ``_HEAD``)."""
+    found: dict[str, None] = {}
+    for match in _HEAD.finditer(text):
+        found.setdefault(match.group(1), None)
+        if len(found) >= MAX_SERVED:
+            break
+    return tuple(found)
 
 
 def _s(value: Any) -> str:

@@ -182,6 +182,7 @@ async def hook_context(
             record = await service.session_context(
                 event.session_id, event.transcript, _env(event), event.cwd
             )
+            record.usage_session = event.followed
             return await _prompt_submit(
                 event.prompt, event.cwd, record, service, notes_for, budget_bytes, own_index
             )

@@ -6,23 +6,20 @@ What the daemon calls (every method returns plain msgpack-able data):
   bytes, with the notice when cut (R-M2);
 * :meth:`MemoryService.memories` — the manifest rows of a project's memory dir (R-M5);
 * :meth:`MemoryService.recall` — :func:`memd.memory.recall.recall` with the session's
-  already-surfaced memories left out; :meth:`mark_surfaced` records what a hook injected;
+  already-surfaced memories left out; :meth:`mark_surfaced` records what a hook injected
+  (:attr:`usage` too: each session's use of its memories, :mod:`.usage_service`);
 * :meth:`MemoryService.session_context` — what the session's context already holds and what
   its Claude Code does itself (:mod:`memd.memory.session_context`,
-  :mod:`memd.memory.claude_code`); beside Claude Code's own auto memory, memd extracts
-  nothing for the session unless ``memory.extract_beside_claude_code``;
-* :meth:`MemoryService.notify_growth` — on every transcript growth: a grown ``turn_ends``
-  counts as a turn end at once; otherwise a quiet timer is armed, and when the transcript
-  stays quiet for ``memory.extraction_quiet_s`` after an answer with no tool calls, that
-  counts as a turn end too; :meth:`on_turn_end` / :meth:`on_stop` take the other signals;
-* :meth:`MemoryService.run` — the task: the quiet timers and the extraction workers.
+  :mod:`memd.memory.claude_code`);
+* :meth:`MemoryService.notify_growth` — on every transcript growth; :meth:`on_turn_end` /
+  :meth:`on_stop` take the other signals of a turn end;
+* :meth:`MemoryService.run` — the task: quiet timers, extraction workers, usage looks.
 
 Extraction runs once per project at a time (:mod:`memd.memory.jobs`); turn ends are
 detected in :mod:`memd.memory.turns`.
 
 Per-project opt-out (``privacy.ignore_projects`` globs, a ``.memd-ignore`` file in the
-project root) and ``memory.auto_memory: false`` turn everything off: no index, no recall,
-no extraction.
+project root) and ``memory.auto_memory: false`` turn off index, recall and extraction.
 """
 
 from __future__ import annotations
@@ -66,6 +63,7 @@ from memd.memory.semantic import SemanticStage, recall_stages
 from memd.memory.session_context import SessionContext, SessionContexts, apply, scan_transcript
 from memd.memory.trust import CitationChecks
 from memd.memory.turns import TurnEnds
+from memd.memory.usage_service import UsageService
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
 
@@ -120,6 +118,7 @@ class MemoryService:
         # cwd → the variables that move the memory dir, as the newest hook there forwarded
         self._moving_env: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._recalls: Counter[str] = Counter()
+        self.usage = UsageService(state_dir, clock, conversation_of, session_of)
         self._jobs, self._turns = self._extraction(hold_dir, after_turn)
 
     def _extraction(
@@ -146,7 +145,7 @@ class MemoryService:
             disabled_reason=self.disabled_reason,
             locate=self.locate,
             session_of=self._session_of,
-            after_turn=after_turn,
+            after_turn=self.usage.chained(after_turn),
             extraction_off=self._extraction_off,
         )
         jobs.form_for = self._form_for
@@ -306,6 +305,7 @@ class MemoryService:
             return result
         headers = await scan_headers(where.memory_dir, self.config)
         result["memories"] = manifest_rows(headers, int(self._clock.now() * 1000))
+        self.usage.annotate(result["memories"])
         if check:
             result["checked"] = await self._check_listing(cwd, where, headers, result)
         return result
@@ -405,6 +405,7 @@ class MemoryService:
         if not session or not paths:
             return
         self.contexts.get(session).surfaced.update(paths)
+        self.usage.injected(self.contexts.get(session).usage_session or session, paths)
 
     async def recent_tools(self, session_id: str) -> list[str]:
         """Tools the session's agent called in its last few responses (newest first)."""
@@ -452,6 +453,7 @@ class MemoryService:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._turns.run_timers, name="memory quiet timers")
             tg.start_soon(self.semantic.run, name="semantic recall")
+            tg.start_soon(self.usage.run, name="memory usage")
             for number in range(self._workers):
                 tg.start_soon(self._jobs.run_worker, name=f"memory extraction {number}")
             task_status.started()
@@ -491,6 +493,7 @@ class MemoryService:
             "recalls": dict(self._recalls),
             "recall_stages": self.recall_stages(reason),
             "citations": self.citations.statistics(),
+            "usage": self.usage.statistics(),
             "last_error": jobs.last_error,
             "projects": jobs.projects,
             "claude_code": self.beside_claude_code(),

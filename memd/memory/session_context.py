@@ -59,6 +59,9 @@ class SessionContext:
     scanned_ino: int = 0
     scanned_offset: int = 0
     facts: ClaudeCodeFacts | None = None  # the last decision (for status)
+    # The session's name where memd follows its transcript, when the hook's differs (Gemini
+    # names a chat by its own id, memd by its file): the usage record's key.
+    usage_session: str = ""
 
 
 @dataclass(frozen=True)

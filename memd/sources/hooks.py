@@ -50,9 +50,11 @@ class SessionStart(Event):
 @dataclass(frozen=True)
 class PromptSubmit(Event):
     """The user's prompt, before the agent's model sees it (the agent's own additions left
-    out)."""
+    out). ``followed``: the session's name where memd follows its transcript, when it is
+    not ``session_id`` (what the memories injected now are recorded under: issue 36)."""
 
     prompt: str = ""
+    followed: str = ""
 
 
 @dataclass(frozen=True)

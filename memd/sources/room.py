@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from memd.config import LoadedConfig
 from memd.sources.base import ForkWriter, Source
 from memd.sources.hooks import HookDialect
+from memd.sources.usage import Rules
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Room:
     # (memd.memory.claude_code: it may load MEMORY.md and write memories itself), rather than
     # by its source's ``own_memory``.
     memory_per_session: bool = False
+    # How its transcript shows that its agent used a memory memd gave it (issue 36; None:
+    # memd does not judge it): memd.memory.usage_evidence.
+    usage: Rules | None = None
 
     def called(self, name: str) -> bool:
         """Whether ``name`` is this agent's name or one it had."""

@@ -17,13 +17,15 @@ see what the CLI put before the model (a hook's context, for one)::
   ``:generateContent`` with one JSON response, ``:countTokens`` with a count; both carry
   ``usageMetadata``.
 
-Codex's tools: ``calls`` (``responses`` only) are function calls the model makes first, one
-per request, in order (``ToolCall("mcp__memd", "recall", {"query": "deploy"})``, the shape
-Codex sends an MCP tool in); a request answers the next one whose output its input does not
-carry yet, and the text once all have one. As a real model can, it calls an MCP server's tool
-only once the request offers that server's tools: Codex 0.171 starts its MCP servers in the
-background and offers their tools from the first request after a server answered, so until
-then the model waits in a shell (``sleep``, at most :data:`MAX_WAITS` times). Nothing else is
+Tools: ``calls`` are function calls the model makes first, one per request, in order. Gemini:
+the next one that no ``functionResponse`` in the request answers yet (``ToolCall("",
+"read_file", {"file_path": "README.md"})``; an MCP tool is named as Gemini offers it,
+``mcp_memd_recall``). Codex (``ToolCall("mcp__memd", "recall", {"query": "deploy"})``, the
+shape Codex sends an MCP tool in): a request answers the next one whose output its input does
+not carry yet, and the text once all have one. As a real model can, it calls an MCP server's
+tool only once the request offers that server's tools: Codex 0.171 starts its MCP servers in
+the background and offers their tools from the first request after a server answered, so
+until then the model waits in a shell (``sleep``, at most :data:`MAX_WAITS` times). Nothing else is
 simulated (no limits, no faults): that is :mod:`.loopback`'s job for the Messages API, which
 memd itself speaks.
 """
@@ -113,7 +115,8 @@ class LoopbackAgentAPI(Served):
             return Message(()), Events(responses_events(f"resp_loop{number}", self.text))
         if path.endswith(":countTokens"):
             return json_reply({"totalTokens": len(json.dumps(body)) // 4})
-        answer = gemini_response(self.text)
+        call = next_gemini_call(self.calls, body)
+        answer = gemini_response(self.text) if call is None else gemini_call(call)
         if path.endswith(":streamGenerateContent"):
             return Message(()), Events(((None, answer),))
         return json_reply(answer)
@@ -213,13 +216,33 @@ def _stream(
     )
 
 
-def gemini_response(text: str) -> dict[str, Any]:
-    """One ``GenerateContentResponse`` saying ``text``."""
+def next_gemini_call(calls: tuple[ToolCall, ...], body: Any) -> ToolCall | None:
+    """The first of ``calls`` not answered yet: as many are answered as the request's
+    ``contents`` hold ``functionResponse`` parts (Gemini sends each call's answer back)."""
+    contents = body.get("contents") if isinstance(body, dict) else None
+    answered = sum(
+        1
+        for content in (contents if isinstance(contents, list) else ())
+        if isinstance(content, dict) and isinstance(content.get("parts"), list)
+        for part in content["parts"]
+        if isinstance(part, dict) and "functionResponse" in part
+    )
+    return calls[answered] if answered < len(calls) else None
+
+
+def gemini_call(call: ToolCall) -> dict[str, Any]:
+    """One ``GenerateContentResponse`` calling ``call`` (its name as Gemini offers the tool:
+    an MCP server's is ``mcp_<server>_<tool>``; ``namespace`` is not used)."""
+    return gemini_response("", [{"functionCall": {"name": call.name, "args": call.arguments}}])
+
+
+def gemini_response(text: str, parts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One ``GenerateContentResponse`` saying ``text`` (or made of ``parts``)."""
     tokens = max(1, len(text) // 4)
     return {
         "candidates": [
             {
-                "content": {"role": "model", "parts": [{"text": text}]},
+                "content": {"role": "model", "parts": parts or [{"text": text}]},
                 "finishReason": "STOP",
                 "index": 0,
             }

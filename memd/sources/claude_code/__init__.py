@@ -23,6 +23,7 @@ from memd.sources.base import DreamScope, Layout, SessionKey, any_session, plain
 from memd.sources.claude_code.entry_types import KNOWN
 from memd.sources.claude_code.fork import ClaudeFork
 from memd.sources.claude_code.hooks import ClaudeHooks
+from memd.sources.claude_code.usage import RULES as USAGE_RULES
 from memd.sources.room import Room
 from memd.state import SessionState
 from memd.transcript.content import FileLines
@@ -164,4 +165,5 @@ ROOM = Room(
     aliases=("claude",),
     fork=ClaudeFork(),
     memory_per_session=True,
+    usage=USAGE_RULES,
 )

@@ -25,6 +25,7 @@ from memd.memory.paths import project_slug
 from memd.sources.base import DreamScope, Layout, OneFile, SessionKey, plain_name, under
 from memd.sources.codex.hooks import CodexHooks
 from memd.sources.codex.reader import CodexReader
+from memd.sources.codex.usage import RULES as USAGE_RULES
 from memd.sources.room import Room
 from memd.state import SessionState
 
@@ -140,4 +141,11 @@ def _resume(session_id: str) -> str:
     return f"codex resume {session_id}"
 
 
-ROOM = Room(name=AGENT, title="Codex CLI", hooks=CodexHooks(), open=_open, resume=_resume)
+ROOM = Room(
+    name=AGENT,
+    title="Codex CLI",
+    hooks=CodexHooks(),
+    open=_open,
+    resume=_resume,
+    usage=USAGE_RULES,
+)

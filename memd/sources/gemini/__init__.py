@@ -23,6 +23,7 @@ from memd.memory.paths import project_slug
 from memd.sources.base import DreamScope, Layout, SessionKey, plain_name, under
 from memd.sources.gemini.hooks import GeminiHooks
 from memd.sources.gemini.reader import GeminiReader
+from memd.sources.gemini.usage import RULES as USAGE_RULES
 from memd.sources.room import Room
 from memd.state import SessionState
 
@@ -147,4 +148,11 @@ def _resume(session_id: str) -> str:
     return f"gemini --resume {session_id}"
 
 
-ROOM = Room(name=AGENT, title="Gemini CLI", hooks=GeminiHooks(), open=_open, resume=_resume)
+ROOM = Room(
+    name=AGENT,
+    title="Gemini CLI",
+    hooks=GeminiHooks(),
+    open=_open,
+    resume=_resume,
+    usage=USAGE_RULES,
+)

@@ -5,7 +5,8 @@ Gemini prepended in a ``<hook_context>`` element, left out of what memd reads as
 its turn end ``AfterAgent`` (``prompt_response``: the answer its chat file will hold), and
 ``SessionStart`` (``source``); memd installs those three. Its sessions are known from this
 daemon's own record. A turn end's session is the chat file its ``transcript_path`` names
-(memd keys a chat by its file's name). The answer is the hooks JSON under Gemini's own event
+(memd keys a chat by its file's name), and so is a prompt's ``followed`` (what memd's usage
+record keys the memories injected there by). The answer is the hooks JSON under Gemini's own event
 name (SessionStart's goes before the first prompt).
 """
 
@@ -48,7 +49,7 @@ class GeminiHooks:
                 return SessionStart(name, session_id, cwd, source=text_field(data, "source"))
             case "BeforeAgent":
                 prompt = _HOOK_CONTEXT.sub("", text_field(data, "prompt"), count=1)
-                return PromptSubmit(name, session_id, cwd, prompt=prompt)
+                return PromptSubmit(name, session_id, cwd, prompt=prompt, followed=_chat(data))
         return Unhandled(name, "not an event memd uses")
 
     def limit(self, text: str) -> str:
@@ -61,8 +62,17 @@ class GeminiHooks:
 def _turn_end(name: str, data: Mapping[str, Any], cwd: str) -> HookEvent:
     """``AfterAgent``: a turn end of the chat ``transcript_path`` names, waiting for that
     file to hold ``prompt_response`` as a Stop waits for its answer."""
+    stem = _chat(data)
+    if not stem:
+        return Unhandled(name, "no chat file named")
+    return TurnEnd(name, stem, cwd, answer=text_field(data, "prompt_response"))
+
+
+def _chat(data: Mapping[str, Any]) -> str:
+    """The name memd keys the chat by: its file's, as ``transcript_path`` names it (``""``:
+    none)."""
     transcript = text_field(data, "transcript_path")
     stem, dot, suffix = transcript.rsplit("/", 1)[-1].rpartition(".")
     if not transcript.startswith("/") or not dot or suffix not in ("json", "jsonl") or not stem:
-        return Unhandled(name, "no chat file named")
-    return TurnEnd(name, stem, cwd, answer=text_field(data, "prompt_response"))
+        return ""
+    return stem
