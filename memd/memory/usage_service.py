@@ -16,6 +16,7 @@ when the task stops.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from functools import partial
 from pathlib import Path
@@ -30,6 +31,7 @@ from memd.clock import Clock
 from memd.daemon.queues import CoalescingQueue
 from memd.errors import MemdError
 from memd.memory.location import Location
+from memd.memory.paths import INDEX_FILENAME, TEAM_DIRNAME
 from memd.memory.usage import USAGE_FILE, MemoryUsage, UsageRecord, as_dict
 from memd.memory.usage_judge import Judged, SessionAt, judge_session
 from memd.sources.registry import room_named
@@ -40,6 +42,7 @@ from memd.transcript.view import ConversationReader
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_S = 1.0
+GLANCE_ENTRIES = 64
 MAX_QUEUED = 1_024  # sessions waiting for a look; more are looked at with their next turn end
 
 
@@ -130,6 +133,10 @@ class UsageService:
         if queued is None:
             return
         where, state = queued
+        if not self.record.pending(session) and not await anyio.to_thread.run_sync(
+            holds_memories, where.memory_dir
+        ):
+            return  # nothing injected, and nothing memd's MCP tools could have served
         room = room_named(state.agent)
         rules = room.usage if room is not None else None
         if rules is None:
@@ -182,3 +189,18 @@ class UsageService:
     def statistics(self) -> dict[str, Any]:
         """For ``status``: the share of injected memories used in the last day and week."""
         return {**self.record.shares(), "looks": self._looks}
+
+
+def holds_memories(memory_dir: Path) -> bool:
+    """Whether ``memory_dir`` holds a topic file (a glance: its first entries, no link
+    followed; a folder memd cannot read holds none)."""
+    try:
+        with os.scandir(memory_dir) as entries:
+            for number, entry in enumerate(entries):
+                if entry.name.endswith(".md") and entry.name != INDEX_FILENAME:
+                    return True
+                if entry.name == TEAM_DIRNAME or number >= GLANCE_ENTRIES:
+                    return True  # a team folder, or a big dir: look
+    except OSError:
+        return False
+    return False
