@@ -8,13 +8,19 @@ import contextlib
 import json
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from memd.atomic import retry_kept
 from memd.compaction.takeover import (
+    COUNTS_FILE,
+    MAX_REASON_CHARS,
     MAX_SESSIONS,
     SAME_COMPACTION_S,
     Pass,
@@ -22,6 +28,7 @@ from memd.compaction.takeover import (
     TakeoverRecord,
     decide,
 )
+from memd.writes import WRITES
 from memd_client.agents.claude_code import HOOKS as CLAUDE_HOOKS
 from memd_client.agents.claude_code import TAKEOVER_HOOKS as CLAUDE_TAKEOVER
 from memd_client.agents.claude_code import TAKEOVER_TIMEOUT_S
@@ -87,6 +94,59 @@ def test_the_record_survives_a_restart_stays_bounded_and_a_failed_write_changes_
     assert not broken.blocked_last("s1") and broken.statistics()["last_error"]
     (tmp_path / "compaction-takeover.json").write_bytes(b'{"blocked": [1, 2]}')
     assert TakeoverRecord(tmp_path).statistics()["blocked_sessions"] == 0
+
+
+def test_the_counts_survive_a_restart_and_a_failed_write(tmp_path: Path) -> None:
+    """Issue 38: taken, passed and the last reason are memd's own state: on disk, read at
+    start; a write the disk refuses keeps them in memory, in WRITES, and lands later."""
+    record = TakeoverRecord(tmp_path)
+    record.count_taken()
+    record.count_passed("the context is over the window")
+    record.count_passed("x" * (MAX_REASON_CHARS + 5))
+    again = TakeoverRecord(tmp_path)
+    assert (again.taken, again.passed) == (1, 2)
+    assert again.last_pass == "x" * MAX_REASON_CHARS
+    counts = tmp_path / COUNTS_FILE
+    with ThreadPoolExecutor(8) as pool:  # counted from worker threads, at once
+        list(
+            pool.map(lambda n: again.count_taken() if n % 2 else again.count_passed("p"), range(40))
+        )
+    assert TakeoverRecord(tmp_path).statistics()["taken"] == 21
+    counts.unlink()
+    counts.mkdir()  # cannot be replaced: the write fails
+    try:
+        again.count_taken()
+        assert again.taken == 22 and counts.is_dir()
+        assert WRITES.kept(str(counts)) is not None  # status shows it, memd writes it again
+        counts.rmdir()
+        assert retry_kept(at_exit=True) == 0
+        assert TakeoverRecord(tmp_path).taken == 22
+    finally:
+        WRITES.succeeded(str(counts))
+
+
+@given(
+    st.binary(max_size=200)
+    | st.builds(
+        json.dumps,
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+            lambda kids: (
+                st.lists(kids, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(["taken", "passed", "last_pass", "x"]), kids, max_size=4
+                )
+            ),
+        ),
+    ).map(str.encode)
+)
+def test_any_counts_file_reads_as_counts(raw: bytes) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / COUNTS_FILE).write_bytes(raw)
+        record = TakeoverRecord(Path(folder))
+    assert isinstance(record.taken, int) and 0 <= record.taken <= 2**53
+    assert isinstance(record.passed, int) and 0 <= record.passed <= 2**53
+    assert record.last_pass is None or len(record.last_pass) <= MAX_REASON_CHARS
 
 
 def test_a_compaction_is_claimed_by_its_first_hook_and_no_mark_is_lost(tmp_path: Path) -> None:
@@ -159,12 +219,14 @@ def test_compact_is_blocked_once_with_the_resume_line_then_let_through(tmp_path:
             assert stats["taken"] == 1 and stats["blocked_sessions"] == 1
         finally:
             assert stop_memd(proc) == 0, read_log(home)
-        proc = start_memd(home)  # the record survives a restart
+        proc = start_memd(home)  # the record and the counts survive a restart
         try:
             wait_ingested(home, "s4", len(old))
             assert precompact(home, "s4") is None  # never twice in a row
             stats = call(home, "status")["compaction"]["takeover"]
-            assert stats["passed"] == 1 and stats["blocked_sessions"] == 0
+            assert stats["blocked_sessions"] == 0
+            assert (stats["taken"], stats["passed"]) == (1, 3)  # auto, instructions, this
+            assert "previous compaction" in stats["last_pass"]
             assert call(home, "status")["usage"]["total"]["calls"] == 0
         finally:
             assert stop_memd(proc) == 0, read_log(home)
@@ -253,7 +315,8 @@ def concurrent_precompacts(home: Home, sid: str, count: int) -> list[str | None]
 def test_concurrent_precompact_hooks_block_and_fork_once(tmp_path: Path) -> None:
     """Mark, then act: 8 PreCompact hooks of one /compact at once block it once, with one
     fork; every hook of the /compact after it lets it through, and the one after that is
-    taken over once again (each round after a restart, which forgets the round before)."""
+    taken over once again (each round after a restart: the claims are forgotten, the counts
+    are not)."""
     with fake_home(tmp_path) as home:
         target = install_session(home, BIG, "s4")
         seed_notes(home, "s4", BIG, 0.7)
@@ -268,7 +331,7 @@ def test_concurrent_precompact_hooks_block_and_fork_once(tmp_path: Path) -> None
                 assert all(b["decision"] == "block" for b in blocks)
                 assert len(forks(home)) == [1, 1, 2][round_], round_
                 stats = call(home, "status")["compaction"]["takeover"]
-                assert stats["taken"] == blocks_wanted
+                assert stats["taken"] == [1, 1, 2][round_]  # counted across restarts
                 assert stats["blocked_sessions"] == blocks_wanted
             finally:
                 assert stop_memd(proc) == 0, read_log(home)

@@ -48,13 +48,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memd.atomic import write_text_atomic
+from memd.atomic import persist, write_text_atomic
 from memd.regular_file import read_regular
 
 log = logging.getLogger(__name__)
 
 RECORD_FILE = "compaction-takeover.json"
+COUNTS_FILE = "compaction-takeover-counts.json"
 MAX_RECORD_BYTES = 1 << 20
+MAX_COUNTS_BYTES = 64 << 10
+MAX_REASON_CHARS = 1_000
 MAX_SESSIONS = 1_000
 MAX_ID_CHARS = 200
 BUSY_PHASES = frozenset({"running"})
@@ -120,10 +123,14 @@ def block_reply(resume: str) -> str:
 
 
 class TakeoverRecord:
-    """Sessions whose last compaction memd blocked (id → the fork), persisted atomically.
+    """Sessions whose last compaction memd blocked (id → the fork), persisted atomically,
+    and how many compactions were taken over or let through, and why the last one was.
 
-    Bounded to :data:`MAX_SESSIONS` (the oldest go first). A failed write leaves the record
-    unchanged and raises ``OSError``: the caller then does not block.
+    Bounded to :data:`MAX_SESSIONS` (the oldest go first). A failed write of the record
+    leaves it unchanged and raises ``OSError``: the caller then does not block. The counts
+    are memd's own state (:data:`COUNTS_FILE`, through :func:`memd.atomic.persist`): a write
+    that fails keeps them in memory, shows in ``status`` and is done again when the disk
+    takes it, so they survive a restart (issue 38).
     """
 
     def __init__(self, state_dir: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -136,9 +143,9 @@ class TakeoverRecord:
         # mark and clear run in worker threads: one at a time, so none saves a copy of the
         # record from before another's change.
         self._saving = threading.Lock()
-        self.taken = 0
-        self.passed = 0
-        self.last_pass: str | None = None
+        self._counts_path = state_dir / COUNTS_FILE
+        self._counting = threading.Lock()
+        self.taken, self.passed, self.last_pass = _load_counts(self._counts_path)
         self.last_error: str | None = None
 
     def begin(self, session_id: str) -> bool:
@@ -188,6 +195,24 @@ class TakeoverRecord:
             raise
         self._blocked = blocked
 
+    def count_taken(self) -> None:
+        """One compaction taken over, counted on disk too. Blocking; never raises."""
+        with self._counting:
+            self.taken += 1
+            self._save_counts()
+
+    def count_passed(self, reason: str) -> None:
+        """One compaction let through for ``reason``, counted on disk too. Blocking; never
+        raises."""
+        with self._counting:
+            self.passed += 1
+            self.last_pass = reason[:MAX_REASON_CHARS]
+            self._save_counts()
+
+    def _save_counts(self) -> None:
+        counts = {"taken": self.taken, "passed": self.passed, "last_pass": self.last_pass}
+        persist(self._counts_path, json.dumps(counts).encode())
+
     def statistics(self) -> dict[str, Any]:
         return {
             "taken": self.taken,
@@ -196,6 +221,31 @@ class TakeoverRecord:
             "blocked_sessions": len(self._blocked),
             "last_error": self.last_error,
         }
+
+
+def _load_counts(path: Path) -> tuple[int, int, str | None]:
+    """(taken, passed, last_pass) as saved; zeros and None for what is missing or wrong."""
+    try:
+        raw = json.loads(read_regular(path, MAX_COUNTS_BYTES))
+    except FileNotFoundError:
+        return 0, 0, None
+    except (OSError, ValueError, RecursionError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return 0, 0, None
+    if not isinstance(raw, dict):
+        return 0, 0, None
+    taken, passed, reason = raw.get("taken"), raw.get("passed"), raw.get("last_pass")
+    return (
+        _count(taken),
+        _count(passed),
+        reason[:MAX_REASON_CHARS] if isinstance(reason, str) else None,
+    )
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0
+    return min(value, 2**53)
 
 
 def _load(path: Path) -> OrderedDict[str, str]:

@@ -195,7 +195,7 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
             return await _pass(daemon, state.session_id, str(exc))
         if not result.get("forked"):
             return await _pass(daemon, state.session_id, str(result.get("reason")))
-        record.taken += 1
+        await anyio.to_thread.run_sync(record.count_taken)
         log.info("/compact of %s taken over by the fork %s", state.session_id, fork_id)
         return block_reply(str(result["resume"]))
     return await _pass(daemon, state.session_id, "the fork took longer than the hook waits")
@@ -205,8 +205,7 @@ async def _pass(daemon: TakeoverFace, session_id: str, reason: str) -> str | Non
     """Let the compaction through: say why, and forget a block of this session (so the one
     after this may be taken over again)."""
     record = daemon.compaction.takeover
-    record.passed += 1
-    record.last_pass = reason
+    await anyio.to_thread.run_sync(record.count_passed, reason)
     log.info("PreCompact of %s goes through: %s", session_id or "(unknown session)", reason)
     if session_id:
         with contextlib.suppress(OSError):  # kept in the record: the next one passes too
