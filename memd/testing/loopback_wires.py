@@ -1,5 +1,6 @@
-"""The other wires the loopback server speaks (issue 34): OpenAI's Chat Completions and
-Gemini's ``generateContent``, mapped onto the Messages API that :class:`~.loopback.LoopbackAPI`
+"""The other wires the loopback server speaks (issue 34): OpenAI's Chat Completions, its
+Responses API (Codex CLI's: :mod:`.loopback_responses`) and Gemini's ``generateContent``,
+mapped onto the Messages API that :class:`~.loopback.LoopbackAPI`
 scripts, checks and bills (pure: no I/O).
 
 A request on another wire is read into a Messages body (:func:`messages_from_chat`,
@@ -23,10 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from memd.testing import loopback_responses as responses
 from memd.testing.loopback_http import Events, Streamed
 from memd.testing.loopback_replies import ApiError, Message, Reply
 
-Wire = Literal["messages", "chat", "gemini"]
+Wire = Literal["messages", "chat", "responses", "gemini"]
 CUT = "cut_stream"
 _ids = itertools.count(1)
 
@@ -59,6 +61,8 @@ def as_messages(wire: Wire, path: str, body: Mapping[str, Any]) -> tuple[str, di
     """The Messages path and body a request on ``wire`` stands for."""
     if wire == "chat":
         return "/v1/messages", messages_from_chat(body)
+    if wire == "responses":
+        return "/v1/messages", responses.messages_from_responses(body)
     counting = path.endswith(":countTokens")
     translated = messages_from_gemini(path, body)
     return ("/v1/messages/count_tokens" if counting else "/v1/messages"), translated
@@ -82,6 +86,12 @@ def on_wire(wire: Wire | None, path: str, reply: Reply, payload: Any) -> tuple[R
             if streamed
             else (reply, chat_completion(message))
         )
+    if wire == "responses":
+        return (
+            (reply, Events(responses.response_events(message)))
+            if streamed
+            else (reply, responses.response_object(message))
+        )
     return (reply, Events(gemini_events(message))) if streamed else (reply, gemini_answer(message))
 
 
@@ -89,6 +99,8 @@ def wire_of(path: str) -> Wire | None:
     """Which wire a model request's path is on (None: not a model request)."""
     if path.rstrip("/").endswith("/chat/completions"):
         return "chat"
+    if responses.is_responses(path):
+        return "responses"
     if path.startswith(("/v1beta/models/", "/v1/models/")) and ":" in path:
         return "gemini"
     if path in ("/v1/messages", "/v1/messages/count_tokens"):
