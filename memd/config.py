@@ -149,7 +149,8 @@ class ModelsConfig:
     """Backend and model per job kind (R-B7, issue 34). Each is ``""`` (the default backend's
     model for the job), ``"<model>"`` (that model on the default backend) or
     ``"<backend>:<model>"`` / ``"<backend>:"`` (that backend: ``anthropic``, ``bedrock``,
-    ``vertex``, ``openai``, ``gemini``, ``local``; a model name may hold colons itself, as
+    ``vertex``, ``openai``, ``gemini``, ``local``, or an agent's CLI on the user's own login:
+    ``claude_cli``, ``codex_cli``, ``gemini_cli``; a model name may hold colons itself, as
     Ollama's ``qwen2.5-coder:7b`` does: only a known backend name before the first colon is
     read as one)."""
 
@@ -179,6 +180,18 @@ class BackendConfig:
     stream: bool = True  # ask for the answer as it comes (server-sent events)
 
 
+@dataclass(frozen=True)
+class CLIConfig(BackendConfig):
+    """An agent's own CLI run headless as a backend, on the user's login (``llm.claude_cli``,
+    ``llm.codex_cli``, ``llm.gemini_cli``; issue 34). Opt-in: it spends the user's plan, so
+    only a job that ``llm.provider`` or ``llm.models`` names runs on it. ``base_url`` is
+    where the CLI's model is (empty: the CLI's own default); ``protocol`` does not apply (a
+    CLI run without tools answers whole)."""
+
+    command: str = ""  # the CLI's executable ("" = ``claude``/``codex``/``gemini`` on PATH)
+    timeout_s: float = 300.0  # one call, the CLI's start included
+
+
 DEFAULT_LOCAL_PORTS: tuple[str, ...] = (
     "127.0.0.1:11434",  # Ollama
     "127.0.0.1:8080",  # llama.cpp's llama-server
@@ -194,9 +207,18 @@ class LLMConfig:
     Gemini key, a local server answering on one of ``local_ports``. ``base_url`` and
     ``api_key_env`` are the named provider's (``auto``: Anthropic's, as before)."""
 
-    provider: Literal["auto", "anthropic", "bedrock", "vertex", "openai", "gemini", "local"] = (
-        "auto"
-    )
+    provider: Literal[
+        "auto",
+        "anthropic",
+        "bedrock",
+        "vertex",
+        "openai",
+        "gemini",
+        "local",
+        "claude_cli",
+        "codex_cli",
+        "gemini_cli",
+    ] = "auto"
     base_url: str = ""  # empty: the SDK's default or $ANTHROPIC_BASE_URL
     api_key_env: str = ""  # empty: the provider's own (ANTHROPIC_API_KEY, OPENAI_API_KEY, …)
     timeout_s: float = 120.0
@@ -206,6 +228,9 @@ class LLMConfig:
     openai: BackendConfig = field(default_factory=BackendConfig)
     gemini: BackendConfig = field(default_factory=BackendConfig)
     local: BackendConfig = field(default_factory=BackendConfig)
+    claude_cli: CLIConfig = field(default_factory=CLIConfig)
+    codex_cli: CLIConfig = field(default_factory=CLIConfig)
+    gemini_cli: CLIConfig = field(default_factory=CLIConfig)
     find_local: bool = True  # probe local_ports for a model server when nothing else is set
     local_ports: tuple[str, ...] = DEFAULT_LOCAL_PORTS
     probe_timeout_s: float = 0.3  # per port, in the background after READY

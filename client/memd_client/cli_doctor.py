@@ -174,7 +174,28 @@ def _served(llm: dict[str, Any]) -> str:
         by.setdefault(str(job.get("backend") or "off"), []).append(kind)
     text = "; ".join(f"{name} serves {', '.join(kinds)}" for name, kinds in by.items())
     unused = ", ".join(f"{n} ({d})" for n, d in (llm.get("found_unused") or {}).items())
-    return (f" [{text}]" if text else "") + (f" [found, not used: {unused}]" if unused else "")
+    clis = ", ".join(_cli_word(n, c) for n, c in (llm.get("clis") or {}).items())
+    return (
+        (f" [{text}]" if text else "")
+        + (f" [found, not used: {unused}]" if unused else "")
+        + (f" [agent CLIs: {clis}]" if clis else "")
+    )
+
+
+def _cli_word(name: str, cli: Any) -> str:
+    """One agent CLI in a few words: on, or off and what it lacks and how to turn it on."""
+    if not isinstance(cli, dict):
+        return name
+    if cli.get("on"):
+        return f"{name} on"
+    lacks = (
+        "not installed"
+        if not cli.get("command")
+        else "installed, not logged in"
+        if not cli.get("login")
+        else "installed and logged in"
+    )
+    return f"{name} off ({lacks}; turn on: {cli.get('turn_on')})"
 
 
 def check_env_file(f: Facts) -> Check:

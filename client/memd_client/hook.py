@@ -54,6 +54,9 @@ FORWARDED_ENV = (
     "CLAUDE_CODE_PROJECT_DIR_NAME",
     "CLAUDE_CONFIG_DIR",
 )
+# Set in the environment of every agent CLI memd runs as its model (memd.llm.cli_run): a hook
+# that agent runs on memd's own call does nothing.
+MODEL_CALL_ENV = "MEMD_MODEL_CALL"
 MAX_STDIN_BYTES = 4 * 1024 * 1024
 MAX_REPLY_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT_S = 3.0
@@ -296,8 +299,8 @@ def _stdout(reply: object) -> str | None:
 def run(stdin: bytes, env: Env, agent: str = "") -> str | None:
     """The hook's stdout for ``stdin`` (None: print nothing). Raises on any trouble, an
     error reply included (:class:`FailedOpen`)."""
-    if not stdin.strip():
-        return None
+    if not stdin.strip() or env.get(MODEL_CALL_ENV):
+        return None  # nothing asked, or the agent is memd's own model call (an agent's CLI)
     timeout = hook_timeout(env, stdin)
     body = exchange(socket_path(env), request(stdin, env, agent), timeout)
     if body is None:

@@ -36,6 +36,12 @@ def default_runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path("/tmp") / f"memd-{os.getuid()}"
 
 
+def model_calls_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where the daemon runs the agents' CLIs as its model (``memd.llm.cli_run``), beside its
+    socket: a session an agent records of such a call names a folder below it."""
+    return default_runtime_dir(env) / "model-calls"
+
+
 def runtime_candidates(env: Mapping[str, str] | None = None) -> list[Path]:
     """The folders a client looks in for the socket, in order, without repeats."""
     env = os.environ if env is None else env

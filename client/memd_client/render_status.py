@@ -105,6 +105,20 @@ def job_lines(llm: dict[str, Any]) -> list[str]:
             lines.append(f"  {kind:<15} off: {job.get('reason')}")
     for name, detail in (llm.get("found_unused") or {}).items():
         lines.append(f"  found, not used: {name} ({detail})")
+    return lines + cli_lines(llm)
+
+
+def cli_lines(llm: dict[str, Any]) -> list[str]:
+    """Each agent CLI memd can think with (issue 34): on or off, installed, logged in (its
+    auth files, seen without a call), and the line that turns it on."""
+    lines = []
+    for name, cli in (llm.get("clis") or {}).items():
+        if not isinstance(cli, dict):
+            continue
+        where = cli.get("command") or "not installed"
+        login = f"logged in ({cli['login']})" if cli.get("login") else "not logged in"
+        state = "on" if cli.get("on") else f"off; turn on: {cli.get('turn_on')}"
+        lines.append(f"  agent CLI {name}: {where}, {login}; {state}")
     return lines
 
 

@@ -132,6 +132,7 @@ class Daemon:
             loaded.config.transcripts,
             sessions,
             started_at=self.started_at,
+            own_calls=own_calls_folder(env),
         )
         self.ingest_queue: CoalescingQueue[Path] = CoalescingQueue()
         self.watched = [WatchedRoot(s.root, s.create_root, layout=s.layout) for s in sources]
@@ -439,6 +440,13 @@ def _per_session(agent: str) -> bool:
     """Whether the agent's native memory is decided per session (not by its config)."""
     room = room_named(agent)
     return room is not None and room.memory_per_session
+
+
+def own_calls_folder(env: dict[str, str]) -> str:
+    """The folder memd runs the agents' CLIs in (its real path: an agent records that)."""
+    from memd_client.paths import model_calls_dir
+
+    return os.path.realpath(model_calls_dir(env))
 
 
 def _read_env_file(env: dict[str, str]) -> EnvFile:

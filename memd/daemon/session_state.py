@@ -31,8 +31,18 @@ def new_state(key: SessionKey, path: Path, mtime: float = 0.0) -> SessionState:
     return SessionState(key.session_id, key.project, str(path), mtime=mtime, agent=key.agent)
 
 
-def publish(source: Source, key: SessionKey, reader: Reader, state: SessionState) -> None:
-    """The reader's figures into ``state``; its conversation keeps no derived values."""
+OWN_CALL = "memd's own model call (an agent's CLI run as memd's backend)"
+
+
+def publish(
+    source: Source,
+    key: SessionKey,
+    reader: Reader,
+    state: SessionState,
+    own_calls: str | None = None,
+) -> None:
+    """The reader's figures into ``state``; its conversation keeps no derived values. A
+    session in ``own_calls`` (the folder memd runs the agents' CLIs in) is never followed."""
     conv = reader.conversation
     _publish_figures(conv, state)
     conv.release()
@@ -41,6 +51,12 @@ def publish(source: Source, key: SessionKey, reader: Reader, state: SessionState
     if not state.project:  # once known it stays: the notes file lives under it
         state.project = sys.intern(source.project_of(key, state.cwd or None))
     state.ignored = reader.ignored or ""
+    if not state.ignored and own_calls and _below(state.cwd, own_calls):
+        state.ignored = OWN_CALL
+
+
+def _below(cwd: str, folder: str) -> bool:
+    return cwd == folder or cwd.startswith(folder.rstrip("/") + "/")
 
 
 def _publish_figures(conv: Conversation, state: SessionState) -> None:

@@ -88,8 +88,10 @@ class SessionRegistry:
         saved: dict[str, SessionState],
         *,
         started_at: float | None = None,
+        own_calls: str | None = None,
     ) -> None:
         self.sources = tuple(sources)
+        self.own_calls = own_calls  # memd's agent-CLI calls run here: never followed
         self.config = config
         self.started_at = time.time() if started_at is None else started_at
         self._index = SessionIndex()
@@ -424,7 +426,7 @@ class SessionRegistry:
         state.mtime = _mtime(path)
         state.parsed = True
         self._readers[before.path] = reader
-        publish(source, key, reader, state)
+        publish(source, key, reader, state, self.own_calls)
         return state, read.more
 
     def _rehydrate(self, source: Source, state: SessionState) -> Reader:

@@ -245,10 +245,12 @@ class DreamService:
         if isinstance(llm, Disabled):
             return llm.reason
         if llm.protocol == "whole":
+            facts = getattr(llm.llm, "facts", None)
+            fixed = facts is not None and not facts().tools  # an agent's CLI: never tools
             return (
                 f"a dream needs a model that drives tools, and {llm.backend} is asked for whole "
-                f"answers; name one in llm.models.dream (e.g. anthropic:claude-sonnet-4-6) or "
-                f"set llm.{llm.backend}.protocol: tools"
+                f"answers; name one in llm.models.dream (e.g. anthropic:claude-sonnet-4-6)"
+                + ("" if fixed else f" or set llm.{llm.backend}.protocol: tools")
             )
         decision = self._guard.check("dream", subject=key, input_key=GUARD_KEY)
         if not isinstance(decision, GuardGo):

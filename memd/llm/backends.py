@@ -31,6 +31,10 @@ class BackendSpec:
     models: Mapping[JobKind, str]  # the default model per job ("" = the server's first)
     turn_on: str  # the one line that turns it on, for status and doctor
     auto: bool = True  # picked by ``provider: auto`` when found
+    # The jobs it serves as the default backend; the others only when llm.models names it
+    # for them (an agent's CLI takes seconds to start: a prompt's recall cannot wait for it).
+    serves: frozenset[JobKind] | None = None
+    program: str = ""  # an agent CLI's executable (its login is the user's): "claude", …
 
 
 def _same(model: str, recall: str) -> dict[JobKind, str]:
@@ -44,6 +48,25 @@ def _same(model: str, recall: str) -> dict[JobKind, str]:
 
 
 CLAUDE = _same("claude-sonnet-4-6", "claude-haiku-4-5")
+NOT_RECALL: frozenset[JobKind] = frozenset({"session_notes", "memory_extract", "compact", "dream"})
+CLI_DEFAULT = "default"  # an agent CLI's model: the one its login uses when none is named
+
+
+def _cli(name: str, program: str, plan: str, models: dict[JobKind, str]) -> BackendSpec:
+    """An agent's CLI on the user's own login: never picked by ``auto`` (it spends the
+    user's plan), and not for recall unless named."""
+    return BackendSpec(
+        name,
+        "",
+        f"memd.llm.cli_{name.removesuffix('_cli')}:open_{name}",
+        models,
+        f"llm.provider: {name} (runs `{program}` on your login: it spends your {plan}), "
+        "then: memdctl reload",
+        auto=False,
+        serves=NOT_RECALL,
+        program=program.split()[0],
+    )
+
 
 BACKENDS: dict[str, BackendSpec] = {
     spec.name: spec
@@ -94,8 +117,12 @@ BACKENDS: dict[str, BackendSpec] = {
             "llm.provider: vertex (with CLOUD_ML_REGION and Google credentials)",
             auto=False,
         ),
+        _cli("claude_cli", "claude -p", "Claude plan", _same("sonnet", "haiku")),
+        _cli("codex_cli", "codex exec", "ChatGPT plan", _same(CLI_DEFAULT, CLI_DEFAULT)),
+        _cli("gemini_cli", "gemini -p", "Gemini quota", _same("flash", "flash-lite")),
     )
 }
+CLI_BACKENDS = tuple(name for name, spec in BACKENDS.items() if spec.program)
 # What ``provider: auto`` tries, in order (README, "Which model memd thinks with").
 AUTO_ORDER = ("anthropic", "openai", "gemini", "local")
 

@@ -25,6 +25,7 @@ from typing import Any
 from memd.config import LLMConfig
 from memd.llm.backends import AUTO_ORDER, BACKENDS, Protocol, is_loopback, open_backend
 from memd.llm.backends import settings_for as settings_for
+from memd.llm.cli_found import CLIFound, find_clis
 from memd.llm.client import LLM, Backend, BackendFacts, Disabled, LLMReply
 from memd.llm.ledger import JOB_KINDS, JobKind
 from memd.llm.local_probe import LocalServer, probe_all
@@ -85,7 +86,8 @@ def discover(
     env: Mapping[str, str],
     probe: Callable[[list[str], float], list[LocalServer]] = probe_all,
 ) -> dict[str, Found]:
-    """What the user has (blocking: the local probe waits ``llm.probe_timeout_s`` at most)."""
+    """What the user has (blocking: the local probe waits ``llm.probe_timeout_s`` at most).
+    The agents' CLIs are not in it: found, they are still off (:class:`Models`'s ``clis``)."""
     found: dict[str, Found] = {}
     for name in ("anthropic", "openai", "gemini"):
         settings = settings_for(name, config)
@@ -129,6 +131,13 @@ def plan(config: LLMConfig, found: Mapping[str, Found]) -> Plan:
         if backend is None:
             choices[kind] = nothing_found()
             continue
+        serves = BACKENDS[backend].serves if backend in BACKENDS else None
+        if not named and serves is not None and kind not in serves:
+            choices[kind] = (
+                f"{backend} serves {kind} only when llm.models.{kind} names it (it starts "
+                f"a program per call, too slow for a prompt); {kind} works without a model"
+            )
+            continue
         why = f"llm.models.{kind} names it" if named else default_why
         choices[kind] = Choice(
             kind, backend, model or _default_model(backend, kind, config, found), why
@@ -164,6 +173,7 @@ class Models:
     found: dict[str, Found] = field(default_factory=dict)
     default: str | None = None
     key: object = None  # what it was opened from (settings, environment, servers found)
+    clis: dict[str, CLIFound] = field(default_factory=dict)  # the agents' CLIs, found or not
 
     @classmethod
     def single(
@@ -241,7 +251,17 @@ class Models:
         turn_on = {
             n: spec.turn_on for n, spec in BACKENDS.items() if n not in used and n not in found
         }
-        return {"jobs": jobs, "backends": backends, "found_unused": found, "turn_on": turn_on}
+        clis = {
+            n: {"command": c.command, "login": c.login, "on": n in used, "turn_on": c.turn_on}
+            for n, c in self.clis.items()
+        }
+        return {
+            "jobs": jobs,
+            "backends": backends,
+            "found_unused": found,
+            "turn_on": turn_on,
+            "clis": clis,
+        }
 
 
 def open_models(
@@ -252,9 +272,11 @@ def open_models(
     probe: Callable[[list[str], float], list[LocalServer]] = probe_all,
 ) -> Models:
     """Discover, plan and open every backend a job uses (blocking: a worker thread);
-    ``previous`` itself when it was opened from the same settings and found the same."""
+    ``previous`` itself when it was opened from the same settings and found the same (the
+    agents' CLIs included: one installed or logged in since is found by a reload)."""
+    clis = find_clis(config, env)
     found = discover(config, env, probe)
-    key = (config, tuple(sorted(env.items())), tuple(sorted(found.items())))
+    key = (config, tuple(sorted(env.items())), tuple(sorted(found.items())), tuple(clis.items()))
     if previous is not None and previous.key == key:
         return previous
     planned = plan(config, found)
@@ -283,7 +305,7 @@ def open_models(
     backends: dict[str, Backend | LLM] = {
         n: b for n, b in opened.items() if not isinstance(b, Disabled)
     }
-    return Models(routes, backends, found, planned.default, key)
+    return Models(routes, backends, found, planned.default, key, clis)
 
 
 def _open(
