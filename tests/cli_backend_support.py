@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memd.testing.loopback import LoopbackAPI
+from memd_client.hooks_codex import trust_entries
 from tests.claude_cli import installed_claude, prepare_home
 from tests.other_cli import NO_EGRESS, installed_codex, installed_gemini
 
@@ -108,7 +109,7 @@ def logged_in(agent: str, command: Path, home: Path) -> CLIHome:
     if agent == "claude":
         _claude(home, hook, start, mcp)
     elif agent == "codex":
-        _codex(home, mcp, notify)
+        _codex(home, hook, start, mcp, notify)
     else:
         _gemini(home, hook, start, mcp)
     return made
@@ -155,7 +156,7 @@ def chatgpt_jwt() -> str:
     return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.c2ln"
 
 
-def _codex(home: Path, mcp: str, notify: str) -> None:
+def _codex(home: Path, hook: str, start: str, mcp: str, notify: str) -> None:
     folder = home / ".codex"
     folder.mkdir(parents=True, exist_ok=True)
     token = chatgpt_jwt()
@@ -171,9 +172,23 @@ def _codex(home: Path, mcp: str, notify: str) -> None:
         "last_refresh": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     _private(folder / "auth.json", json.dumps(auth))
+    # Hooks as memd installs its own: hooks.json, each trusted in config.toml (else Codex
+    # skips it without a word).
+    hooks_file = folder / "hooks.json"
+    hooks = {
+        "hooks": {
+            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"touch {hook}"}]}],
+            "SessionStart": [{"hooks": [{"type": "command", "command": f"touch {start}"}]}],
+        }
+    }
+    hooks_file.write_text(json.dumps(hooks))
+    trusted = trust_entries(hooks_file, hooks, lambda command: True)
+    state = "".join(
+        f'\n[hooks.state."{key}"]\ntrusted_hash = "{value}"\n' for key, value in trusted.items()
+    )
     (folder / "config.toml").write_text(
         f'notify = ["touch", "{notify}"]\n\n[mcp_servers.canary]\ncommand = "touch"\n'
-        f'args = ["{mcp}"]\n'
+        f'args = ["{mcp}"]\n{state}'
     )
 
 

@@ -178,7 +178,7 @@ def failure(data: Mapping[str, Any], ran: Ran) -> LLMError:
         return Unreachable(f"claude could not reach its API: {said}")
     if isinstance(status, int) and 400 <= status < 600:
         return classify_status(
-            status, error_type=None, error_code=None, message=said, retry_after=None
+            status, error_type=None, error_code=None, message=f"claude: {said}", retry_after=None
         )
     return classify_status(
         500, error_type=None, error_code=None, message=f"claude: {said}", retry_after=None

@@ -212,7 +212,7 @@ def failure(error: Mapping[str, Any]) -> LLMError:
         return RateLimited(f"gemini: {said}", retry_after=float(found[1]) if found else None)
     if isinstance(code, int) and 400 <= code < 600:
         return classify_status(
-            code, error_type=None, error_code=None, message=said, retry_after=None
+            code, error_type=None, error_code=None, message=f"gemini: {said}", retry_after=None
         )
     return Unavailable(f"gemini: {said}")
 
