@@ -56,8 +56,7 @@ from memd.llm.cli_run import (
     CLIBackend,
     Ran,
     file_present,
-    find_command,
-    model_calls_root,
+    open_room,
     parse_json,
     printable,
 )
@@ -158,6 +157,9 @@ class ClaudeRoom:
     def after(self, ran: Ran | None, call: Call) -> None:
         return None  # --no-session-persistence: nothing of the call is left
 
+    def prepare(self, workdir: Path) -> None:
+        return None  # everything is on its command line
+
 
 def failure(data: Mapping[str, Any], ran: Ran) -> LLMError:
     """The failure a result with ``is_error`` reports, in the seam's classes."""
@@ -228,19 +230,5 @@ def room(config: LLMConfig, env: Mapping[str, str]) -> ClaudeRoom:
 
 def open_claude_cli(config: LLMConfig, env: Mapping[str, str]) -> CLIBackend | Disabled:
     """The ``claude_cli`` backend, or why it cannot run (not installed)."""
-    settings = config.claude_cli
-    command = find_command(settings.command, env, PROGRAM)
-    if command is None:
-        where = settings.command or f"{PROGRAM} on PATH"
-        return Disabled(
-            f"Claude Code's CLI is not installed ({where} not found): "
-            "npm install -g @anthropic-ai/claude-code, or set llm.claude_cli.command"
-        )
-    room = ClaudeRoom(settings, env)
-    return CLIBackend(
-        room,
-        command=command,
-        workdir=model_calls_root(env) / NAME,
-        env=env,
-        timeout_s=settings.timeout_s,
-    )
+    install = "Claude Code's CLI is not installed: npm install -g @anthropic-ai/claude-code"
+    return open_room(room(config, env), config.claude_cli, env, install)

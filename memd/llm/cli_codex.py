@@ -56,8 +56,7 @@ from memd.llm.cli_run import (
     Ran,
     exited_badly,
     file_present,
-    find_command,
-    model_calls_root,
+    open_room,
     printable,
 )
 from memd.llm.client import Disabled, LLMReply, Usage
@@ -157,6 +156,9 @@ class CodexRoom:
     def after(self, ran: Ran | None, call: Call) -> None:
         return None  # --ephemeral: no rollout of the call is kept
 
+    def prepare(self, workdir: Path) -> None:
+        return None  # everything is on its command line
+
 
 def parse_events(stdout: bytes) -> list[dict[str, Any]]:
     """The JSON objects of ``codex exec --json``'s lines (other lines are skipped)."""
@@ -250,18 +252,5 @@ def room(config: LLMConfig, env: Mapping[str, str]) -> CodexRoom:
 
 def open_codex_cli(config: LLMConfig, env: Mapping[str, str]) -> CLIBackend | Disabled:
     """The ``codex_cli`` backend, or why it cannot run (not installed)."""
-    settings = config.codex_cli
-    command = find_command(settings.command, env, PROGRAM)
-    if command is None:
-        where = settings.command or f"{PROGRAM} on PATH"
-        return Disabled(
-            f"Codex CLI is not installed ({where} not found): npm install -g @openai/codex, "
-            "or set llm.codex_cli.command"
-        )
-    return CLIBackend(
-        CodexRoom(settings, env),
-        command=command,
-        workdir=model_calls_root(env) / NAME,
-        env=env,
-        timeout_s=settings.timeout_s,
-    )
+    install = "Codex CLI is not installed: npm install -g @openai/codex"
+    return open_room(room(config, env), config.codex_cli, env, install)

@@ -48,8 +48,8 @@ from memd.llm.cli_run import (
     Ran,
     exited_badly,
     file_present,
-    find_command,
     model_calls_root,
+    open_room,
     printable,
     private_dir,
 )
@@ -92,7 +92,7 @@ class GeminiRoom:
         self.cwd = workdir / WORK
         self.policy = workdir / "deny-all-tools.toml"
 
-    def prepare(self) -> None:
+    def prepare(self, workdir: Path) -> None:
         """memd's workspace settings and policy file, written before the first call."""
         folder = self.cwd / ".gemini"
         private_dir(folder)
@@ -289,21 +289,5 @@ def room(config: LLMConfig, env: Mapping[str, str]) -> GeminiRoom:
 
 def open_gemini_cli(config: LLMConfig, env: Mapping[str, str]) -> CLIBackend | Disabled:
     """The ``gemini_cli`` backend, or why it cannot run (not installed, no private folder)."""
-    settings = config.gemini_cli
-    command = find_command(settings.command, env, PROGRAM)
-    if command is None:
-        where = settings.command or f"{PROGRAM} on PATH"
-        return Disabled(
-            f"Gemini CLI is not installed ({where} not found): npm install -g "
-            "@google/gemini-cli, or set llm.gemini_cli.command"
-        )
-    made = room(config, env)
-    try:
-        made.prepare()
-    except OSError as exc:
-        return Disabled(
-            f"gemini_cli: cannot write memd's settings in {made.workdir}: {exc.strerror}"
-        )
-    return CLIBackend(
-        made, command=command, workdir=made.workdir, env=env, timeout_s=settings.timeout_s
-    )
+    install = "Gemini CLI is not installed: npm install -g @google/gemini-cli"
+    return open_room(room(config, env), config.gemini_cli, env, install)

@@ -44,8 +44,9 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from memd.config import CLIConfig
 from memd.errors import BadRequest, LLMError, MalformedAnswer, Unavailable, Unreachable
-from memd.llm.client import BackendFacts, Calls, LLMReply
+from memd.llm.client import BackendFacts, Calls, Disabled, LLMReply
 from memd_client.hook import MODEL_CALL_ENV
 from memd_client.paths import model_calls_dir
 
@@ -138,6 +139,11 @@ class Room(Protocol):
 
     def after(self, ran: Ran | None, call: Call) -> None:
         """Clean up what the CLI left of the call that memd can remove (blocking)."""
+        ...
+
+    def prepare(self, workdir: Path) -> None:
+        """Write what the CLI reads from memd's folder before its first call (blocking;
+        raises OSError)."""
         ...
 
 
@@ -468,6 +474,23 @@ class _Sink:
 
     def data(self) -> bytes:
         return b"".join(self.chunks)
+
+
+def open_room(
+    room: Room, settings: CLIConfig, env: Mapping[str, str], install: str
+) -> CLIBackend | Disabled:
+    """The backend of ``room``'s CLI, or why it cannot run: not installed (``install`` says
+    how to install it), or memd's private folder for it cannot be written."""
+    command = find_command(settings.command, env, room.program)
+    if command is None:
+        where = settings.command or f"{room.program} on PATH"
+        return Disabled(f"{install} ({where} not found), or set llm.{room.name}.command")
+    workdir = model_calls_root(env) / room.name
+    try:
+        room.prepare(workdir)
+    except OSError as exc:
+        return Disabled(f"{room.name}: cannot write memd's folder {workdir}: {exc.strerror}")
+    return CLIBackend(room, command=command, workdir=workdir, env=env, timeout_s=settings.timeout_s)
 
 
 def _no_folder(where: Path, exc: OSError) -> LLMError:

@@ -20,6 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from memd.testing import loopback_wires as wires  # its helpers, at call time (it imports this)
+
 CUT = "cut_stream"
 FREEFORM = "__freeform__"  # a tool_use input that is a custom tool's text
 _ids = itertools.count(1)
@@ -44,21 +46,23 @@ def messages_from_responses(body: Mapping[str, Any]) -> dict[str, Any]:
         elif kind == "message" and role in ("user", "assistant"):
             text = _text(item.get("content"))
             if text:
-                _append(messages, str(role), [{"type": "text", "text": text}])
+                wires._append(messages, str(role), [{"type": "text", "text": text}])
         elif kind in ("function_call", "custom_tool_call"):
             given = item.get("arguments") if kind == "function_call" else None
             use = {
                 "type": "tool_use",
                 "id": item.get("call_id"),
                 "name": item.get("name"),
-                "input": _arguments(given) if given is not None else {FREEFORM: item.get("input")},
+                "input": wires._arguments(given)
+                if given is not None
+                else {FREEFORM: item.get("input")},
             }
-            _append(messages, "assistant", [use])
+            wires._append(messages, "assistant", [use])
         elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output)
             result = {"type": "tool_result", "tool_use_id": item.get("call_id"), "content": text}
-            _append(messages, "user", [result])
+            wires._append(messages, "user", [result])
     out: dict[str, Any] = {
         "model": body.get("model"),
         "messages": messages,
@@ -87,21 +91,6 @@ def _text(content: Any) -> str:
         return content
     parts = content if isinstance(content, list) else ()
     return "\n".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping))
-
-
-def _arguments(raw: Any) -> Any:
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        return {"__unparsed__": raw}
-    return value if isinstance(value, dict) else {"__unparsed__": raw}
-
-
-def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
-    if messages and messages[-1]["role"] == role:
-        messages[-1]["content"].extend(blocks)
-    else:
-        messages.append({"role": role, "content": blocks})
 
 
 def response_items(message: Mapping[str, Any], ident: str) -> list[dict[str, Any]]:
