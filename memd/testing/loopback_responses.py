@@ -20,8 +20,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from memd.testing import loopback_wires as wires  # its helpers, at call time (it imports this)
-
 CUT = "cut_stream"
 FREEFORM = "__freeform__"  # a tool_use input that is a custom tool's text
 _ids = itertools.count(1)
@@ -46,23 +44,23 @@ def messages_from_responses(body: Mapping[str, Any]) -> dict[str, Any]:
         elif kind == "message" and role in ("user", "assistant"):
             text = _text(item.get("content"))
             if text:
-                wires._append(messages, str(role), [{"type": "text", "text": text}])
+                append_blocks(messages, str(role), [{"type": "text", "text": text}])
         elif kind in ("function_call", "custom_tool_call"):
             given = item.get("arguments") if kind == "function_call" else None
             use = {
                 "type": "tool_use",
                 "id": item.get("call_id"),
                 "name": item.get("name"),
-                "input": wires._arguments(given)
+                "input": arguments_of(given)
                 if given is not None
                 else {FREEFORM: item.get("input")},
             }
-            wires._append(messages, "assistant", [use])
+            append_blocks(messages, "assistant", [use])
         elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output)
             result = {"type": "tool_result", "tool_use_id": item.get("call_id"), "content": text}
-            wires._append(messages, "user", [result])
+            append_blocks(messages, "user", [result])
     out: dict[str, Any] = {
         "model": body.get("model"),
         "messages": messages,
@@ -84,6 +82,23 @@ def messages_from_responses(body: Mapping[str, Any]) -> dict[str, Any]:
     if body.get("stream"):
         out["stream"] = True
     return out
+
+
+def arguments_of(raw: Any) -> Any:
+    """A call's JSON arguments as an object (anything else kept, as the model sent it)."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {"__unparsed__": raw}
+    return value if isinstance(value, dict) else {"__unparsed__": raw}
+
+
+def append_blocks(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    """``blocks`` as the next turn of ``role`` (joined to the last one when it is ``role``'s)."""
+    if messages and messages[-1]["role"] == role:
+        messages[-1]["content"].extend(blocks)
+    else:
+        messages.append({"role": role, "content": blocks})
 
 
 def _text(content: Any) -> str:

@@ -219,19 +219,8 @@ def _chat_text(content: Any) -> str:
     return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
 
 
-def _arguments(raw: Any) -> Any:
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        return {"__unparsed__": raw}
-    return value if isinstance(value, dict) else {"__unparsed__": raw}
-
-
-def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
-    if messages and messages[-1]["role"] == role:
-        messages[-1]["content"].extend(blocks)
-    else:
-        messages.append({"role": role, "content": blocks})
+_arguments = responses.arguments_of  # shared by every wire that names calls by JSON text
+_append = responses.append_blocks
 
 
 def chat_completion(message: Mapping[str, Any]) -> dict[str, Any]:
