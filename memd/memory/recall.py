@@ -57,6 +57,7 @@ from memd.memory.rank_index import RecallCache
 from memd.memory.relevance import Answerable, Cover, abstained
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.memory.selector import build_selector_prompt, parse_selection, selector_system
+from memd.memory.usage_rank import UsageCounts, reweighed
 from memd.privacy import scrub_text
 
 if TYPE_CHECKING:
@@ -168,15 +169,13 @@ async def recall(
     cache: RecallCache | None = None,
     checks: CheckMemories | None = None,
     semantic: SemanticStage | None = None,
+    usage: UsageCounts | None = None,
 ) -> RecallResult:
-    """Memories for ``query`` from ``memory_dir``; see the module docstring. Never raises
-    for a model, guard or file problem. ``timeout_s`` overrides ``memory.recall_timeout_s``.
-    With ``cache`` (what the daemon keeps), heads are read only for new or changed files and
-    the ranker's index is kept up to date; without, every head is read and indexed.
-    ``checks`` (run in a worker thread, by the deadline) checks the chosen memories'
-    citations and may reorder them, or put one of the ranker's next candidates that verifies
-    in the place of one whose citations all fail. ``semantic``: see :func:`_fused`.
-    """
+    """Memories for ``query`` from ``memory_dir`` (the module docstring); never raises for a
+    model, guard or file problem. ``timeout_s``: for ``memory.recall_timeout_s``. ``cache``
+    (the daemon's): heads read and indexed only for new or changed files. ``checks`` (a
+    thread, by the deadline): the chosen memories' citations, a spare that verifies for one
+    whose all fail. ``semantic``: :func:`_fused`. ``usage``: weighs scores by use (issue 36)."""
     started = clock.monotonic()
     deadline = started + (cfg.memory.recall_timeout_s if timeout_s is None else timeout_s)
     surfaced = frozenset(already_surfaced)
@@ -185,6 +184,7 @@ async def recall(
         headers, ranked, cover = await anyio.to_thread.run_sync(scan)
     except OSError as exc:
         return _empty(f"the memory dir cannot be scanned: {exc}", started, clock)
+    ranked = reweighed(ranked, _relative, usage) if usage is not None else ranked
     candidates = selection_candidates(headers, already_surfaced)
     if not query.strip():
         return _empty("the query is empty", started, clock, len(candidates))
@@ -277,6 +277,10 @@ def _scan_and_rank(
         headers, query, already_surfaced=surfaced, recent_tools=recent_tools, answer=answer
     )
     return headers, ranked[:limit], cover
+
+
+def _relative(header: MemoryHeader) -> str:
+    return header.relative
 
 
 def _empty(reason: str, started: float, clock: Clock, candidates: int = 0) -> RecallResult:

@@ -376,13 +376,13 @@ class MemoryService:
             cache=self.headers,
             checks=partial(self.citations.recalled, cwd, where.memory_dir),
             semantic=self.semantic if self.semantic.enabled else None,
+            usage=self.usage.counts(where.memory_dir),
         )
         self._recalls[result.method] += 1
-        answer = {**base, **result.as_dict()}
-        now_ms = int(self._clock.now() * 1000)
-        picked = answer["memories"]
-        cfg, cache = self.config, self.headers
-        picked += await linked_memories(where.memory_dir, cfg, picked, surfaced, now_ms, cache)
+        answer, now_ms = {**base, **result.as_dict()}, int(self._clock.now() * 1000)
+        answer["memories"] += await linked_memories(
+            where.memory_dir, self.config, answer["memories"], surfaced, now_ms, self.headers
+        )
         return answer
 
     async def pinned(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from memd.memory.location import Location
 from memd.memory.paths import INDEX_FILENAME, TEAM_DIRNAME
 from memd.memory.usage import USAGE_FILE, MemoryUsage, UsageRecord, as_dict
 from memd.memory.usage_judge import Judged, SessionAt, judge_session
+from memd.memory.usage_rank import UsageCounts
 from memd.sources.registry import room_named
 from memd.sources.usage import Rules
 from memd.state import SessionState
@@ -185,6 +186,17 @@ class UsageService:
         for row in rows:
             usage = found.get(str(row.get("path")))
             row.update(as_dict(usage if usage is not None else MemoryUsage()))
+
+    def counts(self, memory_dir: Path) -> UsageCounts:
+        """How recall reads the use of ``memory_dir``'s memories (by relative path: used and
+        ignored, for those with any)."""
+
+        def counts(relatives: Sequence[str]) -> dict[str, tuple[int, int]]:
+            rows = self.record.rows(f"{memory_dir}/{r}" for r in relatives)
+            prefix = len(str(memory_dir)) + 1
+            return {p[prefix:]: (r.used, r.ignored) for p, r in rows.items() if r.used or r.ignored}
+
+        return counts
 
     def statistics(self) -> dict[str, Any]:
         """For ``status``: the share of injected memories used in the last day and week."""
