@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -33,6 +33,7 @@ from memd.llm.client import Disabled, Usage
 from memd.llm.ledger import Ledger
 from memd.llm.models import Models, Route, job_route
 from memd.regular_file import read_regular, read_text_target
+from memd.sources.base import Fork
 from memd.sources.room import Room
 from memd.state import SessionState
 from memd.tokens import estimate_content
@@ -47,6 +48,20 @@ CLAUDE_MD_NAMES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
 CONTEXT_FILE_MAX_BYTES = 1024 * 1024
 
 NotesProvider = Callable[[str], Awaitable[NotesInput | None]]
+
+
+class ForkNotes(Protocol):
+    """The notes a fork starts with (the notes scheduler; blocking, run in a thread)."""
+
+    def seed(self, state: SessionState, fork: Fork, notes: str) -> None:
+        """Give ``fork`` of ``state`` the notes it was made from; raises ``OSError``."""
+        ...
+
+    def unseed(self, state: SessionState, fork_id: str) -> None:
+        """Take them back: the fork was not written."""
+        ...
+
+
 ExtractionWaiter = Callable[[str], Awaitable[None]]
 IndexProvider = Callable[[str], Awaitable[str | None]]
 ConversationReader = Callable[[SessionState, Callable[[Conversation], Any]], Awaitable[Any]]
@@ -129,6 +144,7 @@ class CompactionService:
         self.notes_for: NotesProvider | None = None
         self.wait_extraction: ExtractionWaiter | None = None
         self.memory_index_for: IndexProvider | None = None
+        self.fork_notes: ForkNotes | None = None
         self.tokens = tokens if tokens is not None else TokenCache()
         self._breakers_path = state_dir / BREAKERS_FILE
         self._breakers: dict[str, BreakerState] = _load_breakers(self._breakers_path)
@@ -352,19 +368,29 @@ class CompactionService:
         behind = planned.uncovered_tokens - self.config.compaction.keep_max_tokens
         if fresh_only and behind > 0:
             return {"forked": False, "reason": f"the notes are {behind} tokens behind"}
-        return await self._write_fork(state, room, planned)
+        return await self._write_fork(state, room, planned, notes.notes or "")
 
     async def _write_fork(
-        self, state: SessionState, room: Room, planned: ForkPlan
+        self, state: SessionState, room: Room, planned: ForkPlan, notes: str
     ) -> dict[str, Any]:
-        """Write the planned fork where the agent finds it; :meth:`fork`'s result."""
+        """Write the planned fork where the agent finds it, with the notes it was made from
+        given to it first (:mod:`memd.session.forked`); :meth:`fork`'s result."""
         fork = planned.fork
         assert room.fork is not None
         path = room.fork.place(Path(state.path), fork.session_id)
+        seeded = self.fork_notes is not None
+        if self.fork_notes is not None:
+            try:
+                await anyio.to_thread.run_sync(self.fork_notes.seed, state, fork, notes)
+            except OSError as exc:  # the fork starts without notes: they are made again
+                log.warning("the fork of %s starts without notes: %s", state.session_id, exc)
+                seeded = False
         try:
             await anyio.to_thread.run_sync(write_new_session, path, fork.data)
         except OSError as exc:
             log.warning("fork of %s not written: %s", state.session_id, exc)
+            if seeded and self.fork_notes is not None:
+                await anyio.to_thread.run_sync(self.fork_notes.unseed, state, fork.session_id)
             return {
                 "forked": False,
                 "reason": f"writing the new session in {path.parent} failed: {exc}",

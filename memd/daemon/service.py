@@ -211,6 +211,7 @@ class Daemon:
         )
         self.compaction.notes_for = self._notes_input
         self.compaction.wait_extraction = self._wait_extraction
+        self.compaction.fork_notes = self.notes
         self.exclusion = DirExclusion()
         self.memory = MemoryService(
             loaded.paths.projects_root,

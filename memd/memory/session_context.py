@@ -7,7 +7,8 @@ Code version. It lives in memory (bounded to :data:`MAX_SESSIONS`, least recentl
 and is rebuilt from the transcript after a daemon restart: :func:`scan_transcript` reads the
 ``hook_additional_context`` attachments Claude Code records for every hook output (memd's
 index, notes and recalled memories are recognised by their head lines), memory paths in any
-other attachment (Claude Code's own recalled memories), and the ``version`` of the entries.
+other attachment (Claude Code's own recalled memories), the summary of a session memd forked
+from its notes (the notes are in the conversation), and the ``version`` of the entries.
 
 A scan reads only the bytes added since the previous one (the file's identity is checked; a
 replaced file is read again from the start) and at most :data:`MAX_SCAN_BYTES` per call, one
@@ -26,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memd.compaction.prompts import NOTES_PREAMBLE
 from memd.memory.claude_code import ClaudeCodeFacts
 
 MAX_SESSIONS = 1_024
@@ -41,6 +43,8 @@ _RECALLED_LINE = re.compile(r"^## .* — (/.+\.md)$", re.MULTILINE)
 _MEMORY_PATH = re.compile(r"(/[^\"\s\\]+/memory/[^\"\s\\]+\.md)")
 # Claude Code writes compact JSON; a version is digits and dots (FORMAT.md §13: "2.1.197").
 _VERSION_FIELD = re.compile(rb'"version": ?"(\d{1,6}\.\d{1,6}\.\d{1,6}[0-9A-Za-z.+-]{0,32})"')
+# The summary line of a fork memd wrote (memd.sources.claude_code.fork: compact JSON).
+_FORK_SUMMARY = b'"isCompactSummary":true'
 _OWN_ATTACHMENTS = frozenset({"hook_success", "hook_additional_context", "hook_non_blocking_error"})
 
 
@@ -174,6 +178,9 @@ class _Found:
         )
 
     def line(self, raw: bytes) -> None:
+        if _FORK_SUMMARY in raw:
+            self._summary(raw)
+            return
         if b'"attachment"' not in raw:  # only attachments are decoded: most lines are not
             if (found := _VERSION_FIELD.search(raw)) is not None:
                 self.version = found.group(1).decode("ascii")
@@ -185,6 +192,18 @@ class _Found:
         attachment = entry.get("attachment") if isinstance(entry, dict) else None
         if isinstance(attachment, dict):
             self._attachment(attachment, raw)
+
+    def _summary(self, raw: bytes) -> None:
+        """A compaction summary: memd's notes when memd wrote it (a fork from the notes,
+        issue 38: the first resumed prompt must not get them again)."""
+        try:
+            entry = json.loads(raw)
+        except (ValueError, RecursionError):
+            return
+        message = entry.get("message") if isinstance(entry, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str) and content.startswith(NOTES_PREAMBLE):
+            self.notes = True
 
     def _attachment(self, attachment: Mapping[str, Any], raw: bytes) -> None:
         kind = attachment.get("type")

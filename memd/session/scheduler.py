@@ -46,13 +46,14 @@ from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.llm.models import Models, Route
-from memd.session import notes
+from memd.session import forked, notes
 from memd.session.extract import NotesSettings
 from memd.session.runs import JobRunner, SessionSource, Slot
 from memd.session.status import NotesStatistics, NotesView, SessionNotesStatus, session_status
 from memd.session.store import ExtractionRecord, ExtractionStore
 from memd.session.template import is_empty_template, load_template, template_path
 from memd.session.triggers import Go, TriggerInput, decide, rebase
+from memd.sources.base import Fork
 from memd.state import SessionState
 
 log = logging.getLogger(__name__)
@@ -266,6 +267,23 @@ class NotesScheduler:
 
     def record(self, session_id: str) -> ExtractionRecord | None:
         return self._store.get(session_id)
+
+    def seed(self, state: SessionState, fork: Fork, notes_text: str) -> None:
+        """The fork ``fork`` of ``state`` starts with ``notes_text`` (:mod:`memd.session.
+        forked`). Blocking; raises ``OSError``."""
+        forked.seed(
+            self._store,
+            self.settings.projects_root,
+            source_id=state.session_id,
+            project=state.project,
+            fork=fork,
+            notes_text=notes_text,
+            tokens=state.context_tokens,
+        )
+
+    def unseed(self, state: SessionState, fork_id: str) -> None:
+        """The fork was not written: its notes and record go. Blocking."""
+        forked.unseed(self._store, self.settings.projects_root, state.project, fork_id)
 
     def status(self, session_id: str) -> SessionNotesStatus | None:
         state = self._source.get(session_id)

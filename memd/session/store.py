@@ -12,6 +12,7 @@ file itself is never touched by this module.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -212,6 +213,13 @@ class ExtractionStore:
         self._records[record.session_id] = record
         CHANGES.bump()
         persist(path, json.dumps(record.to_json(), separators=(",", ":")).encode("utf-8"))
+
+    def forget(self, session_id: str) -> None:
+        """Drop the record and its file (blocking; a file that will not go is left)."""
+        if self._records.pop(session_id, None) is not None:
+            CHANGES.bump()
+        with contextlib.suppress(FileNotFoundError):
+            self.path_for(session_id).unlink()
 
     async def put(self, record: ExtractionRecord) -> None:
         """Replace the record; the file is written in a worker thread."""

@@ -20,8 +20,8 @@ writer) is the room's itself: :class:`memd.sources.room.Room`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -69,12 +69,22 @@ class OneFile:
 
 @dataclass(frozen=True)
 class Fork:
-    """A forked session ready to write: its id, its file's bytes, what they hold."""
+    """A forked session ready to write: its id, its file's bytes, what they hold, and how
+    its messages are named there (``renamed``: a kept message's id in the old session → in
+    the new one; ``summary_id``: the message that stands for what was dropped), so the
+    notes the new session starts with point at its own messages (issue 38)."""
 
     session_id: str
     data: bytes
     lines: int
     kept_messages: int
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    summary_id: str | None = None
+
+    def anchor(self, old: str | None) -> str | None:
+        """The new session's id for the old session's message ``old`` that notes cover up
+        to: itself when kept, else the summary (the notes cover all it stands for)."""
+        return self.renamed.get(old, self.summary_id) if old is not None else self.summary_id
 
 
 class ForkWriter(Protocol):

@@ -131,7 +131,7 @@ def fork_session(
             renamed[old] = line["uuid"]
             out.append(line)
     data = b"".join(encode_line(line) + b"\n" for line in out)
-    return Fork(session_id, data, len(out), len(kept))
+    return Fork(session_id, data, len(out), len(kept), renamed, summary_line["uuid"])
 
 
 def _boundary(
