@@ -133,6 +133,26 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class TeamConfig:
+    """Issue 37: a project's team/ memories over its repository's remote, and one person's
+    memories over a private remote of theirs (``memdctl team``, ``memdctl sync``)."""
+
+    remote: str = "origin"  # the repository's remote a team sync goes to
+    mode: Literal["ref", "folder"] = "ref"  # a ref of memd's own, or a reviewed folder
+    ref: str = "refs/memd/team"  # ref mode: where the team's memories are kept
+    folder: str = ".memd/team"  # folder mode: the folder of the branch
+    branch: str = ""  # folder mode: the branch read ("": the remote's default, else main)
+    check_interval_s: float = 60.0  # automatic sync: how often team/ is looked at
+    interval_minutes: float = 30.0  # automatic sync: how often the remote is asked anyway
+    min_interval_s: float = 60.0  # automatic sync: at most once a project this often
+    timeout_s: float = 120.0  # one fetch or push
+    push_retries: int = 5  # pushes that lost a race, each after a fetch and a merge
+    max_files: int = 20_000
+    max_file_bytes: int = 65_536
+    max_total_bytes: int = 67_108_864
+
+
+@dataclass(frozen=True)
 class DreamConfig:
     auto_dream: bool = True
     min_hours: float = 24.0  # R-D1
@@ -299,6 +319,7 @@ class Config:
     ipc: IPCConfig = field(default_factory=IPCConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    team: TeamConfig = field(default_factory=TeamConfig)
 
 
 @dataclass(frozen=True)

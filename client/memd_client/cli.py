@@ -24,6 +24,7 @@ from memd_client import (
     cli_local,
     cli_mcp,
     cli_model,
+    cli_team,
     cli_top,
 )
 from memd_client.cli_base import (
@@ -54,6 +55,7 @@ COMMAND_GROUPS: tuple[Callable[[Registrar], None], ...] = (
     cli_doctor.register,
     cli_daemon.register_admin_commands,
     cli_dream.register,
+    cli_team.register,
     cli_local.register,
     cli_mcp.register,
     cli_model.register,

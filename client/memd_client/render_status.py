@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memd_client.cli_dream import render_dream_status
+from memd_client.cli_team import render_team_status
 from memd_client.render import render_sessions
 from memd_client.textfmt import Style, ago, duration, size, tokens
 
@@ -47,6 +48,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         *spend_lines(s.get("usage"), s.get("guard"), st),
         *pipeline_lines(s.get("pipeline"), st),
         *render_dream_status(s.get("dream")),
+        *render_team_status(s.get("team")),
     ]
     if s.get("sessions"):
         lines += ["", render_sessions(s["sessions"])]

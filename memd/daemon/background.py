@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from memd.llm.ledger import Ledger
     from memd.memory.service import MemoryService
     from memd.session.scheduler import NotesScheduler
+    from memd.team.service import TeamService
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Background(Protocol):
     notes: NotesScheduler
     memory: MemoryService
     dream: DreamService
+    team: TeamService
     ledger: Ledger
 
     async def build_features(self) -> None: ...
@@ -107,6 +109,7 @@ async def _background(daemon: Background) -> None:
         tg.start_soon(_run_maintenance, daemon)
         tg.start_soon(_open_model, daemon)  # the SDK import: after the daemon serves
         tg.start_soon(_run_model_jobs, daemon)
+        await tg.start(daemon.team.run)  # syncs over git: no model, not model work
         await tg.start(
             run_ledger_flusher,
             daemon.ledger,

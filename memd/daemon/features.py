@@ -35,9 +35,11 @@ def load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionStor
     import memd.ipc.mcp_methods
     import memd.ipc.memory_methods
     import memd.ipc.notes_methods  # the feature methods' table (memd.ipc.handlers)
+    import memd.ipc.team_methods
     import memd.llm.guard
     import memd.memory.service
-    import memd.session.scheduler  # noqa: F401
+    import memd.session.scheduler
+    import memd.team.service  # noqa: F401
     from memd.compaction.tokencache import TOKENS_FILE, TokenCache
     from memd.llm.ledger import Ledger
     from memd.session.store import ExtractionStore

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from memd.memory.service import MemoryService
     from memd.session.scheduler import NotesScheduler
     from memd.session.store import ExtractionStore
+    from memd.team.service import TeamService
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class Daemon:
     memory: MemoryService
     exclusion: DirExclusion
     dream: DreamService
+    team: TeamService
     ledger: Ledger
     guard: CostGuard
     model_work: (
@@ -231,6 +233,7 @@ class Daemon:
         )
         self.compaction.memory_index_for = self._memory_index_text
         self._build_dream()
+        self._build_team()
 
     def _build_dream(self) -> None:
         """The dream service, over the memory service's dirs and citations."""
@@ -251,6 +254,23 @@ class Daemon:
             cite_files=self.memory.citations.record,
             scope_of=self.registry.dream_scope,
         )
+
+    def _build_team(self) -> None:
+        """The team tier (issue 37): syncs of memories with git remotes."""
+        from memd.team.service import TeamService
+
+        self.team = TeamService(
+            self.loaded.config.team,
+            self.loaded.paths.state_dir,
+            locate=self.memory.locate,
+            agent_of=self._agent_of,
+            clock=self.clock,
+            env=self.env,
+        )
+
+    def _agent_of(self, session_id: str) -> str | None:
+        state = self.registry.get(session_id)
+        return state.agent if state is not None else None
 
     def _after_turn(self, where: Location, state: SessionState) -> None:
         """A session completed a turn (the memory service's signal): the dream gates."""
@@ -427,6 +447,7 @@ class Daemon:
             self.notes.reconfigure(notes_settings(fresh))
             self.memory.reconfigure(fresh.config)
             self.dream.reconfigure(fresh.config)
+            self.team.reconfigure(fresh.config.team)
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from memd.llm.models import Models
     from memd.memory.service import MemoryService
     from memd.session.scheduler import NotesScheduler
+    from memd.team.service import TeamService
 
 
 class HasSessions(Protocol):
@@ -89,6 +90,13 @@ class DreamFace(Protocol):
     def dream(self) -> DreamService: ...
 
 
+class TeamFace(Protocol):
+    """``team``."""
+
+    @property
+    def team(self) -> TeamService: ...
+
+
 class DoctorFace(HasConfig, Protocol):
     """``probe_api``, ``doctor_facts``."""
 
@@ -113,7 +121,7 @@ class McpFace(HasSessions, HasConfig, DreamFace, Protocol):
     def history_read(self) -> anyio.Event: ...
 
 
-class DaemonFace(MemoryFace, NotesFace, McpFace, DoctorFace, Protocol):
+class DaemonFace(MemoryFace, NotesFace, McpFace, DoctorFace, TeamFace, Protocol):
     """Everything: the core methods (``status``, ``session``, ``reload``…) and the table
     that hands the feature families their part (:mod:`memd.ipc.handlers`)."""
 

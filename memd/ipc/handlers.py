@@ -51,6 +51,7 @@ FEATURE_METHODS = (
     "project_notes",
     "read_memory",
     "dream",
+    "team",
     "probe_api",
     "doctor_facts",
 )
@@ -84,6 +85,8 @@ def method_timeouts(daemon: DaemonFace) -> dict[str, float]:
         "wait_extraction": notes_wait + 10.0,
         "recall": cfg.memory.recall_timeout_s + 10.0,
         "dream": DREAM_REQUEST_S,
+        # a sync: a fetch and a push per try, a restore's sync too, and the lock's wait
+        "team": cfg.team.timeout_s * 2 * (cfg.team.push_retries + 1) * 2 + 60.0,
     }
 
 
@@ -185,6 +188,7 @@ def feature_methods(daemon: DaemonFace) -> dict[str, Handler]:
     from memd.ipc.mcp_methods import mcp_methods
     from memd.ipc.memory_methods import memory_methods
     from memd.ipc.notes_methods import notes_methods
+    from memd.ipc.team_methods import team_methods
 
     return {
         **compaction_methods(daemon),
@@ -193,6 +197,7 @@ def feature_methods(daemon: DaemonFace) -> dict[str, Handler]:
         **mcp_methods(daemon),
         **dream_methods(daemon),
         **doctor_methods(daemon),
+        **team_methods(daemon),
     }
 
 

@@ -120,6 +120,7 @@ def status_result(
         "compaction": {"takeover": daemon.compaction.takeover.statistics()},
         "memory": memory,
         "dream": daemon.dream.statistics(),
+        "team": daemon.team.statistics(),
         "usage": daemon.ledger.usage(),
         "guard": guard,
         "pipeline": pipeline_report(

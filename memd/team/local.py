@@ -151,3 +151,23 @@ def write(
 def ident_of(area: Area, relative: str) -> Ident | None:
     info = area.lstat(relative)
     return None if info is None else identity(info)
+
+
+def changed(scope: Scope, known: Mapping[str, tuple[Ident, str]], limits: Limits) -> bool:
+    """Whether the scope's files differ from ``known`` by name or identity (no file read):
+    an automatic sync's look, every minute, for a write by an agent, a dream or a person.
+    Files a sync would hold back unread (too big, a name it refuses) do not count."""
+    with opened(scope) as area:
+        if area is None:
+            return bool(known)
+        seen = 0
+        for relative, info in area.walk(skip_dir=scope.skip):
+            if not relative.endswith(".md") or info.st_size > limits.max_file_bytes:
+                continue
+            if name_problem(os.fsencode(relative)) is not None:
+                continue
+            seen += 1
+            cached = known.get(relative)
+            if cached is None or cached[0] != identity(info):
+                return True
+    return seen != len(known)

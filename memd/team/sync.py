@@ -133,6 +133,7 @@ class _Sync:
             self.outcome.ok, self.outcome.nothing_new = True, True
             self.outcome.message = "nothing new on either side"
             self.outcome.held = {**self.record.held}
+            self._learn_identities(local)
             return True
         if tip is not None and tip != self.record.tip:
             tip = self.store.fetch(self.target.url, self.target.read_ref)
@@ -163,6 +164,14 @@ class _Sync:
             return False
         known = {path: oid for path, (_, oid) in self.record.known.items()}
         return local.oids == known
+
+    def _learn_identities(self, local: LocalScan) -> None:
+        """Files this machine's last sync wrote are read once more to learn their identity
+        (trusted from then on), so the next look for changes does not take them for new."""
+        known = self.record.known
+        if any(ident == UNKNOWN_IDENT for ident, _ in known.values()):
+            self.record.known = {p: (local.idents[p], oid) for p, oid in local.oids.items()}
+            save(self.folder, self.record)
 
     def _listing(self, tip: str | None) -> Listing:
         if tip is None:
