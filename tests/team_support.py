@@ -138,7 +138,10 @@ def remote_files(url: str, ref: str = "refs/memd/team") -> dict[str, bytes]:
 
 
 def remote_names(url: str, ref: str = "refs/memd/team") -> set[str]:
-    listing = git("--git-dir", url, "ls-tree", "-r", "-z", "--name-only", ref)
+    try:
+        listing = git("--git-dir", url, "ls-tree", "-r", "-z", "--name-only", ref)
+    except subprocess.CalledProcessError:
+        return set()
     return {os.fsdecode(n) for n in listing.split(b"\0") if n}
 
 

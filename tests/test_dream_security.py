@@ -191,3 +191,38 @@ async def test_team_memories_are_never_deleted_and_nothing_personal_is_promoted(
     merged = await tools["Delete"].run({"file_path": "note.md", "merged_into": "team/ci.md"})
     assert merged.is_error and "never promoted" in merged.content
     assert (memory / "note.md").exists() and (team / "ci.md").read_text() == shared + "More.\n"
+
+
+async def test_a_conflict_copy_is_deleted_once_merged_into_the_memory_it_names(
+    tmp_path: Path,
+) -> None:
+    """A team sync keeps both versions of a memory two teammates changed (issue 37): the
+    copy names its original in metadata.reconcile_with, and the dream may delete that copy
+    once it has merged it there, and no other team memory, nor into anything else."""
+    _, project, memory = build(tmp_path / "tree")
+    team = memory / "team"
+    team.mkdir()
+    shared = "---\nname: ci\ndescription: how CI runs\nmetadata:\n  type: project\n---\nCI.\n"
+    (team / "ci.md").write_text(shared)
+    (team / "other.md").write_text(shared)
+    copy = shared.replace("  type: project\n", '  type: project\n  reconcile_with: "team/ci.md"\n')
+    (team / "ci.conflict-0a1b2c3d.md").write_text(copy + "Also nightly.\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tools, _ = dream_tools(
+        memory, recorder_for(memory, run_dir), [DreamScope(project, any_session)]
+    )
+    merged = shared + "Also nightly.\n"
+    assert not (await tools["Write"].run({"file_path": "team/ci.md", "content": merged})).is_error
+    await tools["Write"].run({"file_path": "team/other.md", "content": merged})
+    wrong = await tools["Delete"].run(
+        {"file_path": "team/ci.conflict-0a1b2c3d.md", "merged_into": "team/other.md"}
+    )
+    assert wrong.is_error and (team / "ci.conflict-0a1b2c3d.md").exists()
+    other = await tools["Delete"].run({"file_path": "team/other.md", "merged_into": "team/ci.md"})
+    assert other.is_error and "never deletes" in other.content
+    done = await tools["Delete"].run(
+        {"file_path": "team/ci.conflict-0a1b2c3d.md", "merged_into": "team/ci.md"}
+    )
+    assert not done.is_error, done.content
+    assert not (team / "ci.conflict-0a1b2c3d.md").exists() and (team / "other.md").exists()

@@ -173,15 +173,25 @@ def render_memories(r: dict[str, Any]) -> str:
             _written(m),
             "pinned" if m.get("pinned") is True else "",
             str(m.get("relative") or m.get("path")),
-            str(m.get("description") or ""),
+            _by(m),
+            str(m.get("quarantined") or m.get("description") or ""),
         ]
         for m in rows
     ]
-    heads = ["TYPE", "WRITTEN", "PIN", "FILE", "DESCRIPTION"]
+    heads = ["TYPE", "WRITTEN", "PIN", "FILE", "BY", "DESCRIPTION"]
     listing = f"{r['memory_dir']}:\n" + table(heads, body)
     if "checked" not in r:
         return listing
     return listing + "\n\n" + render_checks(rows, str(r["checked"]))
+
+
+def _by(row: dict[str, Any]) -> str:
+    """Who shared a team memory, with which agent (issue 37); ``-`` for one not shared."""
+    author = row.get("author")
+    if not author:
+        return "-"
+    name = str(author).split(" <", 1)[0]
+    return f"{name} ({row['agent']})" if row.get("agent") else name
 
 
 def _written(row: dict[str, Any]) -> str:

@@ -19,7 +19,10 @@ Rules that always hold:
 - Delete a note only after its content has been merged into another note you wrote in this
   run, and name that note in merged_into. Never delete anything else.
 - team/ holds notes shared with the repository's collaborators: never delete one (unfamiliar
-  is not wrong), never add one, never merge a personal note into one.
+  is not wrong), never add one, never merge a personal note into one. One exception: a team
+  note whose metadata says reconcile_with: team/x.md is one side of a conflict (two
+  teammates changed x.md at once); merge what it adds into team/x.md with Edit, then Delete
+  it with merged_into naming team/x.md.
 - Every topic note keeps its frontmatter block: name, description, type (one of user,
   feedback, project, reference).
 - Finish within {max_turns} turns; batch your tool calls. When done, answer with a one-line

@@ -37,8 +37,10 @@ from memd.dream import snapshot
 from memd.dream.recorder import Recorder
 from memd.dream.transcripts import TranscriptGrep
 from memd.memory.extract import ScrubbedTool
+from memd.memory.frontmatter import parse_document
 from memd.memory.paths import TEAM_DIRNAME
 from memd.sources.base import DreamScope
+from memd.team.provenance import provenance
 
 READ_TOOLS = ("Read", "Grep", "Glob", "Shell")
 WRITE_TOOLS = ("Edit", "Write", "Delete")
@@ -92,7 +94,9 @@ class JournaledTool:
             return denial(relative.reason)
         exists = await anyio.to_thread.run_sync(_is_file, self.memory_dir, relative)
         team = team_denial(self.inner.name, relative, exists=exists)
-        if team is not None:
+        if team is not None and not await anyio.to_thread.run_sync(
+            self._reconciled, args, relative
+        ):
             return denial(team.reason)
         if self.inner.name == "Delete":
             into = await anyio.to_thread.run_sync(self._merge_target, args, relative)
@@ -104,6 +108,19 @@ class JournaledTool:
         if result.touched:
             self.written.paths.add(relative)
         return result
+
+    def _reconciled(self, args: Mapping[str, Any], relative: str) -> bool:
+        """Whether a Delete of the team memory ``relative`` removes a conflict copy (issue
+        37: ``metadata.reconcile_with``) merged into the memory it names."""
+        into = args.get("merged_into")
+        if self.inner.name != "Delete" or not isinstance(into, str):
+            return False
+        with Area.open(self.memory_dir) as area:
+            text = area.read_text(relative, max_bytes=64 * 1024)
+        if text is None:
+            return False
+        marked = provenance(parse_document(text).meta).reconcile_with
+        return marked is not None and self._relative(into) == marked
 
     def _relative(self, raw: str) -> str | Deny:
         """The memory-dir-relative path the call would act on, or why it may not."""

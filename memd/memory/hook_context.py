@@ -53,6 +53,7 @@ from memd.memory.freshness import RECALL_CAVEAT
 from memd.memory.location import Location
 from memd.memory.service import MemoryService
 from memd.memory.session_context import INDEX_MARK, NOTES_MARK, RECALL_MARK, SessionContext
+from memd.memory.shared import note_heading
 from memd.privacy import scrub_text
 from memd.sources.hooks import (
     HookEvent,
@@ -133,6 +134,9 @@ def render_memory(memory: Mapping[str, Any]) -> str:
     lines = [
         f"## {memory.get('name')} ({kind}, updated {memory.get('age')}) — {memory.get('path')}"
     ]
+    shared = note_heading(memory)
+    if shared is not None:
+        lines.append(shared)
     if memory.get("warning"):
         lines.append(f"Note: {memory['warning']}")
     lines += checked_lines(memory.get("checks"))

@@ -20,6 +20,7 @@ from memd.memory.freshness import age_text, freshness_warning
 from memd.memory.frontmatter import written_ms
 from memd.memory.index import assemble_index, load_index
 from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
+from memd.memory.shared import quarantine_reason
 from memd.memory.store import MemoryStore
 from memd.privacy import scrub_text
 
@@ -80,6 +81,14 @@ def _manifest_row(h: MemoryHeader, written: int, now_ms: int) -> dict[str, Any]:
         "age": age_text(written, now_ms),
         "warning": freshness_warning(written, now_ms),
         "pinned": h.pinned,
+        "author": h.author,
+        "agent": h.agent,
+        "quarantined": quarantine_reason(h.relative, _head_text(h)),
         "problems": list(h.problems),
         "line": manifest_line(h),
     }
+
+
+def _head_text(h: MemoryHeader) -> str:
+    """What a listing knows of a memory's text: its name, description and first lines."""
+    return "\n".join((h.name or "", h.description or "", h.body_head))

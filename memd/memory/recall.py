@@ -57,6 +57,7 @@ from memd.memory.rank_index import RecallCache
 from memd.memory.relevance import Answerable, Cover, abstained
 from memd.memory.scan import MemoryHeader, iso_mtime, opened_area, scan_memories
 from memd.memory.selector import build_selector_prompt, parse_selection, selector_system
+from memd.memory.shared import TeamNote, note_of, quarantine_reason
 from memd.memory.usage_rank import UsageCounts, reweighed
 from memd.privacy import scrub_text
 
@@ -99,6 +100,7 @@ class RecalledMemory:
     citations: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
     verified: bool | None = None
+    team: TeamNote | None = None  # issue 37: a teammate's note, with who wrote it
 
     def as_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -457,6 +459,8 @@ def load_memory(
         return None
     truncated = len(raw) > MAX_CONTENT_BYTES
     text = raw[:MAX_CONTENT_BYTES].decode("utf-8", errors="ignore")
+    if quarantine_reason(header.relative, text) is not None:
+        return None  # a team memory that tries to steer the agent is never injected
     document = parse_document(text)
     meta = document.meta
     mtime_ms = header.mtime_ms
@@ -475,4 +479,5 @@ def load_memory(
         age_days=age_days(dated_ms, now_ms),
         warning=freshness_warning(dated_ms, now_ms),
         recorded_citations=from_frontmatter(meta.extra),
+        team=note_of(header.relative, meta),
     )

@@ -30,7 +30,7 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -50,6 +50,7 @@ from memd.memory.frontmatter import (
 )
 from memd.memory.index import IndexEntry, load_index, upsert_entry
 from memd.memory.scan import MemoryHeader, iso_mtime, scan_memories
+from memd.memory.shared import note_of, quarantine_reason
 from memd.memory.store import MemoryStore, topic_relative
 from memd.privacy import scrub_report, scrub_text
 
@@ -299,10 +300,15 @@ def read_memory(memory_dir: Path, wanted: str, *, now_ms: int, secrets: bool) ->
     except OSError as exc:
         raise NotFound(f"memory {relative!r} cannot be read: {exc.strerror or exc}") from None
     mtime_ms = info.st_mtime_ns // 1_000_000
-    document = parse_document(data[:READ_MAX_BYTES].decode("utf-8", errors="replace"))
+    text = data[:READ_MAX_BYTES].decode("utf-8", errors="replace")
+    document = parse_document(text)
     meta = document.meta
     agent = dict(meta.extra).get("agent")
     body = scrub_text(document.body, secrets=secrets)
+    quarantined = quarantine_reason(relative, text)  # issue 37: never into a context
+    if quarantined is not None:
+        body = f"[memd: this team memory is {quarantined}; it is not shown]\n"
+        meta = replace(meta, name=None, description=None)
     if len(data) > READ_MAX_BYTES:
         body += f"\n[memd: cut at {READ_MAX_BYTES:,} bytes; the file is longer]\n"
     return {
@@ -317,4 +323,5 @@ def read_memory(memory_dir: Path, wanted: str, *, now_ms: int, secrets: bool) ->
         "mtime": iso_mtime(mtime_ms),
         "age": age_text(mtime_ms, now_ms),
         "warning": freshness_warning(mtime_ms, now_ms),
+        "team": asdict(note) if (note := note_of(relative, meta)) is not None else None,
     }

@@ -39,6 +39,7 @@ from pathlib import Path
 from memd.confined import Area, ChangeGuard
 from memd.memory.frontmatter import Document, MemoryType, parse_document
 from memd.memory.paths import INDEX_FILENAME
+from memd.team.provenance import provenance
 
 DEFAULT_MAX_FILES = 200
 DEFAULT_HEAD_LINES = 30
@@ -59,6 +60,8 @@ class MemoryHeader:
     problems: tuple[str, ...]
     pinned: bool = False  # metadata.pinned: loaded into every session (issue 25)
     modified: str | None = None  # the frontmatter's ISO ``modified``, when it has one
+    author: str | None = None  # issue 37: who shared it (``metadata.author``)
+    agent: str | None = None  # and with which agent
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ def header_from_head(path: Path, relative: str, head: Head) -> MemoryHeader:
     """Pure: the header fields from a file's head."""
     document: Document = parse_document(head.text)
     meta = document.meta
+    said = provenance(meta)
     return MemoryHeader(
         path=path,
         relative=relative,
@@ -97,6 +101,8 @@ def header_from_head(path: Path, relative: str, head: Head) -> MemoryHeader:
         problems=document.problems,
         pinned=meta.pinned,
         modified=meta.modified,
+        author=said.author,
+        agent=said.agent,
     )
 
 
