@@ -88,9 +88,12 @@ def turn_ends_only(home: Home, memd_api: LoopbackProcess) -> None:
     )
 
 
-def fact_learnt_from(home: Home, repo: Path, cli: AgentCLI, api: LoopbackAgentAPI) -> None:
+def fact_learnt_from(
+    home: Home, repo: Path, cli: AgentCLI, api: LoopbackAgentAPI
+) -> subprocess.CompletedProcess[str]:
     """With memd running: the agent's hooks installed, the fact stated in a real prompt of
-    its CLI, and the fact in the repository's memory, from that agent's session."""
+    its CLI, and the fact in the repository's memory, from that agent's session; the CLI's
+    run."""
     wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
     env = cli.env(home.env, api.url)
     done = memdctl(home, "install-hooks", "--agent", cli.agent)
@@ -100,6 +103,7 @@ def fact_learnt_from(home: Home, repo: Path, cli: AgentCLI, api: LoopbackAgentAP
     learnt(home, repo, f"the {cli.agent} session")
     (row,) = call(home, "sessions", {})
     assert row["agent"] == cli.agent, row
+    return done
 
 
 def test_a_fact_from_real_codex_is_recalled_into_real_claude_code(
@@ -161,7 +165,8 @@ def test_a_fact_from_real_gemini_is_extracted_when_its_turn_ends(
     gemini_cli: AgentCLI, tmp_path: Path
 ) -> None:
     """Gemini's AfterAgent is a turn end: with the quiet period at ten minutes, a fact stated
-    in a real ``gemini -p`` is in the repository's memory within a minute of its end."""
+    in a real ``gemini -p`` is in the repository's memory within a minute of its end. The
+    session is the one Gemini printed: any prefix of its id finds it (issue 35)."""
     with (
         fake_home(tmp_path) as home,
         LoopbackProcess() as memd_api,
@@ -171,6 +176,11 @@ def test_a_fact_from_real_gemini_is_extracted_when_its_turn_ends(
         repo = repository(home)
         proc = start_memd(home)
         try:
-            fact_learnt_from(home, repo, gemini_cli, gemini_api)
+            done = fact_learnt_from(home, repo, gemini_cli, gemini_api)
+            printed = json.loads(done.stdout)["session_id"]
+            shown = memdctl(home, "session", printed[:8])
+            assert shown.returncode == 0, shown.stderr
+            detail = call(home, "session", {"session": printed[:8]})
+            assert (detail["session_id"], detail["agent"]) == (printed, "gemini")
         finally:
             assert stop_memd(proc) == 0, read_log(home)

@@ -16,9 +16,15 @@ PROJECTS = ["-p-one", "-p-two", "-p-three"]
 
 
 def state(
-    sid: str, project: str, mtime: float = 0.0, lines: int = 0, parsed: bool = False
+    sid: str,
+    project: str,
+    mtime: float = 0.0,
+    lines: int = 0,
+    parsed: bool = False,
+    file: str = "",
+    ignored: str = "",
 ) -> SessionState:
-    path = f"/r/{project}/{sid}.jsonl"
+    path = f"/r/{project}/{file or sid}.jsonl"
     return SessionState(
         sid,
         project,
@@ -28,9 +34,11 @@ def state(
         bad_lines=lines // 2,
         bytes_parsed=lines * 10,
         parsed=parsed,
+        ignored=ignored,
     )
 
 
+FILES = ["f1", "f2", ""]  # a session's files may be named otherwise than its id (Gemini)
 put_op = st.builds(
     state,
     st.sampled_from(IDS),
@@ -38,14 +46,26 @@ put_op = st.builds(
     st.sampled_from([0.0, 1.0, 2.0, 5.5]),
     st.integers(0, 3),
     st.booleans(),
+    st.sampled_from(FILES),
+    st.sampled_from(["", "no message of its own"]),
 )
 remove_op = st.builds(
-    lambda sid, p: f"/r/{p}/{sid}.jsonl", st.sampled_from(IDS), st.sampled_from(PROJECTS)
+    lambda name, p: f"/r/{p}/{name}.jsonl",
+    st.sampled_from([*IDS, *FILES[:-1]]),
+    st.sampled_from(PROJECTS),
 )
+
+
+def heads(model: dict[str, SessionState]) -> dict[str, SessionState]:
+    """Each id's session: of the files that carry it, one memd follows, then the newest."""
+    found: dict[str, SessionState] = {}
+    for s in sorted(model.values(), key=lambda s: (bool(s.ignored), -s.mtime, s.path)):
+        found.setdefault(s.session_id, s)
+    return found
 
 
 def newest(model: dict[str, SessionState], project: str | None = None) -> list[str]:
-    rows = [s for s in model.values() if project is None or s.project == project]
+    rows = [s for s in heads(model).values() if project is None or s.project == project]
     return [s.path for s in sorted(rows, key=lambda s: (-s.mtime, s.path))]
 
 
@@ -60,18 +80,20 @@ def test_the_index_agrees_with_a_scan(ops: list[SessionState | str], limit: int)
         else:
             assert (index.remove(op) is None) == (op not in model)
             model.pop(op, None)
-    assert len(index) == len(model)
+    assert len(index) == len(heads(model))
+    assert sorted(index.paths()) == sorted(model)
     assert [s.path for s in index.newest()] == newest(model)
     assert [s.path for s in index.newest(limit)] == newest(model)[:limit]
     for project in PROJECTS:
         assert [s.path for s in index.newest(limit, project)] == newest(model, project)[:limit]
     for sid in IDS:
         found = index.by_id(sid)
-        expected = sorted(p for p, s in model.items() if s.session_id == sid)
-        assert (found.path if found else None) == (expected[0] if expected else None)
+        expected = heads(model).get(sid)
+        assert (found.path if found else None) == (expected.path if expected else None)
     for prefix in ("a", "aaaa", "ab", "b-4", "z", ""):
         got = sorted(s.path for s in index.with_prefix(prefix))
-        assert got == sorted(p for p, s in model.items() if s.session_id.startswith(prefix))
+        want = [s.path for sid, s in heads(model).items() if sid.startswith(prefix)]
+        assert got == sorted(want)
     totals = index.totals
     assert totals.parsed == sum(s.parsed for s in model.values())
     assert totals.lines == sum(s.lines for s in model.values())

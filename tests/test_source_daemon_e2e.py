@@ -140,7 +140,7 @@ def test_a_gemini_chat_is_followed_through_resume_and_rewind(tmp_path: Path) -> 
         lines = GEMINI_CHAT.read_bytes().splitlines()
         rewind = next(i for i, line in enumerate(lines) if b"$rewindTo" in line)
         path.write_bytes(b"\n".join(lines[:rewind]) + b"\n")
-        session = GEMINI_CHAT.stem
+        session = "a795b61b-c6fd-41fc-bbd3-8abb79ce05cc"  # its sessionId, not its file's name
         proc = start_memd(home)
         try:
             want = read_gemini(lines[:rewind])
@@ -162,13 +162,16 @@ def test_a_gemini_chat_is_followed_through_resume_and_rewind(tmp_path: Path) -> 
                 what="the chat after the rewind",
             )
             assert done["message_count"] < before + 2  # the rewound turn is gone
-            detail = call(home, "session", {"session": session})
-            assert detail["agent"] == "gemini"
-            # A resume in a new minute leaves a 2-line file: listed, not followed.
+            detail = call(home, "session", {"session": session[:8]})  # a prefix will do
+            assert detail["agent"] == "gemini" and detail["session_id"] == session
+            # A resume in a new minute leaves a 2-line file of another chat's (alone here):
+            # listed, not followed.
             other = next((AGENTS / "gemini-cli-0.61.0" / "compress-resume").glob("*06-46*"))
             (folder / "chats" / other.name).write_bytes(other.read_bytes())
             stub = wait_for(
-                lambda: (r := row(home, other.stem)) and r["parsed"] and r,
+                lambda: (
+                    (r := row(home, "f71100ab-3353-4c51-9589-eeec35ec9b41")) and r["parsed"] and r
+                ),
                 timeout=30,
                 what="the resume's 2-line file",
             )
@@ -202,3 +205,86 @@ def test_the_codex_home_is_configured_and_the_source_turned_off(tmp_path: Path) 
             assert row(home, CODEX_ID) is None  # not listed, not read
         finally:
             stop_memd(proc)
+
+
+RESUMED = AGENTS / "gemini-cli-0.61.0" / "compress-resume"
+RESUMED_ID = "f71100ab-3353-4c51-9589-eeec35ec9b41"
+
+
+def gemini_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A project and its folder of Gemini chats (placed by ``.project_root``)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    folder = tmp_path / ".gemini" / "tmp" / "proj"
+    (folder / "chats").mkdir(parents=True)
+    (folder / ".project_root").write_text(str(project))
+    return project, folder / "chats"
+
+
+def test_the_files_of_one_gemini_chat_are_one_session_known_by_its_id(tmp_path: Path) -> None:
+    """A chat resumed in a new minute is two files of one ``sessionId`` (issue 35): one
+    session, the file Gemini keeps writing, found by any prefix of the id Gemini prints."""
+    _, chats = gemini_project(tmp_path)
+    with fake_home(tmp_path) as home:
+        for chat in sorted(RESUMED.glob("*.jsonl")):
+            (chats / chat.name).write_bytes(chat.read_bytes())
+        proc = start_memd(home)
+        try:
+            rows = wait_for(
+                lambda: (r := call(home, "sessions", {})) and all(x["parsed"] for x in r) and r,
+                timeout=30,
+                what="the chat's two files read",
+            )
+            assert [(r["session_id"], r["ignored"]) for r in rows] == [(RESUMED_ID, None)]
+            for ident in (RESUMED_ID, RESUMED_ID[:8], RESUMED_ID[:3]):
+                detail = call(home, "session", {"session": ident})
+                assert detail["path"].endswith("06-45-f71100ab.jsonl"), detail["path"]
+            assert call(home, "status", {})["ingest"]["sessions"] == 1
+        finally:
+            stop_memd(proc)
+
+
+def test_a_gemini_chat_saved_under_its_file_name_keeps_its_notes_under_its_id(
+    tmp_path: Path,
+) -> None:
+    """State saved before memd read Gemini's ids named the chat by its file: the chat is
+    known by its sessionId after the upgrade, and its notes, their record and its memory
+    cursor come with it (a restart would otherwise have forgotten them)."""
+    project, chats = gemini_project(tmp_path)
+    chat = chats / GEMINI_CHAT.name
+    chat.write_bytes(GEMINI_CHAT.read_bytes())
+    old, new = GEMINI_CHAT.stem, "a795b61b-c6fd-41fc-bbd3-8abb79ce05cc"
+    slug = project_slug(str(project))
+    with fake_home(tmp_path) as home:
+        proc = start_memd(home)  # reads the chat: as an older memd would have, but by its id
+        try:
+            wait_for(lambda: row(home, new), timeout=30, what="the chat")
+        finally:
+            stop_memd(proc)
+        state_dir = tmp_path / ".local" / "state" / "memd"
+        saved = json.loads((state_dir / "sessions.json").read_text())
+        (entry,) = saved["sessions"].values()
+        entry["session_id"] = old  # what memd saved before issue 35
+        (state_dir / "sessions.json").write_text(json.dumps(saved))
+        notes = home.projects / slug / old / "session-memory" / "summary.md"
+        notes.parent.mkdir(parents=True)
+        notes.write_text("# Session Title\nThe rewind test\n")
+        record = {"version": 1, "session_id": old, "project": slug, "extractions": 3}
+        (state_dir / "session-notes").mkdir(exist_ok=True)
+        (state_dir / "session-notes" / f"{old}.json").write_text(json.dumps(record))
+        cursor = {"session_id": old, "project": slug, "path": str(chat), "cwd": str(project)}
+        cursors = {"version": 1, "sessions": {old: {**cursor, "memory_dir": "/m"}}}
+        (state_dir / "memory-extraction.json").write_text(json.dumps(cursors))
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: row(home, new), timeout=30, what="the chat by its id")
+            assert row(home, old) is None
+            detail = call(home, "session", {"session": new[:8]})
+            assert detail["notes"]["extractions"] == 3, detail["notes"]
+        finally:
+            stop_memd(proc)
+        moved = home.projects / slug / new / "session-memory" / "summary.md"
+        assert moved.read_text() == "# Session Title\nThe rewind test\n"
+        assert not (state_dir / "session-notes" / f"{old}.json").exists()
+        kept = json.loads((state_dir / "memory-extraction.json").read_text())["sessions"]
+        assert list(kept) == [new] and kept[new]["session_id"] == new

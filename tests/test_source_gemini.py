@@ -4,6 +4,7 @@ rewind), ``$rewindTo``, repeated headers and the 2-line file a resume leaves."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -113,3 +114,31 @@ def test_bytes_that_are_not_utf8_are_read_as_gemini_cli_reads_them(data: st.Data
         reader = GeminiReader(str(path), inode, "/home/USER/proj", None)
         assert reader.feed(lines) == 0
         _check(reader, [line for _, line in lines])  # U+FFFD where the oracle has it
+
+
+@pytest.mark.parametrize("path", SAMPLES + SHARED_SAMPLES, ids=lambda p: p.name)
+def test_a_chat_is_known_by_the_session_id_gemini_prints_and_resumes_by(path: Path) -> None:
+    """Issue 35: memd called a chat by its file's name, which ``memdctl session`` had to be
+    given in full; Gemini prints (``-p --output-format json``) and resumes by ``sessionId``,
+    which every file of one chat carries, the 2-line file a resume leaves too."""
+    header = json.loads(path.read_bytes().split(b"\n", 1)[0])
+    inode, lines = _lines(path)
+    reader = GeminiReader(str(path), inode, "/home/USER/proj", None)
+    assert reader.session_id is None  # nothing read yet: the file's name stands in
+    reader.feed(lines[:1])
+    assert reader.session_id == header["sessionId"]
+    reader.feed(lines[1:])  # a repeated header (a resume in the same minute) changes nothing
+    assert reader.session_id == header["sessionId"]
+    assert Gemini(path.parent).own_id(path) == header["sessionId"]
+    assert path.stem.endswith(header["sessionId"][:8])
+
+
+def test_a_chat_without_a_readable_header_has_no_id_of_its_own(tmp_path: Path) -> None:
+    source = Gemini(tmp_path)
+    chat = tmp_path / "session-2026-11-28T04-52-62be604e.jsonl"
+    for data in (b"", b"not json\n", b'{"sessionId": "../x"}\n', b'{"id": "m", "type": "user"}\n'):
+        chat.write_bytes(data)
+        assert source.own_id(chat) is None, data
+    chat.write_bytes(b'{"sessionId": "62be604e-' + b"a" * 70_000 + b'"}')  # past the cap
+    assert source.own_id(chat) is None
+    assert source.own_id(tmp_path / "gone.jsonl") is None

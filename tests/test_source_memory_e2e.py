@@ -197,7 +197,7 @@ def test_a_fact_from_a_gemini_chat_is_recalled_in_claude_code(tmp_path: Path) ->
             assert "make ship" in asked
             injected = claude_prompt(home, repo, "how do we deploy this to production?")
             assert "deploy_command.md" in injected or "make ship" in injected, injected
-            assert call(home, "session", {"session": GEMINI_CHAT})["agent"] == "gemini"
+            assert call(home, "session", {"session": "a795b61b"})["agent"] == "gemini"
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 NOTES_RUN_TIMEOUT_S = 300.0
 
 
-def load_features(state_dir: Path, clock: Clock) -> tuple[Ledger, ExtractionStore, TokenCache]:
+Loaded = tuple["Ledger", "ExtractionStore", "TokenCache"]
+
+
+def load_features(state_dir: Path, clock: Clock) -> Loaded:
     """Import the feature modules and read their state (blocking: run in a worker thread).
     Everything the loop uses of them afterwards must be imported here: an import on the loop
     stops it serving for as long as the import takes."""

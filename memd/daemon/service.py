@@ -32,13 +32,14 @@ from memd import __version__
 from memd.changes import CHANGES
 from memd.clock import Clock, SystemClock, iso_utc
 from memd.config import LoadedConfig
-from memd.daemon.features import load_features, notes_settings
+from memd.daemon.features import Loaded, load_features, notes_settings
 from memd.daemon.health import Health
 from memd.daemon.logsetup import log_destination
 from memd.daemon.notify import Notifier
 from memd.daemon.optout import OptOuts
 from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
+from memd.daemon.session_ids import Renamed, carry_over
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.signals import Signals
 from memd.daemon.watch import WatchedRoot
@@ -165,9 +166,17 @@ class Daemon:
         """Import the feature modules and read their state (the usage ledger, the notes
         records: one file per session) in a worker thread while the loop keeps serving; build
         them, replay the growth seen meanwhile and set ``features_ready``."""
-        ledger, notes_store, tokens = await anyio.to_thread.run_sync(
-            load_features, self.loaded.paths.state_dir, self.clock
-        )
+        paths, provisional = self.loaded.paths, self.registry.provisional()
+
+        def load() -> tuple[list[tuple[SessionState, str]], Loaded]:
+            learned = self.registry.learn_ids(provisional)
+            renamed = [Renamed(s.session_id, new, s.project) for s, new in learned]
+            carry_over(renamed, paths.state_dir, paths.projects_root)
+            return learned, load_features(paths.state_dir, self.clock)
+
+        learned, (ledger, notes_store, tokens) = await anyio.to_thread.run_sync(load)
+        for state, session_id in learned:  # their records moved with them (carry_over)
+            self.registry.rename(state, session_id)
         import msgspec.msgpack
 
         from memd.llm.guard import CostGuard  # loaded by the thread: the loop never imports

@@ -1,9 +1,12 @@
 """The registry's indexes: sessions by path, by id and by project, newest first, with totals.
 
-``status`` and ``sessions`` answer from here in O(rows returned): the order index is a sorted
-list of ``(-mtime, path)`` kept per project and overall, and the totals the status line shows
-are kept as states come and go, never summed over every session. Pure bookkeeping, no I/O;
-used from the event loop only.
+A session is its id: the files that carry one id (a Gemini chat a resume in a new minute
+continued beside a 2-line file of the same ``sessionId``; the rare Claude Code session found
+in two project folders) are one session, shown and found as its *head*: the file memd
+follows, else the newest (:func:`_head_key`). ``status`` and ``sessions`` answer from here in
+O(rows returned): the order index is a sorted list of ``(-mtime, path)`` of the heads, kept
+per project and overall, and the totals the status line shows are kept as states come and go,
+never summed over every session. Pure bookkeeping, no I/O; used from the event loop only.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ def _key(state: SessionState) -> _OrderKey:
     return (-state.mtime, state.path)
 
 
+def _head_key(state: SessionState) -> tuple[bool, float, str]:
+    """Which of one id's files is the session: one memd follows, then the newest."""
+    return (bool(state.ignored), -state.mtime, state.path)
+
+
 def _discard(order: list[_OrderKey], key: _OrderKey) -> None:
     i = bisect_left(order, key)
     if i < len(order) and order[i] == key:
@@ -49,7 +57,8 @@ def _discard(order: list[_OrderKey], key: _OrderKey) -> None:
 
 
 class SessionIndex:
-    """Every known session, findable by path, id, id prefix and project, newest first."""
+    """Every known session file, findable by path; every session (an id and its head file)
+    by id, id prefix and project, newest first."""
 
     def __init__(self) -> None:
         self._by_path: dict[str, SessionState] = {}
@@ -57,6 +66,7 @@ class SessionIndex:
         # a set per id: with 10,000 sessions that alone would be ~2 MiB.
         self._by_id: dict[str, str | tuple[str, ...]] = {}
         self._ids: list[str] = []  # sorted, for prefix lookups
+        self._heads: dict[str, SessionState] = {}  # id → its head file's state, as ordered
         self._order: list[_OrderKey] = []
         self._project_order: dict[str, list[_OrderKey]] = {}
         self.totals = Totals()
@@ -64,7 +74,8 @@ class SessionIndex:
         self.recent_unknown: dict[str, None] = {}
 
     def __len__(self) -> int:
-        return len(self._by_path)
+        """How many sessions (ids)."""
+        return len(self._heads)
 
     def __contains__(self, path: str) -> bool:
         return path in self._by_path
@@ -79,21 +90,19 @@ class SessionIndex:
         return self._by_path.get(path)
 
     def by_id(self, session_id: str) -> SessionState | None:
-        paths = self._by_id.get(session_id)
-        if paths is None:
-            return None
-        return self._by_path[paths if isinstance(paths, str) else min(paths)]
+        """The session's head file's state."""
+        return self._heads.get(session_id)
 
     def _paths_of(self, session_id: str) -> tuple[str, ...]:
         paths = self._by_id.get(session_id, ())
         return (paths,) if isinstance(paths, str) else tuple(sorted(paths))
 
     def with_prefix(self, prefix: str) -> list[SessionState]:
-        """Sessions whose id starts with ``prefix``; O(log n + matches)."""
+        """Sessions (their heads) whose id starts with ``prefix``; O(log n + matches)."""
         out: list[SessionState] = []
         i = bisect_left(self._ids, prefix)
         while i < len(self._ids) and self._ids[i].startswith(prefix):
-            out.extend(self._by_path[p] for p in self._paths_of(self._ids[i]))
+            out.append(self._heads[self._ids[i]])
             i += 1
         return out
 
@@ -118,10 +127,31 @@ class SessionIndex:
             self._by_id[state.session_id] = state.path
         else:
             self._by_id[state.session_id] = (*paths, state.path)
-        key = _key(state)
-        insort(self._order, key)
-        insort(self._project_order.setdefault(state.project, []), key)
+        self._choose_head(state.session_id)
         CHANGES.bump()  # a published state: ``status`` shows it at once
+
+    def _choose_head(self, session_id: str) -> None:
+        """Order the id's head file (none when the id has no file left)."""
+        old = self._heads.pop(session_id, None)
+        if old is not None:
+            self._unorder(old)
+        states = [self._by_path[p] for p in self._paths_of(session_id)]
+        if not states:
+            return
+        head = min(states, key=_head_key)
+        self._heads[session_id] = head
+        key = _key(head)
+        insort(self._order, key)
+        insort(self._project_order.setdefault(head.project, []), key)
+
+    def _unorder(self, state: SessionState) -> None:
+        key = _key(state)
+        _discard(self._order, key)
+        project = self._project_order.get(state.project)
+        if project is not None:
+            _discard(project, key)
+            if not project:
+                del self._project_order[state.project]
 
     def _note_unknown(self, counts: dict[str, int]) -> None:
         recent = self.recent_unknown
@@ -146,13 +176,8 @@ class SessionIndex:
             _discard_id(self._ids, state.session_id)
         else:
             self._by_id[state.session_id] = rest[0] if len(rest) == 1 else rest
-        key = _key(state)
-        _discard(self._order, key)
-        project = self._project_order.get(state.project)
-        if project is not None:
-            _discard(project, key)
-            if not project:
-                del self._project_order[state.project]
+        if self._heads.get(state.session_id) is state:
+            self._choose_head(state.session_id)
 
 
 def _discard_id(ids: list[str], session_id: str) -> None:

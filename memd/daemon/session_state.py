@@ -46,6 +46,8 @@ def publish(
     conv = reader.conversation
     _publish_figures(conv, state)
     conv.release()
+    if reader.session_id and reader.session_id != state.session_id:
+        state.session_id = reader.session_id  # the agent's own id (the index re-keys it)
     cwd = reader.cwd
     state.cwd = sys.intern(cwd) if cwd else state.cwd
     if not state.project:  # once known it stays: the notes file lives under it

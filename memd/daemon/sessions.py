@@ -155,15 +155,51 @@ class SessionRegistry:
     # -- discovery -----------------------------------------------------------------------------
 
     async def discover(self) -> list[Path]:
-        """Stat every main transcript; register new ones; return those that need reading.
+        """Stat every main transcript; register new ones (by the agent's own id, where the
+        file's name does not say it: read from its head); return those that need reading.
 
         The directory walk runs in a worker thread; the index changes on the event loop.
         """
-        found = await anyio.to_thread.run_sync(self._walk)
-        return [path for path, st in found if self._needs_read(path, st)]
+        known = set(self._index.paths())
+        found = await anyio.to_thread.run_sync(self._walk, known)
+        return [path for path, st, own in found if self._needs_read(path, st, own)]
 
-    def _walk(self) -> list[tuple[Path, os.stat_result]]:
-        return [found for source in self.sources for found in source.walk()]
+    def _walk(self, known: set[str]) -> list[tuple[Path, os.stat_result, str | None]]:
+        """Every candidate file, its ``lstat`` and, for one not ``known`` yet, the agent's
+        own id of it (blocking)."""
+        return [
+            (path, st, None if str(path) in known else source.own_id(path))
+            for source in self.sources
+            for path, st in source.walk()
+        ]
+
+    def provisional(self) -> list[SessionState]:
+        """The sessions known by their file's name that their agent may know otherwise (its
+        own id, which :meth:`learn_ids` reads): saved before memd read agents' ids."""
+        out = []
+        for state in self._index.values():
+            found = self._key(Path(state.path))
+            if found is not None and found[1].session_id == state.session_id:
+                out.append(state)
+        return out
+
+    def learn_ids(self, states: list[SessionState]) -> list[tuple[SessionState, str]]:
+        """Each of ``states`` whose agent knows it by another id, and that id (blocking:
+        reads the files' heads)."""
+        out = []
+        for state in states:
+            found = self._key(Path(state.path))
+            own = found[0].own_id(Path(state.path)) if found is not None else None
+            if own and own != state.session_id:
+                out.append((state, own))
+        return out
+
+    def rename(self, state: SessionState, session_id: str) -> None:
+        """Know the session of ``state`` by ``session_id`` from now on (its agent's own)."""
+        if self._index.by_path(state.path) is not state:
+            return  # read again meanwhile: its reader said the id
+        self._index.put(dataclasses.replace(state, session_id=session_id))
+        self.dirty = True
 
     def locate(self, session_id: str) -> Path | None:
         """The session named ``session_id`` in any source, known or not yet (blocking)."""
@@ -210,11 +246,13 @@ class SessionRegistry:
     def _key(self, path: Path) -> tuple[Source, SessionKey] | None:
         return source_for(self.sources, path)
 
-    def _needs_read(self, path: Path, st: os.stat_result) -> bool:
+    def _needs_read(self, path: Path, st: os.stat_result, own_id: str | None = None) -> bool:
         found = self._key(path)
         if found is None:
             return False
         key = found[1]
+        if own_id:
+            key = dataclasses.replace(key, session_id=own_id)
         state = self._index.by_path(str(path))
         if state is None:
             state = new_state(key, path, st.st_mtime)

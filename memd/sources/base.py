@@ -144,6 +144,12 @@ class Reader(Protocol):
         """Why memd does not follow this session (no notes, no extraction), or None."""
         ...
 
+    @property
+    def session_id(self) -> str | None:
+        """The agent's own id of the session, as the file says it once read (None: the
+        file's name says it: :meth:`Source.session_key`)."""
+        ...
+
     def feed(self, lines: Iterable[tuple[int, bytes]]) -> int:
         """Take the next complete lines ``(offset, line)``; return how many were bad."""
         ...
@@ -167,6 +173,12 @@ class Source(Protocol):
 
     def locate(self, session_id: str) -> Path | None:
         """The file of session ``session_id``, known to the registry or not (blocking)."""
+        ...
+
+    def own_id(self, path: Path) -> str | None:
+        """The agent's own id of the session file ``path`` when its name does not say it
+        (read from its head: blocking, bounded), or None: the name says it, or the file does
+        not say (yet)."""
         ...
 
     def reader(self, path: str, inode: int) -> Reader:

@@ -100,6 +100,9 @@ class ClaudeCode:
     def reader(self, path: str, inode: int) -> ClaudeReader:
         return ClaudeReader(path, inode)
 
+    def own_id(self, path: Path) -> str | None:
+        return None  # the file's name is the session's id
+
     def project_of(self, key: SessionKey, cwd: str | None) -> str:
         return key.project
 
@@ -121,6 +124,7 @@ class ClaudeReader:
     """Claude Code's lines, one entry each, into one conversation."""
 
     ignored = None
+    session_id = None  # the file's name is the session's id
 
     def __init__(self, path: str, inode: int) -> None:
         self.path = path

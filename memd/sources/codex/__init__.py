@@ -79,6 +79,9 @@ class Codex:
     def reader(self, path: str, inode: int) -> CodexReader:
         return CodexReader(path, inode)
 
+    def own_id(self, path: Path) -> str | None:
+        return None  # the rollout's name ends with its thread id, the id Codex resumes by
+
     def project_of(self, key: SessionKey, cwd: str | None) -> str:
         return project_slug(cwd) if cwd else ""
 

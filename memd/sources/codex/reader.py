@@ -63,6 +63,7 @@ class CodexReader:
         self.conversation = Conversation(lines=FileLines(path, inode, decode=content_of))
         self.cwd: str | None = None
         self.ignored: str | None = NO_META
+        self.session_id: str | None = None  # the rollout's name says it: its thread id
         self._meta_seen = False
         self._last: str | None = None  # the entry the next one follows
         self._response: str | None = None  # the open response's id (model-side items)

@@ -17,20 +17,24 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from memd import foreign_reads
+from memd import foreign_reads, regular_file
 from memd.config import LoadedConfig
 from memd.memory.paths import project_slug
 from memd.sources.base import DreamScope, Layout, SessionKey, plain_name, under
+from memd.sources.common import decode_line
 from memd.sources.gemini.hooks import GeminiHooks
-from memd.sources.gemini.reader import GeminiReader
+from memd.sources.gemini.reader import GeminiReader, header_id
 from memd.sources.gemini.usage import RULES as USAGE_RULES
+from memd.sources.gemini.wire import line_decoder
 from memd.sources.room import Room
 from memd.state import SessionState
+from memd.transcript.parse import BadLine
 
 AGENT: Final = "gemini"
 LAYOUT: Final = Layout(depth=3, sessions_at=2)  # <project>/chats/, sub-agents' chats below
 _SMALL_FILE: Final = 1024 * 1024
 _PATH_MAX: Final = 64 * 1024
+_HEADER_MAX: Final = 64 * 1024  # a chat's first line: its header, a few hundred bytes
 
 
 class Gemini:
@@ -51,7 +55,7 @@ class Gemini:
             return None
         if rel.suffix != ".jsonl" or not rel.name.startswith("session-"):
             return None
-        return SessionKey(AGENT, "", rel.stem)
+        return SessionKey(AGENT, "", rel.stem)  # until the header says (own_id)
 
     def walk(self) -> list[tuple[Path, os.stat_result]]:
         found: list[tuple[Path, os.stat_result]] = []
@@ -84,9 +88,35 @@ class Gemini:
         return {why: n for why, n in self._unread.items() if n}
 
     def locate(self, session_id: str) -> Path | None:
+        """The chat of ``session_id`` (Gemini's ``sessionId``: of the files that carry it,
+        the biggest, which a resume keeps writing; or a file's name, the id memd gave a chat
+        before it read Gemini's)."""
         if not plain_name(session_id):
             return None
-        return next((p for p, _ in self.walk() if p.stem == session_id), None)
+        found: list[tuple[int, Path]] = []
+        for path, info in self.walk():
+            if path.stem == session_id:
+                return path
+            if path.stem.endswith("-" + session_id[:8]) and self.own_id(path) == session_id:
+                found.append((info.st_size, path))
+        return max(found)[1] if found else None
+
+    def own_id(self, path: Path) -> str | None:
+        """Gemini's ``sessionId``, from the chat's header (its first line): the id it
+        prints and resumes by, which every file of one chat carries."""
+        try:
+            with regular_file.open_regular(path) as file:
+                head = file.read(_HEADER_MAX)
+        except OSError:
+            return None
+        first, newline, _ = head.partition(b"\n")
+        if not newline and len(head) >= _HEADER_MAX:
+            return None
+        try:
+            line = decode_line(line_decoder, first, lossy=True)
+        except BadLine:
+            return None
+        return header_id(line) if line is not None else None
 
     def reader(self, path: str, inode: int) -> GeminiReader:
         folder = Path(path).parent.parent

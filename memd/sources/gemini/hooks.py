@@ -4,10 +4,9 @@ Gemini's prompt event is ``BeforeAgent`` (its ``prompt`` starts with the Session
 Gemini prepended in a ``<hook_context>`` element, left out of what memd reads as the prompt),
 its turn end ``AfterAgent`` (``prompt_response``: the answer its chat file will hold), and
 ``SessionStart`` (``source``); memd installs those three. Its sessions are known from this
-daemon's own record. A turn end's session is the chat file its ``transcript_path`` names
-(memd keys a chat by its file's name), and so is a prompt's ``followed`` (what memd's usage
-record keys the memories injected there by). The answer is the hooks JSON under Gemini's own event
-name (SessionStart's goes before the first prompt).
+daemon's own record, by Gemini's ``session_id`` (its chat's ``sessionId``, which memd keys the
+chat by, and its usage record the memories injected there). The answer is the hooks JSON
+under Gemini's own event name (SessionStart's goes before the first prompt).
 """
 
 from __future__ import annotations
@@ -40,8 +39,6 @@ class GeminiHooks:
 
     def parse(self, name: str, data: Mapping[str, Any], env: Env | None) -> HookEvent:
         session_id, cwd = text_field(data, "session_id"), cwd_field(data)
-        if name == "AfterAgent":
-            return _turn_end(name, data, cwd)
         if not session_id:
             return Unhandled(name, "no session_id")
         match name:
@@ -49,7 +46,11 @@ class GeminiHooks:
                 return SessionStart(name, session_id, cwd, source=text_field(data, "source"))
             case "BeforeAgent":
                 prompt = _HOOK_CONTEXT.sub("", text_field(data, "prompt"), count=1)
-                return PromptSubmit(name, session_id, cwd, prompt=prompt, followed=_chat(data))
+                return PromptSubmit(name, session_id, cwd, prompt=prompt)
+            case "AfterAgent":
+                # the answer its chat file will hold: waited for as a Stop waits for its own
+                answer = text_field(data, "prompt_response")
+                return TurnEnd(name, session_id, cwd, answer=answer)
         return Unhandled(name, "not an event memd uses")
 
     def limit(self, text: str) -> str:
@@ -57,22 +58,3 @@ class GeminiHooks:
 
     def output(self, event: HookEvent, text: str) -> str | None:
         return context_json(event, text)
-
-
-def _turn_end(name: str, data: Mapping[str, Any], cwd: str) -> HookEvent:
-    """``AfterAgent``: a turn end of the chat ``transcript_path`` names, waiting for that
-    file to hold ``prompt_response`` as a Stop waits for its answer."""
-    stem = _chat(data)
-    if not stem:
-        return Unhandled(name, "no chat file named")
-    return TurnEnd(name, stem, cwd, answer=text_field(data, "prompt_response"))
-
-
-def _chat(data: Mapping[str, Any]) -> str:
-    """The name memd keys the chat by: its file's, as ``transcript_path`` names it (``""``:
-    none)."""
-    transcript = text_field(data, "transcript_path")
-    stem, dot, suffix = transcript.rsplit("/", 1)[-1].rpartition(".")
-    if not transcript.startswith("/") or not dot or suffix not in ("json", "jsonl") or not stem:
-        return ""
-    return stem

@@ -56,6 +56,18 @@ from memd.transcript.parse import BadLine
 log = logging.getLogger(__name__)
 
 NO_MESSAGES: Final = "no message of its own (what a resume leaves beside the real file)"
+
+
+def header_id(line: Line) -> str | None:
+    """The session id a main chat's header line gives (``sessionId``), when it is a plain
+    name; None for any other line."""
+    sid = line.sessionId
+    if sid is None or line.kind not in (None, "main") or line.id is not None:
+        return None
+    plain = 0 < len(sid) <= 128 and "/" not in sid and "\0" not in sid and sid not in (".", "..")
+    return sid if plain else None
+
+
 SLACK: Final = 64  # replaced entries kept beyond the history's size before a rebuild
 
 
@@ -77,6 +89,7 @@ class GeminiReader:
         self._answered: set[str] = set()  # message ids counted as turn ends
         self._snapshots: set[str] = set()  # ids of compression summaries seen
         self._boundary: SystemEntry | None = None  # the history is a compression's
+        self.session_id: str | None = None  # Gemini's sessionId, from the first header
 
     @property
     def ignored(self) -> str | None:
@@ -117,6 +130,8 @@ class GeminiReader:
             self._upsert(line, f"{at}", at, size, counted=True)
         elif line.sessionId is not None and line.kind not in (None, "main"):
             self._subagent = True
+        elif self.session_id is None:
+            self.session_id = header_id(line)
 
     def _entry(self, message: Message, uuid: str, at: int, size: int) -> UserEntry | AssistantEntry:
         role = ROLES[message.type or "user"]
