@@ -138,11 +138,16 @@ def test_share_automatic_sync_unshare_and_restore(tmp_path: Path) -> None:
         assert code == 1 and "secret" in err and (alice.memory / "key.md").exists()
         code, out, err = alice.team("share", "ci.md")
         assert code == 0, err
+        (alice.memory / "team" / "key.md").write_text(memory("key", "pw: password=s3cr3tpass"))
         assert not (alice.memory / "ci.md").exists()
         assert "(ci.md)" in (alice.memory / "team" / "MEMORY.md").read_text()
         assert "ci.md" not in (alice.memory / "MEMORY.md").read_text()
         assert alice.team("auto", "on")[0] == 0
         wait_for(lambda: "ci.md" in remote_names(origin), timeout=30, what="the automatic push")
+        code, out, _ = alice.team("status")
+        assert code == 0 and "automatic sync: on" in out
+        assert "key.md: it holds what looks like a secret (password)" in out
+        assert "key.md" not in remote_names(origin)
         assert bob.team("sync")[0] == 0 and (bob.memory / "team" / "ci.md").exists()
         code, out, err = bob.team("unshare", "team/ci.md")
         assert code == 0, err

@@ -12,14 +12,20 @@ SECRET = "AKIA" + "Q3EXAMPLE7XYZ12345"
 
 
 def push_tree(
-    url: str, files: dict[bytes, tuple[bytes, bytes]], ref: str = "refs/memd/team"
+    url: str,
+    files: dict[bytes, tuple[bytes, bytes]],
+    ref: str = "refs/memd/team",
+    *,
+    parent: bool = False,
 ) -> None:
-    """Put a commit with ``files`` (name → (mode, content or target id)) on ``ref``, as
-    anyone with push access could."""
+    """Put a commit with ``files`` (name → (mode, content or target id)) on ``ref`` (on top
+    of it with ``parent``, else replacing it), as anyone with push access could."""
     parts = [
         b"commit " + ref.encode() + b"\n",
         b"committer Mallory <m@x> 1700000000 +0000\ndata 4\nevil\n",
     ]
+    if parent:
+        parts.append(b"from " + ref.encode() + b"^0\n")
     for name, (mode, data) in files.items():
         quoted = b'"' + b"".join(b"\\%03o" % c for c in name) + b'"'
         if mode == b"160000":

@@ -20,6 +20,7 @@ written here; the sync leaves it on the remote as it is.
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from memd_client.names import escape_name
 MAX_DEPTH = 4  # folders and the file: team/<a>/<b>/<c>/x.md
 MAX_NAME_BYTES = 512
 MAX_PART_BYTES = 255
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+_OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 FILE_MODES = frozenset({b"100644", b"100755"})
 _KIND_OF_MODE = {
     b"120000": "a symbolic link",
@@ -96,7 +99,7 @@ def name_problem(raw: bytes) -> str | None:
             return "its name has a hidden part (starting with '.')"
         if len(part.encode()) > MAX_PART_BYTES:
             return f"a part of its name is longer than {MAX_PART_BYTES} bytes"
-    if any(ord(c) < 32 or ord(c) == 127 or c == "\\" for c in text):
+    if _BAD_CHARS.search(text):
         return "its name holds a control character or a backslash"
     if not text.endswith(".md") or text.endswith("/.md"):
         return "it is not a Markdown file (*.md)"
@@ -168,4 +171,4 @@ def _entries(out: bytes) -> Iterator[tuple[bytes, bytes, str, int, bytes]]:
 
 
 def _is_oid(text: str) -> bool:
-    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+    return _OID.fullmatch(text) is not None

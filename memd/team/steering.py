@@ -68,7 +68,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         "it holds chat-turn markers",
-        re.compile(r"(?m)^\s*(?:human|assistant)\s*:\s*\S|\[/?inst\]|<<\s*/?sys\s*>>"),
+        re.compile(r"^\s*(?:human|assistant)\s*:\s*\S|\[/?inst\]|<<\s*/?sys\s*>>", re.MULTILINE),
     ),
     (
         "it holds tool-call syntax",
@@ -81,6 +81,10 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# One pass over a text for every rule (the common case, a note, matches none of them).
+_ANY = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in _RULES), re.MULTILINE)
+
+
 def steering(text: str) -> str | None:
     """Why ``text`` reads as an attempt to steer an agent, or ``None``."""
     text = text[:MAX_CHECKED_CHARS]
@@ -88,6 +92,8 @@ def steering(text: str) -> str | None:
     if hidden is not None:
         return f"it holds characters a reader does not see (U+{ord(hidden.group()):04X})"
     folded = _folded(text)
+    if _ANY.search(folded) is None:
+        return None
     for reason, pattern in _RULES:
         if pattern.search(folded):
             return reason
