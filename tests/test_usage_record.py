@@ -25,6 +25,7 @@ from memd.memory.usage import (
     Verdict,
     as_dict,
 )
+from tests.conftest import PROFILE_SUPPRESSED
 
 A, B, C = "/m/a.md", "/m/b.md", "/m/c.md"
 
@@ -206,7 +207,10 @@ def test_a_file_past_the_size_cap_is_not_read_whole(
     assert (tmp_path / (USAGE_FILE + ".corrupt")).exists()
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    suppress_health_check=[*PROFILE_SUPPRESSED, HealthCheck.function_scoped_fixture],
+)
 @given(
     steps=st.lists(
         st.tuples(
