@@ -16,9 +16,10 @@ from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Verdict
 from memd.dream.lock import LOCK_NAME
 from memd.dream.service import DreamService
+from memd.llm.backends import Protocol
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import LEDGER_FILE, Ledger
-from memd.llm.models import models_of
+from memd.llm.models import Models, models_of
 from memd.memory.location import Location
 
 if TYPE_CHECKING:
@@ -31,7 +32,10 @@ def make_service(
     config: Config | None = None,
     *,
     retire_candidates: Callable[[Path], list[str]] | None = None,
+    protocol: Protocol = "tools",
 ) -> DreamService:
+    """``protocol``: how the dream asks ``llm`` (``whole``: one answer, as a local server's
+    small model is asked)."""
     clock = SystemClock()
     cfg = config or Config()
     ledger = Ledger(tmp_path / LEDGER_FILE, clock)
@@ -48,7 +52,7 @@ def make_service(
         clock,
         ledger,
         CostGuard(cfg.budget, ledger, clock),
-        lambda: models_of(llm),
+        lambda: models_of(llm) if protocol == "tools" else Models.single(llm, protocol=protocol),
         locate,
         DirExclusion(),
         retire_candidates=retire_candidates,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -44,54 +44,24 @@ from memd.agent.runner import (
 )
 from memd.agent.tools import Tool
 from memd.clock import Clock
-from memd.confined import Area, ChangeGuard, Refused
+from memd.confined import Area, Refused
 from memd.dream import changelog, prompts, snapshot, wipe
 from memd.dream.changelog import Change
+from memd.dream.job import DreamSettings, Job
 from memd.dream.journal import Journal, RecordRefused
+from memd.dream.one_answer import dream_once
 from memd.dream.recorder import Recorder
 from memd.dream.runs import SNAPSHOT
 from memd.dream.tools import Written, dream_tools
 from memd.dream.undo import Undone, undo
-from memd.errors import WriteFailed
+from memd.errors import MalformedAnswer, WriteFailed
+from memd.llm.backends import Protocol
 from memd.llm.client import LLM, Usage
 from memd.llm.ledger import Ledger
 from memd.memory.paths import INDEX_FILENAME
 from memd.privacy import scrub_text
-from memd.sources.base import DreamScope
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DreamSettings:
-    model: str
-    max_turns: int
-    timeout_s: float
-    max_tokens: int
-    index_max_lines: int = 200
-    index_max_bytes: int = 25_000
-    redact_secrets: bool = True
-    snapshot_max_bytes: int = snapshot.SNAPSHOT_MAX_BYTES
-
-
-# Records what the given memory files cite (issue 26), each rewrite told to the guard first.
-CiteRun = Callable[[Sequence[str], ChangeGuard], tuple[str, ...]]
-
-
-@dataclass(frozen=True)
-class Job:
-    memory_dir: Path
-    run_dir: Path
-    transcripts: tuple[DreamScope, ...]  # the sessions TranscriptGrep searches
-    sessions: tuple[str, ...]
-    project: str
-    today: str
-    trigger_session: str = ""
-    # Issue 26: memories whose citations have all failed memory.citation_retire_days.
-    retire: tuple[str, ...] = ()
-    # Issue 26: records what the files a kept run wrote cite (relative paths; the guard is
-    # told each rewrite before it is made); the files rewritten.
-    cite: CiteRun | None = None
 
 
 @dataclass(frozen=True)
@@ -117,8 +87,10 @@ async def consolidate(
     clock: Clock,
     abort: anyio.Event,
     on_progress: Callable[[AgentProgress], None] | None = None,
+    protocol: Protocol = "tools",
 ) -> DreamOutcome:
-    """Run one dream on ``job`` (see the module docstring)."""
+    """Run one dream on ``job`` (see the module docstring); ``protocol``: the model drives
+    the tools, or is asked for one answer (:mod:`memd.dream.one_answer`)."""
     snap = job.run_dir / SNAPSHOT
     book = Journal(job.run_dir)
     try:
@@ -133,7 +105,7 @@ async def consolidate(
     tools, written = dream_tools(
         job.memory_dir, recorder, job.transcripts, secrets=settings.redact_secrets
     )
-    spec, messages = _request(settings, job, tools, index)
+    kept = Kept(before, index, written, recorder)
     run: AgentRun | None = None
     try:
         async with anyio.create_task_group() as tg:
@@ -143,9 +115,8 @@ async def consolidate(
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch_abort)
-            run = await run_agent(
-                llm, spec, messages, ledger=ledger, clock=clock, on_progress=on_progress
-            )
+            ask = Ask(llm, ledger, clock, on_progress)
+            run = await _drive(ask, settings, job, protocol, tools, kept)
             tg.cancel_scope.cancel()
     except BaseException:
         with anyio.CancelScope(shield=True):
@@ -153,7 +124,6 @@ async def consolidate(
         raise
     if run is None:
         return await anyio.to_thread.run_sync(_give_up, job, "aborted", "aborted on request")
-    kept = Kept(before, index, written, recorder)
     return await anyio.to_thread.run_sync(_settle, job, settings, run, kept)
 
 
@@ -161,6 +131,44 @@ def _prepare(job: Job, book: Journal, max_bytes: int) -> snapshot.Tree:
     """The run's journal and snapshot, both on disk for good (blocking)."""
     book.create()
     return snapshot.take(job.memory_dir, job.run_dir / SNAPSHOT, max_bytes=max_bytes)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """How a run asks its model: the client, and what counts and follows the calls."""
+
+    llm: LLM
+    ledger: Ledger
+    clock: Clock
+    on_progress: Callable[[AgentProgress], None] | None
+
+
+async def _drive(
+    ask: Ask,
+    settings: DreamSettings,
+    job: Job,
+    protocol: Protocol,
+    tools: Mapping[str, Tool],
+    kept: Kept,
+) -> AgentRun:
+    """The model's part of a run: the tool loop, or one answer memd applies itself."""
+    if protocol == "whole":
+        return await dream_once(
+            ask.llm,
+            settings,
+            job,
+            kept.before,
+            kept.index,
+            kept.recorder,
+            kept.written,
+            ledger=ask.ledger,
+            clock=ask.clock,
+            on_progress=ask.on_progress,
+        )
+    spec, messages = _request(settings, job, tools, kept.index)
+    return await run_agent(
+        ask.llm, spec, messages, ledger=ask.ledger, clock=ask.clock, on_progress=ask.on_progress
+    )
 
 
 @dataclass(frozen=True)
@@ -246,6 +254,8 @@ def _run_problem(run: AgentRun) -> str | None:
             return f"the agent timed out after {run.ended_at - run.started_at:.0f} s"
         case Failed(error=WriteFailed() as error):
             return _write_problem(error)
+        case Failed(error=MalformedAnswer() as error):
+            return f"the model's answer was refused: {error}"
         case Failed(error=error):
             return f"the model call failed: {error}"
         case unreachable:

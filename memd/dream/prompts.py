@@ -3,6 +3,7 @@ around, collect, fold together, trim and index."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from memd.privacy import scrub_text
@@ -95,3 +96,103 @@ def task_message(
     if retire:
         text += RETIRE.format(notes="\n".join(f"- {name}" for name in retire[:50]))
     return scrub_text(text, secrets=secrets)
+
+
+# -- one answer (issue 34): a model that cannot drive the tools answers once -------------------
+
+ONE_ANSWER_SYSTEM = """\
+You tidy a project's long-term memory while its developer is away. The memory is a folder of
+Markdown notes that future coding sessions read at start-up. Leave it smaller, truer and
+easier to scan than you found it.
+
+You have no tools. memd has gathered the notes, the index and a few excerpts of recent
+sessions for you. You answer once, with a JSON list of operations on the memory folder;
+memd checks them all and applies them. If any operation breaks a rule, none is applied."""
+
+ONE_ANSWER_TASK = """\
+Consolidate this project's memory. Today is {today} (UTC).
+
+1. Look around: the index (MEMORY.md) and the notes are below.
+2. Collect: what is new or no longer true? Notes that repeat or contradict each other, and
+   the excerpts of the sessions since the last consolidation.
+3. Fold together: merge notes that belong together into one; rewrite relative dates
+   ("yesterday", "last week") as absolute dates; remove facts newer information contradicts.
+4. Trim and index: MEMORY.md is an index, one line per note,
+   `- [Title](file.md) — short hook`, each under 150 characters, at most {max_lines} lines.
+
+MEMORY.md now:
+<index>
+{index}
+</index>
+
+The notes ({count} shown whole; only those may be changed):
+{files}
+Excerpts of the sessions since the last consolidation (searched for: {terms}):
+<excerpts>
+{excerpts}
+</excerpts>
+{retire}
+Answer with JSON only, no other text, in exactly this shape:
+
+{"summary": "one line: what you improved",
+ "operations": [
+  {"op": "merge", "files": ["a.md", "b.md"], "text": "the whole merged note, frontmatter first"},
+  {"op": "edit", "file": "c.md", "old": "exact text of the note", "new": "what replaces it"},
+  {"op": "edit", "file": "d.md", "text": "the whole new note, frontmatter first"},
+  {"op": "delete", "file": "e.md", "merged_into": "a.md"},
+  {"op": "index", "lines": ["- [Title](a.md) — short hook"]}
+ ]}
+
+Rules:
+- Name only notes shown whole above, exactly as they are named. There are no new files.
+- merge keeps the first note named, holding your text, and deletes the others.
+- delete a note only when its content is in a note you merge into or edit in this answer,
+  and name that note in merged_into. Never delete anything else.
+- Every note keeps its frontmatter block: name, description, type (one of user, feedback,
+  project, reference).
+- team/ notes are shared with the repository's collaborators: you may edit one that is
+  wrong; never merge or delete one.
+- index replaces MEMORY.md: a line for every note that remains. Leave it out to keep the
+  index as it is (memd drops the lines of notes you deleted). If MEMORY.md is missing, give
+  one.
+- At most {max_ops} operations. If nothing needs to change, answer
+  {"summary": "nothing to change", "operations": []}."""
+
+PART = ' shown="in part or described only: do not change"'
+
+
+def one_answer_message(
+    *,
+    today: str,
+    index: str,
+    files: Sequence[tuple[str, str, bool]],
+    excerpts: Sequence[str],
+    terms: Sequence[str],
+    max_lines: int,
+    max_ops: int,
+    secrets: bool = True,
+    retire: Sequence[str] = (),
+) -> str:
+    """The one request of a dream asked for one answer, scrubbed. ``files``: (name, text
+    shown, whether whole)."""
+    notes = "".join(
+        f'<note file="{name}"{"" if whole else PART}>\n{text.rstrip(chr(10))}\n</note>\n'
+        for name, text, whole in files
+    )
+    fields = {
+        "{today}": today,
+        "{max_lines}": str(max_lines),
+        "{index}": index.strip() or "(MEMORY.md is empty or missing)",
+        "{count}": str(sum(1 for _, _, whole in files if whole)),
+        "{files}": notes or "(no notes)\n",
+        "{terms}": ", ".join(terms) or "nothing to search for",
+        "{excerpts}": "\n".join(excerpts) or "(none found)",
+        "{retire}": RETIRE.format(notes="\n".join(f"- {n}" for n in retire[:50])) if retire else "",
+        "{max_ops}": str(max_ops),
+    }
+    # One pass: what the disk gave (notes, index, excerpts) is never searched for fields.
+    text = _FIELD.sub(lambda found: fields[found.group(0)], ONE_ANSWER_TASK)
+    return scrub_text(text, secrets=secrets)
+
+
+_FIELD = re.compile(r"\{(?:today|max_lines|index|count|files|terms|excerpts|retire|max_ops)\}")

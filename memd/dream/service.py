@@ -40,9 +40,10 @@ from memd.config import Config
 from memd.confined import ChangeGuard
 from memd.daemon.queues import CoalescingQueue
 from memd.dream import claim, gates, lock
-from memd.dream.consolidate import CiteRun, DreamOutcome, DreamSettings, Job, consolidate
+from memd.dream.consolidate import DreamOutcome, consolidate
 from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
+from memd.dream.job import CiteRun, DreamSettings, Job
 from memd.dream.restore import pending_reason, recover_all, recover_run
 from memd.dream.runs import UNDO_PENDING, RunRecord, RunStore
 from memd.dream.status import dir_row, printable
@@ -244,14 +245,6 @@ class DreamService:
             return "the model client is loading"
         if isinstance(llm, Disabled):
             return llm.reason
-        if llm.protocol == "whole":
-            facts = getattr(llm.llm, "facts", None)
-            fixed = facts is not None and not facts().tools  # an agent's CLI: never tools
-            return (
-                f"a dream needs a model that drives tools, and {llm.backend} is asked for whole "
-                f"answers; name one in llm.models.dream (e.g. anthropic:claude-sonnet-4-6)"
-                + ("" if fixed else f" or set llm.{llm.backend}.protocol: tools")
-            )
         decision = self._guard.check("dream", subject=key, input_key=GUARD_KEY)
         if not isinstance(decision, GuardGo):
             return f"cost guard: {decision.reason}"
@@ -383,6 +376,7 @@ class DreamService:
                     clock=self._clock,
                     abort=running.abort,
                     on_progress=progress,
+                    protocol=llm.protocol,
                 )
         except BaseException:
             with anyio.CancelScope(shield=True):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,12 @@ MAX_TOTAL_BYTES = 512 * 1024 * 1024  # read per search, over every transcript
 MIN_TERM_CHARS = 3
 MAX_TERM_CHARS = 200
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# memd's own search for a one-answer dream: what it shows the model of the transcripts.
+GATHER_PER_TERM = 3
+GATHER_MAX_EXCERPTS = 24
+GATHER_MAX_CHARS = 6_000
+GATHER_MAX_FILES = 50
+GATHER_MAX_BYTES = 64 * 1024 * 1024  # read over every transcript, for one run
 
 
 def count_sessions(
@@ -115,7 +121,7 @@ class TranscriptGrep:
         size = 0
         budget = [MAX_TOTAL_BYTES]
         for path in _newest_first(self.scopes):
-            for number, excerpt in _matches(path, regex, self.secrets, budget):
+            for number, excerpt, _ in _matches(path, regex, self.secrets, budget):
                 line = f"{path.name}:{number}: {excerpt}"
                 out.append(line)
                 size += len(line) + 1
@@ -128,15 +134,61 @@ class TranscriptGrep:
         return "\n".join(out) if out else "No matches found"
 
 
-def _newest_first(scopes: Sequence[DreamScope]) -> list[Path]:
+def excerpts(
+    scopes: Sequence[DreamScope],
+    terms: Sequence[str],
+    *,
+    sessions: Collection[str] = (),
+    secrets: bool = True,
+) -> list[str]:
+    """Excerpts of the newest session files (of ``sessions`` when any are named) around any of
+    ``terms`` (literal, case ignored), at most :data:`GATHER_PER_TERM` per term and
+    :data:`GATHER_MAX_EXCERPTS` in all, within :data:`GATHER_MAX_CHARS`; one pass reading
+    at most :data:`GATHER_MAX_BYTES` (blocking)."""
+    usable = [
+        term.strip()
+        for term in dict.fromkeys(terms)
+        if MIN_TERM_CHARS <= len(term.strip()) <= MAX_TERM_CHARS and "\n" not in term
+    ]
+    if not usable:
+        return []
+    regex = re.compile("|".join(re.escape(term) for term in usable), re.IGNORECASE)
+    left = {term.casefold(): GATHER_PER_TERM for term in usable}
+    out: list[str] = []
+    size = 0
+    budget = [GATHER_MAX_BYTES]
+    paths = _newest_first(scopes, frozenset(sessions))[:GATHER_MAX_FILES]
+    for path in paths:
+        for number, excerpt, term in _matches(path, regex, secrets, budget):
+            if left.get(term, 0) <= 0:
+                continue
+            line = f"{path.name}:{number}: {excerpt}"
+            if size + len(line) > GATHER_MAX_CHARS:
+                return out
+            left[term] -= 1
+            out.append(line)
+            size += len(line) + 1
+            if len(out) >= GATHER_MAX_EXCERPTS or not any(left.values()):
+                return out
+        if budget[0] <= 0:
+            break
+    return out
+
+
+def _newest_first(
+    scopes: Sequence[DreamScope], sessions: frozenset[str] = frozenset()
+) -> list[Path]:
+    """The session files of ``scopes`` (of ``sessions`` only, when any are named), newest
+    first, at most :data:`MAX_FILES`."""
     found: dict[Path, float] = {}
     for scope in scopes:
         try:
             with os.scandir(scope.folder) as entries:
                 for entry in entries:
-                    if scope.session_of(entry.name) is not None and entry.is_file(
-                        follow_symlinks=False
-                    ):
+                    session = scope.session_of(entry.name)
+                    if session is None or (sessions and session not in sessions):
+                        continue
+                    if entry.is_file(follow_symlinks=False):
                         found[Path(entry.path)] = entry.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue
@@ -146,9 +198,10 @@ def _newest_first(scopes: Sequence[DreamScope]) -> list[Path]:
 
 def _matches(
     path: Path, regex: re.Pattern[str], secrets: bool, budget: list[int]
-) -> Iterator[tuple[int, str]]:
-    """Excerpts of matching lines, cut from the line after it was scrubbed whole (a secret or
-    a private span that straddles the excerpt's edge never leaks a piece)."""
+) -> Iterator[tuple[int, str, str]]:
+    """Excerpts of matching lines (line number, excerpt, what matched, case folded), cut from
+    the line after it was scrubbed whole (a secret or a private span that straddles the
+    excerpt's edge never leaks a piece)."""
     for number, raw in _lines(path, budget):
         text = raw.decode("utf-8", "replace")
         if regex.search(text) is None:
@@ -159,7 +212,7 @@ def _matches(
             continue  # the match was inside something scrubbed away
         start = max(0, hit.start() - EXCERPT_CHARS // 2)
         excerpt = clean[start : start + EXCERPT_CHARS].replace("\n", " ")
-        yield number, ("…" if start else "") + excerpt
+        yield number, ("…" if start else "") + excerpt, hit.group(0).casefold()
 
 
 def _lines(path: Path, budget: list[int]) -> Iterator[tuple[int, bytes]]:

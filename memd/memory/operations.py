@@ -70,7 +70,7 @@ def parse_operations(reply: LLMReply) -> list[MemoryDraft]:
     """The drafts an answer asks for (pure); :class:`MalformedAnswer` says why none."""
     if reply.cut_short:
         raise MalformedAnswer("the operations were cut short at the output limit; nothing saved")
-    data = _json_of(reply.text)
+    data = json_object(reply.text)
     ops = data.get("operations") if isinstance(data, dict) else None
     if not isinstance(ops, list):
         raise MalformedAnswer('the answer is not {"operations": [...]}; nothing saved')
@@ -89,7 +89,7 @@ def parse_operations(reply: LLMReply) -> list[MemoryDraft]:
     return drafts
 
 
-def _json_of(text: str) -> Any:
+def json_object(text: str) -> Any:
     """The JSON object in an answer (a fenced block or the outermost braces)."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:

@@ -5,7 +5,9 @@ local model would, faults included, for tests and ``bench/weak_model.py``.
 Every ``fault_every``-th answer is bad, in turn: cut short at the output limit, the notes'
 sections renamed, the notes' content dropped, or not JSON at all (so with the default of 3,
 invalid JSON comes one time in three among the memory answers). The good answers keep what
-the notes held and add one line per request, and save one memory per request.
+the notes held and add one line per request, and save one memory per request. A dream asked
+for one answer is answered by :mod:`memd.testing.weak_dream`, its faults counted apart
+(every ``fault_every``-th dream, in turn: :data:`~memd.testing.weak_dream.DREAM_FAULTS`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback_replies import Reply, message_text, system_text
+from memd.testing.weak_dream import DREAM_FAULTS, DREAM_SYSTEM, dream_reply
 
 FAULTS = ("cut_short", "wrong_sections", "invalid_json", "dropped")
 _CURRENT = re.compile(r"<current_notes>\n(.*?)\n</current_notes>", re.S)
@@ -30,11 +33,14 @@ class WeakModel:
 
     fault_every: int = 3
     answered: int = 0
+    dreams: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, body: dict[str, Any]) -> Reply | None:
         system = system_text(body)
+        if DREAM_SYSTEM in system:
+            return self._dream(message_text(body["messages"][-1]))
         notes = "complete, updated notes file" in system
         memory = "answer with a list of operations" in system
         if not (notes or memory):
@@ -48,6 +54,16 @@ class WeakModel:
                 self.faults[fault] = self.faults.get(fault, 0) + 1
         text = message_text(body["messages"][-1])
         return self._notes(text, number, fault) if notes else self._memory(number, fault)
+
+    def _dream(self, text: str) -> Reply:
+        with self._lock:
+            self.dreams += 1
+            fault = None
+            if self.fault_every and self.dreams % self.fault_every == 0:
+                turn = self.dreams // self.fault_every - 1
+                fault = DREAM_FAULTS[turn % len(DREAM_FAULTS)]
+                self.faults[f"dream_{fault}"] = self.faults.get(f"dream_{fault}", 0) + 1
+        return dream_reply(text, fault)
 
     def _notes(self, text: str, number: int, fault: str | None) -> Reply:
         found = _CURRENT.search(text)
