@@ -1,6 +1,7 @@
 """Dreams killed with SIGKILL just before a given write, each in a process of its own.
 
-``python -m tests.dream_kill_driver`` reads lines ``ROOT AT`` on stdin. For each, it forks a
+``python -m tests.dream_kill_driver`` reads lines ``ROOT AT [PROTOCOL]`` on stdin (the
+dream's protocol: ``tools``, the default, or ``whole``). For each, it forks a
 child (everything imported once, before any thread starts) that runs the dream service over
 the world at ROOT (made by :func:`tests.dream_steps.prepare`; its state dir ``ROOT/state``)
 against a loopback Messages API of its own, counting every write in the state dir and the
@@ -24,7 +25,7 @@ from pathlib import Path
 import anyio
 
 from memd.config import LLMConfig
-from memd.llm.backends import open_llm
+from memd.llm.backends import Protocol, open_llm
 from memd.llm.client import Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI
 from tests.dream_steps import STEPS, handler, memory_of, prepare
@@ -33,14 +34,14 @@ from tests.dream_support import make_service
 OUT = "driver.out"
 
 
-async def dream(root: Path, at: int) -> str:
+async def dream(root: Path, at: int, protocol: Protocol = "tools") -> str:
     """One forced dream over ``root``, killed before write ``at``; its state when it ends."""
     memory = memory_of(root)
     with LoopbackAPI() as api:
-        api.set_handler(handler())
+        api.set_handler(handler(protocol=protocol))
         llm = open_llm(LLMConfig(base_url=api.url, timeout_s=30.0), {"ANTHROPIC_API_KEY": "k"})
         assert not isinstance(llm, Disabled)
-        service = make_service(root, llm)
+        service = make_service(root, llm, protocol=protocol)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(service.run)
@@ -63,9 +64,9 @@ async def dream(root: Path, at: int) -> str:
     return state
 
 
-def child(root: Path, at: int) -> int:
+def child(root: Path, at: int, protocol: Protocol) -> int:
     try:
-        state = anyio.run(dream, root, at)
+        state = anyio.run(dream, root, at, protocol)
     except BaseException:
         traceback.print_exc()
         return 1
@@ -83,12 +84,13 @@ def warm_up() -> None:
 def serve() -> None:
     warm_up()
     for line in sys.stdin:
-        root, at = line.split()
+        root, at, *rest = line.split()
+        protocol: Protocol = "whole" if rest == ["whole"] else "tools"
         pid = os.fork()
         if pid == 0:
             code = 1
             with contextlib.suppress(BaseException):
-                code = child(Path(root), int(at))
+                code = child(Path(root), int(at), protocol)
             os._exit(code)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), flush=True)

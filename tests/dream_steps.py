@@ -16,6 +16,7 @@ new folder, writes a new index, and leaves a private span for the scrub to take 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import threading
@@ -26,6 +27,7 @@ from typing import Any
 import anyio
 
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
+from memd.llm.backends import Protocol
 from memd.llm.client import LLM
 from memd.testing import loopback_replies as replies
 from tests.dream_support import make_service
@@ -176,12 +178,27 @@ def dream_script() -> replies.Message:
     )
 
 
-def handler(on_second: Callable[[], None] | None = None) -> Callable[[Any], replies.Reply]:
+def one_answer() -> replies.Message:
+    """The same changes asked for in one answer (a dream on a ``whole`` route): the merge,
+    the date, the index; no new note (one answer makes none)."""
+    ops = [
+        {"op": "merge", "files": ["a.md", "merged_494.md"], "text": MERGED},
+        {"op": "edit", "file": "c.md", "old": "yesterday", "new": "on 2026-11-21"},
+        {"op": "index", "lines": ["- [a](a.md) — a", "- [c](c.md) — c"]},
+    ]
+    return replies.text(json.dumps({"summary": "Merged and dated.", "operations": ops}))
+
+
+def handler(
+    on_second: Callable[[], None] | None = None, protocol: Protocol = "tools"
+) -> Callable[[Any], replies.Reply]:
     """The loopback's answers: the changes, then the end (``on_second`` runs before it)."""
     calls: list[int] = []
 
     def answer(body: Any) -> replies.Reply:
         calls.append(1)
+        if protocol == "whole":
+            return one_answer()
         if len(calls) == 1:
             return dream_script()
         if on_second is not None:
@@ -195,10 +212,10 @@ def memory_of(root: Path) -> Path:
     return root / "projects" / "proj" / "memory"
 
 
-async def run_once(root: Path, llm: LLM) -> dict[str, Any]:
+async def run_once(root: Path, llm: LLM, protocol: Protocol = "tools") -> dict[str, Any]:
     """One forced dream by a fresh service over ``root``; its run as ``status`` shows it, or
     (state ``not started``) the gate that kept it from starting."""
-    service = make_service(root, llm)
+    service = make_service(root, llm, protocol=protocol)
     async with anyio.create_task_group() as tg:
         await tg.start(service.run)
         with anyio.fail_after(60):

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from memd.llm.backends import Protocol
 from memd.llm.client import LLM
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
@@ -40,17 +41,18 @@ PAGE = os.sysconf("SC_PAGE_SIZE")  # tmpfs keeps a file's last page whole
 
 
 async def dream_with_fault(
-    root: Path, api: LoopbackAPI, llm: LLM, fault: str, at: int
+    root: Path, api: LoopbackAPI, llm: LLM, fault: str, at: int, protocol: Protocol = "tools"
 ) -> tuple[dict[str, Any], dict[str, str], int]:
     """A dream over a fresh world at ``root`` whose state disk takes ``fault`` just before
-    its ``at``-th write there (0: never); the run, the memory dir after it, the writes."""
+    its ``at``-th write there (0: never); the run, the memory dir after it, the writes.
+    ``protocol``: the model drives the tools, or is asked for one answer."""
     memory = memory_of(root)
     prepare(memory)
     with faulty_disk(root / "state", in_process=True) as disk:
-        api.set_handler(handler())
+        api.set_handler(handler(protocol=protocol))
         STEPS.arm([root / "state"], at=at, action=lambda: disk.fault(fault))
         try:
-            run = await run_once(root, llm)
+            run = await run_once(root, llm, protocol)
         finally:
             STEPS.disarm()
         after = tree(memory)
@@ -63,14 +65,19 @@ async def dream_with_fault(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("fault", ["ENOSPC", "EROFS"])
+@pytest.mark.parametrize(
+    ("fault", "protocol"), [("ENOSPC", "tools"), ("EROFS", "tools"), ("ENOSPC", "whole")]
+)
 async def test_a_state_disk_that_fails_at_any_write_of_a_dream_loses_nothing(
-    tmp_path: Path, api: LoopbackAPI, llm: LLM, fault: str
+    tmp_path: Path, api: LoopbackAPI, llm: LLM, fault: str, protocol: Protocol
 ) -> None:
     """One run per write the dream makes in its state dir, the disk failing just before it:
     the memory dir ends as before the dream (the lock rolled back) or as the completed dream
-    left it, never in between, and the next start keeps it so."""
-    clean, completed, writes = await dream_with_fault(tmp_path / "clean", api, llm, fault, 0)
+    left it, never in between, and the next start keeps it so; whether the model drove the
+    tools or answered once (its changes go through the same journal)."""
+    clean, completed, writes = await dream_with_fault(
+        tmp_path / "clean", api, llm, fault, 0, protocol
+    )
     assert clean["state"] == "completed", clean
     prepare(memory_of(tmp_path / "before"))
     before = tree(memory_of(tmp_path / "before"))
@@ -79,7 +86,7 @@ async def test_a_state_disk_that_fails_at_any_write_of_a_dream_loses_nothing(
     kept: list[int] = []
     for at in range(1, writes + 1):
         root = tmp_path / f"at{at}"
-        run, after, _ = await dream_with_fault(root, api, llm, fault, at)
+        run, after, _ = await dream_with_fault(root, api, llm, fault, at, protocol)
         where = f"{fault} before write {at} of {writes}: {STEPS.labels[at - 1]}"
         if after == completed:
             assert run["state"] == "completed", (where, run)

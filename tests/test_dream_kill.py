@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from memd.llm.backends import Protocol
 from memd.llm.client import LLM
 from tests.dream_kill_driver import OUT
 from tests.dream_steps import lock_rolled_back, memory_of, note, prepare, restart, tree
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 THEIRS = note("c", "gamma, seen yesterday; edited by hand after the kill")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one driver (its warm-up) for both protocols
 def driver() -> Iterator[subprocess.Popen[str]]:
     with subprocess.Popen(
         [sys.executable, "-m", "tests.dream_kill_driver"],
@@ -43,11 +44,13 @@ def driver() -> Iterator[subprocess.Popen[str]]:
             proc.wait(30)
 
 
-def killed_at(driver: subprocess.Popen[str], root: Path, at: int) -> int:
+def killed_at(
+    driver: subprocess.Popen[str], root: Path, at: int, protocol: Protocol = "tools"
+) -> int:
     """The exit code of a dream over a fresh world at ``root``, killed before write ``at``."""
     prepare(memory_of(root))
     assert driver.stdin is not None and driver.stdout is not None
-    driver.stdin.write(f"{root} {at}\n")
+    driver.stdin.write(f"{root} {at} {protocol}\n")
     driver.stdin.flush()
     return int(driver.stdout.readline())
 
@@ -58,10 +61,12 @@ def without_c(files: dict[str, str]) -> dict[str, str]:
 
 @pytest.mark.timeout(600)
 @pytest.mark.deadline(300)
+@pytest.mark.parametrize("protocol", ["tools", "whole"])
 async def test_kill_9_at_any_write_of_a_dream_is_undone_at_the_next_start(
-    tmp_path: Path, driver: subprocess.Popen[str], llm: LLM
+    tmp_path: Path, driver: subprocess.Popen[str], llm: LLM, protocol: Protocol
 ) -> None:
-    assert killed_at(driver, tmp_path / "clean", 0) == 0
+    """``protocol``: the model drives the tools, or answers once (the same journal)."""
+    assert killed_at(driver, tmp_path / "clean", 0, protocol) == 0
     state, *writes = (tmp_path / "clean" / OUT).read_text().splitlines()
     assert state == "completed"
     completed = tree(memory_of(tmp_path / "clean"))
@@ -71,7 +76,7 @@ async def test_kill_9_at_any_write_of_a_dream_is_undone_at_the_next_start(
     kept = []
     for at in range(1, len(writes) + 1):
         root = tmp_path / f"at{at}"
-        assert killed_at(driver, root, at) == -9, (at, writes[at - 1])
+        assert killed_at(driver, root, at, protocol) == -9, (at, writes[at - 1])
         memory = memory_of(root)
         (memory / "c.md").write_text(THEIRS)  # someone's edit after the kill: theirs to keep
         run = await restart(root, llm)
