@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 
 from memd.config import LLMConfig
 from memd.llm.backends import open_llm
-from memd.llm.client import LLM, Disabled, close_llm
+from memd.llm.client import LLM, Backend, Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI
 from memd_client import paths as client_paths
 from tests.claude_cli import (
@@ -102,6 +102,15 @@ async def llm(api: LoopbackAPI) -> AsyncIterator[LLM]:
     assert not isinstance(opened, Disabled)
     yield opened
     await close_llm(opened)
+
+
+@pytest.fixture
+async def local(api: LoopbackAPI) -> AsyncIterator[Backend]:
+    """The real openai SDK pointed at ``api`` as at a local OpenAI-compatible server."""
+    opened = open_llm(LLMConfig(provider="openai", base_url=api.url + "/v1"), {})
+    assert isinstance(opened, Backend)
+    yield opened
+    await opened.aclose()
 
 
 def all_transcripts() -> list[Path]:

@@ -9,38 +9,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from memd.config import LLMConfig
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
 from memd.dream.service import DreamService
-from memd.llm.backends import open_llm
 from memd.llm.client import Backend
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.weak_model import WeakModel
 from tests.dream_support import make_service
+from tests.test_dream_e2e import RELEASE, TESTS_A, TESTS_B
 
 pytestmark = pytest.mark.anyio
 
 PRIOR_NS = 1_700_000_000_987_654_321
-TESTS_A = (
-    "---\nname: test command\ndescription: Run tests with scripts/check\ntype: feedback\n---\n\n"
-    "Use scripts/check, never bare pytest.\n"
-)
-TESTS_B = (
-    "---\nname: testing\ndescription: scripts/check runs ruff, mypy and pytest\n"
-    "type: feedback\n---\n\nscripts/check runs ruff, mypy and pytest together.\n"
-)
-RELEASE = (
-    "---\nname: release\ndescription: Releases are cut from the release branch\n"
-    "type: project\n---\n\nThe release branch was cut yesterday; tag it before Thursday.\n"
-)
 INDEX = (
     "# Memories\n"
     "- [test command](feedback_tests.md) — Run tests with scripts/check\n"
@@ -48,14 +35,6 @@ INDEX = (
     "- [release](project_release.md) — Releases are cut from the release branch\n"
 )
 WHOLE_SECRET = "TRANSCRIPT-BODY-NEVER-SENT"
-
-
-@pytest.fixture
-async def local(api: LoopbackAPI) -> AsyncIterator[Backend]:
-    llm = open_llm(LLMConfig(provider="openai", base_url=api.url + "/v1"), {})
-    assert isinstance(llm, Backend)
-    yield llm
-    await llm.aclose()
 
 
 def memory_of(root: Path) -> Path:

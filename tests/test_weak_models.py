@@ -5,7 +5,6 @@ note or a memory, and none is retried at once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memd.clock import FakeClock
-from memd.config import LLMConfig
 from memd.errors import MalformedAnswer
-from memd.llm.backends import open_llm
 from memd.llm.client import Backend, LLMReply, Usage
 from memd.llm.failures import ParkJob, classify
 from memd.llm.ledger import Ledger
@@ -30,14 +27,6 @@ from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.weak_model import WeakModel
 from tests.session_support import TranscriptBuilder, settings_for, work_session
-
-
-@pytest.fixture
-async def local(api: LoopbackAPI) -> AsyncIterator[Backend]:
-    llm = open_llm(LLMConfig(provider="openai", base_url=api.url + "/v1"), {})
-    assert isinstance(llm, Backend)
-    yield llm
-    await llm.aclose()
 
 
 def route(llm: Backend, kind: str = "session_notes") -> Route:
