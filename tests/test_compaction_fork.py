@@ -24,7 +24,8 @@ from memd.compaction.service import messages_of
 from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
 from memd.session.template import DEFAULT_TEMPLATE
-from memd.sources.claude_code.fork import ClaudeFork, encode_line
+from memd.sources.claude_code.fork import ClaudeFork
+from memd.sources.common import json_line as encode_line
 from memd.transcript.conversation import Conversation
 from tests.compaction_support import api_problems, conversations, says_something
 from tests.conftest import CORPUS as TRANSCRIPTS
@@ -167,20 +168,41 @@ def test_the_new_file_is_owner_only_and_never_written_over_an_existing_one(
 ) -> None:
     folder = tmp_path / "proj"
     folder.mkdir(mode=0o700)
-    path = write_new_session(folder / "new.jsonl", b'{"a":1}\n')
+    path = write_new_session(tmp_path, folder / "new.jsonl", b'{"a":1}\n')
     assert path == folder / "new.jsonl" and path.read_bytes() == b'{"a":1}\n'
     assert path.stat().st_mode & 0o777 == 0o600
     with pytest.raises(ForkExists):
-        write_new_session(folder / "new.jsonl", b"other\n")
+        write_new_session(tmp_path, folder / "new.jsonl", b"other\n")
     assert path.read_bytes() == b'{"a":1}\n'
     os.symlink(tmp_path / "elsewhere", folder / "planted.jsonl")
     with pytest.raises(ForkExists):
-        write_new_session(folder / "planted.jsonl", b"x\n")
+        write_new_session(tmp_path, folder / "planted.jsonl", b"x\n")
     assert not (tmp_path / "elsewhere").exists()
     assert sorted(p.name for p in folder.iterdir()) == ["new.jsonl", "planted.jsonl"]
-    os.symlink(folder, tmp_path / "linked")
-    with pytest.raises(OSError):
-        write_new_session(tmp_path / "linked" / "other.jsonl", b"x\n")
+
+
+def test_the_new_file_goes_nowhere_but_a_real_folder_below_the_agents_root(
+    tmp_path: Path,
+) -> None:
+    """A folder on the way that is a link (to a folder of the agent's or outside it), a path
+    out of the root, a name that climbs: refused, and nothing is written anywhere."""
+    root, outside = tmp_path / "sessions", tmp_path / "outside"
+    (root / "2026" / "11").mkdir(parents=True, mode=0o700)
+    outside.mkdir(mode=0o700)
+    os.symlink(outside, root / "2026" / "12")
+    os.symlink(root / "2026", root / "2027")
+    attempts = [
+        root / "2026" / "12" / "new.jsonl",  # the last folder a link out of the root
+        root / "2027" / "11" / "new.jsonl",  # a folder on the way a link inside it
+        outside / "new.jsonl",
+        root / "2026" / "11" / ".." / ".." / ".." / "outside" / "new.jsonl",
+        root / "2026" / "11" / "..",
+    ]
+    for path in attempts:
+        with pytest.raises(OSError, match=r"link|not a new file"):
+            write_new_session(root, path, b"x\n")
+    assert list(outside.iterdir()) == [] and list((root / "2026" / "11").iterdir()) == []
+    assert write_new_session(root, root / "2026" / "11" / "ok.jsonl", b"x\n").exists()
 
 
 def test_memdctl_compact_fork_writes_a_resumable_session_with_no_model(tmp_path: Path) -> None:

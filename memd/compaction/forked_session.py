@@ -7,7 +7,8 @@ compact_with_notes`) and has the agent's fork writer (its room's
 :func:`write_new_session` puts it where the writer says the agent finds it: the old file is
 never opened for writing, and the new one is written under a temp name (owner-only), made
 durable, then linked to its name, which fails rather than replace a file that exists; the
-folder is held by a descriptor opened without following a link.
+folder is opened beneath the agent's sessions folder (the source's root), no link on the way
+followed, and held by its descriptor.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from memd.compaction.session_memory import (
 )
 from memd.compaction.strategy import NotesInput
 from memd.config import CompactionConfig
-from memd.sources.base import Fork, ForkWriter
+from memd.confined.area import Area
+from memd.sources.base import Fork, ForkWriter, plain_name, under
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
 
@@ -94,23 +96,29 @@ class ForkExists(FileExistsError):
     """The new session's name is taken (a uuid4 collision, or a file planted there)."""
 
 
-def write_new_session(path: Path, data: bytes) -> Path:
-    """Write ``path`` (a new name in an existing folder) with ``data``, owner-only, never over
-    an existing file (:class:`ForkExists`), durable before it appears. Blocking; raises
-    ``OSError`` (the folder is a link or not the user's: ``PermissionError``)."""
-    directory, name = path.parent, path.name
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    folder = os.open(directory, flags)
+def write_new_session(root: Path, path: Path, data: bytes) -> Path:
+    """Write ``path`` (a new name in an existing folder below ``root``, the agent's sessions
+    folder) with ``data``, owner-only, never over an existing file (:class:`ForkExists`),
+    durable before it appears. The folder is opened beneath ``root``'s descriptor, no link on
+    the way followed (:class:`memd.confined.area.Area`); a path that is not below ``root``, a
+    name that is not a plain file name, a folder of another user's or one anyone may write
+    are refused (``PermissionError``) and nothing is written. Blocking; raises ``OSError``."""
+    relative = under(root, path.parent)
+    if relative is None or ".." in relative.parts or not plain_name(path.name):
+        raise PermissionError(f"{path} is not a new file in a folder below {root}")
+    with Area.open(root) as area:
+        folder = area.open_dir(relative.as_posix() if relative.parts else "")
     try:
         info = os.fstat(folder)
         if info.st_uid != os.getuid() or info.st_mode & stat.S_IWOTH:
-            raise PermissionError(f"{directory} is not a private folder of this user's")
+            raise PermissionError(f"{path.parent} is not a private folder of this user's")
+        name = path.name
         temp = f".{name}.memd-{uuid.uuid4().hex[:8]}.tmp"
         _write_temp(folder, temp, data)
         try:
             os.link(temp, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
         except FileExistsError:
-            raise ForkExists(f"{directory / name} exists already; nothing was written") from None
+            raise ForkExists(f"{path} exists already; nothing was written") from None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp, dir_fd=folder)
@@ -118,7 +126,7 @@ def write_new_session(path: Path, data: bytes) -> Path:
             os.fsync(folder)
     finally:
         os.close(folder)
-    return directory / name
+    return path
 
 
 def _write_temp(folder: int, temp: str, data: bytes) -> None:

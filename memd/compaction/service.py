@@ -326,18 +326,20 @@ class CompactionService:
         read: ConversationReader,
         window: Window,
         *,
+        root: Path,
         wait: bool = True,
         fork_id: str | None = None,
         fresh_only: bool = False,
     ) -> dict[str, Any]:
         """Write a level-1 compaction of ``state`` as a new session of its agent, ``room``, in
         the agent's own format and place (no model call; see :mod:`memd.compaction.
-        forked_session`). ``read`` runs a function on the session's conversation under its
-        lock (``registry.read``); ``wait`` False does not wait for an in-flight notes
-        extraction (the hook cannot); ``fork_id`` names the new session (default: a new id
-        of the agent's); ``fresh_only`` refuses notes that are behind (more than
-        ``keep_max_tokens`` of messages after what they cover). Result: ``forked`` and the new
-        ``session``, its ``path`` and the ``resume`` command, or ``forked: False`` and why."""
+        forked_session`), below ``root``, its sessions folder (the source's). ``read`` runs a
+        function on the session's conversation under its lock (``registry.read``); ``wait``
+        False does not wait for an in-flight notes extraction (the hook cannot); ``fork_id``
+        names the new session (default: a new id of the agent's); ``fresh_only`` refuses notes
+        that are behind (more than ``keep_max_tokens`` of messages after what they cover).
+        Result: ``forked`` and the new ``session``, its ``path`` and the ``resume`` command, or
+        ``forked: False`` and why."""
         writer = room.fork
         if writer is None:
             return {"forked": False, "reason": f"memd cannot write a {room.title} session yet"}
@@ -368,10 +370,10 @@ class CompactionService:
         behind = planned.uncovered_tokens - self.config.compaction.keep_max_tokens
         if fresh_only and behind > 0:
             return {"forked": False, "reason": f"the notes are {behind} tokens behind"}
-        return await self._write_fork(state, room, planned, notes.notes or "")
+        return await self._write_fork(state, room, root, planned, notes.notes or "")
 
     async def _write_fork(
-        self, state: SessionState, room: Room, planned: ForkPlan, notes: str
+        self, state: SessionState, room: Room, root: Path, planned: ForkPlan, notes: str
     ) -> dict[str, Any]:
         """Write the planned fork where the agent finds it, with the notes it was made from
         given to it first (:mod:`memd.session.forked`); :meth:`fork`'s result."""
@@ -386,7 +388,7 @@ class CompactionService:
                 log.warning("the fork of %s starts without notes: %s", state.session_id, exc)
                 seeded = False
         try:
-            await anyio.to_thread.run_sync(write_new_session, path, fork.data)
+            await anyio.to_thread.run_sync(write_new_session, root, path, fork.data)
         except OSError as exc:
             log.warning("fork of %s not written: %s", state.session_id, exc)
             if seeded and self.fork_notes is not None:

@@ -118,10 +118,11 @@ async def _fork(daemon: CompactionFace, params: dict[str, Any]) -> dict[str, Any
     if params.get("messages") is not None or params.get("dry_run"):
         raise InvalidParams("'fork' takes a 'session', not 'messages' or 'dry_run'")
     state = find_session(daemon, opt_str(params, "session"))
-    room = daemon.registry.room_of(state)
-    if room is None:
+    room, source = daemon.registry.room_of(state), daemon.registry.source_of(state)
+    if room is None or source is None:
         return {"forked": False, "reason": f"memd no longer follows {state.agent} sessions"}
-    return await svc.fork(state, room, daemon.registry.read, svc.window(params))
+    window = svc.window(params)
+    return await svc.fork(state, room, daemon.registry.read, window, root=source.root)
 
 
 async def _input(
@@ -153,7 +154,8 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
     record = svc.takeover
     state = daemon.registry.get(sid) if isinstance(sid, str) and sid else None
     room = daemon.registry.room_of(state) if state is not None else None
-    if state is None or room is None:
+    source = daemon.registry.source_of(state) if state is not None else None
+    if state is None or room is None or source is None:
         return await _pass(daemon, "", "memd does not know the session")
     if (not_asked := asked(hook_input)) is not None:
         return await _pass(daemon, state.session_id, not_asked.reason)
@@ -187,6 +189,7 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
                 room,
                 daemon.registry.read,
                 window,
+                root=source.root,
                 wait=False,
                 fork_id=fork_id,
                 fresh_only=True,
