@@ -223,6 +223,9 @@ async def _session_start(
         record.index_injected = record.notes_delivered = False
     if source == "resume":
         # delivered with the next prompt, once, unless the resumed conversation holds them
+        # (a fork memd wrote opens with them: known from its transcript, whatever the agent)
+        if not record.notes_delivered and await service.holds_notes(record.session_id):
+            record.notes_delivered = True
         record.notes_owed = not record.notes_delivered
     index_section = -1
     index = await _index(record, cwd, service, own_index=own_index)

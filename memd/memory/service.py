@@ -60,7 +60,13 @@ from memd.memory.reads import loaded_index, manifest_rows, scan_headers
 from memd.memory.recall import recall
 from memd.memory.scan import MemoryHeader
 from memd.memory.semantic import SemanticStage, recall_stages
-from memd.memory.session_context import SessionContext, SessionContexts, apply, scan_transcript
+from memd.memory.session_context import (
+    SessionContext,
+    SessionContexts,
+    apply,
+    opens_with_notes,
+    scan_transcript,
+)
 from memd.memory.trust import CitationChecks
 from memd.memory.turns import TurnEnds
 from memd.memory.usage_service import UsageService
@@ -409,12 +415,8 @@ class MemoryService:
 
     async def recent_tools(self, session_id: str) -> list[str]:
         """Tools the session's agent called in its last few responses (newest first)."""
-        state = self._session_of(session_id) if self._session_of else None
-        if state is None:
-            return []
-        try:
-            conv = await self._conversation_of(state)
-        except MemdError:
+        conv = await self._reader(session_id)
+        if conv is None:
             return []
         names: dict[str, None] = {}
         answers = [m for m in conv.messages() if m.role == "assistant"][-TOOL_WINDOW:]
@@ -423,6 +425,21 @@ class MemoryService:
                 if block.get("type") == "tool_use" and isinstance(block.get("name"), str):
                     names.setdefault(block["name"], None)
         return list(names)
+
+    async def holds_notes(self, session_id: str) -> bool:
+        """Whether the session's conversation opens with memd's notes (a fork's summary):
+        a resume of it owes none."""
+        conv = await self._reader(session_id)
+        return conv is not None and opens_with_notes(conv.messages())
+
+    async def _reader(self, session_id: str) -> ConversationReader | None:
+        state = self._session_of(session_id) if self._session_of else None
+        if state is None:
+            return None
+        try:
+            return await self._conversation_of(state)
+        except MemdError:
+            return None
 
     # -- turn ends -------------------------------------------------------------------------------
 

@@ -23,12 +23,13 @@ import os
 import re
 import stat
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from memd.compaction.prompts import NOTES_PREAMBLE
 from memd.memory.claude_code import ClaudeCodeFacts
+from memd.transcript.messages import ApiMessage
 
 MAX_SESSIONS = 1_024
 MAX_SCAN_BYTES = 32 * 1024 * 1024
@@ -135,6 +136,16 @@ def apply(record: SessionContext, evidence: Evidence) -> None:
     if evidence.version:
         record.version = evidence.version
     record.scanned_ino, record.scanned_offset = evidence.ino, evidence.offset
+
+
+def opens_with_notes(messages: Sequence[ApiMessage]) -> bool:
+    """Whether a conversation opens with memd's notes: the summary of a session memd forked
+    from them (any agent's: the fork writers put the notes message first)."""
+    first = messages[0] if messages else None
+    if first is None or first.role != "user" or not first.content:
+        return False
+    text = first.content[0].get("text")
+    return isinstance(text, str) and text.startswith(NOTES_PREAMBLE)
 
 
 def scan_transcript(path: str, ino: int, offset: int) -> Evidence | None:

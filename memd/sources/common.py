@@ -10,6 +10,7 @@ a job reads the line back, so both agree.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Annotated, Any, Final, TypeAlias, TypeVar
 
@@ -119,3 +120,13 @@ def checked(blocks: Sequence[Block], line: bytes, entry: Entry) -> Content:
 def as_json(value: Any) -> str:
     """A value as compact JSON text (never fails on what a decoder produced)."""
     return _encode(value).decode("utf-8", "replace")
+
+
+def json_line(value: Any) -> bytes:
+    """One JSONL line as the agents write theirs (compact, UTF-8, no newline); text holding a
+    lone surrogate, which UTF-8 cannot carry, is written with ASCII escapes instead."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode("ascii")

@@ -24,7 +24,6 @@ plans the cut and writes the file (:mod:`memd.compaction.forked_session`).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memd.sources.base import Fork
+from memd.sources.common import json_line as encode_line
 from memd.transcript.agent_bytes import loads_as_the_agent
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
@@ -213,13 +213,3 @@ def _copied(
     line["message"] = {**(message if isinstance(message, dict) else {}), "content": blocks}
     line.update(parentUuid=parent, uuid=uuid, sessionId=session_id)
     return line
-
-
-def encode_line(line: Line) -> bytes:
-    """One JSONL line as Claude Code writes them (compact, UTF-8); text holding a lone
-    surrogate (which UTF-8 cannot carry) is written with ASCII escapes instead."""
-    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(line, separators=(",", ":")).encode("ascii")

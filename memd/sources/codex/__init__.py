@@ -9,7 +9,7 @@ line only (``ignored``). Whether Codex keeps memories of its own is read from it
 ``config.toml`` (:func:`own_memory`): then memd leaves extraction to it. The day folders hold
 every project's rollouts: the dream counts and searches those of a project that memd saw end
 a turn (:meth:`Codex.dream_scope`). Its hooks: :mod:`.hooks`; ``codex resume <id>`` resumes a
-session; memd writes no Codex session yet (no fork writer).
+session; a compacted session it resumes: :mod:`.fork`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from memd import foreign_reads
 from memd.config import LoadedConfig
 from memd.memory.paths import project_slug
 from memd.sources.base import DreamScope, Layout, OneFile, SessionKey, plain_name, under
+from memd.sources.codex.fork import CodexFork
 from memd.sources.codex.hooks import CodexHooks
 from memd.sources.codex.reader import CodexReader
 from memd.sources.codex.usage import RULES as USAGE_RULES
@@ -150,5 +151,6 @@ ROOM = Room(
     hooks=CodexHooks(),
     open=_open,
     resume=_resume,
+    fork=CodexFork(),
     usage=USAGE_RULES,
 )
