@@ -27,7 +27,8 @@ from memd.errors import (
     Unreachable,
 )
 from memd.llm import cli_claude, cli_codex, cli_gemini
-from memd.llm.cli_run import KEPT_ENV, Call, Ran, cli_env, prompt_of
+from memd.llm.cli_input import KEPT_ENV, cli_env, prompt_of
+from memd.llm.cli_run import Call, Ran
 from memd.llm.models import Found, plan
 from memd_client import hook
 from memd_client.cli_doctor import _served

@@ -51,15 +51,8 @@ from memd.errors import (
     RateLimited,
     Unreachable,
 )
-from memd.llm.cli_run import (
-    Call,
-    CLIBackend,
-    Ran,
-    file_present,
-    open_room,
-    parse_json,
-    printable,
-)
+from memd.llm.cli_input import file_present, printable
+from memd.llm.cli_run import Call, CLIBackend, Ran, open_room, parse_json
 from memd.llm.client import Disabled, LLMReply, Usage
 from memd.llm.errors_map import classify_status
 

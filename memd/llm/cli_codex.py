@@ -50,15 +50,8 @@ from memd.errors import (
     Unreachable,
 )
 from memd.llm.backends import CLI_DEFAULT
-from memd.llm.cli_run import (
-    Call,
-    CLIBackend,
-    Ran,
-    exited_badly,
-    file_present,
-    open_room,
-    printable,
-)
+from memd.llm.cli_input import file_present, printable
+from memd.llm.cli_run import Call, CLIBackend, Ran, exited_badly, open_room
 from memd.llm.client import Disabled, LLMReply, Usage
 
 NAME = "codex_cli"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from memd.config import CLIConfig, LLMConfig
 from memd.llm.backends import BACKENDS, CLI_BACKENDS
-from memd.llm.cli_run import find_command
+from memd.llm.cli_input import find_command
 
 
 @dataclass(frozen=True)

@@ -41,16 +41,15 @@ from typing import Any
 from memd import foreign_reads
 from memd.config import CLIConfig, LLMConfig
 from memd.errors import AuthenticationFailed, LLMError, MalformedAnswer, RateLimited, Unavailable
+from memd.llm.cli_input import file_present, printable
 from memd.llm.cli_run import (
     WORK,
     Call,
     CLIBackend,
     Ran,
     exited_badly,
-    file_present,
     model_calls_root,
     open_room,
-    printable,
     private_dir,
 )
 from memd.llm.client import Disabled, LLMReply, Usage
