@@ -24,7 +24,7 @@ from pathlib import Path
 
 from memd.testing.loopback import LoopbackAPI
 from memd_client.hooks_codex import trust_entries
-from tests.claude_cli import installed_claude, prepare_home
+from tests.claude_cli import NEWEST_VERSION, installed_claude, prepare_home
 from tests.other_cli import NO_EGRESS, installed_codex, installed_gemini
 
 AGENTS = ("claude", "codex", "gemini")
@@ -89,9 +89,10 @@ class CLIHome:
             login.unlink(missing_ok=True)
 
 
-def installed(agent: str) -> Path | None:
+def installed(agent: str, version: str = NEWEST_VERSION) -> Path | None:
+    """The pinned CLI (Claude Code: the newest pin unless ``version`` names another)."""
     if agent == "claude":
-        return installed_claude()
+        return installed_claude(version=version)
     return installed_codex() if agent == "codex" else installed_gemini()
 
 
@@ -101,13 +102,13 @@ def daemon_env() -> dict[str, str]:
     return {**SECRETS, **NO_EGRESS}
 
 
-def logged_in(agent: str, command: Path, home: Path) -> CLIHome:
+def logged_in(agent: str, command: Path, home: Path, version: str = NEWEST_VERSION) -> CLIHome:
     """``agent``'s CLI logged in in ``home``, its user config holding hooks, an MCP server
     and (Codex) a ``notify`` program that each touch a canary file."""
     made = CLIHome(agent, command, home)
     hook, start, mcp, notify = (str(p) for p in made.canaries)
     if agent == "claude":
-        _claude(home, hook, start, mcp)
+        _claude(home, hook, start, mcp, version)
     elif agent == "codex":
         _codex(home, hook, start, mcp, notify)
     else:
@@ -115,9 +116,9 @@ def logged_in(agent: str, command: Path, home: Path) -> CLIHome:
     return made
 
 
-def _claude(home: Path, hook: str, start: str, mcp: str) -> None:
+def _claude(home: Path, hook: str, start: str, mcp: str, version: str) -> None:
     (home / ".claude").mkdir(parents=True, exist_ok=True)
-    prepare_home(home)
+    prepare_home(home, version)
     state = json.loads((home / ".claude.json").read_text())
     state["mcpServers"] = {"canary": {"type": "stdio", "command": "touch", "args": [mcp]}}
     (home / ".claude.json").write_text(json.dumps(state))

@@ -30,6 +30,7 @@ from memd.llm.backends import BACKENDS, open_backend
 from memd.llm.cli_run import CLIBackend
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
+from tests.claude_cli import CLAUDE_CODE_VERSION, NEWEST_VERSION
 from tests.cli_backend_support import (
     AGENTS,
     MEMD_SECRET,
@@ -58,13 +59,14 @@ PATCH = "*** Begin Patch\n*** Add File: {path}\n+written by the model\n*** End P
 
 @pytest.fixture(params=AGENTS)
 def cli(request: pytest.FixtureRequest, tmp_path: Path) -> CLIHome:
-    agent = str(request.param)
-    command = installed(agent)
+    """Each CLI at its pin (Claude Code: the newest; ``claude@<version>`` another)."""
+    agent, _, version = str(request.param).partition("@")
+    command = installed(agent, version or NEWEST_VERSION)
     if command is None:
         pytest.skip(f"npm is not installed: cannot install the {agent} CLI")
     home = tmp_path / "home"
     home.mkdir()
-    return logged_in(agent, command, home)
+    return logged_in(agent, command, home, version or NEWEST_VERSION)
 
 
 @pytest.fixture
@@ -156,6 +158,7 @@ def left_processes(runtime: Path) -> list[int]:
     return found
 
 
+@pytest.mark.parametrize("cli", [*AGENTS, f"claude@{CLAUDE_CODE_VERSION}"], indirect=True)
 def test_the_cli_answers_on_its_own_login_and_runs_nothing_of_its_own(
     cli: CLIHome, runtime: Path
 ) -> None:

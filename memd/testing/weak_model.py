@@ -52,7 +52,7 @@ class WeakModel:
             if self.fault_every and number % self.fault_every == 0:
                 fault = FAULTS[(number // self.fault_every - 1) % len(FAULTS)]
                 self.faults[fault] = self.faults.get(fault, 0) + 1
-        text = message_text(body["messages"][-1])
+        text = requests_of(body)
         return self._notes(text, number, fault) if notes else self._memory(number, fault)
 
     def _dream(self, text: str) -> Reply:
@@ -108,5 +108,7 @@ class WeakModel:
 
 
 def requests_of(body: Mapping[str, Any]) -> str:
-    """What a request asked (the last user message), for a test's records."""
-    return message_text(body["messages"][-1])
+    """What a request asked (the last user message: a real agent CLI may send a system one
+    after it, as Claude Code 2.1.332 does with its environment), for a test's records."""
+    users = [m for m in body["messages"] if m.get("role") == "user"]
+    return message_text(users[-1] if users else body["messages"][-1])
