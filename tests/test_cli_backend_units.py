@@ -395,3 +395,11 @@ def test_status_and_doctor_say_of_each_cli_installed_logged_in_on_and_how_to_tur
         "claude_cli on" in said and "codex_cli off (installed, not logged in; turn on: T1)" in said
     )
     assert "gemini_cli off (not installed; turn on: T2)" in said
+
+
+def test_output_nested_past_what_python_reads_is_a_failure_of_the_seam() -> None:
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    for room in rooms():
+        for printed in (deep, b'{"response": ' + deep + b"}"):
+            with pytest.raises(LLMError):
+                room.answer(Ran(0, printed, printed, 0.1), CALL)

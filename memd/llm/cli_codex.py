@@ -159,7 +159,7 @@ def parse_events(stdout: bytes) -> list[dict[str, Any]]:
     for line in stdout.splitlines():
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             events.append(value)

@@ -185,7 +185,7 @@ def result_of(ran: Ran) -> dict[str, Any] | None:
             continue
         try:
             value = json.loads(text[start:])
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value
@@ -198,7 +198,7 @@ def failure(error: Mapping[str, Any]) -> LLMError:
     code = error.get("code")
     try:
         inner = json.loads(message).get("error", {})
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         inner = {}
     if isinstance(inner, Mapping) and inner.get("message"):
         message = str(inner["message"])

@@ -29,6 +29,7 @@ memd checks and applies itself), and its calls cost the user's plan (``priced``)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -48,6 +49,8 @@ from memd.errors import BadRequest, LLMError, MalformedAnswer, Unavailable, Unre
 from memd.llm.cli_input import cli_env, find_command, printable, prompt_of
 from memd.llm.client import BackendFacts, Calls, Disabled, LLMReply
 from memd_client.paths import model_calls_dir
+
+log = logging.getLogger(__name__)
 
 WORK = "memd-model-call"  # the folder a CLI runs in (its name shows in the agent's own lists)
 MAX_STDOUT_BYTES = 8 * 1024 * 1024
@@ -138,7 +141,7 @@ def parse_json(ran: Ran, program: str) -> Any:
     """What the CLI printed as one JSON value; :class:`MalformedAnswer` when it is not."""
     try:
         return json.loads(ran.stdout)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
         pass
     if ran.returncode != 0:
         raise exited_badly(ran, program)
@@ -253,13 +256,15 @@ class CLIBackend:
         folder = Path(tempfile.mkdtemp(prefix="call-", dir=calls))
         system_file = folder / "system.md"
         fd = os.open(system_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as out:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as out:
             out.write(system)
         return Call(model, system_file, prompt, max_tokens, folder)
 
     def _finish(self, ran: Ran | None, call: Call) -> None:
         try:
             self.room.after(ran, call)
+        except Exception as exc:  # noqa: BLE001 - a clean-up never turns an answer into a failure
+            log.warning("%s: cleaning up after a call failed: %s", self.name, exc)
         finally:
             shutil.rmtree(call.folder, ignore_errors=True)
 
