@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from memd_client.client import Client
 from memd_client.errors import MemdClientError
+from memd_client.names import escape_name
 
 T = TypeVar("T")
 
@@ -139,6 +140,27 @@ def wait_for(check: Callable[[], T | bool | None], *, timeout: float, what: str)
 def call(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
     with home.client() as c:
         return c.call(method, params or {})
+
+
+def session_ids(home: Home, *transcripts: Path | bytes, timeout: float = 30) -> list[str]:
+    """The ids memd shows (``memdctl sessions``) for the sessions written to ``transcripts``,
+    found as a user finds them: by the file, never by a name the test assumes memd gives it
+    (a Gemini chat is its ``sessionId``, not its file's name). Waits only for memd to list the
+    files, which takes a watcher's event, not a model call; says what memd lists if it never
+    does."""
+    wanted = [escape_name(os.fsdecode(t)) for t in transcripts]
+    listed: dict[str, str] = {}
+
+    def every_file() -> list[str] | None:
+        listed.clear()
+        listed.update((r["path"], r["session_id"]) for r in call(home, "sessions", {}))
+        return [listed[p] for p in wanted] if all(p in listed for p in wanted) else None
+
+    try:
+        return wait_for(every_file, timeout=timeout, what="memd to list the sessions' files")
+    except AssertionError as exc:
+        missing = [p for p in wanted if p not in listed]
+        raise AssertionError(f"{exc}: not listed {missing}; memd lists {listed}") from None
 
 
 def claude_hook(

@@ -26,6 +26,7 @@ from tests.daemon_harness import (
     fake_home,
     memdctl,
     read_log,
+    session_ids,
     start_memd,
     stop_memd,
     wait_for,
@@ -35,18 +36,13 @@ from tests.test_memory_links_e2e import MEMORY_DIR_RE, MEMORY_SYSTEM
 pytestmark = pytest.mark.slow
 
 CORPUS = Path(__file__).parent / "corpus"
-REAL = {  # a real session of each agent (tests/corpus), by its session id
+REAL = {  # a real session of each agent (tests/corpus)
     "claude": CORPUS / "claude-code-2.1.331" / "f7dce3d6-f41d-4e48-922a-2def94740327.jsonl",
     "codex": CORPUS
     / "agents"
     / "codex-0.169.0"
     / "rollout-2026-11-26T06-42-28-01a21697-5f81-70d2-ac50-a2e65a3302d4.jsonl",
     "gemini": CORPUS / "agents" / "gemini-cli-0.61.0" / "session-2026-11-26T06-48-a795b61b.jsonl",
-}
-REAL_IDS = {
-    "claude": "f7dce3d6-f41d-4e48-922a-2def94740327",
-    "codex": "01a21697-5f81-70d2-ac50-a2e65a3302d4",
-    "gemini": "session-2026-11-26T06-48-a795b61b",
 }
 
 TUNING = (
@@ -69,20 +65,19 @@ def server() -> Iterator[LoopbackAPI]:
         yield api
 
 
-def real_sessions(tmp_path: Path, home: Home, repo: Path) -> None:
-    """The corpus's sessions copied where each agent writes them, as the agent would."""
+def real_sessions(tmp_path: Path, home: Home, repo: Path) -> dict[str, str]:
+    """The corpus's sessions copied where each agent writes them, as the agent would; each
+    agent's session by the id memd shows for it (as a user finds it: ``memdctl sessions``)."""
     claude = home.projects / "-home-user-proj" / REAL["claude"].name
     codex = tmp_path / ".codex" / "sessions" / "2026" / "11" / "26" / REAL["codex"].name
     gemini = tmp_path / ".gemini" / "tmp" / "repo"
     for folder in (claude.parent, codex.parent, gemini / "chats"):
         folder.mkdir(parents=True, exist_ok=True)
     (gemini / ".project_root").write_text(str(repo))
-    for source, target in (
-        (REAL["claude"], claude),
-        (REAL["codex"], codex),
-        (REAL["gemini"], gemini / "chats" / REAL["gemini"].name),
-    ):
-        target.write_bytes(source.read_bytes())
+    written = {"claude": claude, "codex": codex, "gemini": gemini / "chats" / REAL["gemini"].name}
+    for agent, target in written.items():
+        target.write_bytes(REAL[agent].read_bytes())
+    return dict(zip(written, session_ids(home, *written.values()), strict=True))
 
 
 def memory_of(home: Home, session: str) -> Path:
@@ -130,8 +125,8 @@ def test_a_local_openai_compatible_server_alone_keeps_every_agents_notes_and_mem
                 "whole",
             )
             assert "answers at" in job["why"] and "anthropic" in llm["turn_on"]
-            real_sessions(tmp_path, home, repo)  # written while memd runs, as agents do
-            for agent, session in REAL_IDS.items():
+            ids = real_sessions(tmp_path, home, repo)  # written while memd runs, as agents do
+            for agent, session in ids.items():
                 wait_for(
                     partial(notes_saying, home, session, "Step "),
                     timeout=60,
@@ -139,7 +134,7 @@ def test_a_local_openai_compatible_server_alone_keeps_every_agents_notes_and_mem
                 )
                 where = wait_for(partial(memory_of, home, session), timeout=30, what="its cwd")
                 wait_for(partial(memories, where), timeout=60, what=f"{agent}'s memories")
-            fork = forked_from_notes(home, REAL_IDS["claude"])  # the real session, from notes
+            fork = forked_from_notes(home, ids["claude"])  # the real session, from notes
             assert fork["forked"] and fork["api_calls"] == 0, fork
             usage = call(home, "status")["usage"]
             local = usage["by_backend"]["local"]
@@ -194,8 +189,8 @@ def test_the_gemini_api_alone_keeps_every_agents_notes_and_memories(
             assert {j["backend"] for j in llm["jobs"].values()} == {"gemini"}
             assert llm["jobs"]["dream"]["protocol"] == "tools"
             assert "GEMINI_API_KEY is set" in llm["jobs"]["recall"]["why"]
-            real_sessions(tmp_path, home, repo)
-            for agent, session in REAL_IDS.items():
+            ids = real_sessions(tmp_path, home, repo)
+            for agent, session in ids.items():
                 wait_for(
                     partial(notes_saying, home, session, "Step on Gemini"),
                     timeout=60,
@@ -207,7 +202,7 @@ def test_the_gemini_api_alone_keeps_every_agents_notes_and_memories(
                     timeout=60,
                     what=f"the memory from the {agent} session",
                 )
-            fork = forked_from_notes(home, REAL_IDS["claude"])
+            fork = forked_from_notes(home, ids["claude"])
             assert fork["forked"] and fork["api_calls"] == 0
             posts = [r for r in server.requests if r.method == "POST"]
             assert posts and all(":streamGenerateContent" in r.path for r in posts)

@@ -337,33 +337,34 @@ def test_an_agent_cli_is_never_picked_unless_named_and_serves_recall_only_when_n
 # -- memd's own calls: never followed, no hook -------------------------------------------------
 
 
-def test_a_session_of_memd_s_own_model_call_is_never_followed() -> None:
+def test_a_session_of_memd_s_own_model_call_is_never_followed(tmp_path: Path) -> None:
+    """What an agent's real reader makes of its chat, published: a session whose cwd is in
+    memd's folder for its CLI calls is ignored, under the agent's own id as any other."""
     from memd.daemon.session_state import OWN_CALL, publish
-    from memd.sources.base import SessionKey
+    from memd.sources.gemini import Gemini
+    from memd.sources.gemini.reader import GeminiReader
     from memd.state import SessionState
-    from memd.transcript.conversation import Conversation
 
-    class Reader:
-        conversation = Conversation()
-        ignored = None
-
-        def __init__(self, cwd: str) -> None:
-            self.cwd = cwd
-
-    class Source:
-        def project_of(self, key: SessionKey, cwd: str | None) -> str:
-            return "p"
-
-    key = SessionKey("gemini", "", "s")
+    source = Gemini(tmp_path / ".gemini")
+    chat = source.root / "memd-model-call" / "chats" / "session-2026-11-28T10-00-0a1b2c3d.jsonl"
+    key = source.session_key(chat)
+    assert key is not None
+    own_id = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+    header = json.dumps({"sessionId": own_id, "kind": "main"}).encode() + b"\n"
+    prompt = json.dumps({"id": "p1", "type": "user", "content": [{"text": "notes?"}]}).encode()
+    chat.parent.mkdir(parents=True)
+    chat.write_bytes(header + prompt + b"\n")
     for cwd, ignored in (
         ("/run/user/1/memd/model-calls/gemini_cli/memd-model-call", OWN_CALL),
         ("/run/user/1/memd/model-calls", OWN_CALL),
         ("/run/user/1/memd/model-calls-not", ""),
         ("/home/u/work", ""),
     ):
-        state = SessionState("s", "", "/f")
-        publish(Source(), key, Reader(cwd), state, "/run/user/1/memd/model-calls")  # type: ignore[arg-type]
-        assert state.ignored == ignored, cwd
+        reader = GeminiReader(str(chat), chat.stat().st_ino, cwd, None)
+        assert reader.feed([(0, header[:-1]), (len(header), prompt)]) == 0
+        state = SessionState(key.session_id, "", str(chat))
+        publish(source, key, reader, state, "/run/user/1/memd/model-calls")
+        assert (state.session_id, state.ignored) == (own_id, ignored), cwd
 
 
 def test_memd_s_hook_does_nothing_inside_memd_s_own_model_call() -> None:

@@ -40,7 +40,6 @@ from tests.daemon_harness import (
 from tests.other_cli import NO_EGRESS
 from tests.session_support import TranscriptBuilder, work_session, write_work_session
 from tests.test_backends_e2e import (
-    REAL_IDS,
     TUNING,
     forked_from_notes,
     memories,
@@ -130,8 +129,8 @@ def keeps_notes_and_memories(cli: CLIHome, home: Home, api: LoopbackAPI, repo: P
     assert llm["jobs"]["memory_extract"]["backend"] == cli.backend
     assert "llm.models.recall names it" in str(llm["jobs"]["recall"]["reason"])
     assert llm["clis"][cli.backend]["on"] and llm["clis"][cli.backend]["login"], llm["clis"]
-    real_sessions(home.root, home, repo)  # written while memd runs, as agents do
-    for agent, session in REAL_IDS.items():
+    ids = real_sessions(home.root, home, repo)  # written while memd runs, as agents do
+    for agent, session in ids.items():
         wait_for(
             partial(notes_saying, home, session, "Step "),
             timeout=90,
@@ -139,7 +138,7 @@ def keeps_notes_and_memories(cli: CLIHome, home: Home, api: LoopbackAPI, repo: P
         )
         where = wait_for(partial(memory_of, home, session), timeout=30, what="its cwd")
         wait_for(partial(memories, where), timeout=90, what=f"{agent}'s memories")
-    fork = forked_from_notes(home, REAL_IDS["claude"])
+    fork = forked_from_notes(home, ids["claude"])
     assert fork["forked"] and fork["api_calls"] == 0, fork
     spent = call(home, "status")["usage"]["by_backend"][cli.backend]
     assert spent["calls"] >= 5 and spent["billed"] > 0 and spent["ms"] > 0, spent

@@ -22,6 +22,7 @@ from tests.daemon_harness import (
     fake_home,
     memdctl,
     read_log,
+    session_ids,
     start_memd,
     stop_memd,
     wait_for,
@@ -223,11 +224,13 @@ def test_kill_9_mid_extraction_keeps_notes_and_redoes_the_run(tmp_path: Path) ->
 
 
 def test_extract_keeps_notes_for_any_name_and_refuses_where_it_cannot(tmp_path: Path) -> None:
-    """A Gemini chat whose file name is not UTF-8 gets its notes (its folder: the name
-    escaped, text the model can be told; it failed on every run, unrecorded, and ``extract``
-    said "runs 0", exit 0). A chat memd cannot place in a project, and a session whose notes
-    path cannot be text, get none: ``extract`` says why and exits 1, and no folder is made
-    (the unplaced chat's notes went to ``~/.claude/projects/<id>/``, as if a project)."""
+    """A Gemini chat known by a file name that is not UTF-8 (its header gives no
+    ``sessionId``) gets its notes (its folder: the name escaped, text the model can be told; it
+    failed on every run, unrecorded, and ``extract`` said "runs 0", exit 0). A chat memd cannot
+    place in a project, and a session whose notes path cannot be text, get none: ``extract``
+    says why and exits 1, and no folder is made (the unplaced chat's notes went to
+    ``~/.claude/projects/<id>/``, as if a project). Each session is named as ``memdctl
+    sessions`` shows it."""
     from tests.test_source_memory_e2e import gemini_chat
 
     repo = tmp_path / "work" / "repo"
@@ -250,15 +253,20 @@ def test_extract_keeps_notes_for_any_name_and_refuses_where_it_cannot(tmp_path: 
         proc = start_memd(home)
         try:
             wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
-            for path in chats.values():
+            chat = gemini_chat(answered=True)
+            own_id = b'"a795b61b-c6fd-41fc-bbd3-8abb79ce05cc"'
+            contents = {  # one chat with no id of its own, the other Gemini's
+                "named": chat.replace(b'"sessionId": ' + own_id + b", ", b""),
+                "unplaced": chat.replace(own_id, b'"0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6"'),
+            }
+            assert contents["named"] != chat != contents["unplaced"]
+            for which, path in chats.items():
                 with open(path, "wb") as f:
-                    f.write(gemini_chat(answered=True))
+                    f.write(contents[which])
             with open(claude_folder + b"/s1.jsonl", "wb") as f:
                 f.write(SOURCE.read_bytes()[:20_000].rsplit(b"\n", 1)[0] + b"\n")
-            wait_for(
-                lambda: len(call(home, "sessions", {})) == 3, timeout=30, what="the three sessions"
-            )
-            named = "session-2026-11-26T06-48-\\xff"
+            named, unplaced, s1 = session_ids(home, *chats.values(), claude_folder + b"/s1.jsonl")
+            assert named == "session-2026-11-26T06-48-\\xff"  # the file's name, escaped
             done = memdctl(home, "extract", named)
             assert done.returncode == 0, done.stdout + done.stderr
             (row_named,) = [r for r in call(home, "sessions", {}) if r["session_id"] == named]
@@ -267,14 +275,14 @@ def test_extract_keeps_notes_for_any_name_and_refuses_where_it_cannot(tmp_path: 
             assert call(home, "session", {"session": named})["notes"]["extractions"] == 1
             before = sorted(os.listdir(home.projects))
             for sid, why in [
-                ("session-2026-11-26T06-49-ab", "cannot place this session in a project"),
-                ("s1", "holds bytes that are not UTF-8"),
+                (unplaced, "cannot place this session in a project"),
+                (s1, "holds bytes that are not UTF-8"),
             ]:
                 done = memdctl(home, "extract", sid)
                 assert done.returncode == 1, done.stdout + done.stderr
                 assert why in done.stderr and "memd keeps no notes" in done.stderr, done.stderr
             assert sorted(os.listdir(home.projects)) == before
-            assert not (home.projects / "session-2026-11-26T06-49-ab").exists()
+            assert not (home.projects / unplaced).exists()
             assert not os.path.exists(claude_folder + b"/s1")
         finally:
             assert stop_memd(proc) == 0, read_log(home)
