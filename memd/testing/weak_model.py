@@ -40,7 +40,7 @@ class WeakModel:
     def __call__(self, body: dict[str, Any]) -> Reply | None:
         system = system_text(body)
         if DREAM_SYSTEM in system:
-            return self._dream(message_text(body["messages"][-1]))
+            return self._dream(requests_of(body))
         notes = "complete, updated notes file" in system
         memory = "answer with a list of operations" in system
         if not (notes or memory):
