@@ -6,7 +6,6 @@ plus one test through the SDK's other seam, ``httpx2.MockTransport``.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import subprocess
 import sys
@@ -99,12 +98,47 @@ def test_disabled_reason_names_the_configured_variable() -> None:
     assert isinstance(opened, Disabled) and "MY_KEY" in opened.reason
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("google") is not None, reason="google-auth is installed here"
-)
+WITHOUT_GOOGLE = """
+import sys
+from importlib.machinery import PathFinder
+
+class Uninstalled(PathFinder):
+    \"\"\"The path finder, blind to the google namespace, as if google-auth (which
+    anthropic[vertex] and google-genai pull in) were not installed.\"\"\"
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "google" or name.startswith("google."):
+            return None
+        return super().find_spec(name, path, target)
+
+sys.meta_path[:] = [Uninstalled if f is PathFinder else f for f in sys.meta_path]
+from memd.config import LLMConfig
+from memd.llm.backends import open_llm
+
+opened = open_llm(LLMConfig(provider="vertex"), {"CLOUD_ML_REGION": "us-east5"})
+print(type(opened).__name__, getattr(opened, "reason", ""), "google.auth" in sys.modules)
+"""
+
+
 def test_vertex_without_its_package_is_disabled_naming_the_install() -> None:
+    """Run where google-auth cannot be found (a fresh interpreter whose path finder does not
+    see it): Vertex is disabled with the install that fixes it."""
+    ran = subprocess.run(
+        [sys.executable, "-c", WITHOUT_GOOGLE], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    kind, said = ran.stdout.strip().split(" ", 1)
+    assert kind == "Disabled" and "pip install 'anthropic[vertex]'" in said, ran.stdout
+    assert said.endswith("False")  # nothing of google was imported
+
+
+@pytest.mark.anyio
+async def test_vertex_opens_where_its_package_is() -> None:
+    """Here google-auth is installed (the test above hides it): Vertex opens."""
     opened = open_llm(LLMConfig(provider="vertex"), {"CLOUD_ML_REGION": "us-east5"})
-    assert isinstance(opened, Disabled) and "anthropic[vertex]" in opened.reason
+    assert isinstance(opened, AnthropicLLM), opened
+    await close_llm(opened)
 
 
 @pytest.mark.anyio
