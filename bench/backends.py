@@ -240,6 +240,18 @@ async def weak_campaign(
     return {"runs": total, "bad_answers": dict(model.faults), "refused": refused, "lost": lost}
 
 
+def chosen_sessions(paths: list[Path], limit: int, points: int) -> list[tuple[str, list[Point]]]:
+    """The first ``limit`` transcripts with trigger points, and their first ``points``."""
+    sessions: list[tuple[str, list[Point]]] = []
+    for path in transcripts(paths):
+        found = trigger_points(path, SessionNotesConfig())[:points]
+        if found:
+            sessions.append((path.stem, found))
+        if len(sessions) >= limit:
+            break
+    return sessions
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", type=Path, default=[CORPUS])
@@ -247,13 +259,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=4, help="trigger points per session")
     parser.add_argument("--weak-runs", type=int, default=3, help="rounds of the weak campaign")
     args = parser.parse_args()
-    sessions: list[tuple[str, list[Point]]] = []
-    for path in transcripts(args.paths):
-        points = trigger_points(path, SessionNotesConfig())[: args.points]
-        if points:
-            sessions.append((path.stem, points))
-        if len(sessions) >= args.limit:
-            break
+    sessions = chosen_sessions(args.paths, args.limit, args.points)
     started = time.perf_counter()
     print(f"{len(sessions)} sessions, {sum(len(p) for _, p in sessions)} trigger points")
     print(f"{'backend':<10} {'job':<7} {'requests':>8} {'prompt tok':>11} {'output tok':>10}")

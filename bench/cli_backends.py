@@ -33,9 +33,9 @@ sys.path[:0] = [str(REPO)]
 
 import anyio  # noqa: E402
 
-from bench.backends import one_session, opened  # noqa: E402
-from bench.extraction_cost import CORPUS, Point, transcripts, trigger_points  # noqa: E402
-from memd.config import SessionNotesConfig, parse_config_text  # noqa: E402
+from bench.backends import chosen_sessions, one_session, opened  # noqa: E402
+from bench.extraction_cost import CORPUS, Point  # noqa: E402
+from memd.config import parse_config_text  # noqa: E402
 from memd.llm.backends import open_backend  # noqa: E402
 from memd.llm.client import Backend, LLMReply  # noqa: E402
 from memd.testing.loopback import LoopbackAPI  # noqa: E402
@@ -127,13 +127,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=4, help="trigger points per session")
     parser.add_argument("--only", choices=[*(f"{a}_cli" for a in AGENTS), "local"], action="append")
     args = parser.parse_args()
-    sessions: list[tuple[str, list[Point]]] = []
-    for path in transcripts(args.paths):
-        points = trigger_points(path, SessionNotesConfig())[: args.points]
-        if points:
-            sessions.append((path.stem, points))
-        if len(sessions) >= args.limit:
-            break
+    sessions = chosen_sessions(args.paths, args.limit, args.points)
     started = time.perf_counter()
     print(f"{len(sessions)} sessions, {sum(len(p) for _, p in sessions)} trigger points")
     print(
