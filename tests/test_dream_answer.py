@@ -105,6 +105,28 @@ def test_team_notes_are_never_deleted_or_merged_into_from_a_personal_note() -> N
     assert b"reviewer" in fixed.writes["team/t.md"]
 
 
+def test_a_conflict_copy_is_deleted_once_merged_into_the_team_note_it_names() -> None:
+    """A team sync keeps both sides of a conflict (issue 37): the copy's reconcile_with names
+    its original, and the answer may merge it there, and nowhere else; no other team note."""
+    copy = note("team rule", "Always review with two colleagues.").replace(
+        "type: project\n", 'type: project\nmetadata:\n  reconcile_with: "team/t.md"\n'
+    )
+    whole = {name: text.encode() for name, text in NOTES.items()}
+    whole["team/t.conflict-0a1b2c3d.md"] = copy.encode()
+    seen = shown(whole=whole, files={*whole, "MEMORY.md"})
+    text = note("team rule", "Always review with a colleague, two for releases.")
+    both = ["team/t.md", "team/t.conflict-0a1b2c3d.md"]
+    made = plan({"op": "merge", "files": both, "text": text}, seen=seen)
+    assert made.deletes == {"team/t.conflict-0a1b2c3d.md": "team/t.md"}
+    elsewhere = {"op": "merge", "files": ["a.md", both[1]], "text": note("alpha", "x")}
+    assert "team memory" in refused(elsewhere, seen=seen)
+    other = {"op": "merge", "files": [both[1], "team/t.md"], "text": text}
+    assert "never deletes" in refused(other, seen=seen)
+    edit = {"op": "edit", "file": "team/t.md", "text": text}
+    made = plan(edit, {"op": "delete", "file": both[1], "merged_into": "team/t.md"}, seen=seen)
+    assert made.deletes == {"team/t.conflict-0a1b2c3d.md": "team/t.md"}
+
+
 @pytest.mark.parametrize(
     ("op", "why"),
     [

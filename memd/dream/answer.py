@@ -16,7 +16,8 @@ The model answers ``{"summary": …, "operations": [...]}`` with these operation
 * every name is one of the topic files memd showed whole, exactly (memd named them: nothing
   the model writes is resolved as a path), each in one operation at most; no new file;
 * ``team/`` is kept as the tool loop keeps it (:func:`memd.dream.tools.team_denial`): never
-  deleted, never merged into from a personal note;
+  merged into from a personal note, never deleted but for a sync's conflict copy merged into
+  the note its ``reconcile_with`` names;
 * every note written has valid frontmatter (name, description, a valid type), is at most
   :data:`TEXT_MAX_BYTES`, and keeps at least a third of the longest note it replaces;
 * every index line is an entry for a note that remains, or a heading; the index is within
@@ -42,6 +43,7 @@ from memd.memory.frontmatter import parse_document
 from memd.memory.index import IndexEntry, parse_entry, render_entry, upsert_entry
 from memd.memory.operations import json_object
 from memd.privacy import scrub_text
+from memd.team.provenance import provenance
 
 MAX_OPERATIONS = 40
 TEXT_MAX_BYTES = 16_384
@@ -172,11 +174,7 @@ def _merge(draft: _Draft, op: Mapping[str, Any], shown: Shown) -> None:
     names = [_named(draft, value, shown) for value in files]
     into, rest = names[0], names[1:]
     for relative in rest:
-        denied = team_denial("Delete", relative, exists=True)
-        if denied is not None:
-            raise _Bad(denied.reason.removeprefix("denied: "))
-        if _team(into) and not _team(relative):
-            raise _Bad(f"{into} is a team memory; a personal one is never merged into team/")
+        _deletable(relative, into, shown)
     draft.writes[into] = _checked_text(op.get("text"), names, shown)
     for relative in rest:
         draft.deletes[relative] = into
@@ -202,13 +200,23 @@ def _delete(draft: _Draft, op: Mapping[str, Any], shown: Shown) -> None:
     into = op.get("merged_into")
     if not isinstance(into, str) or into not in shown.whole or into == relative:
         raise _Bad("merged_into must name the note (shown whole) that now holds its content")
-    denied = team_denial("Delete", relative, exists=True)
-    if denied is not None:
-        raise _Bad(denied.reason.removeprefix("denied: "))
-    if _team(into) and not _team(relative):
-        raise _Bad(f"{into} is a team memory; a personal one is never merged into team/")
+    _deletable(relative, into, shown)
     draft.deletes[relative] = into
     draft.steps.append(Step("delete", (relative,)))
+
+
+def _deletable(relative: str, into: str, shown: Shown) -> None:
+    """``relative`` may be deleted as merged into ``into``: a personal note into a personal
+    one; a team note only when it is a sync's conflict copy whose ``reconcile_with`` names
+    ``into`` (issue 37, as the tool loop's Delete allows)."""
+    if _team(into) and not _team(relative):
+        raise _Bad(f"{into} is a team memory; a personal one is never merged into team/")
+    denied = team_denial("Delete", relative, exists=True)
+    if denied is None:
+        return
+    meta = parse_document(shown.whole[relative].decode("utf-8", "replace")).meta
+    if provenance(meta).reconcile_with != into:
+        raise _Bad(denied.reason.removeprefix("denied: "))
 
 
 def _team(relative: str) -> bool:

@@ -151,7 +151,9 @@ Rules:
 - Every note keeps its frontmatter block: name, description, type (one of user, feedback,
   project, reference).
 - team/ notes are shared with the repository's collaborators: you may edit one that is
-  wrong; never merge or delete one.
+  wrong; never merge a personal note into one, never delete one. One exception: a team note
+  whose metadata says reconcile_with: team/x.md is one side of a conflict; merge it into
+  team/x.md (files: ["team/x.md", that note], the text holding both).
 - index replaces MEMORY.md: a line for every note that remains. Leave it out to keep the
   index as it is (memd drops the lines of notes you deleted). If MEMORY.md is missing, give
   one.
