@@ -322,6 +322,39 @@ async def test_a_write_the_disk_refuses_ends_the_run_as_failed_not_as_done(
         disk.heal()
 
 
+class JournalRefused(WriteFailed):
+    """A write failure of a job's own kind (as a dream's refused record is)."""
+
+
+@dataclass(frozen=True)
+class RefusingTool(BrokenTool):
+    """A tool whose write the disk refused, saying so with an error of its own kind."""
+
+    async def run(self, args: Mapping[str, Any]) -> ToolResult:
+        raise JournalRefused("/state/journal.jsonl", OSError(28, "No space left on device"))
+
+
+@pytest.mark.anyio
+async def test_a_write_failure_of_a_kind_of_its_own_ends_the_run_as_it_was_raised(
+    api: LoopbackAPI, llm: LLM, tmp_path: Path
+) -> None:
+    """The run keeps the tool's own kind of write failure (a dream says "the state disk
+    refused the record" by it), rather than re-wrapping it as a plain WriteFailed."""
+    api.push(replies.tool_uses([("Read", {"file_path": "/x"})]), replies.text("Done."))
+    clock = FakeClock(START)
+    with anyio.fail_after(30):
+        run = await run_agent(
+            llm,
+            spec_for({"Read": RefusingTool()}),
+            conversation(),
+            ledger=Ledger(tmp_path / "l", clock),
+            clock=clock,
+        )
+    assert isinstance(run.outcome, Failed)
+    assert type(run.outcome.error) is JournalRefused, repr(run.outcome.error)
+    assert len(api.requests) == 1
+
+
 @pytest.mark.anyio
 async def test_cache_breakpoints_are_placed_and_the_prefix_is_read_from_cache(
     api: LoopbackAPI, llm: LLM, notes: Path, tmp_path: Path

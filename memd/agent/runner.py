@@ -350,7 +350,11 @@ async def _call_tool(
     try:
         output = await tool.run(args)
     except Exception as exc:  # the isolation boundary: a crashing tool is told to the model
-        if isinstance(exc, OSError) and exc.errno in DISK_FAULTS and type(exc) is not WriteFailed:
+        if (
+            isinstance(exc, OSError)
+            and exc.errno in DISK_FAULTS
+            and not isinstance(exc, WriteFailed)
+        ):
             exc = WriteFailed(exc.filename or tool.name, exc)  # a write memd did not name
         if isinstance(exc, WriteFailed):
             recorder.call(ToolCall(turn, tool.name, allowed=True, is_error=True))

@@ -263,12 +263,10 @@ def _run_problem(run: AgentRun) -> str | None:
 
 
 def _write_problem(error: OSError) -> str:
-    """Why a write ended the run; a refused record says so (the runner may have wrapped it
-    in a :class:`WriteFailed` of its own)."""
-    refused = error if isinstance(error, RecordRefused) else getattr(error, "error", None)
-    if isinstance(refused, RecordRefused):
+    """Why a write ended the run; a refused record says so."""
+    if isinstance(error, RecordRefused):
         return (
-            f"the state disk refused the record of a change ({refused}): the change was not "
+            f"the state disk refused the record of a change ({error}): the change was not "
             "made, and the run is undone"
         )
     return str(error)
