@@ -225,7 +225,14 @@ async def run_once(root: Path, llm: LLM, protocol: Protocol = "tools") -> dict[s
                 await running.done.wait()
         tg.cancel_scope.cancel()
     if not answer["started"]:
-        return {"state": "not started", "reason": answer["verdict"]["reason"], "run_id": None}
+        verdict, holder = answer["verdict"], service.row(memory_of(root))["lock"]["holder"]
+        return {
+            "state": "not started",
+            "reason": verdict["reason"],
+            "gate": verdict["gate"],
+            "lock_holder": holder,
+            "run_id": None,
+        }
     last: dict[str, Any] = service.row(memory_of(root))["last_runs"][0]
     return last
 

@@ -95,6 +95,8 @@ async def test_a_state_disk_that_fails_at_any_write_of_a_dream_loses_nothing(
             continue
         assert after == before, (where, run, sorted(set(after.items()) ^ set(before.items())))
         assert run["state"] in ("failed", "not started"), (where, run)
+        if run["state"] == "not started":  # its record refused: the state disk's, not the lock
+            assert run["gate"] == "state" and run["lock_holder"] is None, (where, run)
         assert "No space left" in run["reason"] or "Read-only" in run["reason"], (where, run)
         assert lock_rolled_back(memory_of(root)), where
     # Kept only when the disk failed after the run's end was on disk: its record's last write.

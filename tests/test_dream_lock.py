@@ -199,7 +199,7 @@ def test_an_intent_that_cannot_be_recorded_leaves_the_lock_alone(tmp_path: Path)
         raise OSError(28, "No space left on device")
 
     got = lock.acquire(memory, stale_s=HOUR, before_write=refuse)
-    assert isinstance(got, Busy) and "cannot record the run" in got.reason
+    assert isinstance(got, lock.Unrecorded) and "state disk refused" in got.reason
     assert seen == [prior]
     assert path.read_bytes() == b"" and os.stat(path).st_mtime_ns == prior
 

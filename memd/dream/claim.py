@@ -35,10 +35,10 @@ def acquire_recorded(
     *,
     stale_s: float,
     running_here: bool,
-) -> RunRecord | lock.Busy:
+) -> RunRecord | lock.Busy | lock.Unrecorded:
     """Take the lock for a run recorded first (blocking): the record is saved, state
     ``running``, with the lock's prior mtime before our PID is written, and removed
-    again when the lock turns out to be someone else's."""
+    again when the lock turns out to be someone else's or the record cannot be written."""
     intent: list[RunRecord] = []
 
     def record_intent(prior_ns: int) -> None:
@@ -51,7 +51,7 @@ def acquire_recorded(
         running_here=running_here,
         before_write=record_intent,
     )
-    if isinstance(got, lock.Busy):
+    if isinstance(got, lock.Busy | lock.Unrecorded):
         if intent:
             store.discard(intent[0])
         return got

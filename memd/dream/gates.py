@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, assert_never
 
-GateName = Literal["enabled", "time", "throttle", "sessions", "lock"]
+# "state": not one of R-D1's gates; every gate was open but memd's state disk refused the
+# run's record, so it did not start (shown apart from the lock, which nobody holds then).
+GateName = Literal["enabled", "time", "throttle", "sessions", "lock", "state"]
 GATE_ORDER: tuple[GateName, ...] = ("enabled", "time", "throttle", "sessions", "lock")
 
 

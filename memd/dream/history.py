@@ -72,6 +72,8 @@ async def dream_restore(
         )
         if isinstance(got, lock.Busy):
             raise ValueError(f"the consolidation lock is held: {got.reason}")
+        if isinstance(got, lock.Unrecorded):
+            raise ValueError(f"the restore does not start: {got.reason}")
         record = got
         record.restored_from = source.run_id
         with anyio.CancelScope(shield=True):

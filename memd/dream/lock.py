@@ -87,6 +87,15 @@ class Busy:
 
 
 @dataclass(frozen=True)
+class Unrecorded:
+    """The lock was free, but the caller's record of the run could not be written first
+    (memd's state disk refused it): the lock is left as it was and nothing starts. Not a
+    holder: ``status`` shows it as a state-disk problem, not as the lock held."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Free:
     """The lock may be taken; ``why`` says on what grounds (for the log)."""
 
@@ -263,10 +272,10 @@ def acquire(
     running_here: bool = False,
     alive: Callable[[int, int], bool] = holder_alive,
     before_write: Callable[[int], None] | None = None,
-) -> Acquired | Busy:
+) -> Acquired | Busy | Unrecorded:
     """Try to take the lock (blocking; run it in a worker thread). ``before_write(prior)``
     runs once the lock may be taken, before our PID is written (the caller records its
-    intent there); an ``OSError`` from it leaves the lock as it was (:class:`Busy`)."""
+    intent there); an ``OSError`` from it leaves the lock as it was (:class:`Unrecorded`)."""
     pid = os.getpid() if own_pid is None else own_pid
     memory_dir.mkdir(parents=True, exist_ok=True)
     path = lock_path(memory_dir)
@@ -288,7 +297,9 @@ def acquire(
             try:
                 before_write(state.mtime_ns or 0)
             except OSError as exc:
-                return Busy(None, None, f"cannot record the run, so it does not start: {exc}")
+                return Unrecorded(
+                    f"memd's state disk refused the run's record ({exc}); nothing changed"
+                )
         try:
             _write_body(path, str(pid).encode())
         except OSError as exc:

@@ -269,11 +269,13 @@ class DreamService:
     ) -> None:
         async with self.exclusion.hold(found.key, "dream"):
             got = await anyio.to_thread.run_sync(partial(self.acquire_recorded, found, "dream", go))
+            found.busy = got if isinstance(got, lock.Busy) else None
             if isinstance(got, lock.Busy):
-                found.busy = got
                 task_status.started(Skip("lock", f"lock: {got.reason}"))
                 return
-            found.busy = None
+            if isinstance(got, lock.Unrecorded):
+                task_status.started(Skip("state", f"state: {got.reason}"))
+                return
             record = got
             running = Running(record)
             found.running = running
@@ -305,7 +307,9 @@ class DreamService:
         """A lock older than this is taken over whoever holds it (R-D2)."""
         return self.config.dream.lock_stale_minutes * 60.0
 
-    def acquire_recorded(self, found: DreamDir, kind: str, go: Go | None) -> RunRecord | lock.Busy:
+    def acquire_recorded(
+        self, found: DreamDir, kind: str, go: Go | None
+    ) -> RunRecord | lock.Busy | lock.Unrecorded:
         """Take the lock for a run recorded first (blocking): see
         :func:`memd.dream.claim.acquire_recorded`."""
         return claim.acquire_recorded(
