@@ -1,5 +1,5 @@
 """The pause of one full garbage collection in a loaded daemon, with and without its loaded
-code frozen (memd.daemon.gc_pauses).
+code frozen (memd.gc_pauses).
 
 Imports what a running daemon has loaded (the daemon, its features, the model SDK with a
 client built, tiktoken's encoding), then times full collections (``gc.collect()``, the
@@ -44,7 +44,7 @@ def main() -> None:
     time.sleep(2)  # the tokenizer loads in a thread
     tracked = len(gc.get_objects())
     before = full_collections(args.runs)
-    from memd.daemon.gc_pauses import freeze_loaded
+    from memd.gc_pauses import freeze_loaded
 
     frozen = freeze_loaded("bench")
     after = full_collections(args.runs)

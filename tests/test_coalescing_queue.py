@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from memd.daemon.queues import CoalescingQueue
+from memd.queues import CoalescingQueue
 
 pytestmark = pytest.mark.anyio
 

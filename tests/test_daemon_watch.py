@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from memd.config import TranscriptsConfig
-from memd.daemon.queues import CoalescingQueue
 from memd.daemon.watch import READS_PER_STEP, WatchedRoot, run_watcher, transcripts_below
+from memd.queues import CoalescingQueue
 
 pytestmark = pytest.mark.anyio
 

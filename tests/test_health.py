@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memd.daemon.health import pipeline_state
+from memd.health import pipeline_state
 
 STALL = 1800.0
 

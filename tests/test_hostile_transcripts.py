@@ -308,7 +308,7 @@ WATCHER_SCRIPT = """
 import sys, anyio
 from pathlib import Path
 from memd.config import TranscriptsConfig
-from memd.daemon.queues import CoalescingQueue
+from memd.queues import CoalescingQueue
 from memd.daemon.watch import WatchedRoot, WatcherStatus, run_watcher
 
 async def main() -> None:

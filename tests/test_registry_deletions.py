@@ -15,9 +15,9 @@ import anyio
 import pytest
 
 from memd.config import TranscriptsConfig
-from memd.daemon.queues import CoalescingQueue
 from memd.daemon.sessions import SessionRegistry
 from memd.daemon.watch import WatchedRoot, run_watcher
+from memd.queues import CoalescingQueue
 from memd.sources.claude_code import ClaudeCode
 from tests.conftest import CORPUS
 

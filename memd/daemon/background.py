@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from memd.daemon.gc_pauses import freeze_loaded
 from memd.errors import MemdError, StartupError
+from memd.gc_pauses import freeze_loaded
 from memd.tokens import load_soon
 
 if TYPE_CHECKING:
     from memd.clock import Clock
     from memd.compaction.service import CompactionService
     from memd.config import LoadedConfig
-    from memd.daemon.health import Health
     from memd.daemon.notify import Notifier
-    from memd.daemon.queues import CoalescingQueue
     from memd.daemon.sessions import SessionRegistry
     from memd.dream.service import DreamService
+    from memd.health import Health
     from memd.llm.ledger import Ledger
     from memd.memory.service import MemoryService
+    from memd.queues import CoalescingQueue
     from memd.session.scheduler import NotesScheduler
     from memd.team.service import TeamService
 

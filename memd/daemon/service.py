@@ -33,11 +33,9 @@ from memd.changes import CHANGES
 from memd.clock import Clock, SystemClock, iso_utc
 from memd.config import LoadedConfig
 from memd.daemon.features import Loaded, load_features, notes_settings
-from memd.daemon.health import Health
 from memd.daemon.logsetup import log_destination
 from memd.daemon.notify import Notifier
 from memd.daemon.optout import OptOuts
-from memd.daemon.queues import CoalescingQueue
 from memd.daemon.reloads import ReloadOutcome, restart_needed
 from memd.daemon.session_ids import Renamed, carry_over
 from memd.daemon.sessions import SessionRegistry
@@ -45,7 +43,9 @@ from memd.daemon.signals import Signals
 from memd.daemon.watch import WatchedRoot
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
+from memd.health import Health
 from memd.ipc.server import Server
+from memd.queues import CoalescingQueue
 from memd.sources.registry import room_named, sources_for
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.tokens import load_soon

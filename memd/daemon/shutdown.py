@@ -35,10 +35,10 @@ from memd.daemon.signals import HANDLED, STOP_DEADLINE_S
 if TYPE_CHECKING:
     from memd.config import LoadedConfig
     from memd.daemon.notify import Notifier
-    from memd.daemon.queues import CoalescingQueue
     from memd.daemon.signals import Signals
     from memd.ipc.server import Server
     from memd.llm.models import Models
+    from memd.queues import CoalescingQueue
 
 log = logging.getLogger(__name__)
 

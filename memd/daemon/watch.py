@@ -35,9 +35,9 @@ from anyio.abc import TaskStatus
 from memd.changes import Counted
 from memd.config import TranscriptsConfig
 from memd.daemon.inotify import Inotify
-from memd.daemon.queues import CoalescingQueue
 from memd.daemon.watch_gaps import FIX, Gaps, project_folders, watch_limit
 from memd.daemon.watch_tree import Found, Tree
+from memd.queues import CoalescingQueue
 from memd.sources.base import Layout
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -34,13 +32,12 @@ import anyio.abc
 import anyio.to_thread
 
 from memd.agent.runner import AgentProgress
-from memd.changes import Counted
 from memd.clock import Clock
 from memd.config import Config
 from memd.confined import ChangeGuard
-from memd.daemon.queues import CoalescingQueue
 from memd.dream import claim, gates, lock
 from memd.dream.consolidate import DreamOutcome, consolidate
+from memd.dream.dirs import DreamDir, Running
 from memd.dream.exclusion import DirExclusion
 from memd.dream.gates import Go, NeedScan, Observed, Skip, Verdict
 from memd.dream.job import CiteRun, DreamSettings, Job
@@ -55,12 +52,12 @@ from memd.llm.guard import Go as GuardGo
 from memd.llm.ledger import Ledger, billed_tokens
 from memd.llm.models import Models, Route, job_route
 from memd.memory.location import Location, locate_project
+from memd.queues import CoalescingQueue
 from memd.sources.base import DreamScope, any_session
 from memd.state import SessionState
 
 log = logging.getLogger(__name__)
 
-HISTORY = 10
 # The sessions the dream counts and searches with a session's project (its room says).
 ScopeOf = Callable[[SessionState], DreamScope | None]
 # (cwd, memory dir, files, the guard told each rewrite first) → the files whose citations
@@ -70,33 +67,6 @@ CiteFiles = Callable[[str, Path, Sequence[str], ChangeGuard], tuple[str, ...]]
 # checks; `memdctl dream --force` is the manual trigger that releases it.
 GUARD_KEY = "dream"
 ABORT_WAIT_S = 120.0
-
-
-@dataclass
-class Running(Counted):
-    record: RunRecord
-    abort: anyio.Event = field(default_factory=anyio.Event)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    progress: AgentProgress | None = None
-
-
-@dataclass
-class DreamDir(Counted):
-    """What the service knows about one memory dir."""
-
-    key: str  # the memory dir as located (the exclusion's key)
-    memory_dir: Path
-    scopes: set[DreamScope]  # where its sessions are (memd.sources.base.DreamScope)
-    last_scan_at: float | None = None
-    verdict: Verdict | None = None
-    verdict_at: float | None = None
-    lock_mtime: float | None = None
-    busy: lock.Busy | None = None
-    trigger: str = ""
-    exclude: str = ""  # the trigger session as its scope names it (not counted)
-    cwd: str = ""  # a session's, the newest seen: the repository its memories cite
-    running: Running | None = None
-    history: deque[RunRecord] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
 
 class DreamService:

@@ -13,7 +13,7 @@ from memd.llm.ledger import billed_tokens
 from memd_client.names import encodable
 
 if TYPE_CHECKING:
-    from memd.dream.service import DreamDir, Running
+    from memd.dream.dirs import DreamDir, Running
 
 LATEST_TEXT_CHARS = 400
 MAX_SESSIONS_SHOWN = 50

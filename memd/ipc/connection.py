@@ -37,16 +37,14 @@ import logging
 import mmap
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from memd.ipc.reader import SocketReader
 from memd_client import protocol as p
-
-if TYPE_CHECKING:
-    from memd.ipc.server import Server
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +109,53 @@ class Busy(p.FrameError):
     code = p.BUSY
 
 
+class Deadlines(Protocol):
+    """The limits a connection keeps (:class:`memd.ipc.limits.ServeLimits` fits)."""
+
+    @property
+    def idle_timeout_s(self) -> float: ...
+    @property
+    def frame_timeout_s(self) -> float: ...
+
+
+class Shares(Protocol):
+    """Connections at work per client process (:class:`memd.ipc.limits.WorkShares` fits)."""
+
+    def may_start(self, peer: int | None) -> bool: ...
+    def started(self, peer: int | None) -> None: ...
+    def ended(self, peer: int | None) -> None: ...
+
+
+class Host(Protocol):
+    """What a connection uses of the server that accepted it (:class:`memd.ipc.server.Server`,
+    which imports this module: nothing here imports it back)."""
+
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def max_frame_bytes(self) -> int: ...
+    @property
+    def inline(self) -> Collection[str]: ...
+    @property
+    def limits(self) -> Deadlines: ...
+    @property
+    def budget(self) -> ReadBudget: ...
+    @property
+    def shares(self) -> Shares: ...
+    def close_idle(self, connection: Connection) -> None: ...
+    def error_frame(self, rid: p.RequestId | None, code: str, message: str) -> bytes: ...
+    async def answer(self, request: p.Request) -> bytes: ...
+    async def answer_inline(self, request: p.Request) -> bytes: ...
+    def peer_busy(self, rid: p.RequestId) -> bytes: ...
+    def begin_request(self) -> None: ...
+    def end_request(self) -> None: ...
+    def note_stalled(self) -> None: ...
+
+
 class Connection:
     """One accepted connection; :meth:`run` serves it until the client leaves or misbehaves."""
 
-    def __init__(self, server: Server, sock: socket.socket) -> None:
+    def __init__(self, server: Host, sock: socket.socket) -> None:
         self._server = server
         self._sock = sock
         # fast_acquire: no extra trip through the event loop when nobody else is sending

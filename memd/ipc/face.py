@@ -21,20 +21,20 @@ if TYPE_CHECKING:
     from memd.clock import Clock
     from memd.compaction.service import CompactionService
     from memd.config import LoadedConfig
-    from memd.daemon.health import Health
     from memd.daemon.optout import OptOuts
-    from memd.daemon.queues import CoalescingQueue
     from memd.daemon.reloads import ReloadOutcome
     from memd.daemon.sessions import SessionRegistry
     from memd.daemon.watch import WatchedRoot, WatcherStatus
     from memd.dream.exclusion import DirExclusion
     from memd.dream.service import DreamService
     from memd.envfile import EnvFile
+    from memd.health import Health
     from memd.ipc.server import Server
     from memd.llm.guard import CostGuard
     from memd.llm.ledger import Ledger
     from memd.llm.models import Models
     from memd.memory.service import MemoryService
+    from memd.queues import CoalescingQueue
     from memd.session.scheduler import NotesScheduler
     from memd.team.service import TeamService
 

@@ -19,12 +19,12 @@ import os
 import resource
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from memd import gc_pauses
 from memd.changes import CHANGES
-from memd.daemon import gc_pauses
-from memd.daemon.health import pipeline_report
 from memd.foreign_reads import PROBLEMS
+from memd.health import pipeline_report
 from memd.ipc.status_rows import StatusRows, packer, unreadable
 from memd.writes import WRITES
 from memd_client.names import encodable, escape_name
@@ -34,9 +34,8 @@ if TYPE_CHECKING:
     from msgspec import Raw
 
     from memd.confined import Findings
-    from memd.daemon.queues import QueueStats
-    from memd.daemon.sessions import RegistryStats
     from memd.ipc.face import DaemonFace
+    from memd.queues import QueueStats
 
 # How long a kept reply may be sent again with nothing counted as changed: its uptime, RSS
 # and the last hour's windows are at most this old. A second is below what ``memdctl top``
@@ -44,6 +43,29 @@ if TYPE_CHECKING:
 # ~50 µs a reply costs by three orders: a client polling in a loop gets kept replies.
 MAX_AGE_S = 1.0
 KEPT_FORMS = 8  # (limit, notes) pairs kept at once: any limit may be asked for
+
+
+class IngestFigures(Protocol):
+    """The registry's figures ``status`` shows (its ``statistics()``)."""
+
+    @property
+    def sessions(self) -> int: ...
+    @property
+    def parsed(self) -> int: ...
+    @property
+    def in_memory(self) -> int: ...
+    @property
+    def bytes_parsed(self) -> int: ...
+    @property
+    def bytes_rehydrated(self) -> int: ...
+    @property
+    def lines(self) -> int: ...
+    @property
+    def bad_lines(self) -> int: ...
+    @property
+    def unknown_lines(self) -> int: ...
+    @property
+    def unknown_recent(self) -> tuple[str, ...]: ...
 
 
 class KeptStatus:
@@ -171,7 +193,7 @@ def _daemon_status(daemon: DaemonFace) -> dict[str, Any]:
     }
 
 
-def _ingest_status(daemon: DaemonFace, reg: RegistryStats, queue: QueueStats) -> dict[str, Any]:
+def _ingest_status(daemon: DaemonFace, reg: IngestFigures, queue: QueueStats) -> dict[str, Any]:
     """``status``'s ``ingest`` section: what was read, what waits, what could not be."""
     return {
         "sessions": reg.sessions,

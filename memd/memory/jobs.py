@@ -27,7 +27,6 @@ import anyio.to_thread
 from memd.changes import Counted
 from memd.clock import Clock
 from memd.config import Config
-from memd.daemon.queues import CoalescingQueue
 from memd.errors import MemdError, NotFound, PromptTooLong
 from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard, Parked, Retry, describe, shrink_input
@@ -38,6 +37,7 @@ from memd.memory.extract import ExtractSettings, extract_memories, in_memory_dir
 from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.location import Location
 from memd.memory.plan import Job, Skip, plan_extraction
+from memd.queues import CoalescingQueue
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
 

@@ -6,7 +6,7 @@ as it changes, and the figures ``memdctl memories`` and ``status`` show.
 what went into a session (:meth:`~UsageService.injected`, on the event loop, never blocks:
 anchored after the line the session's transcript had reached). The memory service's turn-end
 signal queues the session (:meth:`~UsageService.turn_ended`); one worker takes them in turn
-(a :class:`~memd.daemon.queues.CoalescingQueue`: a session queued twice is judged once) and
+(a :class:`~memd.queues.CoalescingQueue`: a session queued twice is judged once) and
 judges each in a worker thread (:func:`memd.memory.usage_judge.judge_session`) by the rules
 of the session's agent (its room's ``usage``). The record is saved in a worker
 thread: by each look, after an injection (at most every :data:`SAVE_EVERY_S`), and once more
@@ -28,13 +28,13 @@ import anyio.to_thread
 
 from memd.changes import CHANGES
 from memd.clock import Clock
-from memd.daemon.queues import CoalescingQueue
 from memd.errors import MemdError
 from memd.memory.location import Location
 from memd.memory.paths import INDEX_FILENAME, TEAM_DIRNAME
 from memd.memory.usage import USAGE_FILE, MemoryUsage, UsageRecord, as_dict
 from memd.memory.usage_judge import Judged, SessionAt, judge_session
 from memd.memory.usage_rank import UsageCounts
+from memd.queues import CoalescingQueue
 from memd.sources.registry import room_named
 from memd.sources.usage import Rules
 from memd.state import SessionState

@@ -27,10 +27,11 @@ Two profiles: ``"strict"`` (the default, for memd's own requests: no streaming, 
 streams, answered with server-sent events, and sends hook context as ``role: "system"``
 messages inside ``messages``). ``?beta=true`` and other query strings are ignored.
 
-Out-of-process use (``python -m memd.testing.loopback --port 0 --script FILE``) prints the URL
-on its first stdout line and serves until SIGTERM/SIGINT; ``GET /_loopback/requests`` and
-``GET /_loopback/totals`` report what it saw, ``POST /_loopback/script`` appends script lines
-(see :mod:`memd.testing.loopback_replies`). :mod:`memd.testing.loopback_process` wraps this.
+Out-of-process use (:mod:`memd.testing.loopback_process`: ``python -m
+memd.testing.loopback_process --port 0 --script FILE``) prints the URL on its first stdout line
+and serves until SIGTERM/SIGINT; ``GET /_loopback/requests`` and ``GET /_loopback/totals``
+report what it saw, ``POST /_loopback/script`` appends script lines (see
+:mod:`memd.testing.loopback_replies`).
 """
 
 from __future__ import annotations
@@ -476,9 +477,3 @@ def _usage(payload: Any) -> Usage | None:
         raw["cache_creation_input_tokens"],
         raw["cache_read_input_tokens"],
     )
-
-
-if __name__ == "__main__":
-    from memd.testing.loopback_process import main
-
-    raise SystemExit(main())

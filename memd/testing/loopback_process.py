@@ -2,7 +2,7 @@
 
 Run it by hand or from a test::
 
-    python -m memd.testing.loopback --port 0 --script replies.jsonl
+    python -m memd.testing.loopback_process --port 0 --script replies.jsonl
 
 or, from a test, with :class:`LoopbackProcess`::
 
@@ -39,7 +39,7 @@ from memd.testing.loopback import LoopbackAPI
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; print the URL first."""
     parser = argparse.ArgumentParser(
-        prog="python -m memd.testing.loopback",
+        prog="python -m memd.testing.loopback_process",
         description="A local Messages-API server for memd's tests and benchmarks.",
     )
     parser.add_argument("--host", default="127.0.0.1")
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class LoopbackProcess:
-    """Start ``python -m memd.testing.loopback`` and talk to its control endpoints."""
+    """Start ``python -m memd.testing.loopback_process`` and talk to its control endpoints."""
 
     def __init__(
         self,
@@ -83,7 +83,7 @@ class LoopbackProcess:
         extra_args: tuple[str, ...] = (),
         start_timeout: float = 20.0,
     ) -> None:
-        self._argv = [sys.executable, "-m", "memd.testing.loopback", "--port", "0"]
+        self._argv = [sys.executable, "-m", "memd.testing.loopback_process", "--port", "0"]
         if script is not None:
             self._argv += ["--script", str(script)]
         self._argv += list(extra_args)
@@ -152,3 +152,7 @@ class LoopbackProcess:
             detail = exc.read().decode("utf-8", "replace")
             exc.close()
             raise RuntimeError(f"loopback {method} {what} failed: {detail}") from None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

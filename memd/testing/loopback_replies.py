@@ -9,7 +9,7 @@ A :data:`Reply` is one of
 
 Any reply can be delayed with ``delay_s``.
 
-Script files (``python -m memd.testing.loopback --script FILE``) hold JSON lines, each one
+Script files (``python -m memd.testing.loopback_process --script FILE``) hold JSON lines, each one
 entry; blank lines and lines starting with ``#`` are skipped::
 
     {"reply": {"text": "Done."}}                         # queued: answers one request, in order
