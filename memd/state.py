@@ -61,6 +61,7 @@ class SessionState:
     unreadable: dict[str, Any] | None = None
     pending_tool_calls: int = 0  # calls of a response held back until their results arrive
     agent: str = "claude_code"  # the source the session comes from (memd.sources)
+    model: str = ""  # the newest response's model as asked for ("": none known)
     ignored: str = ""  # why memd does not follow it (a sub-agent's, a memory job's), or ""
 
     @classmethod

@@ -92,6 +92,8 @@ def render_session(r: dict[str, Any]) -> str:
     elif r.get("context_estimated_tail"):
         ctx += f", {tokens(r['context_estimated_tail'])} of it estimated"
     rows: list[tuple[str, str]] = [("session", str(r.get("session_id"))), ("context", ctx)]
+    if r.get("context_window"):
+        rows.append(("window", f"{tokens(r['context_window'])} ({r.get('window_source')})"))
     rows.append(("last active", ago(r.get("last_activity"))))
     for key, label, fmt in SESSION_FIELDS:
         if key in r and r[key] is not None:

@@ -25,7 +25,13 @@ from memd.compaction.microcompact import microcompact
 from memd.compaction.session_memory import FallThrough, compact_with_notes
 from memd.compaction.strategy import NotesInput, Outcome, compact, files_to_restore
 from memd.compaction.takeover import TakeoverRecord
-from memd.compaction.threshold import BreakerState, Trigger, auto_compact_threshold, should_compact
+from memd.compaction.threshold import (
+    CONFIG_WINDOW,
+    BreakerState,
+    Trigger,
+    auto_compact_threshold,
+    should_compact,
+)
 from memd.compaction.tokencache import TokenCache
 from memd.config import Config
 from memd.errors import CompactionFailed, LLMDisabled, LLMError
@@ -33,7 +39,7 @@ from memd.llm.client import Disabled, Usage
 from memd.llm.ledger import Ledger
 from memd.llm.models import Models, Route, job_route
 from memd.regular_file import read_regular, read_text_target
-from memd.sources.base import Fork
+from memd.sources.base import Fork, ModelWindow
 from memd.sources.room import Room
 from memd.state import SessionState
 from memd.tokens import estimate_content
@@ -67,12 +73,18 @@ IndexProvider = Callable[[str], Awaitable[str | None]]
 ConversationReader = Callable[[SessionState, Callable[[Conversation], Any]], Awaitable[Any]]
 
 
+ASKED_WINDOW = "the request's context_window"
+WindowOf = Callable[[SessionState], ModelWindow | None]
+
+
 @dataclass(frozen=True)
 class Window:
-    """The model's context window and output reserve, as the client states them."""
+    """The model's context window and output reserve, and where the window came from: the
+    request, the session's agent (from the model its transcript records), or the config."""
 
     context_window: int
     max_output_tokens: int
+    source: str = CONFIG_WINDOW
 
 
 def messages_of(conv: Conversation, cache: TokenCache | None = None) -> list[Msg]:
@@ -145,6 +157,7 @@ class CompactionService:
         self.wait_extraction: ExtractionWaiter | None = None
         self.memory_index_for: IndexProvider | None = None
         self.fork_notes: ForkNotes | None = None
+        self.window_of: WindowOf | None = None  # a session's window, from its agent
         self.tokens = tokens if tokens is not None else TokenCache()
         self._breakers_path = state_dir / BREAKERS_FILE
         self._breakers: dict[str, BreakerState] = _load_breakers(self._breakers_path)
@@ -154,18 +167,22 @@ class CompactionService:
         """Compaction input for a session with cached estimates (blocking: run in a thread)."""
         return messages_of(conv, self.tokens)
 
-    def wants_warming(self, context_tokens: int) -> bool:
-        """Sessions past half the threshold get their estimates computed ahead of time."""
-        c = self.config.compaction
-        default = Window(c.default_context_window, c.default_max_output_tokens)
-        return context_tokens >= self.threshold(default) // 2
+    def wants_warming(self, state: SessionState) -> bool:
+        """Sessions past half their threshold get their estimates computed ahead of time."""
+        return state.context_tokens >= self.threshold(self.window({}, state)) // 2
 
-    def window(self, params: dict[str, Any]) -> Window:
+    def window(self, params: dict[str, Any], state: SessionState | None = None) -> Window:
+        """The window of a compaction (issue 38): the request's ``context_window``, else the
+        one the session's agent gives the model its transcript records (:attr:`window_of`,
+        Claude Code's ``[1m]`` and 1M-native models), else the config's default."""
         c = self.config.compaction
-        return Window(
-            int(params.get("context_window") or c.default_context_window),
-            int(params.get("max_output_tokens") or c.default_max_output_tokens),
-        )
+        output = int(params.get("max_output_tokens") or c.default_max_output_tokens)
+        if params.get("context_window"):
+            return Window(int(params["context_window"]), output, ASKED_WINDOW)
+        known = self.window_of(state) if state is not None and self.window_of else None
+        if known is not None:
+            return Window(known.tokens, output, f"transcript: {known.why}")
+        return Window(c.default_context_window, output)
 
     def threshold(self, window: Window) -> int:
         return auto_compact_threshold(
@@ -182,6 +199,8 @@ class CompactionService:
             "compact": decision.compact and allowed,
             "tokens": tokens,
             "threshold": decision.threshold,
+            "context_window": window.context_window,
+            "window_source": window.source,
             "effective_window": decision.effective_window,
             "tokens_left": decision.tokens_left,
             "percent_of_threshold": round(decision.percent_of_threshold, 1),

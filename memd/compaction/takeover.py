@@ -99,15 +99,18 @@ def decide(
     effective_window: int,
     blocked_last: bool,
     notes_phase: str | None,
+    window: str = "",
 ) -> Decision:
-    """Whether to take over one PreCompact (see the module docstring)."""
+    """Whether to take over one PreCompact (see the module docstring); ``window`` says which
+    window the effective one is of, and where it came from (for the reason)."""
     asked_for = asked(hook_input)
     if asked_for is not None:
         return asked_for
     if blocked_last:
         return Pass("memd blocked this session's previous compaction")
     if context_tokens >= effective_window:
-        return Pass(f"the context ({context_tokens} tokens) is over the window")
+        why = f" ({window})" if window else ""
+        return Pass(f"the context ({context_tokens} tokens) is over the window{why}")
     if notes_phase in BUSY_PHASES:
         return Pass("the notes are being updated")
     return Take()

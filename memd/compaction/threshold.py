@@ -8,6 +8,8 @@ from typing import Literal
 from memd.config import CompactionConfig
 
 Trigger = Literal["auto", "manual"]
+# Where a window came from when neither the request nor the session's agent said (issue 38).
+CONFIG_WINDOW = "config: compaction.default_context_window"
 
 
 def effective_window(window: int, max_output: int, reserve: int = 20_000) -> int:

@@ -231,9 +231,7 @@ async def _warm_at_start(daemon: Background) -> None:
     hot = [
         s
         for s in daemon.registry.newest()
-        if s.parsed
-        and daemon.compaction.wants_warming(s.context_tokens)
-        and daemon.registry.serves_compaction(s)
+        if s.parsed and daemon.compaction.wants_warming(s) and daemon.registry.serves_compaction(s)
     ]
     if not hot:
         return

@@ -223,6 +223,7 @@ class Daemon:
         self.compaction.notes_for = self._notes_input
         self.compaction.wait_extraction = self._wait_extraction
         self.compaction.fork_notes = self.notes
+        self.compaction.window_of = self.registry.window_of
         self.exclusion = DirExclusion()
         self.memory = MemoryService(
             loaded.paths.projects_root,
@@ -342,7 +343,7 @@ class Daemon:
             self.notes.notify_growth(state)
             self.memory.notify_growth(state)
         serves = self.registry.serves_compaction(state)
-        if serves and self.compaction.wants_warming(state.context_tokens):
+        if serves and self.compaction.wants_warming(state):
             self.warm_queue.mark_nowait(Path(state.path))
 
     async def refresh_own_memory(self) -> None:

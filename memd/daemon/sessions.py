@@ -38,7 +38,14 @@ from memd.config import TranscriptsConfig
 from memd.daemon.session_index import SessionIndex
 from memd.daemon.session_state import from_start, new_state, publish
 from memd.errors import NotFound
-from memd.sources.base import DreamScope, Reader, SessionKey, Source, source_for
+from memd.sources.base import (
+    DreamScope,
+    ModelWindow,
+    Reader,
+    SessionKey,
+    Source,
+    source_for,
+)
 from memd.sources.registry import room_named
 from memd.sources.room import Room
 from memd.state import SessionState
@@ -237,6 +244,14 @@ class SessionRegistry:
         source = self.source_of(state)
         return source.dream_scope(state) if source is not None else None
 
+    def window_of(self, state: SessionState) -> ModelWindow | None:
+        """The context window the session's agent gives the model its transcript records
+        (its room's ``window``), None when it does not say or the model is not known."""
+        room = self.room_of(state)
+        if room is None or room.window is None or not state.model:
+            return None
+        return room.window(state.model)
+
     def serves_compaction(self, state: SessionState) -> bool:
         """Whether memd compacts the session's agent's sessions (its room can write a
         compacted session the agent resumes)."""
@@ -286,9 +301,9 @@ class SessionRegistry:
 
     # -- ingest --------------------------------------------------------------------------------
 
-    def _context_tokens(self, path: str) -> int:
+    def _kept(self, path: str, keep: Callable[[SessionState], bool]) -> bool:
         state = self._index.by_path(path)
-        return state.context_tokens if state is not None else 0
+        return state is not None and keep(state)
 
     def resident(self, path: str) -> bool:
         """Is the session's conversation in memory now?"""
@@ -493,15 +508,15 @@ class SessionRegistry:
         return reader
 
     def evict_idle(
-        self, idle_seconds: float, *, keep: Callable[[int], bool] = lambda tokens: False
+        self, idle_seconds: float, *, keep: Callable[[SessionState], bool] = lambda state: False
     ) -> int:
         """Drop in-memory conversations unused for ``idle_seconds``; figures stay. Sessions
-        whose context size ``keep`` accepts (those near compaction) stay resident."""
+        ``keep`` accepts (those near their compaction) stay resident."""
         now = time.monotonic()
         idle = [
             p
             for p, t in self._last_used.items()
-            if now - t >= idle_seconds and not keep(self._context_tokens(p))
+            if now - t >= idle_seconds and not self._kept(p, keep)
         ]
         for path in idle:
             self._readers.pop(path, None)

@@ -45,7 +45,7 @@ def compaction_methods(daemon: CompactionFace) -> dict[str, Handler]:
         state = find_session(daemon, opt_str(params, "session"))
         tokens = opt_int(params, "tokens")
         figure = state.context_tokens if tokens is None else tokens
-        return svc.should_compact(state.session_id, figure, svc.window(params))
+        return svc.should_compact(state.session_id, figure, svc.window(params, state))
 
     async def compact(params: dict[str, Any]) -> Any:
         """Params: ``session`` and/or ``messages`` (API format), ``context_window``,
@@ -92,7 +92,7 @@ async def _run_compact(
     trigger = params.get("trigger", "manual")
     if trigger not in ("auto", "manual"):
         raise InvalidParams("'trigger' must be 'auto' or 'manual'")
-    window = svc.window(params)
+    window = svc.window(params, state)
     sid = state.session_id if state else None
     if params.get("dry_run"):
         path = state.path if state else None
@@ -121,7 +121,7 @@ async def _fork(daemon: CompactionFace, params: dict[str, Any]) -> dict[str, Any
     room, source = daemon.registry.room_of(state), daemon.registry.source_of(state)
     if room is None or source is None:
         return {"forked": False, "reason": f"memd no longer follows {state.agent} sessions"}
-    window = svc.window(params)
+    window = svc.window(params, state)
     return await svc.fork(state, room, daemon.registry.read, window, root=source.root)
 
 
@@ -162,7 +162,7 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
     if not record.begin(state.session_id):  # the claim: no wait between it and the check
         log.info("PreCompact of %s: another hook of this compaction came first", sid)
         return None
-    window, cfg = svc.window({}), daemon.loaded.config.compaction
+    window, cfg = svc.window({}, state), daemon.loaded.config.compaction
     notes = daemon.notes.status(state.session_id)
     decision = decide(
         hook_input,
@@ -172,6 +172,7 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
         ),
         blocked_last=record.blocked_last(state.session_id),
         notes_phase=notes.phase if notes else None,
+        window=f"{window.context_window} tokens, {window.source}",
     )
     if isinstance(decision, Pass):
         return await _pass(daemon, state.session_id, decision.reason)

@@ -19,7 +19,7 @@ from memd.errors import NotFound
 from memd.ipc.notes_methods import MAX_EXTRACT_WAIT_S
 from memd.ipc.params import checked, find_session, int_param, opt_str
 from memd.ipc.server import Handler
-from memd.ipc.status import KeptStatus, compact_threshold
+from memd.ipc.status import KeptStatus, session_window
 from memd.ipc.status_rows import unreadable
 from memd.memory.paths import project_slug
 from memd.state import SessionState
@@ -113,9 +113,8 @@ def method_table(daemon: DaemonFace) -> dict[str, Handler]:
         cwd = opt_str(params, "cwd")
         project = project_slug(cwd) if cwd else unescape_name(opt_str(params, "project") or "")
         limit = int_param(params, "limit", 0)
-        threshold = compact_threshold(daemon)
         rows = daemon.registry.newest(limit or None, project or None)
-        return [session_row(daemon, s, threshold) for s in rows]
+        return [session_row(daemon, s) for s in rows]
 
     async def session(params: dict[str, Any]) -> Any:
         """One session in full. Params: ``session`` (id or unique prefix). Errors: not_found."""
@@ -233,9 +232,7 @@ def config_result(daemon: DaemonFace) -> dict[str, Any]:
     }
 
 
-def session_row(
-    daemon: DaemonFace, s: SessionState, threshold: int | None = None
-) -> dict[str, Any]:
+def session_row(daemon: DaemonFace, s: SessionState) -> dict[str, Any]:
     return {
         "session_id": escape_name(s.session_id),
         "agent": s.agent,
@@ -249,7 +246,8 @@ def session_row(
         "context_from_usage": s.context_from_usage,
         "context_estimated_tail": s.context_estimated_tail,
         "context_stale": s.context_stale,
-        "compact_threshold": compact_threshold(daemon) if threshold is None else threshold,
+        "model": s.model or None,
+        **session_window(daemon, s),
         "last_activity": iso_utc(s.mtime),
         "last_timestamp": s.last_timestamp,
         "boundaries_seen": len(s.boundaries),

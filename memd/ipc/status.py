@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from memd import gc_pauses
 from memd.changes import CHANGES
+from memd.compaction.threshold import CONFIG_WINDOW, effective_window
 from memd.foreign_reads import PROBLEMS
 from memd.health import pipeline_report
 from memd.ipc.status_rows import StatusRows, packer, unreadable
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from memd.confined import Findings
     from memd.ipc.face import DaemonFace
     from memd.queues import QueueStats
+    from memd.state import SessionState
 
 # How long a kept reply may be sent again with nothing counted as changed: its uptime, RSS
 # and the last hour's windows are at most this old. A second is below what ``memdctl top``
@@ -102,6 +104,30 @@ def compact_threshold(daemon: DaemonFace) -> int:
     return effective - c.buffer_tokens
 
 
+def session_window(daemon: DaemonFace, state: SessionState) -> dict[str, Any]:
+    """The session's window (issue 38): its ``compact_threshold``, ``context_window`` and
+    ``window_source`` (its transcript's model, or the config), as the compaction service
+    decides it (:meth:`memd.compaction.service.CompactionService.window`) without needing
+    it: ``sessions`` answers before the features are loaded."""
+    c = daemon.loaded.config.compaction
+    known = daemon.registry.window_of(state)
+    window = known.tokens if known is not None else c.default_context_window
+    threshold = effective_window(window, c.default_max_output_tokens, c.max_output_reserve)
+    return {
+        "compact_threshold": threshold - c.buffer_tokens,
+        "context_window": window,
+        "window_source": f"transcript: {known.why}" if known is not None else CONFIG_WINDOW,
+    }
+
+
+def window_marks(daemon: DaemonFace, state: SessionState) -> dict[str, Any] | None:
+    """A status row's window marks, None when its window is the config's."""
+    window = session_window(daemon, state)
+    if window["context_window"] == daemon.loaded.config.compaction.default_context_window:
+        return None
+    return window
+
+
 def unreadable_report(daemon: DaemonFace, limit: int = 20) -> dict[str, Any]:
     """``unreadable_count`` and the first ``limit`` unreadable transcripts with their reasons."""
     count, states = daemon.registry.unreadable(limit)
@@ -160,7 +186,7 @@ def status_result(
         "errors_last_hour": len(errors),
         "last_error": errors[-1][1] if errors else None,
         "ipc": ipc_status(daemon),
-        "sessions": rows_kept.packed(rows, threshold),
+        "sessions": rows_kept.packed(rows, threshold, lambda s: window_marks(daemon, s)),
     }
     return reasons_said_once(result)
 

@@ -39,11 +39,12 @@ COLUMNS = (
 )
 
 
-def brief_row(s: SessionState) -> list[Any]:
+def brief_row(s: SessionState, window: dict[str, Any] | None = None) -> list[Any]:
     """A session as ``status`` lists it: what a glance shows (``memdctl status`` and ``top``);
     ``sessions`` and ``session`` give every figure. The values of :data:`COLUMNS`, then the
-    marks of a problem (``bad_lines``, ``unreadable``) and of an estimate
-    (``context_stale``) in a map, only when one is set."""
+    marks of a problem (``bad_lines``, ``unreadable``), of an estimate (``context_stale``)
+    and of a window other than the config's (``window``: its ``compact_threshold``,
+    ``context_window`` and ``window_source``, issue 38) in a map, only when one is set."""
     row: list[Any] = [
         escape_name(s.session_id),
         s.agent,
@@ -60,6 +61,8 @@ def brief_row(s: SessionState) -> list[Any]:
         marks["bad_lines"] = s.bad_lines
     if s.unreadable is not None:
         marks["unreadable"] = unreadable(s)
+    if window:
+        marks.update(window)
     if marks:
         row.append(marks)
     return row
@@ -89,20 +92,27 @@ class StatusRows:
     """The packed rows of the states ``status`` listed lately, by state."""
 
     def __init__(self) -> None:
-        self._packed: dict[int, tuple[SessionState, Raw]] = {}
+        self._packed: dict[int, tuple[SessionState, dict[str, Any] | None, Raw]] = {}
 
-    def packed(self, states: Sequence[SessionState], threshold: int) -> Raw:
-        """``states`` as ``status``'s ``sessions`` section, already msgpack."""
+    def packed(
+        self,
+        states: Sequence[SessionState],
+        threshold: int,
+        window_of: Callable[[SessionState], dict[str, Any] | None] = lambda state: None,
+    ) -> Raw:
+        """``states`` as ``status``'s ``sessions`` section, already msgpack; ``window_of``
+        gives a session's window marks when its window is not the config's."""
         raw, pack = packer()
         if len(self._packed) + len(states) > KEPT_ROWS:
             self._packed = {}
         rows = []
         for state in states:
+            window = window_of(state)
             kept = self._packed.get(id(state))
-            if kept is None or kept[0] is not state:
-                kept = (state, raw(_packed_row(pack, brief_row(state))))
+            if kept is None or kept[0] is not state or kept[1] != window:
+                kept = (state, window, raw(_packed_row(pack, brief_row(state, window))))
                 self._packed[id(state)] = kept  # holding the state: its id is not reused
-            rows.append(kept[1])
+            rows.append(kept[2])
         return raw(pack({"columns": COLUMNS, "compact_threshold": threshold, "rows": rows}))
 
 

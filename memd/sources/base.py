@@ -87,6 +87,14 @@ class Fork:
         return self.renamed.get(old, self.summary_id) if old is not None else self.summary_id
 
 
+@dataclass(frozen=True)
+class ModelWindow:
+    """The context window an agent gives a session of some model, and why (for ``status``)."""
+
+    tokens: int
+    why: str
+
+
 class ForkWriter(Protocol):
     """A compacted copy of a session written in its agent's own format, where the agent
     resumes it (``compact --fork``: compaction with no model call)."""

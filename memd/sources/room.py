@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memd.config import LoadedConfig
-from memd.sources.base import ForkWriter, Source
+from memd.sources.base import ForkWriter, ModelWindow, Source
 from memd.sources.hooks import HookDialect
 from memd.sources.usage import Rules
 
@@ -40,6 +40,9 @@ class Room:
     # How its transcript shows that its agent used a memory memd gave it (issue 36; None:
     # memd does not judge it): memd.memory.usage_evidence.
     usage: Rules | None = None
+    # The context window the agent gives a session of a model (its name as the transcript
+    # records it), None when it does not say: the config decides (issue 38).
+    window: Callable[[str], ModelWindow | None] | None = None
 
     def called(self, name: str) -> bool:
         """Whether ``name`` is this agent's name or one it had."""

@@ -109,6 +109,8 @@ class Conversation:
         self.cwd: str | None = None
         self.slug: str | None = None
         self.session_id: str | None = None
+        # The model of the newest response, as asked for (a switch shows in the next one).
+        self.model: str | None = None
         self._entries: dict[str, Entry] = {}  # user, assistant and system entries
         # progress/attachment lines: hash(uuid) -> the entry it leads to. Their uuids are
         # 60% of a session's lines and only ever looked up, so they are kept as their hash
@@ -161,8 +163,14 @@ class Conversation:
             self._links[key] = resolved
             self._leaf = uuid
         else:
+            if type(entry) is AssistantEntry:
+                self._note_model(entry)
             self._keep(entry, parent, resolved)
         self._derived = self._chain_only = self._context = None
+
+    def _note_model(self, entry: AssistantEntry) -> None:
+        if not entry.synthetic and (named := entry.requested_model or entry.model):
+            self.model = named
 
     def _parent_of(self, named: str | None) -> tuple[str | None, str | None]:
         """The parent as kept and the entry it leads to. As kept: the very string of the
@@ -274,6 +282,7 @@ class Conversation:
         self.bad_lines = other.bad_lines
         self.unknown_types = other.unknown_types
         self.last_timestamp = other.last_timestamp
+        self.model = other.model
 
     def count_bad_lines(self, count: int) -> None:
         """Record lines dropped before parsing (e.g. longer than the tailer's limit)."""

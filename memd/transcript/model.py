@@ -75,7 +75,10 @@ class AssistantEntry(_Envelope, frozen=True, kw_only=True, gc=False):
     """One line of an API response; the lines of one response share ``message_id``."""
 
     message_id: str
-    model: str | None = None
+    model: str | None = None  # the model that answered (``message.model``)
+    # The model Claude Code asked for, as its user named it (``requestedModel``: the long-
+    # context form ``claude-sonnet-4-6[1m]`` kept, which ``model`` drops; 2.1.331 and later).
+    requested_model: str | None = None
     blocks: Outline = ()
     usage: Usage | None = None
 

@@ -100,6 +100,7 @@ class _WireLine(msgspec.Struct, gc=False):
     type: str | None = None
     subtype: str | None = None
     message: _WireMessage | None = None
+    requestedModel: str | None = None  # the model asked for, its [1m] form kept (2.1.331+)
     isMeta: bool | None = None
     isCompactSummary: bool | None = None
     logicalParentUuid: str | None = None
@@ -353,6 +354,7 @@ def _assistant(wire: _WireLine, uuid: str, blocks: Outline, at: int, size: int) 
         session_id=wire.sessionId,
         message_id=message.id or uuid,
         model=_shared(message.model),
+        requested_model=_shared(wire.requestedModel),
         blocks=blocks,
         usage=_usage(usage) if usage is not None else None,
     )

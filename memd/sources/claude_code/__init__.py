@@ -7,7 +7,8 @@ Sub-agent transcripts (``<session>/subagents/…``) and the old ``agent-*.jsonl`
 not main conversations (R-T1). Every session of a project folder counts for the dream and is
 searched by it. Its hooks: :mod:`.hooks`; a compacted session it resumes: :mod:`.fork`
 (``claude --resume <id>``); its own memory is decided per session from its settings
-(:mod:`memd.memory.claude_code`). Older hook commands and installs call it ``claude``.
+(:mod:`memd.memory.claude_code`); the window of a session, from its model: :mod:`.window`.
+Older hook commands and installs call it ``claude``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from memd.sources.claude_code.entry_types import KNOWN
 from memd.sources.claude_code.fork import ClaudeFork
 from memd.sources.claude_code.hooks import ClaudeHooks
 from memd.sources.claude_code.usage import RULES as USAGE_RULES
+from memd.sources.claude_code.window import model_window
 from memd.sources.room import Room
 from memd.state import SessionState
 from memd.transcript.content import FileLines
@@ -170,4 +172,5 @@ ROOM = Room(
     fork=ClaudeFork(),
     memory_per_session=True,
     usage=USAGE_RULES,
+    window=model_window,
 )
