@@ -16,8 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memd.clock import SystemClock
-from memd.compaction.service import ASKED_WINDOW, CompactionService
-from memd.compaction.threshold import CONFIG_WINDOW
+from memd.compaction.service import CompactionService
 from memd.config import Config
 from memd.llm.ledger import Ledger
 from memd.sources.base import ModelWindow
@@ -25,6 +24,7 @@ from memd.sources.claude_code.window import ONE_MILLION, TWO_HUNDRED_K, model_wi
 from memd.state import SessionState
 from memd.testing.loopback import LoopbackAPI
 from memd.transcript.conversation import Conversation
+from memd.window import ASKED_WINDOW, CONFIG_WINDOW
 from memd_client import hook as hook_module
 from memd_client.agents.claude_code import TAKEOVER_HOOKS as CLAUDE_TAKEOVER
 from memd_client.hooks_install import hook_command, install_hooks

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,7 +26,6 @@ from memd.compaction.session_memory import FallThrough, compact_with_notes
 from memd.compaction.strategy import NotesInput, Outcome, compact, files_to_restore
 from memd.compaction.takeover import TakeoverRecord
 from memd.compaction.threshold import (
-    CONFIG_WINDOW,
     BreakerState,
     Trigger,
     auto_compact_threshold,
@@ -44,6 +43,7 @@ from memd.sources.room import Room
 from memd.state import SessionState
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
+from memd.window import Window, session_window
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,7 @@ IndexProvider = Callable[[str], Awaitable[str | None]]
 ConversationReader = Callable[[SessionState, Callable[[Conversation], Any]], Awaitable[Any]]
 
 
-ASKED_WINDOW = "the request's context_window"
 WindowOf = Callable[[SessionState], ModelWindow | None]
-
-
-@dataclass(frozen=True)
-class Window:
-    """The model's context window and output reserve, and where the window came from: the
-    request, the session's agent (from the model its transcript records), or the config."""
-
-    context_window: int
-    max_output_tokens: int
-    source: str = CONFIG_WINDOW
 
 
 def messages_of(conv: Conversation, cache: TokenCache | None = None) -> list[Msg]:
@@ -175,14 +164,9 @@ class CompactionService:
         """The window of a compaction (issue 38): the request's ``context_window``, else the
         one the session's agent gives the model its transcript records (:attr:`window_of`,
         Claude Code's ``[1m]`` and 1M-native models), else the config's default."""
-        c = self.config.compaction
-        output = int(params.get("max_output_tokens") or c.default_max_output_tokens)
-        if params.get("context_window"):
-            return Window(int(params["context_window"]), output, ASKED_WINDOW)
         known = self.window_of(state) if state is not None and self.window_of else None
-        if known is not None:
-            return Window(known.tokens, output, f"transcript: {known.why}")
-        return Window(c.default_context_window, output)
+        asked, output = params.get("context_window"), params.get("max_output_tokens")
+        return session_window(self.config.compaction, known, asked, output)
 
     def threshold(self, window: Window) -> int:
         return auto_compact_threshold(

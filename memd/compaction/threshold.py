@@ -7,19 +7,11 @@ from typing import Literal
 
 from memd.config import CompactionConfig
 
+# The formulas live in memd.window (light: status shows a session's threshold before READY).
+from memd.window import auto_compact_threshold as auto_compact_threshold
+from memd.window import effective_window as effective_window
+
 Trigger = Literal["auto", "manual"]
-# Where a window came from when neither the request nor the session's agent said (issue 38).
-CONFIG_WINDOW = "config: compaction.default_context_window"
-
-
-def effective_window(window: int, max_output: int, reserve: int = 20_000) -> int:
-    """The part of the context window a prompt may use: room is kept for the reply."""
-    return window - min(max_output, reserve)
-
-
-def auto_compact_threshold(window: int, max_output: int, cfg: CompactionConfig) -> int:
-    """Token count at which auto-compaction starts (about 93% of the effective window)."""
-    return effective_window(window, max_output, cfg.max_output_reserve) - cfg.buffer_tokens
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ import anyio
 from memd.compaction.message import Msg
 from memd.compaction.service import messages_from_client
 from memd.compaction.takeover import Pass, asked, block_reply, decide
-from memd.compaction.threshold import effective_window
 from memd.errors import NotFound
 from memd.ipc.params import find_session, opt_int, opt_str
 from memd.ipc.server import Handler, InvalidParams
 from memd.state import SessionState
 from memd.transcript.content import TranscriptChanged
+from memd.window import effective_window
 
 if TYPE_CHECKING:
     from memd.ipc.face import CompactionFace, TakeoverFace

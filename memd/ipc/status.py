@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from memd import gc_pauses
 from memd.changes import CHANGES
-from memd.compaction.threshold import CONFIG_WINDOW, effective_window
 from memd.foreign_reads import PROBLEMS
 from memd.health import pipeline_report
 from memd.ipc.status_rows import StatusRows, packer, unreadable
+from memd.window import auto_compact_threshold
+from memd.window import session_window as session_window_of
 from memd.writes import WRITES
 from memd_client.names import encodable, escape_name
 from memd_client.protocol import LLM_REASON_AT, SAME_AS_LLM
@@ -99,24 +100,24 @@ class KeptStatus:
 
 
 def compact_threshold(daemon: DaemonFace) -> int:
+    """The threshold of a session whose window is the config's."""
     c = daemon.loaded.config.compaction
-    effective = c.default_context_window - min(c.default_max_output_tokens, c.max_output_reserve)
-    return effective - c.buffer_tokens
+    return auto_compact_threshold(c.default_context_window, c.default_max_output_tokens, c)
 
 
 def session_window(daemon: DaemonFace, state: SessionState) -> dict[str, Any]:
     """The session's window (issue 38): its ``compact_threshold``, ``context_window`` and
     ``window_source`` (its transcript's model, or the config), as the compaction service
-    decides it (:meth:`memd.compaction.service.CompactionService.window`) without needing
-    it: ``sessions`` answers before the features are loaded."""
+    decides it (:func:`memd.window.session_window`) without needing it: ``sessions``
+    answers before the features are loaded."""
     c = daemon.loaded.config.compaction
-    known = daemon.registry.window_of(state)
-    window = known.tokens if known is not None else c.default_context_window
-    threshold = effective_window(window, c.default_max_output_tokens, c.max_output_reserve)
+    window = session_window_of(c, daemon.registry.window_of(state))
     return {
-        "compact_threshold": threshold - c.buffer_tokens,
-        "context_window": window,
-        "window_source": f"transcript: {known.why}" if known is not None else CONFIG_WINDOW,
+        "compact_threshold": auto_compact_threshold(
+            window.context_window, window.max_output_tokens, c
+        ),
+        "context_window": window.context_window,
+        "window_source": window.source,
     }
 
 
