@@ -61,7 +61,7 @@ class SessionState:
     unreadable: dict[str, Any] | None = None
     pending_tool_calls: int = 0  # calls of a response held back until their results arrive
     agent: str = "claude_code"  # the source the session comes from (memd.sources)
-    model: str = ""  # the newest response's model as asked for ("": none known)
+    model: str = ""  # the newest response's model as asked for ("": none known), capped
     ignored: str = ""  # why memd does not follow it (a sub-agent's, a memory job's), or ""
 
     @classmethod
@@ -79,7 +79,18 @@ class SessionState:
             state.project = sys.intern(state.project)
         if isinstance(state.cwd, str):
             state.cwd = sys.intern(state.cwd)
+        state.model = model_name(state.model)
         return state
+
+
+MAX_MODEL_CHARS = 200  # a model's name as kept (the transcript's is hostile bytes too)
+
+
+def model_name(raw: str) -> str:
+    """A model's name as a session's state keeps it (``status`` shows it, a terminal prints
+    it): at most :data:`MAX_MODEL_CHARS`, each character that does not print as ``?``."""
+    name = raw[:MAX_MODEL_CHARS]
+    return name if name.isprintable() else "".join(c if c.isprintable() else "?" for c in name)
 
 
 # Each figure saved is a count, an offset or a time: far below this, and so is any sum of them.

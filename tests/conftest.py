@@ -7,6 +7,7 @@ import functools
 import gc
 import inspect
 import os
+import re
 import shutil
 import sysconfig
 import warnings
@@ -61,6 +62,13 @@ settings.load_profile("memd")
 # skipped test, where to put it.
 CORPUS = Path(__file__).with_name("corpus")
 SHARED_HERE = Path(__file__).resolve().parents[2] / "shared"
+_MODEL_FIELD = re.compile(rb'"(model|requestedModel)": ?"[^"]*"')
+
+
+def on_a_gateway_model(transcript: bytes) -> bytes:
+    """``transcript`` as if its responses came from a model memd knows no window of (a
+    gateway's own name): the config's ``compaction.default_context_window`` is its window."""
+    return _MODEL_FIELD.sub(rb'"\1":"gateway-model"', transcript)
 
 
 def _find_shared() -> Path | None:

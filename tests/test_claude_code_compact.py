@@ -29,6 +29,7 @@ from memd_client import hook as hook_module
 from memd_client.agents.claude_code import TAKEOVER_HOOKS as CLAUDE_TAKEOVER
 from memd_client.hooks_install import hook_command, install_hooks
 from tests.claude_cli import ClaudeCLI
+from tests.conftest import on_a_gateway_model
 from tests.daemon_harness import Home, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.daemon_harness import memdctl as run_memdctl
 from tests.test_claude_code_cli import main_requests, setup
@@ -168,8 +169,11 @@ def test_compaction_from_the_notes_through_the_real_claude_code(
         plant_notes(home, sid, covered_turns=4)
         context = plant_notes(home, spare, covered_turns=1)
 
-        # Over the window (memd's window set just under this session's context): never blocked.
+        # Over the window (memd's window set just under this session's context, its model one
+        # memd knows no window of): never blocked.
         config.write_text(normal + f"  default_context_window: {context + 20_000}\n")
+        spare_path = transcript(home, spare)
+        spare_path.write_bytes(on_a_gateway_model(spare_path.read_bytes()))
         proc = started(home, spare)
         try:
             since = len(api.requests)

@@ -21,7 +21,7 @@ from memd.config import Config
 from memd.llm.ledger import Ledger
 from memd.sources.base import ModelWindow
 from memd.sources.claude_code.window import ONE_MILLION, TWO_HUNDRED_K, model_window
-from memd.state import SessionState
+from memd.state import MAX_MODEL_CHARS, SessionState, model_name
 from memd.testing.loopback import LoopbackAPI
 from memd.transcript.conversation import Conversation
 from memd.window import ASKED_WINDOW, CONFIG_WINDOW
@@ -75,6 +75,14 @@ def test_the_window_of_a_model_as_claude_code_2_1_332_gives_it(
 def test_any_model_name_is_a_window_or_none(name: str) -> None:
     found = model_window(name)
     assert found is None or (found.tokens in (ONE_MILLION, TWO_HUNDRED_K) and len(found.why) < 300)
+
+
+@given(st.text(max_size=300))
+def test_a_model_name_is_kept_short_and_printable(name: str) -> None:
+    kept = SessionState.from_dict({"session_id": "s", "project": "p", "path": "/x", "model": name})
+    assert kept.model.isprintable() and len(kept.model) <= MAX_MODEL_CHARS
+    assert kept.model == name[:MAX_MODEL_CHARS] or not name.isprintable()
+    assert model_name("claude-opus-5-5\x1b[2J" + "x" * 10**6).startswith("claude-opus-5-5?[2J")
 
 
 def assistant(uuid: str, parent: str | None, model: str, requested: str | None) -> bytes:

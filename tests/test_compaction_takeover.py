@@ -37,6 +37,7 @@ from memd_client.hooks_install import (
     read_settings,
     uninstall_hooks,
 )
+from tests.conftest import on_a_gateway_model
 from tests.daemon_harness import (
     Home,
     call,
@@ -248,6 +249,7 @@ def test_compact_is_let_through_when_a_fork_would_not_serve(
         (home.root / "memd.yaml").write_text(config)
         home.env["MEMD_CONFIG"] = str(home.root / "memd.yaml")
         target = install_session(home, BIG, "s4")
+        target.write_bytes(on_a_gateway_model(target.read_bytes()))  # the config's window
         if notes is not None:
             seed_notes(home, "s4", BIG, notes)
         proc = start_memd(home)
@@ -258,6 +260,25 @@ def test_compact_is_let_through_when_a_fork_would_not_serve(
             assert precompact(home, "nobody") is None
             assert forks(home) == []
             assert call(home, "status")["compaction"]["takeover"]["taken"] == 0
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_the_window_is_the_sessions_own_not_the_configs(tmp_path: Path) -> None:
+    """Issue 38: the context is over the config's window, not over its model's (a Claude
+    model of 200K): taken over, in the model's."""
+    with fake_home(tmp_path) as home:
+        (home.root / "memd.yaml").write_text("compaction:\n  default_context_window: 40000\n")
+        home.env["MEMD_CONFIG"] = str(home.root / "memd.yaml")
+        target = install_session(home, BIG, "s4")
+        seed_notes(home, "s4", BIG, 0.7)
+        proc = start_memd(home)
+        try:
+            wait_ingested(home, "s4", target.stat().st_size)
+            row = call(home, "session", {"session": "s4"})
+            assert row["context_window"] == 200_000 and row["context_tokens"] > 40_000
+            assert row["window_source"].startswith("transcript: claude-")
+            assert precompact(home, "s4") is not None and len(forks(home)) == 1
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 

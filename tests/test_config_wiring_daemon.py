@@ -14,7 +14,7 @@ from memd.daemon.service import Daemon
 from memd.ipc.handlers import method_table
 from memd.ipc.server import Handler
 from memd.memory.paths import memory_dir
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, on_a_gateway_model
 
 pytestmark = pytest.mark.anyio
 
@@ -23,12 +23,15 @@ pytestmark = pytest.mark.anyio
 SID = "ecbb2992-88e0-44e2-9bcc-0f916dd8be4f"  # the session of the transcript below
 
 
-async def _daemon_methods(tmp_path: Path, *sets: str) -> dict[str, Handler]:
-    """The in-process daemon's method table over one corpus transcript, with ``--set``s."""
-    source = CORPUS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl"
+async def _daemon_methods(
+    tmp_path: Path, *sets: str, model_known: bool = False
+) -> dict[str, Handler]:
+    """The in-process daemon's method table over one corpus transcript, with ``--set``s; its
+    model is one memd knows no window of (so the config's decides) unless ``model_known``."""
+    source = (CORPUS / "napoli-matcha" / "05_a737f62fb9_4_full.jsonl").read_bytes()
     project = tmp_path / ".claude" / "projects" / "-home-u-p"
     project.mkdir(parents=True)
-    (project / f"{SID}.jsonl").write_bytes(source.read_bytes())
+    (project / f"{SID}.jsonl").write_bytes(source if model_known else on_a_gateway_model(source))
     env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}
     overrides = dict(s.split("=", 1) for s in sets)
     daemon = Daemon.load(load_config(env=env, overrides=overrides), env=env)
@@ -58,6 +61,19 @@ async def test_the_compaction_threshold_comes_from_the_window_reserve_and_buffer
     below = await table["should_compact"]({"session": SID, "tokens": threshold - 1})
     at = await table["should_compact"]({"session": SID, "tokens": threshold})
     assert (below["threshold"], below["compact"], at["compact"]) == (threshold, False, True)
+
+
+async def test_a_session_of_a_known_model_has_its_window_whatever_the_configs(
+    tmp_path: Path,
+) -> None:
+    sets = ("compaction.default_context_window=100000", "compaction.buffer_tokens=3000")
+    table = await _daemon_methods(tmp_path, *sets, model_known=True)
+    verdict = await table["should_compact"]({"session": SID, "tokens": 100_000})
+    assert (verdict["context_window"], verdict["threshold"]) == (200_000, 177_000)
+    assert verdict["window_source"].startswith("transcript: claude-sonnet-4-5-20250929: 200K")
+    assert not verdict["compact"]
+    row = await table["session"]({"session": SID})
+    assert (row["model"], row["compact_threshold"]) == ("claude-sonnet-4-5-20250929", 177_000)
 
 
 async def test_microcompact_keeps_the_configured_number_of_recent_results(

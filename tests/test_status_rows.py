@@ -95,6 +95,32 @@ def test_a_brief_row_leaves_out_only_marks_that_are_not_set() -> None:
     assert marked["unreadable"] == {"reason": "gone", "since": "2027-01-15T08:00:00+00:00"}
 
 
+def test_a_row_shows_a_window_other_than_the_configs_and_follows_its_change() -> None:
+    """Issue 38: a session's own window is a mark of its row, packed again when it changes
+    with the state unchanged (a reload of the config, a table read anew)."""
+    kept, state, other = StatusRows(), _state(1, parsed=True), _state(2, parsed=True)
+    million = {
+        "compact_threshold": 967_000,
+        "context_window": 1_000_000,
+        "window_source": "transcript: claude-opus-5-5: 1M natively",
+    }
+    marks: dict[str, Any] = {"s1": million}
+
+    def window_of(s: SessionState) -> dict[str, Any] | None:
+        return marks.get(s.session_id)
+
+    def rows() -> list[dict[str, Any]]:
+        section = msgpack.unpackb(bytes(kept.packed([state, other], THRESHOLD, window_of)))
+        return rows_as_maps(section)
+
+    mine, theirs = rows()
+    assert {k: mine[k] for k in million} == million  # its own threshold, not the config's
+    assert theirs["compact_threshold"] == THRESHOLD and "window_source" not in theirs
+    marks["s1"] = {**million, "context_window": 200_000, "compact_threshold": 167_000}
+    mine, _ = rows()
+    assert (mine["context_window"], mine["compact_threshold"]) == (200_000, 167_000)
+
+
 def _line(uuid: str, parent: str | None, text: str, role: str = "user") -> bytes:
     entry = {"type": role, "uuid": uuid, "parentUuid": parent, "sessionId": "fresh"}
     message: dict[str, Any] = {"id": uuid, "role": role, "content": text}

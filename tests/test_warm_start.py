@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, on_a_gateway_model
 from tests.daemon_harness import call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.test_daemon_e2e import SLUG, expected_figures
 
@@ -41,8 +41,8 @@ def test_sessions_near_compaction_are_warm_after_a_restart(tmp_path: Path) -> No
 
         project = home.projects / SLUG
         project.mkdir(parents=True)
-        (project / "hot.jsonl").write_bytes(HOT.read_bytes())
-        (project / "cold.jsonl").write_bytes(COLD.read_bytes())
+        (project / "hot.jsonl").write_bytes(on_a_gateway_model(HOT.read_bytes()))
+        (project / "cold.jsonl").write_bytes(on_a_gateway_model(COLD.read_bytes()))
         proc = start_memd(home, *args)
         wait_for(lambda: call(home, "status")["ingest"]["parsed"] == 2, timeout=60, what="ingest")
         messages = rows(call(home, "sessions"))["hot"]["message_count"]

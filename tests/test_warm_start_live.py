@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, on_a_gateway_model
 from tests.daemon_harness import call, fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.test_daemon_e2e import SLUG, expected_figures
 
@@ -28,11 +28,12 @@ def test_a_live_append_is_read_while_the_restart_still_warms(tmp_path: Path) -> 
     hot_tokens = expected_figures(HOT.read_bytes())[1]
     window = int(hot_tokens * 1.5) + RESERVE + BUFFER  # every copy above half its threshold
     args = (f"--set=compaction.default_context_window={window}",)
+    hot = on_a_gateway_model(HOT.read_bytes())  # the config's window is its window
     with fake_home(tmp_path) as home:
         project = home.projects / SLUG
         project.mkdir(parents=True)
         for n in range(COPIES):
-            (project / f"hot-{n:02d}.jsonl").write_bytes(HOT.read_bytes())
+            (project / f"hot-{n:02d}.jsonl").write_bytes(hot)
         live = project / "live.jsonl"
         live.write_bytes(LIVE.read_bytes())
         proc = start_memd(home, *args)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from memd.sources.base import Reader, SessionKey, Source
-from memd.state import SessionState
+from memd.state import SessionState, model_name
 from memd.transcript.conversation import Conversation
 
 
@@ -31,7 +31,6 @@ def new_state(key: SessionKey, path: Path, mtime: float = 0.0) -> SessionState:
     return SessionState(key.session_id, key.project, str(path), mtime=mtime, agent=key.agent)
 
 
-MAX_MODEL_CHARS = 200  # a model's name, as the transcript gives it (hostile bytes too)
 OWN_CALL = "memd's own model call (an agent's CLI run as memd's backend)"
 
 
@@ -77,4 +76,4 @@ def _publish_figures(conv: Conversation, state: SessionState) -> None:
     state.last_timestamp = conv.last_timestamp or ""
     state.last_uuid = conv.last_uuid or ""
     state.slug = conv.slug or state.slug
-    state.model = conv.model[:MAX_MODEL_CHARS] if conv.model else state.model
+    state.model = model_name(conv.model) if conv.model else state.model

@@ -20,6 +20,7 @@ and letter case name the same model, as in Claude Code.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from memd.sources.base import ModelWindow
@@ -66,6 +67,7 @@ def base_model(name: str) -> str | None:
     return name if _CLAUDE.fullmatch(name) else None
 
 
+@functools.lru_cache(maxsize=64)  # status asks for each row it lists; a user has few models
 def model_window(name: str) -> ModelWindow | None:
     """The window Claude Code gives a session of model ``name`` (see the module doc), or
     None when ``name`` is no Claude model."""
