@@ -268,24 +268,15 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # What sits below the composition root's package (memd/daemon/) never imports it, even for the
 # type checker: the services take what they use at construction and the IPC methods a
 # protocol of their own (issue 35: the dream and the memory service took the daemon's queue,
-# ``status`` its health and GC figures). Module → the daemon's modules it still names.
-STILL_NAMING_THE_DAEMON = {
-    "memd.ipc.face": [
-        "memd.daemon.optout",
-        "memd.daemon.reloads",
-        "memd.daemon.sessions",
-        "memd.daemon.watch",
-    ],
-}
-
-
+# ``status`` its health and GC figures, ipc/face.py named the registry, the opt-outs, the
+# watcher's roots and the reload's outcome).
 def test_nothing_below_the_daemon_imports_it() -> None:
     upward = {
         module: sorted(t for t in targets if t == "memd.daemon" or t.startswith("memd.daemon."))
         for module, targets in module_graph().items()
         if not (module == "memd.daemon" or module.startswith("memd.daemon."))
     }
-    assert {m: t for m, t in upward.items() if t} == STILL_NAMING_THE_DAEMON
+    assert {m: t for m, t in upward.items() if t} == {}
 
 
 def test_no_ipc_module_imports_the_daemon() -> None:

@@ -5,6 +5,9 @@ The method modules (``memd/ipc/*_methods.py``, :mod:`memd.ipc.handlers`,
 the composition root, imports them and hands itself in (mypy checks that it fits each
 protocol where it does), and nothing under ``memd/ipc/`` imports it back
 (``tests/test_layering.py`` checks). A method that needs more of the daemon adds it here.
+Nor do they name a type of ``memd/daemon/``: what they use of its parts (the session
+registry, the opt-outs, the watcher, the last reload) is a protocol here too, which those
+parts fit.
 
 The types are imported for the checker only: this module loads before READY with the
 method table, and the features' modules must not (see ``docs/ARCHITECTURE.md``).
@@ -12,8 +15,9 @@ method table, and the features' modules must not (see ``docs/ARCHITECTURE.md``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import anyio
@@ -21,10 +25,6 @@ if TYPE_CHECKING:
     from memd.clock import Clock
     from memd.compaction.service import CompactionService
     from memd.config import LoadedConfig
-    from memd.daemon.optout import OptOuts
-    from memd.daemon.reloads import ReloadOutcome
-    from memd.daemon.sessions import SessionRegistry
-    from memd.daemon.watch import WatchedRoot, WatcherStatus
     from memd.dream.exclusion import DirExclusion
     from memd.dream.service import DreamService
     from memd.envfile import EnvFile
@@ -36,14 +36,98 @@ if TYPE_CHECKING:
     from memd.memory.service import MemoryService
     from memd.queues import CoalescingQueue
     from memd.session.scheduler import NotesScheduler
+    from memd.sources.base import Source
+    from memd.sources.room import Room
+    from memd.state import SessionState
     from memd.team.service import TeamService
+    from memd.transcript.conversation import Conversation
+
+T = TypeVar("T")
+
+
+class IngestFigures(Protocol):
+    """The registry's figures ``status`` shows (its ``statistics()``)."""
+
+    @property
+    def sessions(self) -> int: ...
+    @property
+    def parsed(self) -> int: ...
+    @property
+    def in_memory(self) -> int: ...
+    @property
+    def bytes_parsed(self) -> int: ...
+    @property
+    def bytes_rehydrated(self) -> int: ...
+    @property
+    def lines(self) -> int: ...
+    @property
+    def bad_lines(self) -> int: ...
+    @property
+    def unknown_lines(self) -> int: ...
+    @property
+    def unknown_recent(self) -> tuple[str, ...]: ...
+
+
+class Sessions(Protocol):
+    """What the methods use of the session registry
+    (:class:`memd.daemon.sessions.SessionRegistry` fits)."""
+
+    @property
+    def sources(self) -> Sequence[Source]: ...
+    def get(self, session_id: str) -> SessionState | None: ...
+    def find(self, prefix: str) -> list[SessionState]: ...
+    def states(self) -> Iterable[SessionState]: ...
+    def newest(
+        self, limit: int | None = None, project: str | None = None
+    ) -> list[SessionState]: ...
+    def statistics(self) -> IngestFigures: ...
+    def unreadable(self, limit: int = 20) -> tuple[int, list[SessionState]]: ...
+    def locate(self, session_id: str) -> Path | None: ...
+    def source_of(self, state: SessionState) -> Source | None: ...
+    def room_of(self, state: SessionState) -> Room | None: ...
+    def resident(self, path: str) -> bool: ...
+    async def ingest(self, path: Path) -> SessionState | None: ...
+    async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T: ...
+
+
+class OptOutCheck(Protocol):
+    """Why memory work is off in a folder (:class:`memd.daemon.optout.OptOuts` fits)."""
+
+    def reason(self, cwd: str) -> str | None: ...
+
+
+class Reloaded(Protocol):
+    """The last reload's outcome (:class:`memd.daemon.reloads.ReloadOutcome` fits)."""
+
+    @property
+    def restart_needed(self) -> Sequence[str]: ...
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+class WatchShown(Protocol):
+    """How a root is watched (:class:`memd.daemon.watch.WatcherStatus` fits)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+class Watched(Protocol):
+    """One root the watcher follows (:class:`memd.daemon.watch.WatchedRoot` fits)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def status(self) -> WatchShown: ...
 
 
 class HasSessions(Protocol):
     """The session registry (:func:`memd.ipc.params.find_session`)."""
 
     @property
-    def registry(self) -> SessionRegistry: ...
+    def registry(self) -> Sessions: ...
 
 
 class HasConfig(Protocol):
@@ -71,7 +155,7 @@ class NotesFace(HasSessions, Protocol):
     @property
     def notes(self) -> NotesScheduler: ...
     @property
-    def optouts(self) -> OptOuts: ...
+    def optouts(self) -> OptOutCheck: ...
 
 
 class MemoryFace(TakeoverFace, Protocol):
@@ -132,9 +216,9 @@ class DaemonFace(MemoryFace, NotesFace, McpFace, DoctorFace, TeamFace, Protocol)
     @property
     def ingest_queue(self) -> CoalescingQueue[Path]: ...
     @property
-    def watched(self) -> list[WatchedRoot]: ...
+    def watched(self) -> Sequence[Watched]: ...
     @property
-    def watcher_status(self) -> WatcherStatus: ...
+    def watcher_status(self) -> WatchShown: ...
     @property
     def own_memory(self) -> dict[str, str | None]: ...
     @property
@@ -144,7 +228,7 @@ class DaemonFace(MemoryFace, NotesFace, McpFace, DoctorFace, TeamFace, Protocol)
     @property
     def reloads(self) -> int: ...
     @property
-    def last_reload(self) -> ReloadOutcome | None: ...
+    def last_reload(self) -> Reloaded | None: ...
     @property
     def ledger(self) -> Ledger: ...
     @property

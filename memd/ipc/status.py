@@ -19,7 +19,7 @@ import os
 import resource
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from memd import gc_pauses
 from memd.changes import CHANGES
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from msgspec import Raw
 
     from memd.confined import Findings
-    from memd.ipc.face import DaemonFace
+    from memd.ipc.face import DaemonFace, IngestFigures
     from memd.queues import QueueStats
     from memd.state import SessionState
 
@@ -46,29 +46,6 @@ if TYPE_CHECKING:
 # ~50 µs a reply costs by three orders: a client polling in a loop gets kept replies.
 MAX_AGE_S = 1.0
 KEPT_FORMS = 8  # (limit, notes) pairs kept at once: any limit may be asked for
-
-
-class IngestFigures(Protocol):
-    """The registry's figures ``status`` shows (its ``statistics()``)."""
-
-    @property
-    def sessions(self) -> int: ...
-    @property
-    def parsed(self) -> int: ...
-    @property
-    def in_memory(self) -> int: ...
-    @property
-    def bytes_parsed(self) -> int: ...
-    @property
-    def bytes_rehydrated(self) -> int: ...
-    @property
-    def lines(self) -> int: ...
-    @property
-    def bad_lines(self) -> int: ...
-    @property
-    def unknown_lines(self) -> int: ...
-    @property
-    def unknown_recent(self) -> tuple[str, ...]: ...
 
 
 class KeptStatus:
