@@ -241,6 +241,7 @@ def test_gather_shows_whole_only_what_fits_and_names_the_rest(tmp_path: Path) ->
         (memory / f"n{n:03}.md").write_text(note(f"note {n}", "x" * 900))
     (memory / "n000.md").write_text(note("huge", "y" * 2_000_000))
     (memory / "n001.md").write_bytes(b"---\nname: \xff\n---\n")
+    (memory / "n150.md").write_text(note("long", "z").replace("long notes", "d" * 5_000))
     os.symlink("/etc/passwd", memory / "link.md")
     tree = snapshot.take(memory, tmp_path / "run" / SNAPSHOT)
     found = gather.gather(
@@ -259,6 +260,23 @@ def test_gather_shows_whole_only_what_fits_and_names_the_rest(tmp_path: Path) ->
     assert sum(len(f.text.encode()) for f in found.files if f.whole is None) < 200 * 700
     assert sum(len(data) for data in whole.values()) <= gather.FILES_MAX_BYTES
     assert found.index.count("\n- [") < 200 and "over its line limit" in found.index
+    named = [f for f in found.files if f.named]
+    assert "n150.md" in found.topics() and all(len(f.text) <= gather.NAMED_CHARS for f in named)
+    smaller = gather.Budget().shrunk(found, actual=10_000, limit=2_000)
+    assert smaller.files_bytes <= gather.FILES_MAX_BYTES * 0.16
+    cut = gather.gather(
+        tmp_path / "run",
+        tree.files,
+        (memory / "MEMORY.md").read_bytes(),
+        (),
+        (),
+        index_max_lines=200,
+        index_max_bytes=25_000,
+        budget=smaller,
+    )
+    assert sum(len(data) for data in cut.whole().values()) <= smaller.files_bytes
+    assert sum(len(f.relative) + len(f.text) for f in cut.files if f.named) <= smaller.named_bytes
+    assert len(cut.files) < len(found.files)
 
 
 def test_transcript_excerpts_are_few_short_and_scrubbed(tmp_path: Path) -> None:

@@ -149,6 +149,52 @@ async def test_without_an_index_operation_the_deleted_notes_lines_are_dropped(
     )
 
 
+def many_notes(count: int) -> dict[str, str]:
+    """``count`` notes of ~1 KB of words each (two alike: a merge to make), and their index."""
+    words = [
+        "cache",
+        "invalidation",
+        "stays",
+        "hard",
+        "because",
+        "the",
+        "deploy",
+        "fleet",
+        "restarts",
+        "slowly",
+    ]
+    files = {}
+    for n in range(count):
+        body = " ".join(f"{words[(n + i) % len(words)]}{i}" for i in range(120))
+        name = "test command" if n < 2 else f"topic {n}"
+        text = f"---\nname: {name}\ndescription: d{n}\ntype: project\n---\n\n{body}\n"
+        files[f"project_{n:02d}.md"] = text
+    files["MEMORY.md"] = "".join(f"- [n]({name}) — d\n" for name in files)
+    return files
+
+
+@pytest.mark.parametrize("limit", [4_000, 1_500])
+async def test_a_request_over_a_small_models_context_is_asked_once_more_with_less_shown(
+    local: Backend, api: LoopbackAPI, tmp_path: Path, limit: int
+) -> None:
+    """A small local model's context (4k tokens) cannot take what memd gathers of 30 notes:
+    asked once more with what it shows cut to fit, the dream runs; a context nothing fits
+    (1.5k) fails the run, changing nothing, after that one more request, never a third."""
+    api.set_handler(WeakModel(fault_every=0))
+    api.context_limit = limit
+    memory = prepare(tmp_path, many_notes(30))
+    before = tree(memory)
+    (run,) = await dreams(tmp_path, local)
+    first, second = sent(api)
+    assert len(api.requests) == 2 and len(second) < len(first) * 0.5
+    if limit == 1_500:
+        assert run["state"] == "failed" and "does not fit the model" in run["reason"], run
+        assert tree(memory) == before
+        return
+    assert run["state"] == "completed", run
+    assert not (memory / "project_01.md").exists()  # merged into project_00.md
+
+
 async def test_a_weak_models_bad_answers_lose_nothing_and_are_counted(
     local: Backend, api: LoopbackAPI, tmp_path: Path
 ) -> None:

@@ -7,8 +7,10 @@ TranscriptGrep, done by memd within fixed budgets (blocking; run it in a thread)
   are checked against). The index is shown as far as R-M2 loads it.
 * A topic file is shown whole when it fits :data:`FILE_MAX_BYTES` and the files shown so far
   leave room in :data:`FILES_MAX_BYTES`; only a file shown whole may be changed. A larger
-  one is shown in part, the rest by name and description (the model is told it may not
-  change them), at most :data:`MAX_LISTED` in all. Files are taken in the order the index
+  one is shown in part, the rest by name and description (cut to :data:`NAMED_CHARS`, all
+  of them within :data:`NAMED_MAX_BYTES`; the model is told it may not change them), at
+  most :data:`MAX_LISTED` in all. A request the model's context cannot take is asked again
+  with what it showed cut to fit (:meth:`Budget.shrunk`). Files are taken in the order the index
   lists them, then by name, so what the index points at comes first.
 * Transcript excerpts: a narrow search of the sessions since the last consolidation for the
   distinctive words of the memories' names and descriptions
@@ -36,6 +38,8 @@ from memd.sources.base import DreamScope
 FILE_MAX_BYTES = 6_000  # a topic file shown whole, at most
 FILES_MAX_BYTES = 40_000  # every topic file shown whole or in part, together
 PART_BYTES = 600  # what is shown of a file too large to show whole
+NAMED_CHARS = 150  # what is shown of a file named only: its description, cut (an index hook)
+NAMED_MAX_BYTES = 24_000  # every file named only (its name and description), together
 MAX_LISTED = 200  # topic files named at all (R-M4 keeps 200 too)
 MAX_TERMS = 12
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]{4,39}")
@@ -49,6 +53,27 @@ class Shown:
     relative: str
     text: str  # what the request holds of it (its head, or its description)
     whole: bytes | None
+    named: bool = False  # shown by name and description only
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of the memory dir and the sessions a request may show (bytes of topic files,
+    characters of excerpts)."""
+
+    files_bytes: int = FILES_MAX_BYTES
+    excerpt_chars: int = transcripts.GATHER_MAX_CHARS
+    named_bytes: int = NAMED_MAX_BYTES
+
+    def shrunk(self, found: Gathered, actual: int | None, limit: int | None) -> Budget:
+        """A budget for a request whose last one (showing ``found``) was ``actual`` tokens,
+        over the model's ``limit``: what was shown, times the share that fits with a margin
+        (at most half; half when the model did not say its figures)."""
+        share = 0.5 if not actual or not limit else min(0.5, 0.8 * limit / actual)
+        shown = sum(len(f.text.encode()) for f in found.files if not f.named)
+        named = sum(_named_bytes(f.relative, f.text) for f in found.files if f.named)
+        excerpts = sum(len(x) + 1 for x in found.excerpts)
+        return Budget(int(shown * share), int(excerpts * share), int(named * share))
 
 
 @dataclass(frozen=True)
@@ -76,15 +101,19 @@ def gather(
     index_max_lines: int,
     index_max_bytes: int,
     secrets: bool = True,
+    budget: Budget = Budget(),
 ) -> Gathered:
-    """What a one-answer dream shows the model (see the module docstring). ``before``: the
-    snapshot's manifest (the files the memory dir held); ``index``: its MEMORY.md."""
+    """What a one-answer dream shows the model (see the module docstring), within
+    ``budget``. ``before``: the snapshot's manifest (the files the memory dir held);
+    ``index``: its MEMORY.md."""
     text = (index or b"").decode("utf-8", "replace")
     shown = load_index(text, max_lines=index_max_lines, max_bytes=index_max_bytes).text
     with Area.open(run_dir / SNAPSHOT / FILES) as saved:
-        files = _files(saved, _ordered(before, text))
+        files = _files(saved, _ordered(before, text), budget)
     terms = _terms(files)
-    found = transcripts.excerpts(scopes, terms, sessions=sessions, secrets=secrets)
+    found = transcripts.excerpts(
+        scopes, terms, sessions=sessions, secrets=secrets, max_chars=budget.excerpt_chars
+    )
     return Gathered(shown, tuple(files), tuple(found), terms)
 
 
@@ -98,9 +127,11 @@ def _ordered(before: Mapping[str, str], index: str) -> list[str]:
     return (listed + rest)[:MAX_LISTED]
 
 
-def _files(saved: Area, names: Sequence[str]) -> list[Shown]:
+def _files(saved: Area, names: Sequence[str], budget: Budget) -> list[Shown]:
+    """The files shown whole or in part within ``budget.files_bytes``, the rest named within
+    ``budget.named_bytes``."""
     out: list[Shown] = []
-    room = FILES_MAX_BYTES
+    room, named = budget.files_bytes, budget.named_bytes
     for relative in names:
         data = _read(saved, relative, FILE_MAX_BYTES + 1)
         if data is None:
@@ -115,8 +146,16 @@ def _files(saved: Area, names: Sequence[str]) -> list[Shown]:
             room -= len(head.encode())
         else:
             meta = parse_document(text or "").meta
-            out.append(Shown(relative, meta.description or meta.name or "", None))
+            said = (meta.description or meta.name or "")[:NAMED_CHARS]
+            named -= _named_bytes(relative, said)
+            if named < 0:
+                break
+            out.append(Shown(relative, said, None, named=True))
     return out
+
+
+def _named_bytes(relative: str, said: str) -> int:
+    return len(relative.encode("utf-8", "replace")) + len(said.encode("utf-8", "replace"))
 
 
 def _read(area: Area, relative: str, cap: int) -> bytes | None:

@@ -3,10 +3,11 @@ headless, any backend whose protocol for the dream is ``whole``.
 
 memd does the looking itself (:mod:`memd.dream.gather`: the index, the topic files within
 budgets, a few transcript excerpts), asks once (:func:`memd.agent.runner.ask_once`: no tools,
-the ledger counts it), checks every operation of the answer before any is applied
-(:mod:`memd.dream.answer`), then applies them through the run's journaled area: each write
-and delete recorded by the run's :class:`~memd.dream.recorder.Recorder` before it is made,
-exactly as the tool loop's Write, Edit and Delete are. The run then settles as any dream
+the ledger counts it; a request over the model's context once more, with less shown),
+checks every operation of the answer before any is applied (:mod:`memd.dream.answer`), then
+applies them through the run's journaled area: each write and delete recorded by the run's
+:class:`~memd.dream.recorder.Recorder` before it is made, exactly as the tool loop's Write,
+Edit and Delete are. The run then settles as any dream
 (:func:`memd.dream.consolidate.consolidate`): the wipe guard, the scrub, the citations, the
 change log, kept or undone; snapshot, journal, undo, restore and ``dream --log`` do not know
 which protocol made the changes.
@@ -19,6 +20,7 @@ and parks (never retried at once).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.to_thread
@@ -39,7 +41,7 @@ from memd.dream import answer, gather, prompts, snapshot, wipe
 from memd.dream.job import DreamSettings, Job
 from memd.dream.recorder import Recorder
 from memd.dream.tools import Written
-from memd.errors import LLMError, MalformedAnswer, WriteFailed
+from memd.errors import LLMError, MalformedAnswer, PromptTooLong, WriteFailed
 from memd.llm.client import LLM, LLMReply, Usage
 from memd.llm.ledger import Ledger
 from memd.memory.paths import INDEX_FILENAME
@@ -73,7 +75,6 @@ async def dream_once(
     started = clock.now()
     limits = wipe.Limits(settings.index_max_lines, settings.index_max_bytes)
     secrets = settings.redact_secrets
-    found = await anyio.to_thread.run_sync(_gather, job, before, index, limits, secrets)
     spec = AgentSpec(
         kind="dream",
         model=settings.model,
@@ -85,9 +86,9 @@ async def dream_once(
         project=job.project,
         session=job.trigger_session,
     )
-    message = _message(found, job, limits.index_max_lines, secrets)
+    asking = Asking(llm, spec, job, before, index, limits, secrets, ledger)
     try:
-        reply = await ask_once(llm, spec, [{"role": "user", "content": message}], ledger=ledger)
+        found, reply = await asking.ask()
     except LLMError as exc:
         return _run(Failed(exc), 0, (), Usage(), "", started, clock.now())
     shown = answer.Shown(found.whole(), set(before.files), index, limits, secrets)
@@ -109,33 +110,59 @@ async def dream_once(
     return _run(outcome, 1, calls, reply.usage, plan.summary, started, clock.now(), reply)
 
 
-def _gather(
-    job: Job, before: snapshot.Tree, index: bytes | None, limits: wipe.Limits, secrets: bool
-) -> gather.Gathered:
-    return gather.gather(
-        job.run_dir,
-        before.files,
-        index,
-        job.transcripts,
-        job.sessions,
-        index_max_lines=limits.index_max_lines,
-        index_max_bytes=limits.index_max_bytes,
-        secrets=secrets,
-    )
+@dataclass(frozen=True)
+class Asking:
+    """The one request of a run: what memd gathers, and the call."""
 
+    llm: LLM
+    spec: AgentSpec
+    job: Job
+    before: snapshot.Tree
+    index: bytes | None
+    limits: wipe.Limits
+    secrets: bool
+    ledger: Ledger
 
-def _message(found: gather.Gathered, job: Job, max_lines: int, secrets: bool) -> str:
-    return prompts.one_answer_message(
-        today=job.today,
-        index=found.index,
-        files=[(f.relative, f.text, f.whole is not None) for f in found.files],
-        excerpts=found.excerpts,
-        terms=found.terms,
-        max_lines=max_lines,
-        max_ops=answer.MAX_OPERATIONS,
-        secrets=secrets,
-        retire=job.retire,
-    )
+    async def ask(self) -> tuple[gather.Gathered, LLMReply]:
+        """Gather, ask; a request over the model's context is gathered again, cut to fit
+        (shrinking is the cure), and asked once more, never again."""
+        found = await anyio.to_thread.run_sync(self.gathered, gather.Budget())
+        try:
+            return found, await self.call(found)
+        except PromptTooLong as exc:
+            smaller = gather.Budget().shrunk(found, exc.actual, exc.limit)
+        found = await anyio.to_thread.run_sync(self.gathered, smaller)
+        return found, await self.call(found)
+
+    async def call(self, found: gather.Gathered) -> LLMReply:
+        message = {"role": "user", "content": self.message(found)}
+        return await ask_once(self.llm, self.spec, [message], ledger=self.ledger)
+
+    def gathered(self, budget: gather.Budget) -> gather.Gathered:
+        return gather.gather(
+            self.job.run_dir,
+            self.before.files,
+            self.index,
+            self.job.transcripts,
+            self.job.sessions,
+            index_max_lines=self.limits.index_max_lines,
+            index_max_bytes=self.limits.index_max_bytes,
+            secrets=self.secrets,
+            budget=budget,
+        )
+
+    def message(self, found: gather.Gathered) -> str:
+        return prompts.one_answer_message(
+            today=self.job.today,
+            index=found.index,
+            files=[(f.relative, f.text, f.whole is not None) for f in found.files],
+            excerpts=found.excerpts,
+            terms=found.terms,
+            max_lines=self.limits.index_max_lines,
+            max_ops=answer.MAX_OPERATIONS,
+            secrets=self.secrets,
+            retire=self.job.retire,
+        )
 
 
 def _run(

@@ -140,10 +140,11 @@ def excerpts(
     *,
     sessions: Collection[str] = (),
     secrets: bool = True,
+    max_chars: int = GATHER_MAX_CHARS,
 ) -> list[str]:
     """Excerpts of the newest session files (of ``sessions`` when any are named) around any of
     ``terms`` (literal, case ignored), at most :data:`GATHER_PER_TERM` per term and
-    :data:`GATHER_MAX_EXCERPTS` in all, within :data:`GATHER_MAX_CHARS`; one pass reading
+    :data:`GATHER_MAX_EXCERPTS` in all, within ``max_chars``; one pass reading
     at most :data:`GATHER_MAX_BYTES` (blocking)."""
     usable = [
         term.strip()
@@ -163,7 +164,7 @@ def excerpts(
             if left.get(term, 0) <= 0:
                 continue
             line = f"{path.name}:{number}: {excerpt}"
-            if size + len(line) > GATHER_MAX_CHARS:
+            if size + len(line) > max_chars:
                 return out
             left[term] -= 1
             out.append(line)
