@@ -129,6 +129,9 @@ class MemoryConfig:
     # whose citations have all failed this many days is offered to dream to fix or retire.
     verify_citations: bool = True
     citation_retire_days: float = 28.0
+    # Issue 36: a memory no agent used and no check verified for this many days (and neither
+    # pinned nor the team's) is moved to the archive beside the memory dir; 0: never.
+    archive_unused_days: float = 28.0
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
 
 

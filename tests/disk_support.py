@@ -59,7 +59,6 @@ class TmpfsDisk:
     def __init__(self, where: Path) -> None:
         self.where = where
         self.env: dict[str, str] = {}
-        self._read_only = False
         subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", "tmpfs", str(where)],
             check=True,
@@ -70,31 +69,43 @@ class TmpfsDisk:
         return self.where / ".filler"
 
     def fault(self, kind: str) -> None:
-        if kind == "EROFS":
-            self._remount("ro")
-            return
-        fd = os.open(self._filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            for size in (1 << 16, 1):  # whole blocks, then the last partial page
-                try:
-                    while True:
-                        os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-        finally:
-            os.close(fd)
+        tmpfs_fault(self.where, kind)
 
     def heal(self) -> None:
-        if self._read_only:
-            self._remount("rw")
+        if os.statvfs(self.where).f_flag & os.ST_RDONLY:  # made so here, or by another process
+            subprocess.run(["mount", "-o", "remount,rw", str(self.where)], check=True)
         self._filler.unlink(missing_ok=True)
 
     def close(self) -> None:
         subprocess.run(["umount", "-l", str(self.where)], check=False)
 
-    def _remount(self, mode: str) -> None:
-        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.where)], check=True)
-        self._read_only = mode == "ro"
+
+def tmpfs_fault(where: Path, kind: str) -> None:
+    """Make the tmpfs mounted on ``where`` full (ENOSPC) or read-only (EROFS), from any
+    process (a daemon's, at the instant a test chose: ``tests/archive_steps.py``)."""
+    if kind == "EROFS":
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        return
+    fd = os.open(where / ".filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (1 << 16, 1):  # whole blocks, then the last partial page
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+def fault_here(where: Path, kind: str) -> None:
+    """The fault of a :func:`faulty_disk` on ``where``, from the process memd runs in: the
+    shim's control file when the shim is in (its environment names it), else the tmpfs."""
+    control = os.environ.get("MEMDTEST_FAULT_FILE")
+    if control:
+        Path(control).write_text(kind)
+    else:
+        tmpfs_fault(where, kind)
 
 
 class ShimDisk:

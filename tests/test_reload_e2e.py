@@ -91,6 +91,7 @@ budget:
 VOLATILE = re.compile(
     r"daemon\.(pid|started_at|uptime_s|rss_bytes|gc|reloads|last_reload)\b"
     r"|(guard|usage)\.at$|pipeline\.last_progress_at$|ingest\.(in_memory|bytes_rehydrated)$"
+    r"|memory\.archive\.(sweeps|last_sweep)$"  # a reload wakes a sweep: counts of this run
 )
 
 

@@ -70,10 +70,23 @@ def register_memory_commands(reg: Registrar) -> None:
         nargs="?",
         help="project folder name or repository path (default: the current directory's)",
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--check",
         action="store_true",
         help="check what each memory cites against the project's code (needs its path)",
+    )
+    which.add_argument(
+        "--archived",
+        action="store_true",
+        help="list the memories archived as unused (memory.archive_unused_days), beside "
+        "the memory dir",
+    )
+    which.add_argument(
+        "--restore",
+        metavar="MEMORY",
+        help="put an archived memory back (its file or name, as --archived lists it), with "
+        "its line in MEMORY.md",
     )
     p = reg.add("recall", cmd_recall, "the memories memd would recall for a query")
     p.add_argument("query")
@@ -213,6 +226,12 @@ def cmd_compact(ctx: Ctx) -> int:
 
 def cmd_memories(ctx: Ctx) -> int:
     params: dict[str, Any] = dict(project_params(ctx.args.project))
+    if ctx.args.restore is not None:
+        params["memory"] = ctx.args.restore
+        return ctx.emit(ctx.call("restore_memory", params), render.render_restored)
+    if ctx.args.archived:
+        params["archived"] = True
+        return ctx.emit(ctx.call("memories", params), render.render_archived)
     if ctx.args.check:
         params["check"] = True
     return ctx.emit(ctx.call("memories", params), render.render_memories)

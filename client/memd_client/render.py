@@ -196,6 +196,31 @@ def _by(row: dict[str, Any]) -> str:
     return f"{name} ({row['agent']})" if row.get("agent") else name
 
 
+def render_archived(r: dict[str, Any]) -> str:
+    """``memories --archived``: what the archive beside the memory dir holds."""
+    rows = r.get("archived") or []
+    if not rows:
+        return f"no archived memories in {r.get('archive_dir')}"
+    body = [
+        [
+            str(m.get("type") or "?"),
+            ago(m.get("archived_at")) if m.get("archived_at") else "-",
+            str(m.get("archived")),
+            str(m.get("description") or ""),
+        ]
+        for m in rows
+    ]
+    listing = table(["TYPE", "ARCHIVED", "FILE", "DESCRIPTION"], body)
+    hint = "memdctl memories --restore FILE puts one back"
+    return f"{r.get('archive_dir')}:\n{listing}\n\n{hint}"
+
+
+def render_restored(r: dict[str, Any]) -> str:
+    """``memories --restore``: where the memory is now."""
+    index = "its line is back in MEMORY.md" if r.get("index") else "MEMORY.md unchanged"
+    return f"restored {r.get('archived')} to {r.get('path')} ({index})"
+
+
 def _written(row: dict[str, Any]) -> str:
     """How long ago a memory was written: from ``written`` (its ``modified`` when older than
     the file, as the hook ages it), else the mtime (an older daemon), else the age text."""

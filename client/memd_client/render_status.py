@@ -30,6 +30,7 @@ def render_status(s: dict[str, Any], style: Style | None = None) -> str:
         *model_lines(s.get("llm", {}), st),
         *recall_lines(s.get("memory", {}).get("recall_stages"), st),
         *used_lines(s.get("memory", {}).get("usage")),
+        *archive_lines(s.get("memory", {}).get("archive"), st),
         f"sessions  {ing.get('sessions', 0)} known, {ing.get('parsed', 0)} parsed, "
         f"{ing.get('in_memory', 0)} in memory; {ing.get('queued', 0)} queued for reading",
         f"ingest    {size(ing.get('bytes_parsed', 0))} in {ing.get('lines', 0)} lines, "
@@ -155,6 +156,23 @@ def used_lines(usage: object) -> list[str]:
         shown = f" ({share:.0%})" if isinstance(share, int | float) else ""
         parts.append(f"{row.get('used', 0)} of {row.get('injected', 0)} in the last {span}{shown}")
     return [f"used      injected memories the agents used: {', '.join(parts)}"] if parts else []
+
+
+def archive_lines(archive: object, st: Style) -> list[str]:
+    """The archive of unused memories (issue 36): how many it holds, the last sweep, and what
+    a disk refused (then nothing moved)."""
+    if not isinstance(archive, dict):
+        return []
+    days = archive.get("unused_days")
+    if not days:
+        return ["archive   off (memory.archive_unused_days: 0)"]
+    text = f"archive   {archive.get('archived', 0)} archived (unused for {days:g} days)"
+    if archive.get("last_sweep"):
+        text += f", last sweep {ago(archive['last_sweep'])} moved {archive.get('last_archived', 0)}"
+    lines = [text]
+    if archive.get("last_error"):
+        lines.append("          " + st.bad(str(archive["last_error"])))
+    return lines
 
 
 def related_part(lexical: dict[str, Any], st: Style) -> str:

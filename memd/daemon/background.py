@@ -137,6 +137,9 @@ async def _run_model_jobs(daemon: Background) -> None:
             tg.start_soon(run_notes_scheduler, daemon.notes)
             await tg.start(daemon.memory.run)
             await tg.start(daemon.dream.run)
+            # After the dream's start, which puts back what an interrupted dream changed: the
+            # archive's sweep sees each memory dir as it is.
+            await tg.start(daemon.memory.archive.run)
 
 
 async def _run_startup_scan(daemon: Background) -> None:

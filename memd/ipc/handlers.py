@@ -44,6 +44,7 @@ FEATURE_METHODS = (
     "wait_extraction",
     "memory_index",
     "memories",
+    "restore_memory",
     "recall",
     "hook",
     "remember",
@@ -126,7 +127,7 @@ def method_table(daemon: DaemonFace) -> dict[str, Handler]:
             "boundaries": state.boundaries,
             "notes": notes.as_dict() if notes else None,
             "opted_out": daemon.optouts.reason(state.cwd),
-            "claude_code": await daemon.memory.claude_code_status(state),
+            "claude_code": await daemon.memory.beside.status(state),
         }
 
     table: dict[str, Handler] = {

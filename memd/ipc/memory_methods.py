@@ -1,10 +1,12 @@
-"""IPC methods for persistent memory: ``memory_index``, ``memories``, ``recall``, ``hook``."""
+"""IPC methods for persistent memory: ``memory_index``, ``memories``, ``restore_memory``,
+``recall``, ``hook``."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from memd.errors import NotFound
 from memd.ipc.compaction_methods import precompact
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
@@ -39,12 +41,31 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
 
     async def memories(params: dict[str, Any]) -> Any:
         """Params: ``cwd`` or ``project`` (folder name or path); ``check``: also each
-        memory's citations and what their check against ``cwd``'s code found. Result:
-        manifest rows."""
-        cwd, project = opt_str(params, "cwd"), opt_str(params, "project")
-        project = unescape_name(project) if project else project
-        check = params.get("check") is True
-        return await _valid(lambda: svc.memories(cwd=cwd, project=project, check=check))()
+        memory's citations and what their check against ``cwd``'s code found; ``archived``:
+        the memories in its archive instead. Result: manifest rows (``memories``), or the
+        archive's rows (``archived``) and its folder (``archive_dir``)."""
+        cwd, project = _project(params)
+        check, archived = params.get("check") is True, params.get("archived") is True
+        return await _valid(
+            lambda: svc.memories(cwd=cwd, project=project, check=check, archived=archived)
+        )()
+
+    async def restore_memory(params: dict[str, Any]) -> Any:
+        """Params: ``cwd`` or ``project`` (as for ``memories``), ``memory``: an archived
+        memory's name in the archive, its old file or its name. Result: where it is now
+        (``restored``, ``path``), whether its index lines came back (``index``).
+        ``not_found`` when the archive holds no such memory; ``unavailable`` when memd's
+        record of the move cannot be written (then nothing moved)."""
+        cwd, project = _project(params)
+        wanted = req_str(params, "memory", "the archived memory's file or name")
+
+        async def restore() -> Any:
+            try:
+                return await svc.restore(wanted, cwd=cwd, project=project)
+            except LookupError as exc:
+                raise NotFound(str(exc).strip("'\"")) from None
+
+        return await _valid(restore)()
 
     async def recall(params: dict[str, Any]) -> Any:
         """Params: ``query``, ``cwd``, optional ``session``, ``recent_tools``,
@@ -66,7 +87,19 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         """A hook event of Claude Code, Codex or Gemini: see :func:`_hook`."""
         return await _hook(daemon, params)
 
-    return {"memory_index": memory_index, "memories": memories, "recall": recall, "hook": hook}
+    return {
+        "memory_index": memory_index,
+        "memories": memories,
+        "restore_memory": restore_memory,
+        "recall": recall,
+        "hook": hook,
+    }
+
+
+def _project(params: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The ``cwd`` and ``project`` params (a project's folder name comes escaped)."""
+    cwd, project = opt_str(params, "cwd"), opt_str(params, "project")
+    return cwd, unescape_name(project) if project else project
 
 
 async def _hook(daemon: MemoryFace, params: dict[str, Any]) -> Any:

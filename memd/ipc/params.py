@@ -58,7 +58,8 @@ METHOD_PARAMS: Final[dict[str, dict[str, Kind]]] = {
     "extract": {**_SESSION, "wait": "number"},
     "wait_extraction": _SESSION,
     "memory_index": _CWD,
-    "memories": {**_CWD, "project": "str", "check": "bool"},
+    "memories": {**_CWD, "project": "str", "check": "bool", "archived": "bool"},
+    "restore_memory": {**_CWD, "project": "str", "memory": "str"},
     "recall": {
         "query": "str",
         **_CWD,

@@ -178,12 +178,12 @@ async def hook_context(
     room's ``memory_per_session``)."""
     match event:
         case SessionStart():
-            record = await service.session_context(
+            record = await service.beside.session_context(
                 event.session_id, event.transcript, _env(event), event.cwd
             )
             return await _session_start(event, record, service, notes_for, budget_bytes, own_index)
         case PromptSubmit():
-            record = await service.session_context(
+            record = await service.beside.session_context(
                 event.session_id, event.transcript, _env(event), event.cwd
             )
             record.usage_session = event.followed
@@ -257,7 +257,7 @@ async def _index(
     if not cwd or record.index_injected:
         return ""
     # Claude Code loads MEMORY.md itself when its auto memory is on (its settings say).
-    if own_index and (await service.claude_code(record, cwd)).auto_memory:
+    if own_index and (await service.beside.claude_code(record, cwd)).auto_memory:
         return ""
     index = await service.index(cwd, where)
     body = str(index.get("text") or "").strip()

@@ -8,9 +8,10 @@ What the daemon calls (every method returns plain msgpack-able data):
 * :meth:`MemoryService.recall` — :func:`memd.memory.recall.recall` with the session's
   already-surfaced memories left out; :meth:`mark_surfaced` records what a hook injected
   (:attr:`usage` too: each session's use of its memories, :mod:`.usage_service`);
-* :meth:`MemoryService.session_context` — what the session's context already holds and what
-  its Claude Code does itself (:mod:`memd.memory.session_context`,
-  :mod:`memd.memory.claude_code`);
+* :attr:`MemoryService.beside` — what the session's context already holds and what its
+  Claude Code does itself (:mod:`memd.memory.beside`);
+* :attr:`MemoryService.archive` — the archive of unused memories: its sweeps, restore,
+  listing (:mod:`memd.memory.archive_service`);
 * :meth:`MemoryService.notify_growth` — on every transcript growth; :meth:`on_turn_end` /
   :meth:`on_stop` take the other signals of a turn end;
 * :meth:`MemoryService.run` — the task: quiet timers, extraction workers, usage looks.
@@ -24,7 +25,7 @@ project root) and ``memory.auto_memory: false`` turn off index, recall and extra
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
@@ -41,43 +42,23 @@ from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.llm.models import Models, Route, job_route
-from memd.memory.claude_code import (
-    FORWARDED_ENV,
-    MOVING_ENV,
-    ClaudeCodeFacts,
-    Settings,
-    decide,
-    read_settings,
-)
+from memd.memory.archive_service import ArchiveService
+from memd.memory.beside import Beside, OwnMemory
 from memd.memory.freshness import RECALL_CAVEAT
-from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate_moved, locate_project
-from memd.memory.paths import memory_dir
 from memd.memory.pinned import linked_memories, pinned_memories
 from memd.memory.rank_index import RecallCache
 from memd.memory.reads import loaded_index, manifest_rows, scan_headers
 from memd.memory.recall import recall
-from memd.memory.scan import MemoryHeader
 from memd.memory.semantic import SemanticStage, recall_stages
-from memd.memory.session_context import (
-    SessionContext,
-    SessionContexts,
-    apply,
-    opens_with_notes,
-    scan_transcript,
-)
+from memd.memory.session_context import opens_with_notes
 from memd.memory.trust import CitationChecks
 from memd.memory.turns import TurnEnds
 from memd.memory.usage_service import UsageService
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
 
-# Why memd extracts no memories from a session in a cwd (its agent keeps its own), or None:
-# a source's own_memory (memd.sources.base.Source), for the agents whose native memory is not
-# decided per session.
-OwnMemory = Callable[[str], str | None]
-MAX_SURFACED_SESSIONS = 1_024
 TOOL_WINDOW = 6  # assistant messages whose tool calls count as "in active use"
 
 
@@ -102,7 +83,6 @@ class MemoryService:
         own_memory_of: Callable[[SessionState], OwnMemory | None] = lambda state: None,
     ) -> None:
         self.projects_root = projects_root
-        self._own_memory_of = own_memory_of
         self.state_dir = state_dir
         self.config = config
         self._clock = clock
@@ -114,17 +94,25 @@ class MemoryService:
         self._home = home
         self._workers = max(1, workers)
         self._claude_dir = str(claude_dir or projects_root.parent)
-        self.contexts = SessionContexts()
+        self.beside = Beside(
+            projects_root, self._claude_dir, home, lambda: self.config.memory, own_memory_of
+        )
+        self.contexts = self.beside.contexts
         self.headers = RecallCache()
         self.semantic = SemanticStage(lambda: self.config.memory, state_dir)
         self.citations = CitationChecks(
             state_dir, lambda: self.config.memory, wall=clock.now, monotonic=clock.monotonic
         )
-        self._project_versions: OrderedDict[str, str] = OrderedDict()
-        # cwd → the variables that move the memory dir, as the newest hook there forwarded
-        self._moving_env: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._recalls: Counter[str] = Counter()
         self.usage = UsageService(state_dir, clock, conversation_of, session_of)
+        self.archive = ArchiveService(
+            state_dir,
+            lambda: self.config.memory,
+            clock,
+            self.usage.record,
+            self.citations.log.verified_in,
+            hold_dir,
+        )
         self._jobs, self._turns = self._extraction(hold_dir, after_turn)
 
     def _extraction(
@@ -152,9 +140,9 @@ class MemoryService:
             locate=self.locate,
             session_of=self._session_of,
             after_turn=self.usage.chained(after_turn),
-            extraction_off=self._extraction_off,
+            extraction_off=self.beside.extraction_off,
         )
-        jobs.form_for = self._form_for
+        jobs.form_for = self.beside.form_for
         jobs.cite_files = self.citations.record
         return jobs, turns
 
@@ -162,6 +150,7 @@ class MemoryService:
         """New settings (config reload); a running extraction finishes with the old ones."""
         self.config = config
         self.semantic.wake()
+        self.archive.wake()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -172,105 +161,9 @@ class MemoryService:
         """The memory dir for ``cwd``: where Claude Code's switches move it (the variables
         the newest hook in ``cwd`` forwarded: :func:`~memd.memory.location.locate_moved`),
         else its default under the projects root."""
-        globs, env = self.config.privacy.ignore_projects, self._moving_env.get(cwd, {})
+        globs, env = self.config.privacy.ignore_projects, self.beside.moving_env(cwd)
         find = partial(locate_moved, self.projects_root, cwd, globs, self._home)
         return await anyio.to_thread.run_sync(find, self._claude_dir, env)
-
-    def _remember_env(self, cwd: str, env: dict[str, str]) -> None:
-        self._moving_env[cwd] = {k: v for k, v in env.items() if k in MOVING_ENV}
-        self._moving_env.move_to_end(cwd)
-        while len(self._moving_env) > MAX_SURFACED_SESSIONS:
-            self._moving_env.popitem(last=False)
-
-    def _settings_and_dir(self, project_dir: str, cwd: str) -> tuple[Settings, Path | None]:
-        """Claude Code's settings for ``project_dir`` and the memory dir of ``cwd`` (None for
-        a relative one), read in one worker thread: ``session`` asks for both on every call."""
-        where = memory_dir(self.projects_root, Path(cwd)) if cwd.startswith("/") else None
-        return read_settings(self._claude_dir, project_dir), where
-
-    # -- what the session's context holds, what its Claude Code does ---------------------------
-
-    async def session_context(
-        self,
-        session_id: str,
-        transcript: str = "",
-        env: dict[str, str] | None = None,
-        cwd: str = "",
-    ) -> SessionContext:
-        """The session's record, caught up with its transcript (the env the hook forwarded
-        replaces the one remembered, and moves the memory dir of ``cwd``)."""
-        record = self.contexts.get(session_id)
-        if env is not None:
-            record.env = {k: v[:4096] for k, v in env.items() if k in FORWARDED_ENV}
-            if cwd.startswith("/"):
-                self._remember_env(cwd, record.env)
-        if transcript.startswith("/") and transcript.endswith(".jsonl"):
-            record.transcript = transcript
-        if record.transcript:
-            found = await anyio.to_thread.run_sync(
-                scan_transcript, record.transcript, record.scanned_ino, record.scanned_offset
-            )
-            if found is not None:
-                apply(record, found)
-        return record
-
-    async def claude_code(self, record: SessionContext, cwd: str) -> ClaudeCodeFacts:
-        """What the session's Claude Code does itself (settings, environment, version)."""
-        project = record.env.get("CLAUDE_PROJECT_DIR") or cwd
-        settings, where = await anyio.to_thread.run_sync(self._settings_and_dir, project, cwd)
-        key = cwd or project
-        if record.version and key:
-            self._project_versions[key] = record.version
-            self._project_versions.move_to_end(key)
-            while len(self._project_versions) > MAX_SURFACED_SESSIONS:
-                self._project_versions.popitem(last=False)
-        version = record.version or self._project_versions.get(key)
-        folder = where.parent.name if where is not None else ""
-        facts = decide(settings, record.env, version, self._home, folder)
-        self.contexts.set_facts(record, facts)
-        return facts
-
-    async def claude_code_status(self, state: SessionState) -> dict[str, Any]:
-        """For ``memdctl session``: what the session's Claude Code does itself, and so what
-        memd does and does not do beside it (for another agent: its own memory only)."""
-        if self._own_memory_of(state) is not None:
-            off = await self._extraction_off(state)
-            return {"agent": state.agent, "memd_extraction": f"off: {off}" if off else "on"}
-        record = await self.session_context(state.session_id, state.path)
-        facts = await self.claude_code(record, state.cwd or "")
-        off = facts.extraction_off(self.config.memory.extract_beside_claude_code)
-        return {
-            **facts.as_dict(),
-            "memd_index": "not injected: Claude Code loads MEMORY.md itself"
-            if facts.auto_memory
-            else ("injected" if record.index_injected else "not injected yet"),
-            "memd_extraction": f"off: {off}" if off else "on",
-            "surfaced": len(record.surfaced),
-            "notes_owed": record.notes_owed,
-        }
-
-    def beside_claude_code(self) -> dict[str, Any]:
-        """For ``memdctl status``: sessions seen through hooks, by Claude Code's auto memory."""
-        return {
-            "sessions": self.contexts.decided,
-            "claude_auto_memory_on": self.contexts.auto_memory_on,
-            "extract_beside_claude_code": self.config.memory.extract_beside_claude_code,
-        }
-
-    async def _form_for(self, state: SessionState) -> FrontmatterForm:
-        record = await self.session_context(state.session_id, state.path)
-        return (await self.claude_code(record, state.cwd or "")).frontmatter_form
-
-    async def _extraction_off(self, state: SessionState) -> str | None:
-        """Why memd extracts nothing for this session (Claude Code's agent does it), or None."""
-        if self.config.memory.extract_beside_claude_code:
-            return None
-        own_memory = self._own_memory_of(state)
-        if own_memory is not None:
-            return await anyio.to_thread.run_sync(own_memory, state.cwd or "")
-        record = await self.session_context(state.session_id, state.path)
-        facts = await self.claude_code(record, state.cwd or "")
-        return facts.extraction_off(self.config.memory.extract_beside_claude_code)
 
     async def index(self, cwd: str, where: Location | None = None) -> dict[str, Any]:
         """The project's MEMORY.md as it goes into context (R-M2). ``ValueError`` for a
@@ -295,11 +188,17 @@ class MemoryService:
         return result
 
     async def memories(
-        self, *, cwd: str | None = None, project: str | None = None, check: bool = False
+        self,
+        *,
+        cwd: str | None = None,
+        project: str | None = None,
+        check: bool = False,
+        archived: bool = False,
     ) -> dict[str, Any]:
         """Manifest rows of a project's memories, newest first. Give the session's ``cwd``, or
         ``project``: a project folder name or its path under the projects root. ``check``
-        (with ``cwd``): each row also carries its citations and what their check found."""
+        (with ``cwd``): each row also carries its citations and what their check found.
+        ``archived``: the memories in its archive instead (``archived``)."""
         where = await self._where(cwd, project)
         result: dict[str, Any] = {
             "memory_dir": str(where.memory_dir),
@@ -308,32 +207,25 @@ class MemoryService:
             "memories": [],
         }
         if where.opted_out or self.disabled_reason():
-            return result
+            return {**result, "archived": []} if archived else result
+        if archived:
+            return {**result, **await self.archive.listing(where.memory_dir)}
         headers = await scan_headers(where.memory_dir, self.config)
         result["memories"] = manifest_rows(headers, int(self._clock.now() * 1000))
         self.usage.annotate(result["memories"])
         if check:
-            result["checked"] = await self._check_listing(cwd, where, headers, result)
+            result["checked"] = await anyio.to_thread.run_sync(
+                self.citations.checked_rows, cwd, where.memory_dir, headers, result["memories"]
+            )
         return result
 
-    async def _check_listing(
-        self,
-        cwd: str | None,
-        where: Location,
-        headers: Sequence[MemoryHeader],
-        result: dict[str, Any],
-    ) -> str:
-        """Adds each row's checks; says what was checked against (or why nothing was)."""
-        if not cwd:
-            return "not checked: give the project's directory, not its folder name"
-        if not self.citations.enabled:
-            return "not checked: memory.verify_citations is off"
-        checks = await anyio.to_thread.run_sync(
-            self.citations.listing, cwd, where.memory_dir, headers
-        )
-        for row in result["memories"]:
-            row.update(checks.get(row["relative"], {"citations": [], "checks": []}))
-        return f"checked against {cwd}"
+    async def restore(
+        self, wanted: str, *, cwd: str | None = None, project: str | None = None
+    ) -> dict[str, Any]:
+        """Put the archived memory ``wanted`` back into the project's memory dir (named as
+        for :meth:`memories`): :meth:`ArchiveService.restore`."""
+        where = await self._where(cwd, project)
+        return await self.archive.restore(where.memory_dir, wanted)
 
     async def _where(self, cwd: str | None, project: str | None) -> Location:
         if cwd:
@@ -366,6 +258,8 @@ class MemoryService:
             return {**base, **empty, "caveat": RECALL_CAVEAT, "candidates": 0, "elapsed_ms": 0.0}
         record = self.contexts.peek(session) if session else None
         surfaced = set(already_surfaced) | (record.surfaced if record else set())
+        if session:  # a session's recall: memd sees what this dir's memories are used for
+            self.usage.record.tracked_since(str(where.memory_dir))
         result = await recall(
             query,
             memory_dir=where.memory_dir,
@@ -511,7 +405,8 @@ class MemoryService:
             "recall_stages": self.recall_stages(reason),
             "citations": self.citations.statistics(),
             "usage": self.usage.statistics(),
+            "archive": self.archive.statistics(),
             "last_error": jobs.last_error,
             "projects": jobs.projects,
-            "claude_code": self.beside_claude_code(),
+            "claude_code": self.beside.statistics(),
         }

@@ -84,6 +84,18 @@ class VerificationLog:
         with self._lock:
             return dict(self._rows.get(memory, {}))
 
+    def verified_in(self, memory_dir: Path) -> Callable[[str], float]:
+        """When each memory of ``memory_dir`` (by its relative path) last verified (0:
+        never): a snapshot of the log."""
+        prefix = f"{os.path.realpath(memory_dir)}/"
+        with self._lock:
+            found = {
+                path[len(prefix) :]: row.get("last_verified", 0.0)
+                for path, row in self._rows.items()
+                if path.startswith(prefix)
+            }
+        return lambda relative: found.get(relative, 0.0)
+
     def failing_for(self, memory_dir: Path, days: float) -> list[str]:
         """Memory files under ``memory_dir`` (paths relative to it) whose citations have
         all failed for ``days`` or longer."""
@@ -312,6 +324,24 @@ class CitationChecks:
                 }
         self.log.save()
         return rows
+
+    def checked_rows(
+        self,
+        cwd: str | None,
+        memory_dir: Path,
+        headers: Sequence[MemoryHeader],
+        rows: Sequence[dict[str, Any]],
+    ) -> str:
+        """For ``memdctl memories --check``: each manifest row gets its memory's checks
+        (:meth:`listing`); says what they were checked against, or why nothing was."""
+        if not cwd:
+            return "not checked: give the project's directory, not its folder name"
+        if not self.enabled:
+            return "not checked: memory.verify_citations is off"
+        checks = self.listing(cwd, memory_dir, headers)
+        for row in rows:
+            row.update(checks.get(row["relative"], {"citations": [], "checks": []}))
+        return f"checked against {cwd}"
 
     def statistics(self) -> dict[str, Any]:
         """For ``status``: whether checks run, the folders git was skipped in (not a work

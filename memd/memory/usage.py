@@ -230,6 +230,11 @@ class UsageRecord:
             result[label] = {"injected": injected, "used": used, "share": share}
         return result
 
+    def tracked(self) -> list[str]:
+        """The memory dirs whose memories' use is recorded, first tracked first."""
+        with self._lock:
+            return list(self._data.dirs)
+
     def tracked_since(self, memory_dir: str) -> float:
         """Since when memories of ``memory_dir`` have their use recorded (first asked now)."""
         with self._lock:
