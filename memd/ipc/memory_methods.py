@@ -56,16 +56,7 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         (``restored``, ``path``), whether its index lines came back (``index``).
         ``not_found`` when the archive holds no such memory; ``unavailable`` when memd's
         record of the move cannot be written (then nothing moved)."""
-        cwd, project = _project(params)
-        wanted = req_str(params, "memory", "the archived memory's file or name")
-
-        async def restore() -> Any:
-            try:
-                return await svc.restore(wanted, cwd=cwd, project=project)
-            except LookupError as exc:
-                raise NotFound(str(exc).strip("'\"")) from None
-
-        return await _valid(restore)()
+        return await _valid(lambda: _restore(daemon, params))()
 
     async def recall(params: dict[str, Any]) -> Any:
         """Params: ``query``, ``cwd``, optional ``session``, ``recent_tools``,
@@ -94,6 +85,15 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         "recall": recall,
         "hook": hook,
     }
+
+
+async def _restore(daemon: MemoryFace, params: dict[str, Any]) -> Any:
+    cwd, project = _project(params)
+    wanted = req_str(params, "memory", "the archived memory's file or name")
+    try:
+        return await daemon.memory.restore(wanted, cwd=cwd, project=project)
+    except LookupError as exc:
+        raise NotFound(str(exc).strip("'\"")) from None
 
 
 def _project(params: dict[str, Any]) -> tuple[str | None, str | None]:
