@@ -7,7 +7,8 @@ so the hook sees the fork already holds them), the turns kept after them and the
 last, and not the turns the notes stand for.
 
 One test per agent (each costs a few real CLI runs); what a fork holds, turn by turn and for
-every sample, is proved without the CLIs (tests/test_codex_fork.py)."""
+every sample, is proved without the CLIs (tests/test_codex_fork.py, tests/test_gemini_fork.py).
+Gemini CLI takes ~4 s a run (node's start), so its test is the slower (~18 s)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from memd.memory.paths import project_slug
 from memd.session.notes import notes_path
 from memd.session.store import ExtractionRecord
 from memd.sources.codex.reader import CodexReader
+from memd.sources.gemini.reader import GeminiReader
 from memd.testing.loopback_agents import AgentRequest, LoopbackAgentAPI
 from memd.transcript.conversation import Conversation
 from memd.transcript.tail import TailPosition, read_appended
@@ -34,7 +36,7 @@ from tests.other_cli import AgentCLI
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 NOTES_LINE = "Half of the billing canary rollout is done; next: widen it to eu-west"
-PROMPTS = [f"step {k}: tell me about part {k} of the rollout plan" for k in range(4)]
+PROMPTS = [f"step {k}: tell me about part {k} of the rollout plan" for k in range(3)]
 CONFIG = (
     "memory:\n  extraction_quiet_s: 600\n"
     "session_notes:\n  init_tokens: 100000000\n  update_tokens: 100000000\n"
@@ -79,6 +81,10 @@ def plant_notes(home: Home, sid: str, project: Path, conv: Conversation, covered
     (records / f"{sid}.json").write_text(json.dumps(record.to_json()))
 
 
+def gemini_reader(project: Path) -> Callable[[str, int], GeminiReader]:
+    return lambda path, inode: GeminiReader(path, inode, str(project), None)
+
+
 def ingested(home: Home, sid: str, path: Path) -> Callable[[], bool]:
     size = path.stat().st_size
     return lambda: bool(memdctl(home, "session", sid)["offset"] == size)
@@ -113,7 +119,7 @@ def test_codex_resumes_memds_fork_with_the_notes_once(codex_cli: AgentCLI, tmp_p
         sid = rollout.stem[-36:]
         for prompt in PROMPTS[1:]:
             ran(cli, ["exec", "--skip-git-repo-check", "resume", sid, prompt], project, env)
-        plant_notes(home, sid, project, conversation(rollout, CodexReader), covered=2)
+        plant_notes(home, sid, project, conversation(rollout, CodexReader), covered=1)
         proc = start_memd(home)
         try:
             done = run_memdctl(home, "install-hooks", "--agent", "codex")
@@ -135,8 +141,61 @@ def test_codex_resumes_memds_fork_with_the_notes_once(codex_cli: AgentCLI, tmp_p
             assert everything.count(NOTES_LINE) == 1, everything[-3000:]
             inputs = [i for i in first.body["input"] if i.get("role") in ("user", "assistant")]
             said = json.dumps(inputs, ensure_ascii=False)
-            assert PROMPTS[0] not in said and PROMPTS[1] not in said  # the notes stand for them
-            assert PROMPTS[3] in said and "what next?" in json.dumps(inputs[-1])
+            assert PROMPTS[0] not in said  # the notes stand for it
+            assert (
+                PROMPTS[1] in said and PROMPTS[2] in said and "what next?" in json.dumps(inputs[-1])
+            )
             assert json.dumps(inputs[0]).count(NOTES_LINE) == 1  # the notes come first
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_gemini_resumes_memds_fork_with_the_notes_once(
+    gemini_cli: AgentCLI, tmp_path: Path
+) -> None:
+    cli = gemini_cli
+    with (
+        fake_home(tmp_path) as home,
+        LoopbackAgentAPI("gemini", text="Noted, carrying on.") as api,
+    ):
+        project = home.root / "proj"
+        project.mkdir()
+        (home.root / "memd.yaml").write_text(CONFIG)
+        home.env["MEMD_CONFIG"] = str(home.root / "memd.yaml")
+        env = cli.env(home.env, api.url)
+        first = cli.run(cli.prompt_args(PROMPTS[0]), cwd=project, env=env)
+        assert first.returncode == 0, (first.stdout[-2000:], first.stderr[-2000:])
+        sid = json.loads(first.stdout)["session_id"]
+        for prompt in PROMPTS[1:]:
+            ran(cli, ["--resume", sid, *cli.prompt_args(prompt)], project, env)
+        chats = list((home.root / ".gemini" / "tmp").glob(f"*/chats/session-*-{sid[:8]}.jsonl"))
+        chat = max(chats, key=lambda p: p.stat().st_size)
+        plant_notes(home, sid, project, conversation(chat, gemini_reader(project)), covered=1)
+        proc = start_memd(home)
+        try:
+            done = run_memdctl(home, "install-hooks", "--agent", "gemini")
+            assert done.returncode == 0, done.stderr
+            wait_for(ingested(home, sid, chat), timeout=20, what="the session")
+
+            def resume(new: str) -> None:
+                ran(cli, ["--resume", new, *cli.prompt_args("what next?")], project, env)
+
+            def requests() -> list[AgentRequest]:
+                calls = (":generateContent", ":streamGenerateContent")
+                return [r for r in api.requests if r.path.endswith(calls)]
+
+            fork, first_request = fork_and_resume(home, sid, resume, requests)
+            assert fork["resume"] == f"gemini --resume {fork['session']}"
+            assert Path(fork["path"]).parent == chat.parent
+            everything = json.dumps(first_request.body, ensure_ascii=False)
+            assert everything.count(NOTES_LINE) == 1, everything[-3000:]
+            contents = first_request.body["contents"]
+            said = json.dumps(contents, ensure_ascii=False)
+            assert PROMPTS[0] not in said  # the notes stand for it
+            assert (
+                PROMPTS[1] in said
+                and PROMPTS[2] in said
+                and "what next?" in json.dumps(contents[-1])
+            )
         finally:
             assert stop_memd(proc) == 0, read_log(home)

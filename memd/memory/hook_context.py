@@ -223,9 +223,6 @@ async def _session_start(
         record.index_injected = record.notes_delivered = False
     if source == "resume":
         # delivered with the next prompt, once, unless the resumed conversation holds them
-        # (a fork memd wrote opens with them: known from its transcript, whatever the agent)
-        if not record.notes_delivered and await service.holds_notes(record.session_id):
-            record.notes_delivered = True
         record.notes_owed = not record.notes_delivered
     index_section = -1
     index = await _index(record, cwd, service, own_index=own_index)
@@ -284,10 +281,16 @@ async def _prompt_submit(
     sections: list[str] = []
     if record.notes_owed:
         record.notes_owed = False
-        notes = await _notes(record.session_id, service, notes_for)
-        if notes:
-            sections.append(notes)
+        # A fork memd wrote opens with them (known from its transcript, whatever the agent),
+        # looked at with the prompt: the agent has written the history it resumed by then
+        # (Gemini CLI writes it after its SessionStart hook).
+        if await service.holds_notes(record.session_id):
             record.notes_delivered = True
+        else:
+            notes = await _notes(record.session_id, service, notes_for)
+            if notes:
+                sections.append(notes)
+                record.notes_delivered = True
     # Pinned memories (at most 4, once a session) go ahead of what recall picks. The memory
     # dir is located once for all three (each look reads Claude Code's settings files).
     memories: list[Mapping[str, Any]] = []

@@ -140,12 +140,17 @@ def apply(record: SessionContext, evidence: Evidence) -> None:
 
 def opens_with_notes(messages: Sequence[ApiMessage]) -> bool:
     """Whether a conversation opens with memd's notes: the summary of a session memd forked
-    from them (any agent's: the fork writers put the notes message first)."""
-    first = messages[0] if messages else None
-    if first is None or first.role != "user" or not first.content:
-        return False
-    text = first.content[0].get("text")
-    return isinstance(text, str) and text.startswith(NOTES_PREAMBLE)
+    from them (any agent's: the fork writers put the notes message first; an agent may put
+    its own context before it on resume, as Gemini CLI does): a text block that starts with
+    them in the user messages before the first answer."""
+    for message in messages:
+        if message.role != "user":
+            return False
+        for block in message.content:
+            text = block.get("text")
+            if isinstance(text, str) and text.startswith(NOTES_PREAMBLE):
+                return True
+    return False
 
 
 def scan_transcript(path: str, ino: int, offset: int) -> Evidence | None:

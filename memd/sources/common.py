@@ -11,15 +11,23 @@ a job reads the line back, so both agree.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Annotated, Any, Final, TypeAlias, TypeVar
 
 import msgspec
 
+from memd import regular_file
 from memd.config import MAX_NUMBER
-from memd.transcript.agent_bytes import BadLine, as_node_reads, refused, replace_lone_surrogates
+from memd.transcript.agent_bytes import (
+    BadLine,
+    as_node_reads,
+    loads_as_the_agent,
+    refused,
+    replace_lone_surrogates,
+)
 from memd.transcript.content import TranscriptChanged
-from memd.transcript.messages import accepted
+from memd.transcript.messages import OutlineMessage, accepted
 from memd.transcript.model import Block, BlockRef, Content, Entry, Outline
 
 Tokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_NUMBER)]
@@ -130,3 +138,38 @@ def json_line(value: Any) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def kept_entries(kept: Sequence[OutlineMessage]) -> list[Entry]:
+    """The entries of ``kept`` (the messages after a fork's cut), once each, in file order:
+    a message may list its lines in another order (a user message its tool results first),
+    and a fork writes the items as the agent wrote them. An entry of an item inside a line
+    (``<offset>.<k>``, ``<offset>/<k>``) sorts by ``k`` within that line."""
+    found: dict[str, Entry] = {}
+    for message in kept:
+        for line in message.lines():
+            found.setdefault(line.uuid, line)
+    return sorted(found.values(), key=_position)
+
+
+def _position(entry: Entry) -> tuple[int, int]:
+    k = entry.uuid.replace("/", ".").partition(".")[2]
+    return entry.at, int(k) if k.isdigit() else -1
+
+
+def first_line(path: str, inode: int, max_bytes: int) -> Any:
+    """The first line of the session file ``path`` read as its agent reads it (blocking,
+    at most ``max_bytes``); raises ``TranscriptChanged`` when the file is another (``inode``)
+    or cannot be read, or the line is not complete JSON."""
+    try:
+        with regular_file.open_regular(path) as file:
+            if inode and os.fstat(file.fileno()).st_ino != inode:
+                raise TranscriptChanged(f"{path} was replaced")
+            head = file.read(max_bytes)
+    except OSError as exc:
+        raise TranscriptChanged(f"cannot read {path} back: {regular_file.reason(exc)}") from exc
+    line, newline, _ = head.partition(b"\n")
+    try:
+        return loads_as_the_agent(line) if newline else None
+    except (BadLine, RecursionError):
+        return None

@@ -33,10 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from memd import regular_file
 from memd.sources.base import Fork
 from memd.sources.codex.reader import content_of
-from memd.sources.common import json_line
+from memd.sources.common import first_line, json_line, kept_entries
 from memd.transcript.agent_bytes import BadLine, loads_as_the_agent
 from memd.transcript.content import FileLines, TranscriptChanged
 from memd.transcript.conversation import Conversation
@@ -127,21 +126,6 @@ def resent(item: Mapping[str, Any]) -> bool:
     return bool(texts) and all(isinstance(t, str) and t.startswith(RESENT) for t in texts)
 
 
-def kept_entries(kept: Sequence[OutlineMessage]) -> list[Entry]:
-    """The entries of ``kept`` whose blocks the conversation keeps, once each, in file order
-    (a user message lists its tool results first; Codex wants the items as it wrote them)."""
-    found: dict[str, Entry] = {}
-    for message in kept:
-        for line in message.lines():
-            found.setdefault(line.uuid, line)
-    return sorted(found.values(), key=_position)
-
-
-def _position(entry: Entry) -> tuple[int, int]:
-    _, dot, k = entry.uuid.partition(".")
-    return entry.at, int(k) if dot and k.isdigit() else -1
-
-
 def item_of(line: bytes, entry: Entry) -> Item:
     """The history item ``entry`` was read from, as Codex wrote it (raises
     ``TranscriptChanged`` when the line no longer holds it)."""
@@ -162,18 +146,7 @@ def item_of(line: bytes, entry: Entry) -> Item:
 
 def read_meta(path: str, inode: int) -> dict[str, Any]:
     """The ``session_meta`` payload on the rollout's first line (blocking, bounded)."""
-    try:
-        with regular_file.open_regular(path) as file:
-            if inode and os.fstat(file.fileno()).st_ino != inode:
-                raise TranscriptChanged(f"{path} was replaced")
-            head = file.read(META_MAX)
-    except OSError as exc:
-        raise TranscriptChanged(f"cannot read {path} back: {regular_file.reason(exc)}") from exc
-    line, newline, _ = head.partition(b"\n")
-    try:
-        found = loads_as_the_agent(line) if newline else None
-    except (BadLine, RecursionError):
-        found = None
+    found = first_line(path, inode, META_MAX)
     payload = found.get("payload") if isinstance(found, dict) else None
     if (
         not isinstance(found, dict)

@@ -7,8 +7,8 @@ folder whose project cannot be placed (the legacy ``tmp/<sha256>/`` layout has n
 ``.project_root``) is listed as not followed, with the reason; the legacy single-JSON chat
 files (``*.json``) are not read. A project's chats count for the dream and are searched by
 it (the files of one chat, which a resume in a new minute leaves, count once). Its hooks:
-:mod:`.hooks`; ``gemini --resume <id>`` resumes a session; memd writes no Gemini session yet
-(no fork writer).
+:mod:`.hooks`; ``gemini --resume <id>`` resumes a session; a compacted session it resumes:
+:mod:`.fork`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from memd.config import LoadedConfig
 from memd.memory.paths import project_slug
 from memd.sources.base import DreamScope, Layout, SessionKey, plain_name, under
 from memd.sources.common import decode_line
+from memd.sources.gemini.fork import GeminiFork
 from memd.sources.gemini.hooks import GeminiHooks
 from memd.sources.gemini.reader import GeminiReader, header_id
 from memd.sources.gemini.usage import RULES as USAGE_RULES
@@ -184,5 +185,6 @@ ROOM = Room(
     hooks=GeminiHooks(),
     open=_open,
     resume=_resume,
+    fork=GeminiFork(),
     usage=USAGE_RULES,
 )
