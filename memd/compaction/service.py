@@ -68,7 +68,7 @@ class ForkNotes(Protocol):
         ...
 
 
-ExtractionWaiter = Callable[[str], Awaitable[None]]
+ExtractionWaiter = Callable[[str], Awaitable[object]]
 IndexProvider = Callable[[str], Awaitable[str | None]]
 ConversationReader = Callable[[SessionState, Callable[[Conversation], Any]], Awaitable[Any]]
 
@@ -136,17 +136,22 @@ class CompactionService:
         ledger: Ledger,
         get_llm: Callable[[], Models | None],
         tokens: TokenCache | None = None,
+        notes_for: NotesProvider | None = None,
+        wait_extraction: ExtractionWaiter | None = None,
+        memory_index_for: IndexProvider | None = None,
+        fork_notes: ForkNotes | None = None,
+        window_of: WindowOf | None = None,
     ) -> None:
         self.config = config
         self.home = home
         self.claude_dir = claude_dir
         self.ledger = ledger
         self.get_llm = get_llm
-        self.notes_for: NotesProvider | None = None
-        self.wait_extraction: ExtractionWaiter | None = None
-        self.memory_index_for: IndexProvider | None = None
-        self.fork_notes: ForkNotes | None = None
-        self.window_of: WindowOf | None = None  # a session's window, from its agent
+        self.notes_for = notes_for
+        self.wait_extraction = wait_extraction
+        self.memory_index_for = memory_index_for
+        self.fork_notes = fork_notes
+        self.window_of = window_of  # a session's window, from its agent
         self.tokens = tokens if tokens is not None else TokenCache()
         self._breakers_path = state_dir / BREAKERS_FILE
         self._breakers: dict[str, BreakerState] = _load_breakers(self._breakers_path)

@@ -184,9 +184,13 @@ class Daemon:
         if self.server is not None:
             self.server.use_packer(msgspec.msgpack.Encoder().encode)
         self.ledger = ledger
-        self.guard = CostGuard(self.loaded.config.budget, ledger, self.clock)
-        self.guard.on_failure = self._job_failed
-        self.guard.backend_of = self._backend_of
+        self.guard = CostGuard(
+            self.loaded.config.budget,
+            ledger,
+            self.clock,
+            backend_of=self._backend_of,
+            on_failure=self._job_failed,
+        )
         self._build_features(notes_store, tokens)
         self.features_ready.set()
         early, self._early_growth = self._early_growth, {}
@@ -194,22 +198,13 @@ class Daemon:
             self._on_growth(state)
 
     def _build_features(self, notes_store: ExtractionStore, tokens: TokenCache) -> None:
-        """Compaction, session notes and memory, wired to each other and to the registry."""
+        """Notes, memory, then compaction: each built with what it uses of the others."""
         from memd.compaction.service import CompactionService
         from memd.dream.exclusion import DirExclusion
         from memd.memory.service import MemoryService
         from memd.session.scheduler import NotesScheduler
 
         loaded, env = self.loaded, self.env
-        self.compaction = CompactionService(
-            loaded.config,
-            loaded.paths.state_dir,
-            home=Path(env.get("HOME") or Path.home()),
-            claude_dir=loaded.paths.claude_dir,
-            ledger=self.ledger,
-            get_llm=lambda: self.llm,
-            tokens=tokens,
-        )
         self.notes = NotesScheduler(
             notes_settings(loaded),
             lambda: self.llm,
@@ -220,10 +215,6 @@ class Daemon:
             clock=self.clock,
             started_at=self.started_at,
         )
-        self.compaction.notes_for = self._notes_input
-        self.compaction.wait_extraction = self._wait_extraction
-        self.compaction.fork_notes = self.notes
-        self.compaction.window_of = self.registry.window_of
         self.exclusion = DirExclusion()
         self.memory = MemoryService(
             loaded.paths.projects_root,
@@ -241,7 +232,20 @@ class Daemon:
             claude_dir=loaded.paths.claude_dir,
             own_memory_of=self.registry.own_memory_of,
         )
-        self.compaction.memory_index_for = self._memory_index_text
+        self.compaction = CompactionService(
+            loaded.config,
+            loaded.paths.state_dir,
+            home=Path(env.get("HOME") or Path.home()),
+            claude_dir=loaded.paths.claude_dir,
+            ledger=self.ledger,
+            get_llm=lambda: self.llm,
+            tokens=tokens,
+            notes_for=self._notes_input,
+            wait_extraction=self.notes.wait_extraction,
+            memory_index_for=self._memory_index_text,
+            fork_notes=self.notes,
+            window_of=self.registry.window_of,
+        )
         self._build_dream()
         self._build_team()
 
@@ -311,9 +315,6 @@ class Daemon:
         if view.text is None:
             return None
         return NotesInput(view.text, view.template, view.last_summarized_id, view.path)
-
-    async def _wait_extraction(self, session_id: str) -> None:
-        await self.notes.wait_extraction(session_id)
 
     async def _conversation_view(self, state: SessionState) -> ConversationView:
         """A snapshot taken under the session's lock: the memory service reads it on the

@@ -256,6 +256,8 @@ class CostGuard:
         *,
         rng: random.Random | None = None,
         budgeted_kinds: frozenset[JobKind] = BACKGROUND_KINDS,
+        backend_of: Callable[[JobKind], str] = lambda kind: "",
+        on_failure: Callable[[JobKind, str, BaseException], None] | None = None,
     ) -> None:
         self._budget = budget
         self._ledger = ledger
@@ -269,12 +271,12 @@ class CostGuard:
         # jobs it serves, not those another backend serves; "" when no backend is known.
         self._account_blocked: dict[str, str] = {}
         self._hold_until: dict[str, float] = {}
-        # Which backend serves a job kind (the daemon sets it from its routes).
-        self.backend_of: Callable[[JobKind], str] = lambda kind: ""
+        # Which backend serves a job kind (the daemon's routes say).
+        self.backend_of = backend_of
         self._malformed: collections.Counter[JobKind] = collections.Counter()
         self._changed: anyio.Event | None = None
         # Told of every failed run (the daemon counts them in status's errors).
-        self.on_failure: Callable[[JobKind, str, BaseException], None] | None = None
+        self.on_failure = on_failure
 
     def check(self, kind: JobKind, *, subject: str = "", input_key: str | None = None) -> Decision:
         """Decide for one job (no side effects: status may call it freely)."""
