@@ -2,8 +2,9 @@
 or Gemini key anywhere (memd's environment holds none; each CLI has its own login), each real
 CLI as memd's only model (``claude -p``, ``codex exec``, ``gemini -p``, itself driven against
 the loopback server) keeps real Claude Code, Codex and Gemini sessions' notes and memories,
-and ``compact --fork`` serves from those notes with no call. The CLI's own call leaves no
-session memd follows and runs none of the user's hooks; its tokens and time reach the ledger.
+and ``compact --fork`` serves from those notes with no call; a dream on those memories is
+one answer through the CLI. The CLI's own call leaves no session memd follows and runs none
+of the user's hooks; its tokens and time reach the ledger.
 
 Then the faults, each ending in a state ``status`` shows, nothing changed wrongly: the CLI
 exits non-zero (the server's 500), hangs (memd's deadline kills it with its process group),
@@ -128,6 +129,10 @@ def keeps_notes_and_memories(cli: CLIHome, home: Home, api: LoopbackAPI, repo: P
     assert (notes["backend"], notes["protocol"]) == (cli.backend, "whole"), llm
     assert llm["jobs"]["memory_extract"]["backend"] == cli.backend
     assert "llm.models.recall names it" in str(llm["jobs"]["recall"]["reason"])
+    assert (llm["jobs"]["dream"]["backend"], llm["jobs"]["dream"]["protocol"]) == (
+        cli.backend,
+        "whole",
+    )
     assert llm["clis"][cli.backend]["on"] and llm["clis"][cli.backend]["login"], llm["clis"]
     ids = real_sessions(home.root, home, repo)  # written while memd runs, as agents do
     for agent, session in ids.items():
@@ -140,6 +145,10 @@ def keeps_notes_and_memories(cli: CLIHome, home: Home, api: LoopbackAPI, repo: P
         wait_for(partial(memories, where), timeout=90, what=f"{agent}'s memories")
     fork = forked_from_notes(home, ids["claude"])
     assert fork["forked"] and fork["api_calls"] == 0, fork
+    dreamt = memdctl(home, "dream", str(repo), "--force", "--wait", "--json", timeout=TIMEOUT_S * 2)
+    assert dreamt.returncode == 0, dreamt.stdout + dreamt.stderr  # one answer, through the CLI
+    run = json.loads(dreamt.stdout)
+    assert run["state"] == "completed" and run["turns"] == 1, run
     spent = call(home, "status")["usage"]["by_backend"][cli.backend]
     assert spent["calls"] >= 5 and spent["billed"] > 0 and spent["ms"] > 0, spent
     posts = [r for r in api.requests if r.method == "POST"]
