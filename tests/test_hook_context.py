@@ -588,10 +588,8 @@ async def test_without_memory_md_the_index_is_assembled_from_each_memory(tmp_pat
     pinned_file(world, "older", "Old.", pinned=False, days=4)
     pinned_file(world, "newer", "New.", pinned=False, days=1)
     index = await world.service.index(str(world.cwd))
-    assert index["assembled"] and not index["exists"]
-    assert index["text"] == (
-        "- [newer](newer.md) — about newer\n- [older](older.md) — about older\n"
-    )
+    assert index.assembled and not index.exists
+    assert index.text == ("- [newer](newer.md) — about newer\n- [older](older.md) — about older\n")
     event = world.event("SessionStart", source="startup")
     text = (await injected("SessionStart", event, world.service, budget_bytes=BUDGET))[
         "additionalContext"

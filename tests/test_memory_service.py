@@ -187,7 +187,7 @@ async def test_an_opted_out_project_gets_no_index_recall_or_extraction(
     feedback_turn(world.session())
     service = world.service
     index = await service.index(str(world.cwd))
-    assert index["opted_out"] and index["text"] == ""
+    assert index.opted_out and index.text == ""
     recalled = await service.recall("hush", str(world.cwd), "s1")
     assert recalled["memories"] == [] and "off" in recalled["reason"]
     assert (await service.memories(cwd=str(world.cwd)))["memories"] == []
@@ -198,7 +198,7 @@ async def test_an_opted_out_project_gets_no_index_recall_or_extraction(
         Config(), privacy=PrivacyConfig(ignore_projects=(f"{world.tmp}/work/*",))
     )
     globbed = world.new_service()
-    assert (await globbed.index(str(world.cwd)))["opted_out"]
+    assert (await globbed.index(str(world.cwd))).opted_out
     assert not await globbed.on_turn_end(world.state())
 
 
@@ -366,9 +366,9 @@ async def test_index_is_cut_with_a_notice_and_memories_lists_rows(tmp_path: Path
     (world.memory / "MEMORY.md").write_text(lines)
     (world.memory / "feedback_testing.md").write_text(TOPIC)
     index = await world.service.index(str(world.cwd))
-    assert index["truncated"] and index["cut"] == "lines" and index["total_lines"] == 250
-    assert "- [Memory 199]" in index["text"] and "- [Memory 200]" not in index["text"]
-    assert "over its line limit" in index["text"]
+    assert index.truncated and index.cut == "lines" and index.total_lines == 250
+    assert "- [Memory 199]" in index.text and "- [Memory 200]" not in index.text
+    assert "over its line limit" in index.text
     rows = (await world.service.memories(project=world.memory.parent.name))["memories"]
     assert [(r["relative"], r["type"], r["age"]) for r in rows] == [
         ("feedback_testing.md", "feedback", "today")
@@ -376,7 +376,7 @@ async def test_index_is_cut_with_a_notice_and_memories_lists_rows(tmp_path: Path
     by_path = await world.service.memories(project=str(world.memory.parent))
     assert by_path["memories"] == rows
     assert (await world.service.memories(cwd=str(world.cwd)))["memories"] == rows
-    json.dumps(index), json.dumps(rows)
+    json.dumps(index.as_dict()), json.dumps(rows)
     with pytest.raises(ValueError):
         await world.service.index("relative/path")
 

@@ -322,9 +322,7 @@ class Daemon:
         return await self.registry.read(state, Conversation.view)
 
     async def _memory_index_text(self, cwd: str) -> str | None:
-        index = await self.memory.index(cwd)
-        text = index.get("text")
-        return text if isinstance(text, str) and text else None
+        return (await self.memory.index(cwd)).text or None
 
     async def notes_text(self, session_id: str) -> str | None:
         """The session's notes for the SessionStart hook on resume/compact, if any."""

@@ -122,17 +122,18 @@ async def project_status(daemon: McpFace, params: dict[str, Any]) -> Any:
     index = await _valid(svc.index(cwd))
     listing = await _valid(svc.memories(cwd=cwd))
     sessions = await project_sessions(daemon, cwd)
-    runs = svc.statistics()["projects"].get(index["memory_dir"])
+    runs = svc.statistics()["projects"].get(index.memory_dir)
+    shown = ("exists", "total_lines", "total_bytes", "truncated")
     return {
         "project_root": str(await anyio.to_thread.run_sync(project_root, Path(cwd))),
-        "memory_dir": index["memory_dir"],
-        "opted_out": index["opted_out"],
-        "disabled": index["disabled"],
-        "index": {k: index[k] for k in ("exists", "total_lines", "total_bytes", "truncated")},
+        "memory_dir": index.memory_dir,
+        "opted_out": index.opted_out,
+        "disabled": index.disabled,
+        "index": {k: getattr(index, k) for k in shown},
         "memories": len(listing["memories"]),
         "extraction": runs,
         "sessions": [_session_row(daemon, s) for s in sessions[:MAX_PROJECT_SESSIONS]],
-        "dream": _dream_row(daemon, index["memory_dir"]),
+        "dream": _dream_row(daemon, index.memory_dir),
     }
 
 

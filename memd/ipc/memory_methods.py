@@ -37,7 +37,7 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         """Params: ``cwd`` (absolute). Result: the project's MEMORY.md as loaded into context
         (200 lines / 25,000 bytes, cut at a line with a warning), its dir, opt-out."""
         cwd = req_str(params, "cwd", "the session's absolute working directory")
-        return await _valid(lambda: svc.index(cwd))()
+        return (await _valid(lambda: svc.index(cwd))()).as_dict()
 
     async def memories(params: dict[str, Any]) -> Any:
         """Params: ``cwd`` or ``project`` (folder name or path); ``check``: also each

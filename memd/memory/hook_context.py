@@ -257,8 +257,8 @@ async def _index(
     if own_index and (await service.beside.claude_code(record, cwd)).auto_memory:
         return ""
     index = await service.index(cwd, where)
-    body = str(index.get("text") or "").strip()
-    return INDEX_HEAD.format(memory_dir=index["memory_dir"]) + "\n\n" + body if body else ""
+    body = index.text.strip()
+    return INDEX_HEAD.format(memory_dir=index.memory_dir) + "\n\n" + body if body else ""
 
 
 async def _notes(session_id: str, service: MemoryService, notes_for: NotesFor | None) -> str:

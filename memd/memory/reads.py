@@ -8,7 +8,9 @@ is scrubbed of secrets, then cut to the configured lines and bytes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,16 +20,36 @@ import anyio.to_thread
 from memd.config import Config
 from memd.memory.freshness import age_text, freshness_warning
 from memd.memory.frontmatter import written_ms
-from memd.memory.index import assemble_index, load_index
+from memd.memory.index import CutReason, assemble_index, load_index
 from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
 from memd.memory.shared import quarantine_reason
 from memd.memory.store import MemoryStore
 from memd.privacy import scrub_text
 
 
-async def loaded_index(memory_dir: Path, config: Config) -> dict[str, Any]:
-    """The index of ``memory_dir`` as the index reply's fields (``exists``, ``assembled``,
-    ``text``, the cut and the totals); blocking reads run in a worker thread."""
+@dataclass(frozen=True)
+class ProjectIndex:
+    """A project's index as it goes into context, and why none does (the ``memory_index``
+    reply: :meth:`as_dict`); the hook and compaction read its ``text``."""
+
+    memory_dir: str
+    opted_out: str | None
+    disabled: str | None
+    exists: bool = False  # MEMORY.md is there
+    assembled: bool = False  # no MEMORY.md: one entry per memory instead
+    text: str = ""
+    truncated: bool = False
+    cut: CutReason | None = None
+    total_lines: int = 0
+    total_bytes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+async def loaded_index(base: ProjectIndex, memory_dir: Path, config: Config) -> ProjectIndex:
+    """``base`` with the index of ``memory_dir`` as loaded (whether it exists or was
+    assembled, its text, the cut and the totals); blocking reads run in a worker thread."""
     memory = config.memory
     raw = await anyio.to_thread.run_sync(MemoryStore(memory_dir).read_index)
     assembled = ""
@@ -38,15 +60,16 @@ async def loaded_index(memory_dir: Path, config: Config) -> dict[str, Any]:
         )
     clean = scrub_text(raw or assembled, secrets=config.privacy.redact_secrets)
     loaded = load_index(clean, max_lines=memory.index_max_lines, max_bytes=memory.index_max_bytes)
-    return {
-        "exists": bool(raw),
-        "assembled": bool(assembled),
-        "text": loaded.text,
-        "truncated": loaded.truncated,
-        "cut": loaded.cut,
-        "total_lines": loaded.total_lines,
-        "total_bytes": loaded.total_bytes,
-    }
+    return dataclasses.replace(
+        base,
+        exists=bool(raw),
+        assembled=bool(assembled),
+        text=loaded.text,
+        truncated=loaded.truncated,
+        cut=loaded.cut,
+        total_lines=loaded.total_lines,
+        total_bytes=loaded.total_bytes,
+    )
 
 
 async def scan_headers(memory_dir: Path, config: Config) -> list[MemoryHeader]:

@@ -49,7 +49,7 @@ from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate_moved, locate_project
 from memd.memory.pinned import linked_memories, pinned_memories
 from memd.memory.rank_index import RecallCache
-from memd.memory.reads import loaded_index, manifest_rows, scan_headers
+from memd.memory.reads import ProjectIndex, loaded_index, manifest_rows, scan_headers
 from memd.memory.recall import recall
 from memd.memory.semantic import SemanticStage, recall_stages
 from memd.memory.session_context import opens_with_notes
@@ -165,27 +165,13 @@ class MemoryService:
         find = partial(locate_moved, self.projects_root, cwd, globs, self._home)
         return await anyio.to_thread.run_sync(find, self._claude_dir, env)
 
-    async def index(self, cwd: str, where: Location | None = None) -> dict[str, Any]:
+    async def index(self, cwd: str, where: Location | None = None) -> ProjectIndex:
         """The project's MEMORY.md as it goes into context (R-M2). ``ValueError`` for a
         relative ``cwd``. ``where``: ``cwd``'s :meth:`locate`, when the caller has it."""
         where = where if where is not None else await self.locate(cwd)
         off = where.opted_out or self.disabled_reason()
-        result: dict[str, Any] = {
-            "memory_dir": str(where.memory_dir),
-            "opted_out": where.opted_out,
-            "disabled": self.disabled_reason(),
-            "exists": False,
-            "assembled": False,
-            "text": "",
-            "truncated": False,
-            "cut": None,
-            "total_lines": 0,
-            "total_bytes": 0,
-        }
-        if off:
-            return result
-        result.update(await loaded_index(where.memory_dir, self.config))
-        return result
+        empty = ProjectIndex(str(where.memory_dir), where.opted_out, self.disabled_reason())
+        return empty if off else await loaded_index(empty, where.memory_dir, self.config)
 
     async def memories(
         self,
