@@ -206,9 +206,32 @@ class McpFace(HasSessions, HasConfig, DreamFace, Protocol):
     def history_read(self) -> anyio.Event: ...
 
 
-class DaemonFace(MemoryFace, NotesFace, McpFace, DoctorFace, TeamFace, Protocol):
-    """Everything: the core methods (``status``, ``session``, ``reload``…) and the table
-    that hands the feature families their part (:mod:`memd.ipc.handlers`)."""
+class SessionRowFace(HasSessions, HasConfig, Protocol):
+    """A session's row (``sessions``, ``session``, ``status``'s rows): the registry, and the
+    config for the session's window."""
+
+
+class ReloadFace(HasConfig, Protocol):
+    """``config`` and ``reload``."""
+
+    @property
+    def env_file(self) -> EnvFile: ...
+    @property
+    def last_reload(self) -> Reloaded | None: ...
+    async def reload(self) -> str: ...
+
+
+class FeaturesFace(MemoryFace, NotesFace, McpFace, DoctorFace, TeamFace, Protocol):
+    """The feature families together (:func:`memd.ipc.handlers.feature_methods`), and the
+    wait for them to load (their stand-ins wait before READY's features exist)."""
+
+    async def wait_features(self) -> None: ...
+
+
+class DaemonFace(FeaturesFace, ReloadFace, SessionRowFace, Protocol):
+    """Everything: ``status`` (:mod:`memd.ipc.status`), which shows every part, and the
+    method table (:func:`memd.ipc.handlers.method_table`), which hands each family its
+    part. A method that needs less takes one of the faces above."""
 
     @property
     def facts(self) -> dict[str, Any]: ...
@@ -229,10 +252,6 @@ class DaemonFace(MemoryFace, NotesFace, McpFace, DoctorFace, TeamFace, Protocol)
     @property
     def reloads(self) -> int: ...
     @property
-    def last_reload(self) -> Reloaded | None: ...
-    @property
     def ledger(self) -> Ledger: ...
     @property
     def guard(self) -> CostGuard: ...
-    async def wait_features(self) -> None: ...
-    async def reload(self) -> str: ...

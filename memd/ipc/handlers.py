@@ -27,7 +27,14 @@ from memd_client.names import escape_name, unescape_name
 from memd_client.protocol import hello_result
 
 if TYPE_CHECKING:
-    from memd.ipc.face import DaemonFace
+    from memd.ipc.face import (
+        DaemonFace,
+        FeaturesFace,
+        HasConfig,
+        HasSessions,
+        ReloadFace,
+        SessionRowFace,
+    )
 
 
 DREAM_REQUEST_S = 180.0  # an abort waits for the undo; a restore copies the memory dir
@@ -75,7 +82,7 @@ READ_ONLY_METHODS = frozenset(
 )
 
 
-def method_timeouts(daemon: DaemonFace) -> dict[str, float]:
+def method_timeouts(daemon: HasConfig) -> dict[str, float]:
     """Limits for the methods that may run longer than ``ipc.request_timeout_s``."""
     cfg = daemon.loaded.config
     summary = cfg.llm.timeout_s * (cfg.compaction.ptl_max_retries + 1)
@@ -159,7 +166,7 @@ def counted(method: str, handler: Handler) -> Handler:
     return run
 
 
-def _config_methods(daemon: DaemonFace) -> dict[str, Handler]:
+def _config_methods(daemon: ReloadFace) -> dict[str, Handler]:
     """``config`` and ``reload``: the configuration as in effect, and reading it again."""
 
     async def config(params: dict[str, Any]) -> Any:
@@ -180,7 +187,7 @@ def _config_methods(daemon: DaemonFace) -> dict[str, Handler]:
     return {"config": config, "reload": reload}
 
 
-def feature_methods(daemon: DaemonFace) -> dict[str, Handler]:
+def feature_methods(daemon: FeaturesFace) -> dict[str, Handler]:
     """The feature methods' table (imports the features: call it once they are built)."""
     from memd.ipc.compaction_methods import compaction_methods
     from memd.ipc.doctor_methods import doctor_methods
@@ -201,7 +208,7 @@ def feature_methods(daemon: DaemonFace) -> dict[str, Handler]:
     }
 
 
-def deferred_methods(daemon: DaemonFace) -> dict[str, Handler]:
+def deferred_methods(daemon: FeaturesFace) -> dict[str, Handler]:
     """One stand-in per feature method: it waits for the features, then calls the real one.
 
     A request arriving while the features load waits (within its timeout); none is refused.
@@ -220,7 +227,7 @@ def deferred_methods(daemon: DaemonFace) -> dict[str, Handler]:
     return {name: stand_in(name) for name in FEATURE_METHODS}
 
 
-def config_result(daemon: DaemonFace) -> dict[str, Any]:
+def config_result(daemon: HasConfig) -> dict[str, Any]:
     paths = daemon.loaded.paths
     return {
         "config": config_as_dict(daemon.loaded.config),
@@ -233,7 +240,7 @@ def config_result(daemon: DaemonFace) -> dict[str, Any]:
     }
 
 
-def session_row(daemon: DaemonFace, s: SessionState) -> dict[str, Any]:
+def session_row(daemon: SessionRowFace, s: SessionState) -> dict[str, Any]:
     return {
         "session_id": escape_name(s.session_id),
         "agent": s.agent,
@@ -266,7 +273,7 @@ def session_row(daemon: DaemonFace, s: SessionState) -> dict[str, Any]:
     }
 
 
-async def session_read_first(daemon: DaemonFace, ident: str | None) -> SessionState:
+async def session_read_first(daemon: HasSessions, ident: str | None) -> SessionState:
     """:func:`find_session`; a whole id not known yet whose transcript is on disk is read
     first. A session that has just started is on disk before the watcher reports it, and
     ``memdctl session <id>`` right after Claude Code exits must not say it does not exist."""

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from msgspec import Raw
 
     from memd.confined import Findings
-    from memd.ipc.face import DaemonFace, IngestFigures
+    from memd.ipc.face import DaemonFace, HasConfig, HasSessions, IngestFigures, SessionRowFace
     from memd.queues import QueueStats
     from memd.state import SessionState
 
@@ -76,13 +76,13 @@ class KeptStatus:
         return built
 
 
-def compact_threshold(daemon: DaemonFace) -> int:
+def compact_threshold(daemon: HasConfig) -> int:
     """The threshold of a session whose window is the config's."""
     c = daemon.loaded.config.compaction
     return auto_compact_threshold(c.default_context_window, c.default_max_output_tokens, c)
 
 
-def session_window(daemon: DaemonFace, state: SessionState) -> dict[str, Any]:
+def session_window(daemon: SessionRowFace, state: SessionState) -> dict[str, Any]:
     """The session's window (issue 38): its ``compact_threshold``, ``context_window`` and
     ``window_source`` (its transcript's model, or the config), as the compaction service
     decides it (:func:`memd.window.session_window`) without needing it: ``sessions``
@@ -98,7 +98,7 @@ def session_window(daemon: DaemonFace, state: SessionState) -> dict[str, Any]:
     }
 
 
-def window_marks(daemon: DaemonFace, state: SessionState) -> dict[str, Any] | None:
+def window_marks(daemon: SessionRowFace, state: SessionState) -> dict[str, Any] | None:
     """A status row's window marks, None when its window is the config's."""
     window = session_window(daemon, state)
     if window["context_window"] == daemon.loaded.config.compaction.default_context_window:
@@ -106,7 +106,7 @@ def window_marks(daemon: DaemonFace, state: SessionState) -> dict[str, Any] | No
     return window
 
 
-def unreadable_report(daemon: DaemonFace, limit: int = 20) -> dict[str, Any]:
+def unreadable_report(daemon: HasSessions, limit: int = 20) -> dict[str, Any]:
     """``unreadable_count`` and the first ``limit`` unreadable transcripts with their reasons."""
     count, states = daemon.registry.unreadable(limit)
     return {
