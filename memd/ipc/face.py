@@ -6,8 +6,8 @@ the composition root, imports them and hands itself in (mypy checks that it fits
 protocol where it does), and nothing under ``memd/ipc/`` imports it back
 (``tests/test_layering.py`` checks). A method that needs more of the daemon adds it here.
 Nor do they name a type of ``memd/daemon/``: what they use of its parts (the session
-registry, the opt-outs, the watcher, the last reload) is a protocol here too, which those
-parts fit.
+registry, the opt-outs, the watcher, the last reload) is a protocol of
+:mod:`memd.ipc.parts`, which those parts fit.
 
 The types are imported for the checker only: this module loads before READY with the
 method table, and the features' modules must not (see ``docs/ARCHITECTURE.md``).
@@ -15,9 +15,9 @@ method table, and the features' modules must not (see ``docs/ARCHITECTURE.md``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import anyio
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from memd.dream.service import DreamService
     from memd.envfile import EnvFile
     from memd.health import Health
+    from memd.ipc.parts import OptOutCheck, Reloaded, Sessions, Watched, WatchShown
     from memd.ipc.server import Server
     from memd.llm.guard import CostGuard
     from memd.llm.ledger import Ledger
@@ -36,92 +37,7 @@ if TYPE_CHECKING:
     from memd.memory.service import MemoryService
     from memd.queues import CoalescingQueue
     from memd.session.scheduler import NotesScheduler
-    from memd.sources.base import ModelWindow, Source
-    from memd.sources.room import Room
-    from memd.state import SessionState
     from memd.team.service import TeamService
-    from memd.transcript.conversation import Conversation
-
-T = TypeVar("T")
-
-
-class IngestFigures(Protocol):
-    """The registry's figures ``status`` shows (its ``statistics()``)."""
-
-    @property
-    def sessions(self) -> int: ...
-    @property
-    def parsed(self) -> int: ...
-    @property
-    def in_memory(self) -> int: ...
-    @property
-    def bytes_parsed(self) -> int: ...
-    @property
-    def bytes_rehydrated(self) -> int: ...
-    @property
-    def lines(self) -> int: ...
-    @property
-    def bad_lines(self) -> int: ...
-    @property
-    def unknown_lines(self) -> int: ...
-    @property
-    def unknown_recent(self) -> tuple[str, ...]: ...
-
-
-class Sessions(Protocol):
-    """What the methods use of the session registry
-    (:class:`memd.daemon.sessions.SessionRegistry` fits)."""
-
-    @property
-    def sources(self) -> Sequence[Source]: ...
-    def get(self, session_id: str) -> SessionState | None: ...
-    def find(self, prefix: str) -> list[SessionState]: ...
-    def states(self) -> Iterable[SessionState]: ...
-    def newest(
-        self, limit: int | None = None, project: str | None = None
-    ) -> list[SessionState]: ...
-    def statistics(self) -> IngestFigures: ...
-    def unreadable(self, limit: int = 20) -> tuple[int, list[SessionState]]: ...
-    def locate(self, session_id: str) -> Path | None: ...
-    def source_of(self, state: SessionState) -> Source | None: ...
-    def room_of(self, state: SessionState) -> Room | None: ...
-    def window_of(self, state: SessionState) -> ModelWindow | None: ...
-    def resident(self, path: str) -> bool: ...
-    async def ingest(self, path: Path) -> SessionState | None: ...
-    async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T: ...
-
-
-class OptOutCheck(Protocol):
-    """Why memory work is off in a folder (:class:`memd.daemon.optout.OptOuts` fits)."""
-
-    def reason(self, cwd: str) -> str | None: ...
-
-
-class Reloaded(Protocol):
-    """The last reload's outcome (:class:`memd.daemon.reloads.ReloadOutcome` fits)."""
-
-    @property
-    def restart_needed(self) -> Sequence[str]: ...
-    def as_dict(self) -> dict[str, Any]: ...
-
-
-class WatchShown(Protocol):
-    """How a root is watched (:class:`memd.daemon.watch.WatcherStatus` fits)."""
-
-    @property
-    def mode(self) -> str: ...
-    @property
-    def reason(self) -> str | None: ...
-    def as_dict(self) -> dict[str, Any]: ...
-
-
-class Watched(Protocol):
-    """One root the watcher follows (:class:`memd.daemon.watch.WatchedRoot` fits)."""
-
-    @property
-    def path(self) -> Path: ...
-    @property
-    def status(self) -> WatchShown: ...
 
 
 class HasSessions(Protocol):

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from msgspec import Raw
 
     from memd.confined import Findings
-    from memd.ipc.face import DaemonFace, HasConfig, HasSessions, IngestFigures, SessionRowFace
+    from memd.ipc.face import DaemonFace, HasConfig, HasSessions, SessionRowFace
+    from memd.ipc.parts import IngestFigures
     from memd.queues import QueueStats
     from memd.state import SessionState
 
