@@ -103,6 +103,42 @@ def fork_and_resume(
     return fork, requests()[since]
 
 
+def codex_compact(cli: AgentCLI, project: Path, env: dict[str, str], sid: str) -> list[Any]:
+    """``/compact`` of thread ``sid`` as the real Codex runs it, through its app server's
+    ``thread/compact/start`` (what the TUI's ``/compact`` sends): the server's messages until
+    that turn completes."""
+    server = subprocess.Popen(
+        [str(cli.command), "app-server"],
+        cwd=project,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    calls = [
+        ("initialize", {"clientInfo": {"name": "memd-test", "version": "0"}}),
+        ("thread/resume", {"threadId": sid}),
+        ("thread/compact/start", {"threadId": sid}),
+    ]
+    seen: list[Any] = []
+    with server as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        for n, (method, params) in enumerate(calls, 1):
+            proc.stdin.write(
+                json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}) + "\n"
+            )
+            proc.stdin.flush()
+            if n == 1:
+                proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "initialized"}) + "\n")
+            while not seen or seen[-1].get("id") != n:  # its answer
+                seen.append(json.loads(proc.stdout.readline()))
+        while seen[-1].get("method") != "turn/completed":
+            seen.append(json.loads(proc.stdout.readline()))
+        proc.kill()
+    return seen
+
+
 def test_codex_resumes_memds_fork_with_the_notes_once(codex_cli: AgentCLI, tmp_path: Path) -> None:
     cli = codex_cli
     with (
@@ -146,6 +182,21 @@ def test_codex_resumes_memds_fork_with_the_notes_once(codex_cli: AgentCLI, tmp_p
                 PROMPTS[1] in said and PROMPTS[2] in said and "what next?" in json.dumps(inputs[-1])
             )
             assert json.dumps(inputs[0]).count(NOTES_LINE) == 1  # the notes come first
+            # /compact taken over: memd forks the session in Codex's PreCompact hook, and
+            # Codex stops its compaction (no model call) with the line to go on with.
+            done = run_memdctl(home, "install-hooks", "--agent", "codex", "--compact-takeover")
+            assert done.returncode == 0, done.stderr
+            known = set(rollout.parent.glob("rollout-*.jsonl"))
+            since = len(requests())
+            seen = codex_compact(cli, project, env, sid)
+            assert seen[-1]["params"]["turn"]["status"] == "interrupted", seen[-1]
+            assert requests()[since:] == []  # no compaction call
+            (taken,) = set(rollout.parent.glob("rollout-*.jsonl")) - known
+            (hook,) = [m for m in seen if m.get("method") == "hook/completed"]
+            assert hook["params"]["run"]["status"] == "stopped", hook
+            assert f"codex resume {taken.stem[-36:]}" in json.dumps(
+                hook["params"]["run"]["entries"]
+            )
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 

@@ -1,4 +1,5 @@
-"""``compact --fork`` of a Codex session (issue 35, item 4): the room's fork writer.
+"""``compact --fork`` of a Codex session (issue 35, item 4): the room's fork writer, and
+the answer that stops Codex's ``/compact`` once memd forked it (the takeover).
 
 The new rollout, read back by memd's reader and by the independent oracle
 (tests/agents_oracle.py), is the notes once and then exactly the messages kept, the items as
@@ -17,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from memd.sources.claude_code.hooks import ClaudeHooks
 from memd.sources.codex.fork import CodexFork, uuid7
+from memd.sources.codex.hooks import CodexHooks
 from memd.sources.codex.reader import CodexReader
+from memd.sources.hooks import PreCompact
 from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.messages import OutlineMessage
@@ -138,3 +142,26 @@ def test_thread_ids_are_codex_s_form_and_ordered_in_time() -> None:
         for i in ids
     )
     assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
+
+
+def test_the_takeover_stops_codex_s_compaction_in_its_own_dialect() -> None:
+    """Codex's PreCompact takes the fields every hook has, not Claude Code's ``decision``:
+    ``continue`` false stops its compaction, ``stopReason`` is shown to the user."""
+    data = {
+        "session_id": "01a221ef-e341-74e0-ab86-73b8b425c2f1",
+        "transcript_path": "/home/u/.codex/sessions/2026/11/28/rollout-x.jsonl",
+        "cwd": "/home/u/proj",
+        "hook_event_name": "PreCompact",
+        "trigger": "manual",
+    }
+    event = CodexHooks().parse("PreCompact", data, None)
+    assert isinstance(event, PreCompact) and event.data == data
+    said = CodexHooks().output(event, "continue there with: codex resume X")
+    assert said is not None
+    assert json.loads(said) == {
+        "continue": False,
+        "stopReason": "continue there with: codex resume X",
+    }
+    claude = ClaudeHooks().output(ClaudeHooks().parse("PreCompact", data, None), "why")
+    assert claude is not None and json.loads(claude) == {"decision": "block", "reason": "why"}
+    assert CodexHooks().output(event, "") is None  # nothing to say: Codex compacts as usual

@@ -181,7 +181,9 @@ def cmd_install_hooks(ctx: Ctx) -> int:
             )
         spec = hooks.takeover
     if hooks.installer is not None:
-        done = _installer(ctx, table, hooks.installer, ["install", f"--command={command}"])
+        args = ["install", f"--command={command}"]
+        args += ["--compact-takeover"] if ctx.args.compact_takeover else []
+        done = _installer(ctx, table, hooks.installer, args)
         return ctx.emit({"agent": table.name, "settings": str(settings), "done": done}, _lines)
     try:
         done = install_hooks(settings, command, spec)

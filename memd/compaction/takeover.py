@@ -7,6 +7,11 @@ With ``memdctl install-hooks --compact-takeover`` Claude Code runs memd's hook o
 ``trigger`` and ``custom_instructions`` (the text after ``/compact``, else null), no token
 counts. So the daemon's ``hook`` method forks the session (:meth:`CompactionService.fork`,
 no model call) and blocks with one line saying how to continue: ``claude --resume <id>``.
+Codex CLI 0.171.0 runs a PreCompact hook too (``trigger`` ``manual`` for ``/compact``, no
+``custom_instructions``) and stops its compaction, with no model call, when the hook answers
+``{"continue": false, "stopReason": …}``: the same takeover serves it (its room's fork writer,
+``codex resume <id>``), printed in its dialect (:mod:`memd.sources.codex.hooks`). Gemini CLI's
+PreCompress hook cannot stop a compression (0.61.0 does not read what it answers).
 
 :func:`decide` says when (pure); :class:`TakeoverRecord` remembers, across restarts, the
 sessions whose last compaction memd blocked. It lets the compaction through (Claude Code
@@ -88,7 +93,7 @@ def asked(hook_input: Mapping[str, Any]) -> Pass | None:
         return Pass("only /compact is taken over: an automatic compaction blocked is not shown")
     instructions = hook_input.get("custom_instructions")
     if isinstance(instructions, str) and instructions.strip():
-        return Pass("/compact with instructions: Claude Code compacts as asked")
+        return Pass("/compact with instructions: the agent compacts as asked")
     return None
 
 
@@ -116,13 +121,13 @@ def decide(
     return Take()
 
 
-def block_reply(resume: str) -> str:
-    """The hook's stdout that blocks the compaction with one line for the user."""
-    reason = (
+def block_reason(resume: str) -> str:
+    """The one line for the user that the hook blocks the compaction with (its agent's
+    dialect prints it in the agent's form: :meth:`memd.sources.hooks.HookDialect.output`)."""
+    return (
         f"memd compacted this session from its notes into a new session (no model call); "
         f"continue there with: {resume} (or /compact again to compact here as usual)"
     )
-    return json.dumps({"decision": "block", "reason": reason})
 
 
 class TakeoverRecord:

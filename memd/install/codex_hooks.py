@@ -26,6 +26,7 @@ from tomlkit.items import Table
 
 from memd.install.config_files import toml_load, toml_table
 from memd_client.agents.codex import HOOKS as CODEX_HOOKS
+from memd_client.agents.codex import TAKEOVER_HOOKS as CODEX_TAKEOVER
 from memd_client.atomic import write_atomic
 from memd_client.config_backup import (
     give_back,
@@ -48,6 +49,7 @@ from memd_client.hooks_codex import (
     trust_entries,
 )
 from memd_client.hooks_install import (
+    AgentHooks,
     install_hooks,
     is_memd_hook,
     read_settings,
@@ -57,15 +59,16 @@ from memd_client.hooks_install import (
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def install(home: Path, command: str) -> list[str]:
-    """Register ``command`` in ``home``'s hooks.json and trust it; what was done, in words.
+def install(home: Path, command: str, spec: AgentHooks = CODEX_HOOKS) -> list[str]:
+    """Register ``command`` in ``home``'s hooks.json (the events of ``spec``: with the
+    takeover's PreCompact, ``CODEX_TAKEOVER``) and trust it; what was done, in words.
     Each file is edited where a link names it (the trust keys name hooks.json as Codex
     does, by the path in ``home``)."""
     hooks_file, config = home / "hooks.json", home / "config.toml"
     read_config(config)  # a config.toml memd cannot edit stops the install before any write
     old = trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
     with undone_on_refusal(config_path(hooks_file), config_path(config)):
-        done = install_hooks(hooks_file, command, CODEX_HOOKS)
+        done = install_hooks(hooks_file, command, spec)
         new = trust_entries(hooks_file, read_settings(hooks_file), lambda c: c == command)
         done += _edit_trust(config, new, set(old.values()) - set(new.values()), f"{hooks_file}:")
     off = hooks_turned_off(read_config(config))
@@ -144,13 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m memd.install.codex_hooks")
     p.add_argument("action", choices=("install", "uninstall"))
     p.add_argument("--command", help="the hook command to register (install)")
+    p.add_argument(
+        "--compact-takeover",
+        action="store_true",
+        help="also register it on PreCompact for /compact (install)",
+    )
     args = p.parse_args(argv)
     home = codex_home(os.environ, Path.home())
     try:
         if args.action == "install":
             if not args.command:
                 p.error("install needs --command")
-            done = install(home, args.command)
+            spec = CODEX_TAKEOVER if args.compact_takeover else CODEX_HOOKS
+            done = install(home, args.command, spec)
         else:
             done = uninstall(home)
     except OSError as exc:  # the disk refused: the work failed, the usage was right

@@ -17,7 +17,7 @@ import anyio
 
 from memd.compaction.message import Msg
 from memd.compaction.service import messages_from_client
-from memd.compaction.takeover import Pass, asked, block_reply, decide
+from memd.compaction.takeover import Pass, asked, block_reason, decide
 from memd.errors import NotFound
 from memd.ipc.params import find_session, opt_int, opt_str
 from memd.ipc.server import Handler, InvalidParams
@@ -148,8 +148,9 @@ def _ms_since(started: float) -> float:
 
 
 async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str | None:
-    """The PreCompact hook's stdout: a block after a fork of the session, or None (Claude
-    Code compacts as usual). See :mod:`memd.compaction.takeover`."""
+    """Why the PreCompact hook blocks the compaction, after a fork of the session (its
+    agent's dialect prints it), or None (the agent compacts as usual). See
+    :mod:`memd.compaction.takeover`."""
     svc, sid = daemon.compaction, hook_input.get("session_id")
     record = svc.takeover
     state = daemon.registry.get(sid) if isinstance(sid, str) and sid else None
@@ -201,7 +202,7 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
             return await _pass(daemon, state.session_id, str(result.get("reason")))
         await anyio.to_thread.run_sync(record.count_taken)
         log.info("/compact of %s taken over by the fork %s", state.session_id, fork_id)
-        return block_reply(str(result["resume"]))
+        return block_reason(str(result["resume"]))
     return await _pass(daemon, state.session_id, "the fork took longer than the hook waits")
 
 

@@ -122,7 +122,9 @@ async def _hook(daemon: MemoryFace, params: dict[str, Any]) -> Any:
     if isinstance(event, Unhandled):
         return nothing
     if isinstance(event, PreCompact):
-        return {"additionalContext": None, "stdout": await precompact(daemon, event.data)}
+        reason = await precompact(daemon, event.data)
+        stdout = room.hooks.output(event, reason) if reason else None
+        return {"additionalContext": None, "stdout": stdout}
     text = await hook_context(
         event,
         daemon.memory,

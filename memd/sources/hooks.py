@@ -104,7 +104,8 @@ class HookDialect(Protocol):
         ...
 
     def output(self, event: HookEvent, text: str) -> str | None:
-        """What the hook prints to hand ``text`` to the agent, or None: nothing."""
+        """What the hook prints to hand ``text`` to the agent (for a :class:`PreCompact`:
+        what stops the compaction, ``text`` saying why), or None: nothing."""
         ...
 
 
@@ -145,6 +146,23 @@ def context_json(event: HookEvent, text: str) -> str | None:
         return None
     output = {"hookSpecificOutput": {"hookEventName": event.name, "additionalContext": text}}
     return json.dumps(output, ensure_ascii=False)
+
+
+def block_json(event: HookEvent, text: str) -> str | None:
+    """The hooks JSON that stops a compaction with ``text`` for the user (Claude Code's
+    PreCompact: ``decision`` ``block``), or None for any other event."""
+    if not text or not isinstance(event, PreCompact):
+        return None
+    return json.dumps({"decision": "block", "reason": text}, ensure_ascii=False)
+
+
+def stop_json(event: HookEvent, text: str) -> str | None:
+    """The hooks JSON that stops a compaction with ``text`` for the user by the fields
+    every hook has (Codex's PreCompact takes no ``decision``: ``continue`` false and a
+    ``stopReason``), or None for any other event."""
+    if not text or not isinstance(event, PreCompact):
+        return None
+    return json.dumps({"continue": False, "stopReason": text}, ensure_ascii=False)
 
 
 def utf8_len(text: str) -> int:

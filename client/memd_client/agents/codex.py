@@ -20,7 +20,14 @@ from memd_client.hooks_install import AgentHooks, is_memd_hook
 
 # Codex sends Claude Code's input and takes its output under the same event names (seconds).
 # Its Stop is a turn end for extraction: ``codex exec`` ends with no quiet period to wait for.
-HOOKS = AgentHooks({"SessionStart": None, "UserPromptSubmit": None, "Stop": None}, 10)
+EVENTS: dict[str, str | None] = {"SessionStart": None, "UserPromptSubmit": None, "Stop": None}
+# ``--compact-takeover`` (off by default): ``/compact`` served by a fork from the notes
+# (memd.compaction.takeover); Codex stops its compaction when the hook answers
+# ``"continue": false``, and compacts as usual when the hook prints nothing or times out.
+TAKEOVER_MATCHERS: dict[str, str | None] = {"PreCompact": "manual"}
+TAKEOVER_TIMEOUT_S = 5
+HOOKS = AgentHooks(EVENTS, 10, optional=tuple(TAKEOVER_MATCHERS))
+TAKEOVER_HOOKS = AgentHooks({**EVENTS, **TAKEOVER_MATCHERS}, 10, {"PreCompact": TAKEOVER_TIMEOUT_S})
 
 
 def _hooks_file(env: Env, home: Path) -> Path:
@@ -67,6 +74,7 @@ TABLE = AgentTable(
         found=codex_home,
         installer="memd.install.codex_hooks",
         check=_trust,
+        takeover=TAKEOVER_HOOKS,
     ),
     mcp=McpFiles(
         user=_mcp_user,

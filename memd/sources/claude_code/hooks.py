@@ -22,6 +22,7 @@ from memd.sources.hooks import (
     SessionStart,
     TurnEnd,
     Unhandled,
+    block_json,
     context_json,
     cwd_field,
     read_json,
@@ -70,4 +71,4 @@ class ClaudeHooks:
         return text
 
     def output(self, event: HookEvent, text: str) -> str | None:
-        return context_json(event, text)
+        return block_json(event, text) or context_json(event, text)

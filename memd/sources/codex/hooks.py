@@ -2,12 +2,15 @@
 
 Codex sends ``SessionStart`` (``source``), ``UserPromptSubmit`` (``prompt``) and ``Stop``
 (``last_assistant_message``: the answer its rollout will hold) with the rollout's thread id as
-``session_id``; memd installs those three. Its sessions are known from this daemon's own
-record (no transcript is read for what hooks injected, no settings of Claude Code's apply).
-The answer is the hooks JSON, a developer message to Codex's model; Codex writes an output
-over ~2,500 tokens (its ``additionalContextLimit``) to a file under the system's temp dir,
-which other users can list, and shows the model a preview, so memd's stays under
-:data:`MAX_TOKENS`.
+``session_id``; memd installs those three, and ``PreCompact`` (``trigger``) with
+``--compact-takeover``: Codex 0.171.0 stops a compaction when a PreCompact hook answers
+``{"continue": false, "stopReason": …}`` (it takes no ``decision`` there), with no model
+call, and memd forks the session first (:mod:`memd.compaction.takeover`). Its sessions are
+known from this daemon's own record (no transcript is read for what hooks injected, no
+settings of Claude Code's apply). The answer is the hooks JSON, a developer message to
+Codex's model; Codex writes an output over ~2,500 tokens (its ``additionalContextLimit``) to
+a file under the system's temp dir, which other users can list, and shows the model a
+preview, so memd's stays under :data:`MAX_TOKENS`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Final
 from memd.sources.hooks import (
     Env,
     HookEvent,
+    PreCompact,
     PromptSubmit,
     SessionStart,
     TurnEnd,
@@ -25,6 +29,7 @@ from memd.sources.hooks import (
     context_json,
     cwd_field,
     read_json,
+    stop_json,
     text_field,
     within_tokens,
 )
@@ -50,10 +55,13 @@ class CodexHooks:
             case "Stop":
                 answer = text_field(data, "last_assistant_message")
                 return TurnEnd(name, session_id, cwd, answer=answer)
+            case "PreCompact":  # installed with --compact-takeover only
+                transcript = text_field(data, "transcript_path")
+                return PreCompact(name, session_id, cwd, transcript, data=data)
         return Unhandled(name, "not an event memd uses")
 
     def limit(self, text: str) -> str:
         return within_tokens(text, MAX_TOKENS)
 
     def output(self, event: HookEvent, text: str) -> str | None:
-        return context_json(event, text)
+        return stop_json(event, text) or context_json(event, text)
