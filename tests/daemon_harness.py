@@ -98,6 +98,23 @@ def wait_answering(home: Home, proc: subprocess.Popen[bytes]) -> subprocess.Pope
     return proc
 
 
+def wait_features(home: Home) -> dict[str, Any]:
+    """Wait until the daemon in ``home`` has loaded its features; its ``status`` (which
+    answers once they are: it waits for them). ``hello`` answers before: a hook sent between
+    the two waits for the load, which on a busy machine outlasts the hook's own budget (3 s),
+    and the hook then fails open, as it should."""
+
+    def loaded() -> dict[str, Any] | None:
+        try:
+            with home.client(timeout=10.0) as c:
+                answer: dict[str, Any] = c.call("status")
+                return answer
+        except MemdClientError:
+            return None
+
+    return wait_for(loaded, timeout=60.0, what="memd to load its features")
+
+
 def stop_memd(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> int:
     proc.send_signal(signal.SIGTERM)
     return proc.wait(timeout=timeout)

@@ -14,7 +14,15 @@ import pytest
 
 from memd_client import hook as hook_module
 from memd_client.hooks_install import hook_command
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_features,
+)
 from tests.test_memory_e2e import context_of, hook, write_memories
 
 pytestmark = pytest.mark.slow
@@ -35,6 +43,7 @@ def memd_with_memories(tmp_path: Path, index: str | None = None) -> Iterator[tup
             (mdir / "MEMORY.md").write_text(index)
         proc = start_memd(home)
         try:
+            wait_features(home)  # a hook sent while they load waits past its budget
             yield home, cwd
         finally:
             assert stop_memd(proc) == 0, read_log(home)

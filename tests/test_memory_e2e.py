@@ -16,7 +16,15 @@ import pytest
 import memd_client
 from memd.memory.paths import memory_dir
 from memd_client.hooks_install import MemdHook, parse_memd_hook, undetached
-from tests.daemon_harness import Home, call, fake_home, read_log, start_memd, stop_memd
+from tests.daemon_harness import (
+    Home,
+    call,
+    fake_home,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_features,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -116,6 +124,7 @@ def test_hook_events_recall_and_memories(tmp_path: Path) -> None:
         command = registered_hook(home)
         proc = start_memd(home)
         try:
+            wait_features(home)  # a hook sent while they load waits past its budget
             common = {"session_id": "sess-1", "cwd": str(cwd), "transcript_path": "/nonexistent"}
             start = context_of(
                 hook(
@@ -185,6 +194,7 @@ def test_opted_out_project_gets_nothing(tmp_path: Path) -> None:
         command = registered_hook(home)
         proc = start_memd(home)
         try:
+            wait_features(home)  # else a hook that timed out would pass for one opted out
             event = {
                 "session_id": "s",
                 "cwd": str(cwd),
