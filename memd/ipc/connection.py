@@ -37,12 +37,12 @@ import logging
 import mmap
 import socket
 import time
-from collections.abc import Collection
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
+from memd.ipc.host import Host
 from memd.ipc.reader import SocketReader
 from memd_client import protocol as p
 
@@ -75,32 +75,6 @@ def body_budget(max_buffered_bytes: int, max_connections: int) -> int:
     return max(max_buffered_bytes - max_connections * CONNECTION_BYTES, 0)
 
 
-class ReadBudget:
-    """Bytes that incoming frames may hold across all connections."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._freed: anyio.Event | None = None
-
-    def try_take(self, size: int) -> bool:
-        if self.used + size > self.limit:
-            return False
-        self.used += size
-        return True
-
-    def give(self, size: int) -> None:
-        self.used -= size
-        if size and self._freed is not None:
-            self._freed.set()
-            self._freed = None
-
-    async def wait_freed(self) -> None:
-        if self._freed is None:
-            self._freed = anyio.Event()
-        await self._freed.wait()
-
-
 class FrameTimeout(p.FrameError):
     code = p.TIMEOUT
 
@@ -109,53 +83,10 @@ class Busy(p.FrameError):
     code = p.BUSY
 
 
-class Deadlines(Protocol):
-    """The limits a connection keeps (:class:`memd.ipc.limits.ServeLimits` fits)."""
-
-    @property
-    def idle_timeout_s(self) -> float: ...
-    @property
-    def frame_timeout_s(self) -> float: ...
-
-
-class Shares(Protocol):
-    """Connections at work per client process (:class:`memd.ipc.limits.WorkShares` fits)."""
-
-    def may_start(self, peer: int | None) -> bool: ...
-    def started(self, peer: int | None) -> None: ...
-    def ended(self, peer: int | None) -> None: ...
-
-
-class Host(Protocol):
-    """What a connection uses of the server that accepted it (:class:`memd.ipc.server.Server`,
-    which imports this module: nothing here imports it back)."""
-
-    @property
-    def max_in_flight(self) -> int: ...
-    @property
-    def max_frame_bytes(self) -> int: ...
-    @property
-    def inline(self) -> Collection[str]: ...
-    @property
-    def limits(self) -> Deadlines: ...
-    @property
-    def budget(self) -> ReadBudget: ...
-    @property
-    def shares(self) -> Shares: ...
-    def close_idle(self, connection: Connection) -> None: ...
-    def error_frame(self, rid: p.RequestId | None, code: str, message: str) -> bytes: ...
-    async def answer(self, request: p.Request) -> bytes: ...
-    async def answer_inline(self, request: p.Request) -> bytes: ...
-    def peer_busy(self, rid: p.RequestId) -> bytes: ...
-    def begin_request(self) -> None: ...
-    def end_request(self) -> None: ...
-    def note_stalled(self) -> None: ...
-
-
 class Connection:
     """One accepted connection; :meth:`run` serves it until the client leaves or misbehaves."""
 
-    def __init__(self, server: Host, sock: socket.socket) -> None:
+    def __init__(self, server: Host[Connection], sock: socket.socket) -> None:
         self._server = server
         self._sock = sock
         # fast_acquire: no extra trip through the event loop when nobody else is sending

@@ -64,7 +64,8 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
 from memd.changes import CHANGES
 from memd.errors import BudgetExhausted, LLMDisabled, LLMError, MemdError, NotFound, WriteFailed
-from memd.ipc.connection import Connection, ReadBudget, body_budget
+from memd.ipc.connection import Connection, body_budget
+from memd.ipc.host import ReadBudget
 from memd.ipc.limits import ServeLimits, WorkShares, limit_warnings
 from memd.ipc.peercred import Allow, Deny, check_peer, peer_pid, peer_uid
 from memd.ipc.socketfile import (
