@@ -228,11 +228,23 @@ def test_memdctl_compact_fork_writes_a_resumable_session_with_no_model(tmp_path:
             again: dict[str, Any] = json.loads(twice.stdout)
             assert again["forked"] and again["session"] != new_id and again["api_calls"] == 0
             assert call(home, "status")["usage"]["total"]["calls"] == 0
+            # An id that climbs or names no one session forks nothing.
+            before = sorted((home.projects / SLUG).iterdir())
+            for ident in ("../s4", f"../{SLUG}/s4", "/s4", ""):
+                refused = memdctl(home, "compact", ident, "--fork")
+                assert refused.returncode != 0, refused
+                assert "no session" in refused.stderr or "is required" in refused.stderr, refused
+            assert sorted((home.projects / SLUG).iterdir()) == before
             # A session without notes is not forked, and says why (exit 1).
             install_session(home, BIG, "bare")
             wait_ingested(home, "bare", target.stat().st_size)
             refused = memdctl(home, "compact", "bare", "--fork")
             assert refused.returncode == 1 and "no notes" in refused.stderr, refused
+            # A prefix of two sessions' ids is refused, naming how many it matches.
+            install_session(home, BIG, "bare2")
+            wait_ingested(home, "bare2", target.stat().st_size)
+            refused = memdctl(home, "compact", "bar", "--fork")
+            assert refused.returncode != 0 and "matches 2 sessions" in refused.stderr, refused
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final, TypeAlias, TypeVar
 
 import msgspec
@@ -26,7 +27,8 @@ from memd.transcript.agent_bytes import (
     refused,
     replace_lone_surrogates,
 )
-from memd.transcript.content import TranscriptChanged
+from memd.transcript.content import FileLines, TranscriptChanged
+from memd.transcript.conversation import Conversation
 from memd.transcript.messages import OutlineMessage, accepted
 from memd.transcript.model import Block, BlockRef, Content, Entry, Outline
 
@@ -138,6 +140,33 @@ def json_line(value: Any) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def kept_items(
+    conv: Conversation,
+    kept: Sequence[OutlineMessage],
+    item_of: Callable[[bytes, Entry], dict[str, Any]],
+) -> tuple[FileLines, list[tuple[str, dict[str, Any]]]]:
+    """What a fork writer of an agent whose items are JSON objects reads back: the file's
+    lines (``conv``'s) and each kept entry's item as the agent wrote it (``item_of`` its
+    line), with its id, in file order. Blocking, under the session's lock; raises
+    ``TranscriptChanged`` when the conversation has no file or a line no longer holds the
+    blocks memd read from it."""
+    lines = conv.lines
+    if not isinstance(lines, FileLines):
+        raise TranscriptChanged("the conversation has no session file to read back")
+    entries = kept_entries(kept)
+    by_offset = lines.read(entries)
+    items: list[tuple[str, dict[str, Any]]] = []
+    for entry in entries:
+        lines.decode(by_offset[entry.at], entry)  # it still holds what memd read
+        items.append((entry.uuid, item_of(by_offset[entry.at], entry)))
+    return lines, items
+
+
+def now_z() -> str:
+    """Now, as the agents stamp their lines (UTC, milliseconds, ``Z``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def kept_entries(kept: Sequence[OutlineMessage]) -> list[Entry]:

@@ -29,15 +29,13 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 from memd.sources.base import Fork
-from memd.sources.codex.reader import content_of
-from memd.sources.common import first_line, json_line, kept_entries
+from memd.sources.common import first_line, json_line, kept_items, now_z
 from memd.transcript.agent_bytes import BadLine, loads_as_the_agent
-from memd.transcript.content import FileLines, TranscriptChanged
+from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.messages import OutlineMessage
 from memd.transcript.model import Entry
@@ -66,14 +64,9 @@ class CodexFork:
         summary: str,
         pre_tokens: int,
     ) -> Fork:
-        if not isinstance(conv.lines, FileLines):
-            raise TranscriptChanged("the conversation has no rollout to read session_meta from")
-        meta = read_meta(conv.lines.path, conv.lines.inode)
-        entries = kept_entries(kept)
-        by_offset = conv.lines.read(entries)
-        items = [(entry.uuid, item_of(by_offset[entry.at], entry)) for entry in entries]
-        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        return fork_rollout(meta, items, session_id=session_id, summary=summary, timestamp=now)
+        lines, items = kept_items(conv, kept, item_of)
+        meta = read_meta(lines.path, lines.inode)
+        return fork_rollout(meta, items, session_id=session_id, summary=summary, timestamp=now_z())
 
     def place(self, transcript: Path, session_id: str) -> Path:
         stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.localtime())
@@ -128,8 +121,8 @@ def resent(item: Mapping[str, Any]) -> bool:
 
 def item_of(line: bytes, entry: Entry) -> Item:
     """The history item ``entry`` was read from, as Codex wrote it (raises
-    ``TranscriptChanged`` when the line no longer holds it)."""
-    content_of(line, entry)  # the blocks the conversation has of it are still there
+    ``TranscriptChanged`` when the line no longer holds it; that it holds the same blocks is
+    the reader's check, :func:`memd.sources.common.kept_items`)."""
     try:
         found = loads_as_the_agent(line)
     except (BadLine, RecursionError):

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from memd.sources.base import Fork
-from memd.sources.common import first_line, json_line, kept_entries
+from memd.sources.common import first_line, json_line, kept_items, now_z
 from memd.transcript.agent_bytes import BadLine, as_node_reads, loads_as_the_agent
-from memd.transcript.content import FileLines, TranscriptChanged
+from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.messages import OutlineMessage
 from memd.transcript.model import Entry
@@ -62,17 +62,9 @@ class GeminiFork:
         summary: str,
         pre_tokens: int,
     ) -> Fork:
-        if not isinstance(conv.lines, FileLines):
-            raise TranscriptChanged("the conversation has no chat file to read its header from")
-        header = read_header(conv.lines.path, conv.lines.inode)
-        entries = kept_entries(kept)
-        by_offset = conv.lines.read(entries)
-        items: list[tuple[str, Item]] = []
-        for entry in entries:
-            conv.lines.decode(by_offset[entry.at], entry)  # it still holds what memd read
-            items.append((entry.uuid, item_of(by_offset[entry.at], entry)))
-        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        return fork_chat(header, items, session_id=session_id, summary=summary, timestamp=now)
+        lines, items = kept_items(conv, kept, item_of)
+        header = read_header(lines.path, lines.inode)
+        return fork_chat(header, items, session_id=session_id, summary=summary, timestamp=now_z())
 
     def place(self, transcript: Path, session_id: str) -> Path:
         minute = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M")
@@ -142,7 +134,7 @@ def item_of(line: bytes, entry: Entry) -> Item:
     """The message ``entry`` was read from, as Gemini wrote it: the line's record, or the
     ``k``-th message of its ``$set`` (``<offset>/<k>``). Raises ``TranscriptChanged`` when
     the line no longer holds a message there (that it holds the same blocks is the
-    reader's check, :meth:`FileLines.decode`)."""
+    reader's check, :func:`memd.sources.common.kept_items`)."""
     try:
         found = loads_as_the_agent(as_node_reads(line))
     except (BadLine, RecursionError):
