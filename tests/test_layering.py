@@ -301,3 +301,34 @@ def test_the_cycle_check_sees_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert import_cycles(graph) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+# What the root may still set on a part it built: what a reload changes (Daemon._apply) and the
+# registry's dirty flag once its state is saved (Daemon.save_state).
+ROOT_SETS_AFTER = {"_apply", "save_state"}
+
+
+def test_the_root_wires_nothing_into_a_service_after_building_it() -> None:
+    """Each service gets its collaborators at construction (issue 35): the composition root
+    set five of compaction's and two of the guard's afterwards, so either could be used half
+    wired and its constructor did not say what it depends on."""
+    tree = ast.parse((ROOT / "memd" / "daemon" / "service.py").read_text())
+    wired = []
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+                targets = [node.target]
+            else:
+                continue
+            wired += [
+                f"{func.name}: {ast.unparse(t)}"
+                for t in targets
+                if isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Attribute)
+                and ast.unparse(t.value.value) == "self"
+            ]
+    assert [w for w in wired if w.split(":")[0] not in ROOT_SETS_AFTER] == []
