@@ -15,9 +15,11 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from memd.install import codex_hooks
 from memd.sources.claude_code.hooks import ClaudeHooks
 from memd.sources.codex.fork import CodexFork, uuid7
 from memd.sources.codex.hooks import CodexHooks
@@ -27,6 +29,9 @@ from memd.transcript.content import TranscriptChanged
 from memd.transcript.conversation import Conversation
 from memd.transcript.messages import OutlineMessage
 from memd.transcript.tail import TailPosition, read_appended
+from memd_client.agents.codex import TAKEOVER_HOOKS as CODEX_TAKEOVER
+from memd_client.hooks_codex import read_config, trust_entries, trusted_state
+from memd_client.hooks_install import is_memd_hook, read_settings
 from tests.agents_oracle import read_codex
 from tests.test_source_codex import SAMPLES, _flat
 
@@ -165,3 +170,32 @@ def test_the_takeover_stops_codex_s_compaction_in_its_own_dialect() -> None:
     claude = ClaudeHooks().output(ClaudeHooks().parse("PreCompact", data, None), "why")
     assert claude is not None and json.loads(claude) == {"decision": "block", "reason": "why"}
     assert CodexHooks().output(event, "") is None  # nothing to say: Codex compacts as usual
+
+
+def test_the_takeover_hook_is_installed_and_trusted_only_when_asked(tmp_path: Path) -> None:
+    """``install-hooks --agent codex --compact-takeover`` registers memd on PreCompact for
+    ``/compact`` with its trust (Codex skips a hook nobody trusted); an install without the
+    flag takes it and its trust back, and so does the uninstall."""
+    hooks_file, config = tmp_path / "hooks.json", tmp_path / "config.toml"
+
+    def state() -> tuple[dict[str, Any], dict[str, str]]:
+        settings = read_settings(hooks_file)
+        return settings.get("hooks", {}), trusted_state(read_config(config))
+
+    codex_hooks.install(tmp_path, "/bin/memd-hook")
+    hooks, trust = state()
+    assert "PreCompact" not in hooks and not any(":pre_compact:" in k for k in trust)
+    codex_hooks.install(tmp_path, "/bin/memd-hook", CODEX_TAKEOVER)
+    hooks, trust = state()
+    (group,) = hooks["PreCompact"]
+    assert group["matcher"] == "manual"
+    assert group["hooks"] == [{"type": "command", "command": "/bin/memd-hook", "timeout": 5}]
+    assert trust == trust_entries(hooks_file, read_settings(hooks_file), is_memd_hook)
+    assert any(":pre_compact:" in key for key in trust)
+    codex_hooks.install(tmp_path, "/bin/memd-hook")  # without the flag: the takeover goes
+    hooks, trust = state()
+    assert "PreCompact" not in hooks and not any(":pre_compact:" in k for k in trust)
+    codex_hooks.install(tmp_path, "/bin/memd-hook", CODEX_TAKEOVER)
+    codex_hooks.uninstall(tmp_path)
+    hooks, trust = state()
+    assert hooks == {} and trust == {}
