@@ -6,8 +6,9 @@ Precedence, lowest to highest:
 2. the YAML file (``--config``, else ``$MEMD_CONFIG``, else ``~/.config/memd/config.yaml``;
    a missing default file is fine, a missing named file is an error);
 3. environment overrides for paths (``MEMD_PROJECTS_ROOT``, ``MEMD_STATE_DIR``,
-   ``MEMD_RUNTIME_DIR``, ``MEMD_CODEX_HOME``, ``MEMD_GEMINI_DIR``; ``CLAUDE_CONFIG_DIR``
-   moves the Claude tree as Claude Code does, ``CODEX_HOME`` Codex's);
+   ``MEMD_RUNTIME_DIR``, ``MEMD_CODEX_HOME``, ``MEMD_GEMINI_DIR``, ``MEMD_QWEN_DIR``;
+   ``CLAUDE_CONFIG_DIR`` moves the Claude tree as Claude Code does, ``CODEX_HOME`` Codex's,
+   ``QWEN_RUNTIME_DIR`` and ``QWEN_HOME`` Qwen Code's);
 4. command-line overrides (``--set section.key=value``).
 
 Validation collects every problem before failing, so one :class:`ConfigError` names each bad
@@ -40,6 +41,7 @@ class PathsConfig:
     state_dir: str = ""  # default: $XDG_STATE_HOME/memd or ~/.local/state/memd
     codex_home: str = ""  # default: $CODEX_HOME or ~/.codex (its sessions/ are followed)
     gemini_dir: str = ""  # default: ~/.gemini (its tmp/<project>/chats/ are followed)
+    qwen_dir: str = ""  # default: $QWEN_RUNTIME_DIR, $QWEN_HOME or ~/.qwen (projects/*/chats/)
     # The socket's directory is not a file key: clients must find it without reading this
     # file, so it comes from $MEMD_RUNTIME_DIR or $XDG_RUNTIME_DIR only.
 
@@ -60,6 +62,7 @@ class SourcesConfig:
 
     codex: bool = True
     gemini: bool = True
+    qwen: bool = True
 
 
 @dataclass(frozen=True)
@@ -336,6 +339,7 @@ class ResolvedPaths:
     config_file: Path | None
     codex_home: Path = Path("~/.codex")
     gemini_dir: Path = Path("~/.gemini")
+    qwen_dir: Path = Path("~/.qwen")
 
     @property
     def socket_path(self) -> Path:
@@ -498,7 +502,14 @@ def resolve_paths(
         env.get("MEMD_CODEX_HOME") or paths.codex_home or env.get("CODEX_HOME") or "~/.codex"
     )
     gemini = expand(env.get("MEMD_GEMINI_DIR") or paths.gemini_dir or "~/.gemini")
-    return ResolvedPaths(claude, projects, state, runtime, config_file, codex, gemini)
+    qwen = expand(
+        env.get("MEMD_QWEN_DIR")
+        or paths.qwen_dir
+        or env.get("QWEN_RUNTIME_DIR")
+        or env.get("QWEN_HOME")
+        or "~/.qwen"
+    )
+    return ResolvedPaths(claude, projects, state, runtime, config_file, codex, gemini, qwen)
 
 
 def config_as_dict(config: Config) -> dict[str, Any]:

@@ -7,11 +7,11 @@ A new agent is a new room (a package beside these, :mod:`memd.sources.room`) and
 from __future__ import annotations
 
 from memd.config import LoadedConfig
-from memd.sources import claude_code, codex, gemini
+from memd.sources import claude_code, codex, gemini, qwen
 from memd.sources.base import Source
 from memd.sources.room import Room
 
-ROOMS: tuple[Room, ...] = (claude_code.ROOM, codex.ROOM, gemini.ROOM)
+ROOMS: tuple[Room, ...] = (claude_code.ROOM, codex.ROOM, gemini.ROOM, qwen.ROOM)
 # The agent of a hook call that names none: hook commands written before agents were named
 # (and Claude Code's still) name none.
 UNNAMED = ROOMS[0]
