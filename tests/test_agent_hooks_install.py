@@ -79,7 +79,7 @@ def test_gemini_gets_its_events_in_milliseconds_and_its_file_back(tmp_path: Path
     assert not settings.with_name("settings.json.memd-backup").exists()
 
 
-@pytest.mark.parametrize("agent", ["claude", "gemini"])
+@pytest.mark.parametrize("agent", ["claude", "gemini", "qwen"])
 def test_a_file_memd_created_goes_again_even_after_a_reinstall(tmp_path: Path, agent: str) -> None:
     settings = tmp_path / "settings.json"
     table = named(agent)

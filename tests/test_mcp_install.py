@@ -43,6 +43,12 @@ GEMINI_JSON = """{
 \t\t}
 \t}
 }"""
+QWEN_JSON = """{
+  "security": {"auth": {"selectedType": "openai"}},
+  "mcpServers": {"pg": {"command": "pg-mcp", "args": ["--ro"], "trust": false}},
+  "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]}
+}
+"""
 CODEX_TOML = """# my codex settings
 model = "o3"  # the default model
 
@@ -58,8 +64,9 @@ FILES = {
     "codex": (".codex/config.toml", CODEX_TOML),
     "cursor": (".cursor/mcp.json", CURSOR_JSON),
     "gemini": (".gemini/settings.json", GEMINI_JSON),
+    "qwen": (".qwen/settings.json", QWEN_JSON),
 }
-OTHER = {"claude_code": "github", "codex": "docs", "cursor": "linear", "gemini": "fs"}
+OTHER = {"claude_code": "github", "codex": "docs", "cursor": "linear", "gemini": "fs", "qwen": "pg"}
 
 
 def env_for(home: Path) -> dict[str, str]:
@@ -138,7 +145,7 @@ def test_codex_comments_survive_install(tmp_path: Path) -> None:
 def test_missing_files_are_created_and_bad_files_are_left_alone(tmp_path: Path) -> None:
     env = env_for(tmp_path)
     outcomes = apply(AGENTS, "user", "install", tmp_path, env)
-    assert [o.result for o in outcomes] == ["installed"] * 4
+    assert [o.result for o in outcomes] == ["installed"] * len(AGENTS)
     for agent in AGENTS:
         path = tmp_path / FILES[agent][0]
         assert "memd" in servers(agent, path)
@@ -148,11 +155,12 @@ def test_missing_files_are_created_and_bad_files_are_left_alone(tmp_path: Path) 
         ".cursor/mcp.json": '{"mcpServers": []}',
         ".gemini/settings.json": "[1, 2]",
         ".codex/config.toml": "mcp_servers = 3\n",
+        ".qwen/settings.json": '{"mcpServers": "pg"}',
     }
     for relative, text in bad.items():
         (tmp_path / relative).write_text(text)
     failed = apply(AGENTS, "user", "install", tmp_path, env)
-    assert [o.result for o in failed] == ["failed"] * 4
+    assert [o.result for o in failed] == ["failed"] * len(AGENTS)
     for relative, text in bad.items():
         assert (tmp_path / relative).read_text() == text
         # no copy of a file memd did not change: only the mark that memd created it
@@ -172,7 +180,7 @@ def test_a_fifo_as_an_agents_config_fails_that_agent_instead_of_waiting(tmp_path
         outcomes.extend(apply(AGENTS, "user", "install", tmp_path, env_for(tmp_path)))
 
     assert not waited_on_fifos(install, fifos)
-    assert [o.result for o in outcomes] == ["failed"] * 4
+    assert [o.result for o in outcomes] == ["failed"] * len(AGENTS)
     assert all("not a regular file" in o.detail for o in outcomes), outcomes
     assert all(stat.S_ISFIFO(fifo.lstat().st_mode) for fifo in fifos)
 
@@ -268,7 +276,7 @@ def test_memdctl_install_and_uninstall_mcp(tmp_path: Path) -> None:
     originals = {agent: plant(tmp_path, agent) for agent in AGENTS}
     done = memdctl(tmp_path, "install-mcp")
     assert done.returncode == 0, done.stderr
-    assert [line.split()[1] for line in done.stdout.splitlines()] == ["installed"] * 4
+    assert [line.split()[1] for line in done.stdout.splitlines()] == ["installed"] * len(AGENTS)
     for agent, (path, _) in originals.items():
         assert "memd" in servers(agent, path) and OTHER[agent] in servers(agent, path)
     again = memdctl(tmp_path, "install-mcp", "--agent", "codex", "--json")

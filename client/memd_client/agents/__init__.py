@@ -4,10 +4,16 @@ a new module here and one line in :data:`AGENTS` (beside its room in ``memd/sour
 
 from __future__ import annotations
 
-from memd_client.agents import claude_code, codex, cursor, gemini
+from memd_client.agents import claude_code, codex, cursor, gemini, qwen
 from memd_client.agents.base import AgentTable
 
-AGENTS: tuple[AgentTable, ...] = (claude_code.TABLE, codex.TABLE, gemini.TABLE, cursor.TABLE)
+AGENTS: tuple[AgentTable, ...] = (
+    claude_code.TABLE,
+    codex.TABLE,
+    gemini.TABLE,
+    qwen.TABLE,
+    cursor.TABLE,
+)
 # The agent of a hook command that names none, and of install-hooks without --agent.
 UNNAMED = AGENTS[0]
 
