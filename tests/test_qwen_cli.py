@@ -3,7 +3,8 @@ model, beside a real Codex CLI, one memory for both. A fact stated in a ``codex 
 is extracted into the repository's memory and recalled into a real ``qwen`` prompt through
 memd's UserPromptSubmit hook (installed by ``memdctl install-hooks --agent qwen``); the fact
 that Qwen session states is extracted from its transcript when its Stop hook says the turn
-ended, and the session is listed under Qwen's own id."""
+ended, and recalled into the next ``codex exec``; the Qwen session is listed under Qwen's own
+id and gets its notes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memd.memory.paths import memory_dir
+from memd.memory.paths import memory_dir, project_slug
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_agents import LoopbackAgentAPI
 from memd.testing.loopback_process import LoopbackProcess
@@ -21,7 +22,7 @@ from tests.other_cli import AgentCLI
 from tests.qwen_cli import QWEN_PACKAGE, QwenCLI, installed_qwen, session_id
 from tests.test_agents_real_memory import QUESTION, fact_learnt_from, repository
 from tests.test_memory_links_e2e import write_one_memory
-from tests.test_source_memory_e2e import LEARNT
+from tests.test_source_memory_e2e import LEARNT, NOTES_EDIT, NOTES_RE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,11 +43,16 @@ def qwen_cli() -> QwenCLI:
 
 def two_extractions() -> str:
     """memd's extraction agent: the first extraction writes the deploy fact, the second the
-    lint fact (each then ends its turn)."""
+    lint fact (each then ends its turn); the notes agent adds a line to the notes."""
     first, done = write_one_memory("deploy_command.md", LEARNT)
     second, _ = write_one_memory("lint_command.md", LEARNT_LINT)
-    rules = [{**first, "times": 1}, second, done]
+    notes = {"when": {"tool": "Edit", "turn": "first", "match": NOTES_RE}, "reply": NOTES_EDIT}
+    rules = [{**first, "times": 1}, second, done, notes, {"when": {}, "reply": {"text": "Done."}}]
     return "".join(json.dumps(r) + "\n" for r in rules)
+
+
+def read_text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def qwen_texts(api: LoopbackAPI) -> str:
@@ -88,5 +94,16 @@ def test_one_memory_between_real_codex_and_real_qwen_code(
             detail = call(home, "session", {"session": printed[:8]})
             assert (detail["session_id"], detail["agent"]) == (printed, "qwen")
             assert detail["cwd"] == str(repo)
+            notes = home.projects / project_slug(str(repo)) / printed / "session-memory"
+            wait_for(
+                lambda: "make ship" in read_text(notes / "summary.md"),
+                timeout=60,
+                what="the Qwen session's notes",
+            )
+            since = len(codex_api.requests)
+            env = codex_cli.env(home.env, codex_api.url)
+            done = codex_cli.run(codex_cli.prompt_args("How do we lint it?"), cwd=repo, env=env)
+            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+            assert "make tidy" in codex_api.texts(since)  # Qwen's fact, in Codex's prompt
         finally:
             assert stop_memd(proc) == 0, read_log(home)
