@@ -185,6 +185,21 @@ def test_second_call_with_same_prefix_reads_the_cache(
     )
 
 
+def test_a_cache_write_is_billed_under_the_lifetime_asked_for(
+    api: LoopbackAPI, http: httpx2.Client
+) -> None:
+    """As the API does, and as Claude Code 2.1.332 reads it: its idle compaction waits for
+    a cache written for an hour (``cache_creation.ephemeral_1h_input_tokens``)."""
+    hour = [{**cached_system()[0], "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    written = post(http, api, request("one", system=hour)).json()["usage"]
+    assert written["cache_creation"]["ephemeral_1h_input_tokens"] > 1_024
+    assert written["cache_creation"]["ephemeral_5m_input_tokens"] == 0
+    other = cached_system("Other rules. " * 400)
+    default = post(http, api, request("two", system=other)).json()["usage"]["cache_creation"]
+    assert default["ephemeral_5m_input_tokens"] > 1_024
+    assert default["ephemeral_1h_input_tokens"] == 0
+
+
 def test_a_changed_prefix_or_a_short_one_is_not_read_from_cache(
     api: LoopbackAPI, http: httpx2.Client
 ) -> None:

@@ -421,9 +421,12 @@ class LoopbackAPI(Served):
                 "input_tokens": bill.input_tokens,
                 "cache_creation_input_tokens": bill.cache_creation_input_tokens,
                 "cache_read_input_tokens": bill.cache_read_input_tokens,
-                "cache_creation": {
-                    "ephemeral_5m_input_tokens": bill.cache_creation_input_tokens,
+                "cache_creation": {  # billed under the lifetime the request asked for
+                    "ephemeral_5m_input_tokens": 0,
                     "ephemeral_1h_input_tokens": 0,
+                    f"ephemeral_{billing.creation_ttl(body)}_input_tokens": (
+                        bill.cache_creation_input_tokens
+                    ),
                 },
                 "output_tokens": output,
                 "service_tier": "standard",

@@ -77,6 +77,17 @@ def segments(body: dict[str, Any]) -> list[Segment]:
     return [_segment(unit, text) for unit, text in _units(body)]
 
 
+def creation_ttl(body: dict[str, Any]) -> str:
+    """The lifetime the request asks of what it caches: its last breakpoint's ``ttl``
+    (``"5m"`` unless it says ``"1h"``), under which the answer bills the cache it writes."""
+    ttl = "5m"
+    for unit, _ in _units(body):
+        control = unit.get("cache_control")
+        if isinstance(control, dict):
+            ttl = "1h" if control.get("ttl") == "1h" else "5m"
+    return ttl
+
+
 def count_prompt(body: dict[str, Any]) -> int:
     """Input tokens of a whole request, cached or not (what the context limit is checked on)."""
     return sum(s.tokens for s in segments(body))
