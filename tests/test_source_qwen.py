@@ -267,23 +267,26 @@ def test_sessions_are_the_files_of_each_projects_chats_folder(tmp_path: Path) ->
     home = tmp_path / ".qwen"
     chats = home / "projects" / "-home-user-proj" / "chats"
     chats.mkdir(parents=True)
-    (chats / "1e8cce0d.jsonl").write_bytes(TOOLS.read_bytes())
-    odd = os.fsdecode(b"\xff\xfe-session.jsonl")
-    (chats / odd).write_bytes(b"")
+    sid = "1e8cce0d-3167-46e4-8fa0-a9e3a0420f00"
+    (chats / f"{sid}.jsonl").write_bytes(TOOLS.read_bytes())
+    for other in (f"{sid}.ledger.jsonl", f"{sid}.runtime.json", "notes.jsonl"):
+        (chats / other).write_bytes(b"{}\n")  # Qwen's files beside a session's: not sessions
+    (chats / os.fsdecode(b"\xff\xfe-session.jsonl")).write_bytes(b"")  # not UTF-8: no crash
     elsewhere = tmp_path / "elsewhere" / "chats"
     elsewhere.mkdir(parents=True)
-    (elsewhere / "linked.jsonl").write_bytes(b"")
+    (elsewhere / "0e8cce0d-3167-46e4-8fa0-a9e3a0420f00.jsonl").write_bytes(b"")
     (home / "projects" / "linked").symlink_to(tmp_path / "elsewhere")
     source = Qwen(home)
-    found = sorted(path.name for path, _ in source.walk())
-    assert found == sorted(["1e8cce0d.jsonl", odd])  # the linked folder is not followed
-    key = source.session_key(chats / odd)
-    assert key is not None and key.agent == "qwen" and key.session_id == odd[: -len(".jsonl")]
-    assert source.session_key(chats / "x.json") is None
-    assert source.session_key(home / "projects" / "p" / "x.jsonl") is None
-    assert source.locate("1e8cce0d") == chats / "1e8cce0d.jsonl"
-    assert source.locate("../chats/1e8cce0d") is None
-    reader = source.reader(str(chats / "1e8cce0d.jsonl"), 0)
+    # the linked folder is not followed, the files beside a session are not sessions
+    assert [path.name for path, _ in source.walk()] == [f"{sid}.jsonl"]
+    key = source.session_key(chats / f"{sid}.jsonl")
+    assert key is not None and (key.agent, key.session_id) == ("qwen", sid)
+    for other in (f"{sid}.ledger.jsonl", f"{sid}.runtime.json", "x.jsonl"):
+        assert source.session_key(chats / other) is None
+    assert source.session_key(home / "projects" / f"{sid}.jsonl") is None
+    assert source.locate(sid) == chats / f"{sid}.jsonl"
+    assert source.locate(f"../chats/{sid}") is None
+    reader = source.reader(str(chats / f"{sid}.jsonl"), 0)
     assert reader.ignored == NO_CWD  # until a record says the working dir
 
 

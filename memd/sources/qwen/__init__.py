@@ -15,12 +15,13 @@ session; memd writes no compacted session for it yet.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Final
 
 from memd.config import LoadedConfig
 from memd.memory.paths import project_slug
-from memd.sources.base import DreamScope, Layout, SessionKey, any_session, plain_name, under
+from memd.sources.base import DreamScope, Layout, SessionKey, plain_name, under
 from memd.sources.qwen.hooks import QwenHooks
 from memd.sources.qwen.reader import QwenReader
 from memd.sources.room import Room
@@ -28,6 +29,9 @@ from memd.state import SessionState
 
 AGENT: Final = "qwen"
 LAYOUT: Final = Layout(depth=2, sessions_at=2)  # <project>/chats/
+# A session's file: its id, a UUID (``--session-id`` takes nothing else). Beside them Qwen
+# keeps ``<id>.ledger.jsonl`` (a prompt ledger) and ``<id>.runtime.json``: not sessions.
+_SESSION: Final = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\.jsonl")
 
 
 class Qwen:
@@ -45,7 +49,7 @@ class Qwen:
         rel = under(self.root, path)
         if rel is None or len(rel.parts) != 3 or rel.parts[1] != "chats":
             return None
-        if rel.suffix != ".jsonl" or not plain_name(rel.name):
+        if _SESSION.fullmatch(rel.name) is None:
             return None
         return SessionKey(AGENT, "", rel.stem)
 
@@ -61,7 +65,7 @@ class Qwen:
                     continue
                 with os.scandir(os.path.join(project.path, "chats")) as entries:
                     for entry in entries:
-                        if entry.name.endswith(".jsonl"):
+                        if _SESSION.fullmatch(entry.name):
                             found.append((Path(entry.path), entry.stat(follow_symlinks=False)))
             except OSError:
                 continue
@@ -93,7 +97,11 @@ class Qwen:
         path = Path(state.path)
         if self.session_key(path) is None:
             return None
-        return DreamScope(path.parent, any_session)
+        return DreamScope(path.parent, _session_of)
+
+
+def _session_of(name: str) -> str | None:
+    return name.removesuffix(".jsonl") if _SESSION.fullmatch(name) else None
 
 
 def _open(loaded: LoadedConfig) -> Qwen | None:
