@@ -107,7 +107,7 @@ class QwenReader:
         role = role_of(kind, None) if full is not None else None
         if role is None or full is None:
             if kind != "system":
-                self.conversation.count_unknown(str(kind))
+                self.conversation.count_unknown(kind or "")
             link = ProgressEntry(uuid=uuid, parent_uuid=parent, at=at, size=size, timestamp=when)
             self.conversation.add(link)
             return
