@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import yaml
 
+from memd.config_agents import AgentsConfig
 from memd.config_check import MAX_NUMBER as MAX_NUMBER
 from memd.config_check import build
 from memd.errors import ConfigError
@@ -326,6 +327,7 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     team: TeamConfig = field(default_factory=TeamConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from memd.config import LoadedConfig
 from memd.sources.base import ForkWriter, ModelWindow, Source
 from memd.sources.hooks import HookDialect
+from memd.sources.native import NativeMemory
 from memd.sources.usage import Rules
 
 
@@ -43,6 +44,9 @@ class Room:
     # The context window the agent gives a session of a model (its name as the transcript
     # records it), None when it does not say: the config decides (issue 38).
     window: Callable[[str], ModelWindow | None] | None = None
+    # The agent's own memory file, loaded with every request, where memd may serve its
+    # verified memories (issue 35; None: the agent has none memd can write).
+    native: NativeMemory | None = None
 
     def called(self, name: str) -> bool:
         """Whether ``name`` is this agent's name or one it had."""
