@@ -11,6 +11,7 @@ from memd.ipc.compaction_methods import precompact
 from memd.ipc.params import opt_str, req_str, str_list
 from memd.ipc.server import Handler, InvalidParams
 from memd.memory.hook_context import hook_context
+from memd.memory.native import on_event
 from memd.sources.hooks import PreCompact, Unhandled
 from memd.sources.registry import UNNAMED, room_named
 from memd.sources.room import Room
@@ -125,6 +126,8 @@ async def _hook(daemon: MemoryFace, params: dict[str, Any]) -> Any:
         reason = await precompact(daemon, event.data)
         stdout = room.hooks.output(event, reason) if reason else None
         return {"additionalContext": None, "stdout": stdout}
+    if room.native is not None:  # what the agent's own memory file holds is not injected
+        await on_event(room.native, event, daemon.memory, daemon.loaded)
     text = await hook_context(
         event,
         daemon.memory,

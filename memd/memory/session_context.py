@@ -67,6 +67,9 @@ class SessionContext:
     # The session's name where memd follows its transcript, when the hook's differs (Gemini
     # names a chat by its own id, memd by its file): the usage record's key.
     usage_session: str = ""
+    # Which memories the agent's own memory file held when it loaded it was read (those
+    # memd serves there are in ``surfaced``: memd.memory.native).
+    native_read: bool = False
 
 
 @dataclass(frozen=True)
