@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memd.compaction.prompts import NOTES_PREAMBLE
 from memd.config import MAX_NUMBER
+from memd.memory.session_context import opens_with_notes
 from memd.sources.hooks import PromptSubmit, SessionStart, TurnEnd, Unhandled
 from memd.sources.qwen import Qwen
+from memd.sources.qwen.fork import ACK, QwenFork
 from memd.sources.qwen.hooks import QwenHooks
 from memd.sources.qwen.reader import NO_CWD, QwenReader
+from memd.transcript.content import TranscriptChanged
 from tests.conftest import AGENTS
 from tests.daemon_harness import run_memdctl
 
@@ -28,6 +33,7 @@ SAMPLES = AGENTS / "qwen-code-0.24.4"
 TOOLS = SAMPLES / "1e8cce0d-3167-46e4-8fa0-a9e3a0420f00.jsonl"
 COMPRESSED = SAMPLES / "f45ffb28-f9f5-42e5-9087-2f4d737b0c9d.jsonl"
 CWD = "/home/user/proj"
+SUMMARY = NOTES_PREAMBLE + "\n\n<session-notes>\nNOTES_LINE\n</session-notes>"
 
 
 def offsets(lines: list[bytes]) -> list[tuple[int, bytes]]:
@@ -53,14 +59,17 @@ def read(lines: list[bytes], batch: int = 0) -> tuple[QwenReader, int]:
 
 def flat(reader: QwenReader) -> list[tuple[str, str]]:
     """What the model sees, block by block: (role, text, or the tool block's kind and id)."""
+    return [b for m in reader.conversation.api_messages() for b in flat_message(m)]
+
+
+def flat_message(message: dict[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    for message in reader.conversation.api_messages():
-        for block in message["content"]:
-            kind = block["type"]
-            if kind == "text":
-                out.append((message["role"], block["text"]))
-            else:
-                out.append((message["role"], f"{kind}:{block.get('id') or block['tool_use_id']}"))
+    for block in message["content"]:
+        kind = block["type"]
+        if kind == "text":
+            out.append((message["role"], block["text"]))
+        else:
+            out.append((message["role"], f"{kind}:{block.get('id') or block['tool_use_id']}"))
     return out
 
 
@@ -363,3 +372,61 @@ def test_install_hooks_edits_a_linked_settings_file_where_it_points(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert os.readlink(settings) == "../dotfiles/qwen.json"
     assert dotfiles.read_bytes() == original
+
+
+# ---------------------------------------------------------------------------------------------
+# compact --fork: a session Qwen resumes
+
+
+@pytest.mark.parametrize("path", [TOOLS, COMPRESSED], ids=lambda p: p.name[:8])
+def test_the_fork_is_one_compression_record_of_the_notes_then_the_kept_messages(
+    path: Path, tmp_path: Path
+) -> None:
+    chats = tmp_path / "chats"
+    chats.mkdir()
+    source = chats / path.name
+    shutil.copy(path, source)
+    old = QwenReader(str(source), source.stat().st_ino)
+    assert old.feed(offsets(sample(source))) == 0
+    conv = old.conversation
+    outline = conv.outline()
+    api = conv.api_messages()  # level 1 cuts before a prompt, never before a tool's result
+    starts = [i for i, m in enumerate(api) if m["role"] == "user" and m["content"][0].get("text")]
+    assert starts
+    for cut in starts:
+        kept = outline[cut:]
+        writer = QwenFork()
+        sid = writer.new_id()
+        fork = writer.write(conv, kept, session_id=sid, summary=SUMMARY, pre_tokens=1234)
+        target = writer.place(source, sid)
+        assert target == chats / f"{sid}.jsonl" and Qwen(tmp_path).session_key(target) is None
+        target.write_bytes(fork.data)
+        new = QwenReader(str(target), target.stat().st_ino)
+        assert new.feed(offsets(sample(target))) == 0
+        assert new.cwd == CWD and new.ignored is None
+        (record,) = [json.loads(line) for line in sample(target)]
+        assert record["sessionId"] == sid and record["subtype"] == "chat_compression"
+        assert record["systemPayload"]["info"]["originalTokenCount"] == 1234
+        kept_flat = [b for m in conv.fill(kept) for b in flat_message(m.to_api())]
+        want = [("user", SUMMARY), ("assistant", ACK), *kept_flat]
+        assert flat(new) == want
+        assert opens_with_notes(new.conversation.messages())
+        before = {u: m for m in kept for u in m.uuids}
+        after = {u: m for m in new.conversation.outline() for u in m.uuids}
+        assert fork.summary_id in after and set(fork.renamed) <= set(before)
+        for was, now in fork.renamed.items():
+            assert now in after and before[was].role == after[now].role
+        target.unlink()
+
+
+def test_a_line_changed_since_it_was_read_refuses_the_fork(tmp_path: Path) -> None:
+    source = tmp_path / TOOLS.name
+    shutil.copy(TOOLS, source)
+    reader = QwenReader(str(source), source.stat().st_ino)
+    reader.feed(offsets(sample(source)))
+    conv = reader.conversation
+    kept = conv.outline()[-2:]
+    data = source.read_bytes().replace(b"What did we learn?", b"What did we learn, again?")
+    source.write_bytes(data)
+    with pytest.raises(TranscriptChanged):
+        QwenFork().write(conv, kept, session_id="x", summary=SUMMARY, pre_tokens=1)

@@ -9,7 +9,7 @@ so a session is its file and its id the file's name. Qwen's own auto memory (its
 ``projects/<project>/memory/``) is its own: memd extracts into the shared memory dir all the
 same, so a fact said to Qwen reaches the other agents. A project's sessions count for the
 dream and are searched by it. Its hooks: :mod:`.hooks`; ``qwen --resume <id>`` resumes a
-session; memd writes no compacted session for it yet.
+session; a compacted session it resumes: :mod:`.fork`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Final
 from memd.config import LoadedConfig
 from memd.memory.paths import project_slug
 from memd.sources.base import DreamScope, Layout, SessionKey, plain_name, under
+from memd.sources.qwen.fork import QwenFork
 from memd.sources.qwen.hooks import QwenHooks
 from memd.sources.qwen.reader import QwenReader
 from memd.sources.room import Room
@@ -112,4 +113,11 @@ def _resume(session_id: str) -> str:
     return f"qwen --resume {session_id}"
 
 
-ROOM = Room(name=AGENT, title="Qwen Code", hooks=QwenHooks(), open=_open, resume=_resume)
+ROOM = Room(
+    name=AGENT,
+    title="Qwen Code",
+    hooks=QwenHooks(),
+    open=_open,
+    resume=_resume,
+    fork=QwenFork(),
+)
