@@ -127,8 +127,14 @@ class MemoryConfig:
     extraction_max_turns: int = 4
     # Issue 10: the model's share of a recall on the prompt path (then the lexical answer).
     recall_model_budget_s: float = 0.6
-    # Issue 10: extract for sessions whose Claude Code writes its own memories too.
-    extract_beside_claude_code: bool = False
+    # Issue 10/36: extract for sessions whose Claude Code writes its own memories too, the
+    # turns its memory did not write after (judged on the memory dir, after at most
+    # beside_wait_s, at once when the session ended; 0: no wait); false: leave them to it.
+    extract_beside_claude_code: bool = True
+    beside_wait_s: float = 60.0
+    # Extract for sessions of an agent that keeps memories of its own elsewhere (Codex's
+    # [features] memories); off: memd leaves them to it.
+    extract_beside_agent_memory: bool = False
     # Issue 26: check what memories cite against the code at recall and injection; a memory
     # whose citations have all failed this many days is offered to dream to fix or retire.
     verify_citations: bool = True

@@ -90,6 +90,8 @@ SETTINGS = (
     "budget.backoff_max_s=1",
     "--set",
     "memory.extract_beside_claude_code=true",
+    "--set",  # judged at once: no Claude Code of its own writes here
+    "memory.beside_wait_s=0",
     "--set",
     f"privacy.ignore_projects=[{BIG_CWD}]",
 )

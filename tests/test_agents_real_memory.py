@@ -184,3 +184,44 @@ def test_a_fact_from_real_gemini_is_extracted_when_its_turn_ends(
             assert (detail["session_id"], detail["agent"]) == (printed, "gemini")
         finally:
             assert stop_memd(proc) == 0, read_log(home)
+
+
+def test_a_fact_said_to_real_claude_code_with_defaults_reaches_real_codex_once(
+    claude_cli: ClaudeCLI, codex_cli: AgentCLI, claude_api: LoopbackAPI, tmp_path: Path
+) -> None:
+    """Issue 36, item 4: Claude Code's own auto memory on and memd's settings the defaults.
+    memd extracts beside it what it did not write after the turn (it wrote nothing here), so
+    a fact said to ``claude -p`` is recalled into ``codex exec``; the fact is in one memory."""
+    with (
+        fake_home(tmp_path) as home,
+        LoopbackProcess() as memd_api,
+        LoopbackAgentAPI("responses", text="Use `make ship`.") as codex_api,
+    ):
+        memd_api.add_script(extraction_script())
+        home.env.update(ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test")
+        repo = repository(home)
+        claude_hooks(home)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
+            env = claude_cli.env(home.env, claude_api.url)
+            done = claude_cli.run(["-p", f"Note for later: {FACT}"], cwd=repo, env=env, timeout=60)
+            assert done.returncode == 0, (done.stdout, done.stderr, read_log(home))
+            learnt(home, repo, "the Claude Code session (its SessionEnd ends memd's wait)")
+            (row,) = call(home, "sessions", {})
+            facts = call(home, "session", {"session": row["session_id"]})["claude_code"]
+            assert facts["auto_memory"], facts  # Claude Code's own memory was on all along
+            env = codex_cli.env(home.env, codex_api.url)  # its config first, then the hooks
+            assert memdctl(home, "install-hooks", "--agent", "codex").returncode == 0
+            done = codex_cli.run(codex_cli.prompt_args(QUESTION), cwd=repo, env=env)
+            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+            assert "make ship" in codex_api.texts()
+            mdir = memory_dir(home.projects, repo)
+            holding = [
+                p.name
+                for p in mdir.rglob("*.md")
+                if p.name != "MEMORY.md" and "make ship" in p.read_text()
+            ]
+            assert holding == ["deploy_command.md"], holding  # one memory, not two
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

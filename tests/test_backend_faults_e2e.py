@@ -71,6 +71,7 @@ def test_each_fault_of_a_backend_ends_in_a_state_status_shows(tmp_path: Path, ba
         config.write_text(
             backend_config(backend, api.url) + "session_notes:\n  init_tokens: 1000000000\n"
             "memory:\n  extraction_quiet_s: 0.2\n  extract_beside_claude_code: true\n"
+            "  beside_wait_s: 0\n"
             "budget:\n  backoff_initial_s: 0.01\n  backoff_max_s: 0.05\n"
         )
         home.env["MEMD_CONFIG"] = str(config)

@@ -52,6 +52,8 @@ TUNING = (
     "memory.extraction_quiet_s=0.2",
     "--set",
     "memory.extract_beside_claude_code=true",
+    "--set",  # judged at once: no Claude Code of its own writes here
+    "memory.beside_wait_s=0",
     "--set",  # a short session still has messages the notes stand in for
     "compaction.keep_min_tokens=60",
     "--set",

@@ -81,7 +81,13 @@ def test_extraction_and_dream_in_a_hostile_repository_run_no_canary(tmp_path: Pa
         mdir.mkdir(parents=True)
         api.add_script(extraction_script())
         home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
-        proc = start_memd(home, "--set", "memory.extract_beside_claude_code=true")
+        proc = start_memd(
+            home,
+            "--set",
+            "memory.extract_beside_claude_code=true",
+            "--set",
+            "memory.beside_wait_s=0",
+        )
         try:
             stop_and_extract(home, mdir, repo.root, "sess-c")
             assert (mdir / "project_retry.md").read_text().endswith(LEARNT.split("---\n")[-1])
@@ -145,7 +151,13 @@ def test_extraction_and_dream_record_citations_a_restarted_daemon_checks(tmp_pat
         api.add_script(extraction_script())
         api.add_script(dream_script())
         home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
-        proc = start_memd(home, "--set", "memory.extract_beside_claude_code=true")
+        proc = start_memd(
+            home,
+            "--set",
+            "memory.extract_beside_claude_code=true",
+            "--set",
+            "memory.beside_wait_s=0",
+        )
         try:
             stop_and_extract(home, mdir, repo.root, "sess-r")
             wait_for(
@@ -172,7 +184,13 @@ def test_extraction_and_dream_record_citations_a_restarted_daemon_checks(tmp_pat
             assert stop_memd(proc) == 0, read_log(home)
         with disarmed(repo):
             repo.write("src/retry.py", "def retry_after(n):\n    return n\n")
-        proc = start_memd(home, "--set", "memory.extract_beside_claude_code=true")
+        proc = start_memd(
+            home,
+            "--set",
+            "memory.extract_beside_claude_code=true",
+            "--set",
+            "memory.beside_wait_s=0",
+        )
         try:
             query = {"query": "where is the retry backoff", "cwd": str(repo.root)}
             (stale,) = call(home, "recall", query)["memories"]

@@ -362,7 +362,10 @@ async def test_extraction_max_turns_is_the_extraction_agents_turn_limit(
     tmp_path: Path, api: LoopbackAPI, llm: LLM, turns: int
 ) -> None:
     api.add_rule(When(), replies.tool_use("Read", {"file_path": "MEMORY.md"}))  # never done
-    config = _with(memory=MemoryConfig(extraction_max_turns=turns, extract_beside_claude_code=True))
+    memory = MemoryConfig(
+        extraction_max_turns=turns, extract_beside_claude_code=True, beside_wait_s=0
+    )
+    config = _with(memory=memory)
     world = World(tmp_path, llm, config=config)
     world.memory.mkdir(parents=True)
     (world.memory / "MEMORY.md").write_text("- [n](n.md) — d\n")

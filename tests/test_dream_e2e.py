@@ -353,7 +353,14 @@ def test_abort_undoes_the_run_and_keeps_other_writers_files(tmp_path: Path) -> N
         before = tree(mdir)
         api.add_script(slow_script())
         # memd extracts here too (beside Claude Code it leaves that to Claude Code's agent)
-        proc = start(home, api, "--set", "memory.extract_beside_claude_code=true")
+        proc = start(
+            home,
+            api,
+            "--set",
+            "memory.extract_beside_claude_code=true",
+            "--set",
+            "memory.beside_wait_s=0",
+        )
         try:
             call(home, "dream", {"cwd": str(cwd), "force": True})
             wait_edited(home, cwd)

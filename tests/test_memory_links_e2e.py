@@ -219,7 +219,13 @@ async def test_no_canary_byte_comes_back_through_any_reader(tmp_path: Path) -> N
         hashes = outside_hashes(outside)
         api.add_script(extraction_script())
         home.env.update(ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="test")
-        proc = start_memd(home, "--set", "memory.extract_beside_claude_code=true")
+        proc = start_memd(
+            home,
+            "--set",
+            "memory.extract_beside_claude_code=true",
+            "--set",
+            "memory.beside_wait_s=0",
+        )
         try:
             wait_for(lambda: call(home, "status")["llm"]["enabled"], timeout=30, what="the model")
             seen = [

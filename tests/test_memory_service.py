@@ -56,7 +56,9 @@ class World:
     clock: FakeClock = field(default_factory=FakeClock)
     # Claude Code's own auto memory is on by default: memd extracts beside it in these tests.
     config: Config = field(
-        default_factory=lambda: Config(memory=MemoryConfig(extract_beside_claude_code=True))
+        default_factory=lambda: Config(
+            memory=MemoryConfig(extract_beside_claude_code=True, beside_wait_s=0)
+        )
     )
     builders: dict[str, TranscriptBuilder] = field(default_factory=dict)
     states: dict[str, SessionState] = field(default_factory=dict)
@@ -350,12 +352,24 @@ async def test_a_stop_whose_transcript_never_appears_is_dropped_without_an_error
 
 
 @pytest.mark.anyio
-async def test_no_extraction_beside_claude_codes_own_auto_memory(tmp_path: Path) -> None:
-    world = World(tmp_path, Disabled("no API key"), config=Config())
+async def test_beside_claude_codes_own_auto_memory_a_turn_waits_for_it(tmp_path: Path) -> None:
+    """The defaults, Claude Code's auto memory on: the turn waits for that memory (judged on
+    the memory dir: tests/test_beside_wait.py) instead of being queued; its auto memory off:
+    queued at once; ``extract_beside_claude_code: false``: left to Claude Code."""
+    world = World(tmp_path / "on", Disabled("no API key"), config=Config())
+    waits = world.service.beside.waits
+    assert waits is not None
     feedback_turn(world.session())
-    assert not await world.service.on_turn_end(world.state())
-    (tmp_path / "settings.json").write_text(json.dumps({"autoMemoryEnabled": False}))
     assert await world.service.on_turn_end(world.state())
+    assert waits.waiting == 1
+    (tmp_path / "on" / "settings.json").write_text(json.dumps({"autoMemoryEnabled": False}))
+    feedback_turn(world.session("s2"))
+    assert await world.service.on_turn_end(world.state("s2"))
+    assert waits.waiting == 1 and world.cursor("s2") == (None, True)  # queued, not waiting
+    off = Config(memory=MemoryConfig(extract_beside_claude_code=False))
+    apart = World(tmp_path / "off", Disabled("no API key"), config=off)
+    feedback_turn(apart.session())
+    assert not await apart.service.on_turn_end(apart.state())
 
 
 @pytest.mark.anyio

@@ -41,7 +41,9 @@ PET_QUERY = "which pet"
 
 
 def _config(**semantic: Any) -> Config:
-    memory = MemoryConfig(extract_beside_claude_code=True, semantic=SemanticConfig(**semantic))
+    memory = MemoryConfig(
+        extract_beside_claude_code=True, beside_wait_s=0, semantic=SemanticConfig(**semantic)
+    )
     return Config(memory=memory)
 
 

@@ -19,6 +19,7 @@ import anyio
 import anyio.to_thread
 
 from memd.config import MemoryConfig
+from memd.memory.beside_wait import BesideWaits
 from memd.memory.claude_code import (
     FORWARDED_ENV,
     MOVING_ENV,
@@ -56,6 +57,7 @@ class Beside:
         self._config = config
         self._own_memory_of = own_memory_of
         self.contexts = SessionContexts()
+        self.waits: BesideWaits | None = None  # set by the memory service (it has the jobs)
         self._project_versions: OrderedDict[str, str] = OrderedDict()
         # cwd → the variables that move the memory dir, as the newest hook there forwarded
         self._moving_env: OrderedDict[str, dict[str, str]] = OrderedDict()
@@ -134,7 +136,7 @@ class Beside:
             "memd_index": "not injected: Claude Code loads MEMORY.md itself"
             if facts.auto_memory
             else ("injected" if record.index_injected else "not injected yet"),
-            "memd_extraction": f"off: {off}" if off else "on",
+            "memd_extraction": f"off: {off}" if off else _beside_on(facts.auto_memory),
             "surfaced": len(record.surfaced),
             "notes_owed": record.notes_owed,
         }
@@ -145,18 +147,38 @@ class Beside:
             "sessions": self.contexts.decided,
             "claude_auto_memory_on": self.contexts.auto_memory_on,
             "extract_beside_claude_code": self._config().extract_beside_claude_code,
+            "waiting_for_claude_code": self.waits.waiting if self.waits is not None else 0,
         }
 
     async def form_for(self, state: SessionState) -> FrontmatterForm:
         """The frontmatter form the session's Claude Code writes (memd writes the same)."""
         return (await self.facts_of(state))[1].frontmatter_form
 
+    async def waits_for(self, state: SessionState) -> bool:
+        """Whether memd's extraction of this session waits for Claude Code's own memory
+        (a Claude Code session whose auto memory is on, extraction beside it on, a wait set:
+        ``memory.beside_wait_s`` 0 extracts at once)."""
+        config = self._config()
+        if not config.extract_beside_claude_code or config.beside_wait_s <= 0:
+            return False
+        if self._own_memory_of(state):
+            return False
+        return (await self.facts_of(state))[1].auto_memory
+
     async def extraction_off(self, state: SessionState) -> str | None:
         """Why memd extracts nothing for this session (its agent does it), or None."""
-        beside = self._config().extract_beside_claude_code
-        if beside:
-            return None
+        config = self._config()
         own_memory = self._own_memory_of(state)
-        if own_memory is not None:
+        if own_memory is not None:  # another agent's memory, kept apart from memd's
+            if config.extract_beside_agent_memory:
+                return None
             return await anyio.to_thread.run_sync(own_memory, state.cwd or "")
-        return (await self.facts_of(state))[1].extraction_off(beside)
+        if config.extract_beside_claude_code:
+            return None
+        return (await self.facts_of(state))[1].extraction_off(False)
+
+
+def _beside_on(auto_memory: bool) -> str:
+    if not auto_memory:
+        return "on"
+    return "on: beside Claude Code's auto memory (a turn it writes memories after is left to it)"

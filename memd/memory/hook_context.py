@@ -193,7 +193,9 @@ async def hook_context(
         case TurnEnd():
             if event.env is not None:
                 service.contexts.get(event.session_id).env = _forwarded(event.env)
-            service.on_stop(event.session_id, event.transcript, event.cwd, event.answer)
+            service.on_stop(
+                event.session_id, event.transcript, event.cwd, event.answer, event.ended
+            )
             return None
         case PreCompact() | Unhandled():
             return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from memd.state import SessionState
 from memd.transcript.view import ConversationReader
 
 log = logging.getLogger(__name__)
+
+MAX_OURS = 1_000  # files per memory dir whose last write memd remembers as its own
 
 # Holds a memory dir against other writers in this daemon (a dream): (key, who) -> context.
 DirHold = Callable[[str, str], contextlib.AbstractAsyncContextManager[None]]
@@ -116,12 +119,22 @@ class ExtractionJobs:
         # After a prompt-too-long, per (memory dir, session): the most tokens of new
         # conversation one run may send (R-B1); kept while the daemon runs.
         self._input_caps: dict[tuple[str, str], int] = {}
+        self._taken: dict[str, str] = {}  # session id -> why its next run skips
+        self._ours: dict[str, dict[str, int]] = {}  # memory dir -> file -> mtime memd left
 
-    async def enqueue(self, where: Location, state: SessionState, cwd: str) -> None:
-        """Queue an extraction for the session's project, marking the session pending on disk."""
+    async def enqueue(
+        self, where: Location, state: SessionState, cwd: str, taken: str | None = None
+    ) -> None:
+        """Queue an extraction for the session's project, marking the session pending on disk;
+        ``taken``: why the session's next run skips its new turns instead (its agent's own
+        memory took them: :mod:`memd.memory.beside_wait`)."""
         key = str(where.memory_dir)
         project = self._projects.setdefault(key, _Project(where))
         project.sessions[state.session_id] = state
+        if taken:  # until a run takes it: a later turn end must not undo it
+            self._taken[state.session_id] = taken
+            while len(self._taken) > MAX_OURS:
+                self._taken.pop(next(iter(self._taken)))
         store = await self.cursors()
         await store.update(_cursor_for(state, cwd, key), pending=True, updated_at=self._clock.now())
         self._queue.mark_nowait(key)
@@ -208,6 +221,9 @@ class ExtractionJobs:
         try:
             conv = await self._conversation_of(state)
             plan = plan_extraction(conv.messages(), cursor, project.where.aliases)
+            taken = self._taken.pop(state.session_id, None)
+            if taken and isinstance(plan, Job):
+                plan = Skip(taken, plan.covered_uuid)
             match plan:
                 case Skip(reason=reason, covered_uuid=covered):
                     run = ProjectRun(self._clock.now(), "skipped", state.session_id, reason)
@@ -259,6 +275,9 @@ class ExtractionJobs:
         )
         self._guard.record_success("memory_extract", subject=key)
         await self._cite(project.where.memory_dir, state.cwd, result.files_touched)
+        await anyio.to_thread.run_sync(
+            self._note_ours, project.where.memory_dir, result.files_touched
+        )
         tokens = billed_tokens(result.usage)
         log.info(
             "memory extraction for %s (session %s): %s, %d turns, %d files, %d billed tokens",
@@ -275,6 +294,21 @@ class ExtractionJobs:
         return ProjectRun(
             self._clock.now(), "extracted", state.session_id, detail, result.files_touched, tokens
         )
+
+    def _note_ours(self, memory_dir: Path, touched: Sequence[str]) -> None:
+        """What this run wrote, as it left it: not another writer's (blocking)."""
+        ours = self._ours.setdefault(str(memory_dir), {})
+        for relative in (r for r in (in_memory_dir(memory_dir, p) for p in touched) if r):
+            try:
+                ours[relative] = os.stat(memory_dir / relative, follow_symlinks=False).st_mtime_ns
+            except OSError:
+                ours.pop(relative, None)
+        while len(ours) > MAX_OURS:
+            ours.pop(next(iter(ours)))
+
+    def ours(self, memory_dir: Path) -> dict[str, int]:
+        """The files memd's runs wrote in ``memory_dir``, with the mtime they left."""
+        return dict(self._ours.get(str(memory_dir), {}))
 
     async def _cite(self, memory_dir: Path, cwd: str, touched: Sequence[str]) -> None:
         """Record the citations of the memories a kept run wrote (never raises)."""

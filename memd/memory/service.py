@@ -44,6 +44,7 @@ from memd.llm.ledger import Ledger
 from memd.llm.models import Models, Route, job_route
 from memd.memory.archive_service import ArchiveService
 from memd.memory.beside import Beside, OwnMemory
+from memd.memory.beside_wait import BesideWaits
 from memd.memory.freshness import RECALL_CAVEAT
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate_moved, locate_project
@@ -141,6 +142,10 @@ class MemoryService:
             session_of=self._session_of,
             after_turn=self.usage.chained(after_turn),
             extraction_off=self.beside.extraction_off,
+            beside=self.beside,
+        )
+        self.beside.waits = BesideWaits(
+            self._clock, lambda: self.config.memory.beside_wait_s, jobs.enqueue, jobs.ours
         )
         jobs.form_for = self.beside.form_for
         jobs.cite_files = self.citations.record
@@ -327,9 +332,13 @@ class MemoryService:
         """A transcript grew (call on every growth; never blocks)."""
         self._turns.notify_growth(state)
 
-    def on_stop(self, session_id: str, transcript_path: str, cwd: str, answer: str = "") -> bool:
-        """A Stop (``answer``: its last assistant message) or SessionEnd hook: a turn end,
-        queued once the transcript holds it (never blocks)."""
+    def on_stop(
+        self, session_id: str, transcript_path: str, cwd: str, answer: str = "", ended: bool = False
+    ) -> bool:
+        """A Stop (``answer``: its last assistant message) or SessionEnd (``ended``) hook: a
+        turn end, queued once the transcript holds it (never blocks)."""
+        if ended and self.beside.waits is not None:
+            self.beside.waits.ended(session_id)
         return self._turns.on_stop(session_id, transcript_path, cwd, answer)
 
     async def on_turn_end(self, state: SessionState) -> bool:
@@ -349,6 +358,8 @@ class MemoryService:
         await self._turns.resume_pending()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._turns.run_timers, name="memory quiet timers")
+            if self.beside.waits is not None:
+                tg.start_soon(self.beside.waits.run, name="beside Claude Code's memory")
             tg.start_soon(self.semantic.run, name="semantic recall")
             tg.start_soon(self.usage.run, name="memory usage")
             for number in range(self._workers):

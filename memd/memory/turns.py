@@ -11,7 +11,8 @@ by watching the transcript's growth (the daemon's watcher), for the answer Claud
 as ``last_assistant_message``, at most :data:`STOP_WAIT_S`; a file that never appears is
 not an error (the session wrote nothing to extract). Each turn end queues the session's
 project with :class:`~memd.memory.jobs.ExtractionJobs`, unless memory is off for it, or the
-session's Claude Code keeps its own auto memory (``extraction_off``).
+session's agent keeps its own memory (``extraction_off``); a Claude Code session whose auto
+memory is on first waits for it (:mod:`memd.memory.beside_wait`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -32,6 +34,9 @@ from memd.memory.jobs import ExtractionJobs
 from memd.memory.location import Location
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
+
+if TYPE_CHECKING:
+    from memd.memory.beside import Beside
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +69,9 @@ class TurnEnds:
         session_of: Callable[[str], SessionState | None] | None = None,
         after_turn: Callable[[Location, SessionState], None] | None = None,
         extraction_off: Callable[[SessionState], Awaitable[str | None]] | None = None,
+        beside: Beside | None = None,
     ) -> None:
+        self._beside = beside
         self._config = config
         self._after_turn = after_turn  # the dream's gate check listens to the same signal
         self._extraction_off = extraction_off
@@ -162,7 +169,11 @@ class TurnEnds:
             log.debug("memory: no extraction for session %s: %s", state.session_id, off)
         else:
             self._last_trigger[state.session_id] = state.last_uuid
-            await self._jobs.enqueue(where, state, cwd)
+            waits = self._beside.waits if self._beside is not None else None
+            if waits is not None and self._beside and await self._beside.waits_for(state):
+                await waits.begin(where, state, cwd)  # Claude Code's own memory first
+            else:
+                await self._jobs.enqueue(where, state, cwd)
         if self._after_turn is not None:
             self._after_turn(where, state)  # the dream's gate: a turn ended either way
         return not off

@@ -63,6 +63,7 @@ class TurnEnd(Event):
     the agent said, which its transcript holds once it caught up."""
 
     answer: str = ""
+    ended: bool = False  # the session ended (nothing more comes from its agent)
 
 
 @dataclass(frozen=True)

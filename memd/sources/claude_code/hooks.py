@@ -64,7 +64,7 @@ class ClaudeHooks:
                 answer = text_field(data, "last_assistant_message")
                 return TurnEnd(name, sid, cwd, transcript, env, answer=answer)
             case "SessionEnd":
-                return TurnEnd(name, sid, cwd, transcript, env)
+                return TurnEnd(name, sid, cwd, transcript, env, ended=True)
         return Unhandled(name, "not an event memd uses")
 
     def limit(self, text: str) -> str:
