@@ -62,6 +62,22 @@ class Clock(Protocol):
         ...
 
 
+async def sleep_or_wake(clock: Clock, seconds: float, wake: anyio.Event) -> None:
+    """Sleep ``seconds`` of ``clock``'s time, or less when ``wake`` is set meanwhile."""
+    async with anyio.create_task_group() as tg:
+
+        async def sleeper() -> None:
+            await clock.sleep(seconds)
+            tg.cancel_scope.cancel()
+
+        async def watcher() -> None:
+            await wake.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(sleeper)
+        tg.start_soon(watcher)
+
+
 class SystemClock:
     """The real clock."""
 

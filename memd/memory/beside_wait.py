@@ -25,7 +25,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from memd.clock import Clock
+from memd.clock import Clock, sleep_or_wake
 from memd.memory.location import Location
 from memd.memory.scan import is_topic, opened_area
 from memd.state import SessionState
@@ -143,22 +143,7 @@ class BesideWaits:
                 await self._wake.wait()
                 continue
             left = min(w.deadline for w in self._waiting.values()) - now
-            await self._sleep_or_wake(max(0.0, left))
-
-    async def _sleep_or_wake(self, seconds: float) -> None:
-        wake = self._wake
-        async with anyio.create_task_group() as tg:
-
-            async def sleeper() -> None:
-                await self._clock.sleep(seconds)
-                tg.cancel_scope.cancel()
-
-            async def watcher() -> None:
-                await wake.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(sleeper)
-            tg.start_soon(watcher)
+            await sleep_or_wake(self._clock, max(0.0, left), self._wake)
 
     async def _judge(self, waiting: _Waiting) -> None:
         memory_dir = waiting.where.memory_dir

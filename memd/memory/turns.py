@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from memd.clock import Clock
+from memd.clock import Clock, sleep_or_wake
 from memd.config import Config
 from memd.errors import MemdError
 from memd.memory.jobs import ExtractionJobs
@@ -213,22 +213,8 @@ class TurnEnds:
             if not self._watches:
                 await self._wake.wait()
                 continue
-            await self._sleep_or_wake(min(w.deadline for w in self._watches.values()) - now)
-
-    async def _sleep_or_wake(self, seconds: float) -> None:
-        wake = self._wake
-        async with anyio.create_task_group() as tg:
-
-            async def sleeper() -> None:
-                await self._clock.sleep(seconds)
-                tg.cancel_scope.cancel()
-
-            async def watcher() -> None:
-                await wake.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(sleeper)
-            tg.start_soon(watcher)
+            left = min(w.deadline for w in self._watches.values()) - now
+            await sleep_or_wake(self._clock, left, self._wake)
 
     async def _fire(self, watch: _Watch) -> None:
         try:
