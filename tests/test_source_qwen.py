@@ -258,6 +258,16 @@ def test_hostile_lines_are_counted_bad_and_the_rest_is_read(data: st.DataObject)
     msgpack.packb(conv.api_messages())
 
 
+def test_a_sub_agents_record_in_a_session_file_is_a_link_not_context() -> None:
+    records = [json.loads(line) for line in sample(TOOLS)]
+    k = next(i for i, r in enumerate(records) if r["type"] == "user" and i > 0)
+    records[k] = {**records[k], "isSidechain": True, "agentId": "general-purpose-x"}
+    reader, bad = read([json.dumps(r, ensure_ascii=False).encode() for r in records])
+    assert bad == 0
+    assert "What did we learn?" not in json.dumps(flat(reader))
+    assert reader.conversation.relinked == 0  # the chain passes through it
+
+
 def test_a_huge_token_count_makes_its_line_bad_not_a_figure() -> None:
     lines = sample(TOOLS)
     records = [json.loads(line) for line in lines]

@@ -9,7 +9,8 @@ So each record keeps its own uuid and parent:
   each (usage from ``usageMetadata``); an answer with words and no tool call is followed by
   a turn end (``<uuid>:end``);
 * ``system`` records (telemetry, attribution, a rewind, a title...) are links: not context,
-  but the chain passes through them;
+  but the chain passes through them; so is a sub-agent's record (``isSidechain``), should one
+  be in a session's file (Qwen writes them to files of their own);
 * a ``chat_compression`` record is a compact boundary followed by its ``compressedHistory``,
   the whole new history (entries ``<uuid>/<k>``); the record's own uuid then leads to the
   last of them, so the records after it, which name it, continue the compressed history.
@@ -104,7 +105,7 @@ class QwenReader:
             trigger = "manual" if info is not None and info.triggerReason == "manual" else "auto"
             self._compressed(uuid, history, (at, size), when, trigger)
             return
-        role = role_of(kind, None) if full is not None else None
+        role = role_of(kind, None) if full is not None and not full.isSidechain else None
         if role is None or full is None:
             if kind != "system":
                 self.conversation.count_unknown(kind or "")

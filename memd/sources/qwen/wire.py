@@ -82,6 +82,7 @@ class Envelope(msgspec.Struct, gc=False):
 
 class Record(Envelope, gc=False):
     sessionId: str | None = None
+    isSidechain: bool | None = None  # a sub-agent's record (they have files of their own)
     timestamp: str | None = None
     cwd: str | None = None
     model: str | None = None
