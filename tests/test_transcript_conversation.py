@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from memd.tokens import estimate_content
 from memd.transcript.conversation import Conversation
 
@@ -154,6 +156,31 @@ def test_a_compact_boundary_starts_a_new_context() -> None:
     t.assistant("m2", text("continuing"), usage=(3, 2_000, 30_000, 20))
     fresh = t.conversation().context()
     assert not fresh.stale and fresh.tokens == 32_023
+
+
+@pytest.mark.parametrize("post", [38_000, -1, 10**30, "many", None])
+def test_after_a_boundary_the_context_is_at_least_what_claude_code_says_it_left(
+    post: Any,
+) -> None:
+    """Claude Code 2.1.332 writes the context its compaction left (``postTokens``, system
+    prompt and tools counted, which an estimate of the lines cannot): the figure until the
+    next answer is never below it. A figure that is no count is not taken; one out of a
+    count's range makes the line bad, as ``preTokens`` does."""
+    t = Transcript()
+    t.user("long work", parent=None)
+    t.assistant("m1", text("worked"), usage=(5, 0, 150_000, 400))
+    meta: dict[str, Any] = {"trigger": "auto", "preTokens": 150_500, "postTokens": post}
+    t.system("compact_boundary", parent=None, compactMetadata=meta)
+    summary = "This session continues an earlier one. " * 40
+    t.user(summary, isCompactSummary=True)
+    conversation = t.conversation()
+    figure = conversation.context()
+    if post in (-1, 10**30):  # out of a count's range: a bad line, as any such figure
+        assert conversation.bad_lines == 1 and not conversation.boundaries
+        return
+    assert figure.stale and figure.from_usage == 0
+    estimated = estimate_content(summary)
+    assert figure.tokens == figure.estimated_tail == (38_000 if post == 38_000 else estimated)
 
 
 def test_the_walk_stops_at_a_boundary_even_if_it_names_a_parent() -> None:

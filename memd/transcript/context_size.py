@@ -16,12 +16,17 @@ def measure(
 ) -> ContextFigure:
     """The context size of ``chain`` (R-T5): the last real response's usage (its prompt and
     output tokens) plus an estimate of what came after it, ``estimate_all`` counting the
-    entries given; with no response, an estimate of everything (stale after a boundary)."""
+    entries given; with no response, an estimate of everything (stale after a boundary, and
+    at least the context the boundary says it left)."""
     last = last_response(chain)
     if last is None:
         tail = estimate_all(chain)
         root = chain[0] if chain else None
         stale = type(root) is SystemEntry and root.is_compact_boundary
+        if stale and type(root) is SystemEntry and root.post_tokens:
+            # Claude Code's own count of what its compaction left counts the system prompt
+            # and the tools, which an estimate of the lines cannot: never below it.
+            tail = max(tail, root.post_tokens)
         return ContextFigure(tail, 0, tail, stale)
     lines = [
         e for e in chain if type(e) is AssistantEntry and e.message_id == last and not e.synthetic

@@ -100,6 +100,9 @@ class SystemEntry(_Envelope, frozen=True, kw_only=True, gc=False):
     logical_parent_uuid: str | None = None
     compact_trigger: str | None = None
     pre_tokens: int | None = None
+    # The context the compaction left, as Claude Code counts it (system prompt and tools
+    # included; compactMetadata.postTokens, 2.1.332): None when it does not say.
+    post_tokens: int | None = None
 
     @property
     def is_compact_boundary(self) -> bool:

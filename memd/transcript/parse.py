@@ -89,6 +89,7 @@ class _WireMessage(msgspec.Struct, gc=False):
 class _WireCompact(msgspec.Struct, gc=False):
     trigger: str | None = None
     preTokens: _Tokens | None = None
+    postTokens: _Tokens | None = None  # the context it left (Claude Code 2.1.332)
 
 
 class _WireLine(msgspec.Struct, gc=False):
@@ -385,6 +386,7 @@ def _system(wire: _WireLine, uuid: str, at: int, size: int) -> SystemEntry:
         logical_parent_uuid=wire.logicalParentUuid,
         compact_trigger=compact.trigger,
         pre_tokens=compact.preTokens,
+        post_tokens=compact.postTokens,
     )
 
 
