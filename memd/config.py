@@ -85,6 +85,8 @@ class SessionNotesConfig:
 
 @dataclass(frozen=True)
 class CompactionConfig:
+    # The window of a session whose model its agent gives none for (a gateway's own name,
+    # other agents); a Claude Code session of a known model has its own (memd.window).
     default_context_window: int = 200_000
     default_max_output_tokens: int = 32_000
     max_output_reserve: int = 20_000  # R-C1: window - min(max_output, this)
