@@ -43,6 +43,7 @@ from memd.transcript.model import (
     COMPACT_BOUNDARY,
     TURN_END,
     AssistantEntry,
+    Block,
     Content,
     Entry,
     ProgressEntry,
@@ -122,9 +123,9 @@ class QwenReader:
     def _message(
         self, record: Record, role: str, uuid: str, parent: str | None, at: int, size: int
     ) -> None:
-        entry = _entry(record.message, role, uuid, parent, at, size, record)
-        self.conversation.add(entry)
-        if role == "assistant" and is_answer(blocks_of(record.message, role)):
+        blocks = blocks_of(record.message, role)
+        self.conversation.add(_entry(blocks, role, uuid, parent, at, size, record))
+        if role == "assistant" and is_answer(blocks):
             end = SystemEntry(uuid=f"{uuid}:end", parent_uuid=uuid, subtype=TURN_END, at=at)
             self.conversation.add(end)
 
@@ -154,14 +155,15 @@ class QwenReader:
             if role is None:
                 continue
             item = f"{uuid}/{k}"
-            self.conversation.add(_entry(message, role, item, last, at, size, None))
+            blocks = blocks_of(message, role)
+            self.conversation.add(_entry(blocks, role, item, last, at, size, None))
             last = item
         # the record itself leads to the compressed history's end: what follows names it
         self.conversation.add(ProgressEntry(uuid=uuid, parent_uuid=last, at=at, size=size))
 
 
 def _entry(
-    message: Message | None,
+    blocks: list[Block],
     role: str,
     uuid: str,
     parent: str | None,
@@ -169,7 +171,7 @@ def _entry(
     size: int,
     record: Record | None,
 ) -> Entry:
-    outline = outline_of(blocks_of(message, role), role)
+    outline = outline_of(blocks, role)
     when = record.timestamp if record is not None else None
     if role == "user":
         return UserEntry(
