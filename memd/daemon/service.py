@@ -201,6 +201,7 @@ class Daemon:
         """Notes, memory, then compaction: each built with what it uses of the others."""
         from memd.compaction.service import CompactionService
         from memd.dream.exclusion import DirExclusion
+        from memd.memory.propose import proposer
         from memd.memory.service import MemoryService
         from memd.session.scheduler import NotesScheduler
 
@@ -231,6 +232,7 @@ class Daemon:
             after_turn=self._after_turn,
             claude_dir=loaded.paths.claude_dir,
             own_memory_of=self.registry.own_memory_of,
+            propose_of=proposer(self.registry.room_of, lambda: self.loaded),
         )
         self.compaction = CompactionService(
             loaded.config,

@@ -34,10 +34,11 @@ from memd.llm.guard import CostGuard, Parked, Retry, describe, shrink_input
 from memd.llm.ledger import Ledger, billed_tokens
 from memd.llm.models import Models, Route, job_route
 from memd.memory.cursors import CursorStore, SessionCursor
-from memd.memory.extract import ExtractSettings, extract_memories, in_memory_dir
+from memd.memory.extract import ExtractSettings, extract_memories, in_memory_dir, take_snapshot
 from memd.memory.frontmatter import FrontmatterForm
 from memd.memory.location import Location
 from memd.memory.plan import Job, Skip, plan_extraction
+from memd.memory.propose import Propose, take_back
 from memd.queues import CoalescingQueue
 from memd.state import SessionState
 from memd.transcript.view import ConversationReader
@@ -121,6 +122,9 @@ class ExtractionJobs:
         self._input_caps: dict[tuple[str, str], int] = {}
         self._taken: dict[str, str] = {}  # session id -> why its next run skips
         self._ours: dict[str, dict[str, int]] = {}  # memory dir -> file -> mtime memd left
+        # Where a session's new memories go as a proposal instead of being written (its
+        # agent's review inbox, when the user asked: memd.memory.propose), None: written.
+        self.propose_for: Callable[[SessionState], Propose | None] | None = None
 
     async def enqueue(
         self, where: Location, state: SessionState, cwd: str, taken: str | None = None
@@ -261,6 +265,9 @@ class ExtractionJobs:
             redact_secrets=config.privacy.redact_secrets,
             frontmatter_form=await self.form_for(state) if self.form_for else "metadata",
         )
+        where = project.where.memory_dir
+        propose = self.propose_for(state) if self.propose_for is not None else None
+        before = await anyio.to_thread.run_sync(take_snapshot, where) if propose else None
         result = await extract_memories(
             route.llm,
             settings,
@@ -274,10 +281,12 @@ class ExtractionJobs:
             protocol=route.protocol,
         )
         self._guard.record_success("memory_extract", subject=key)
-        await self._cite(project.where.memory_dir, state.cwd, result.files_touched)
-        await anyio.to_thread.run_sync(
-            self._note_ours, project.where.memory_dir, result.files_touched
-        )
+        if propose is not None and before is not None:  # nothing written: proposed
+            back = (where, before, result.files_touched, propose, state.cwd)
+            said = await anyio.to_thread.run_sync(take_back, *back)
+            result = dataclasses.replace(result, files_touched=(), summary=said)
+        await self._cite(where, state.cwd, result.files_touched)
+        await anyio.to_thread.run_sync(self._note_ours, where, result.files_touched)
         tokens = billed_tokens(result.usage)
         log.info(
             "memory extraction for %s (session %s): %s, %d turns, %d files, %d billed tokens",

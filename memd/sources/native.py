@@ -48,3 +48,17 @@ class NativeMemory(Protocol):
         """Put ``memories`` in the agent's file for ``cwd`` as memd's block (none: take the
         block out); what happened, in a few words for the log."""
         ...
+
+
+class Proposals(Protocol):
+    """A room's review inbox: new memories from its sessions proposed for the user to take
+    or drop in the agent, rather than written (blocking: call from a worker thread)."""
+
+    def enabled(self, loaded: LoadedConfig) -> bool:
+        """Whether the user asked for proposals from this agent's sessions."""
+        ...
+
+    def propose(self, loaded: LoadedConfig, cwd: str, memories: Sequence[tuple[str, str]]) -> str:
+        """Propose ``memories`` (memd's file name in the memory dir, its text) for the
+        project at ``cwd``; what happened, in a few words for the run's record."""
+        ...

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from memd.config import LoadedConfig
 from memd.sources.base import ForkWriter, ModelWindow, Source
 from memd.sources.hooks import HookDialect
-from memd.sources.native import NativeMemory
+from memd.sources.native import NativeMemory, Proposals
 from memd.sources.usage import Rules
 
 
@@ -47,6 +47,8 @@ class Room:
     # The agent's own memory file, loaded with every request, where memd may serve its
     # verified memories (issue 35; None: the agent has none memd can write).
     native: NativeMemory | None = None
+    # Its review inbox, where new memories from its sessions may go as proposals (None: none).
+    inbox: Proposals | None = None
 
     def called(self, name: str) -> bool:
         """Whether ``name`` is this agent's name or one it had."""

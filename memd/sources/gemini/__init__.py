@@ -24,6 +24,7 @@ from memd.sources.base import DreamScope, Layout, SessionKey, plain_name, under
 from memd.sources.common import decode_line
 from memd.sources.gemini.fork import GeminiFork
 from memd.sources.gemini.hooks import GeminiHooks
+from memd.sources.gemini.inbox import GeminiInbox
 from memd.sources.gemini.native import GeminiNative
 from memd.sources.gemini.reader import GeminiReader, header_id
 from memd.sources.gemini.usage import RULES as USAGE_RULES
@@ -189,4 +190,5 @@ ROOM = Room(
     fork=GeminiFork(),
     usage=USAGE_RULES,
     native=GeminiNative(),
+    inbox=GeminiInbox(),
 )
