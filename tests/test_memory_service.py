@@ -361,7 +361,7 @@ async def test_beside_claude_codes_own_auto_memory_a_turn_waits_for_it(tmp_path:
     assert waits is not None
     feedback_turn(world.session())
     assert await world.service.on_turn_end(world.state())
-    assert waits.waiting == 1
+    assert waits.waiting == 1 and world.cursor() == (None, True)  # a restart takes it up
     (tmp_path / "on" / "settings.json").write_text(json.dumps({"autoMemoryEnabled": False}))
     feedback_turn(world.session("s2"))
     assert await world.service.on_turn_end(world.state("s2"))

@@ -79,7 +79,8 @@ Enqueue = Callable[[Location, SessionState, str, str | None], Awaitable[None]]
 class BesideWaits:
     """The turns of Claude Code sessions waiting for its own memory (see the module doc).
     ``enqueue(where, state, cwd, taken)`` queues the extraction (``taken``: why Claude Code's
-    memory took the turn, then skipped); ``ours(memory_dir)`` what memd wrote there."""
+    memory took the turn, then skipped); ``ours(memory_dir)`` what memd wrote there;
+    ``pending(where, state, cwd)`` marks the session pending on disk while it waits."""
 
     def __init__(
         self,
@@ -87,7 +88,9 @@ class BesideWaits:
         wait_s: Callable[[], float],
         enqueue: Enqueue,
         ours: Callable[[Path], Mapping[str, int]],
+        pending: Callable[[Location, SessionState, str], Awaitable[None]] | None = None,
     ) -> None:
+        self._pending = pending
         self._clock = clock
         self._wait_s = wait_s
         self._enqueue = enqueue
@@ -103,6 +106,8 @@ class BesideWaits:
         if waiting is not None:
             waiting.state, waiting.cwd = state, cwd
             return
+        if self._pending is not None:  # a stop while it waits: taken up again at the start
+            await self._pending(where, state, cwd)
         before = await anyio.to_thread.run_sync(snapshot, where.memory_dir)
         ended = state.session_id in self._ended
         deadline = self._clock.monotonic() + (0.0 if ended else max(0.0, self._wait_s()))

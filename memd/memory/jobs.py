@@ -143,6 +143,13 @@ class ExtractionJobs:
         await store.update(_cursor_for(state, cwd, key), pending=True, updated_at=self._clock.now())
         self._queue.mark_nowait(key)
 
+    async def mark_pending(self, where: Location, state: SessionState, cwd: str) -> None:
+        """Mark the session pending on disk without queueing it (its turn waits: a restart
+        meanwhile takes it up again, :meth:`TurnEnds.resume_pending`)."""
+        store = await self.cursors()
+        cursor = _cursor_for(state, cwd, str(where.memory_dir))
+        await store.update(cursor, pending=True, updated_at=self._clock.now())
+
     def llm_changed(self) -> None:
         """The model client became available (or changed): run what waited for it."""
         for key, project in self._projects.items():

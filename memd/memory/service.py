@@ -148,7 +148,11 @@ class MemoryService:
             beside=self.beside,
         )
         self.beside.waits = BesideWaits(
-            self._clock, lambda: self.config.memory.beside_wait_s, jobs.enqueue, jobs.ours
+            self._clock,
+            lambda: self.config.memory.beside_wait_s,
+            jobs.enqueue,
+            jobs.ours,
+            jobs.mark_pending,
         )
         jobs.form_for = self.beside.form_for
         jobs.cite_files = self.citations.record
