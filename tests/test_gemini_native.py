@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +21,8 @@ from hypothesis import strategies as st
 
 from memd.config import LoadedConfig, load_config
 from memd.confined import Refused
+from memd.memory.hook_context import hook_context
+from memd.memory.native import on_event
 from memd.sources.gemini.memory_block import (
     BEGIN,
     END,
@@ -32,6 +35,8 @@ from memd.sources.gemini.memory_block import (
 )
 from memd.sources.gemini.native import MAX_FILE, GeminiNative, memory_file
 from memd.sources.native import Served
+from memd.sources.registry import room_named
+from tests.test_hook_context import Fixture
 
 BUDGET = 8192
 MEMORIES = [
@@ -186,3 +191,43 @@ def test_a_refused_folder_is_not_written_through(tmp_path: Path) -> None:
     assert native.serve(loaded, cwd, MEMORIES).startswith("not written")
     assert list(elsewhere.iterdir()) == []
     assert issubclass(Refused, OSError)
+
+
+# ---------------------------------------------------------------------------------------------
+# The hooks (memd.memory.native): served at a turn's end, not injected again, off taken out
+
+
+@pytest.mark.anyio
+async def test_a_served_memory_is_not_injected_and_off_takes_the_block_out(
+    tmp_path: Path,
+) -> None:
+    world = Fixture(tmp_path)
+    world.memory_file("project_db.md", "Real DB", "Never mock Postgres", "Use make test-db.", 1)
+    home = tmp_path / "gemini"
+    (home / "tmp" / "proj").mkdir(parents=True)
+    (home / "tmp" / "proj" / ".project_root").write_text(str(world.cwd))
+    own = home / "tmp" / "proj" / "memory" / "MEMORY.md"
+    own.parent.mkdir()
+    own.write_bytes(b"mine")
+    env = {"HOME": str(tmp_path), "MEMD_GEMINI_DIR": str(home)}
+    on = load_config(overrides={"agents.gemini.native_memory": "true"}, env=env)
+    room = room_named("gemini")
+    assert room is not None and room.native is not None
+
+    async def hook(name: str, loaded: LoadedConfig, session: str, **fields: Any) -> str | None:
+        data = {**world.event(name, **fields), "session_id": session}
+        event = room.hooks.parse(name, data, None)
+        await on_event(room.native, event, world.service, loaded)  # type: ignore[arg-type]
+        return await hook_context(event, world.service, budget_bytes=8192)
+
+    await hook("AfterAgent", on, "s1", prompt_response="ok")
+    assert held(own.read_bytes()) == {str(world.memory / "project_db.md")}
+    asked = {"prompt": "can I mock postgres in the tests?"}
+    served = await hook("BeforeAgent", on, "s2", **asked)  # no SessionStart seen: read now
+    assert "Use make test-db." not in (served or "")
+    off = load_config(env=env)
+    await hook("SessionStart", off, "s4", source="startup")  # it loaded the block: marked
+    assert own.read_bytes() == b"mine"
+    assert "Use make test-db." not in (await hook("BeforeAgent", off, "s4", **asked) or "")
+    recalled = await hook("BeforeAgent", off, "s5", **asked)  # the next one: no block
+    assert recalled is not None and "Use make test-db." in recalled
