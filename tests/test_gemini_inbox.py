@@ -22,7 +22,7 @@ import pytest
 from memd.config import load_config
 from memd.memory.extract import take_snapshot
 from memd.memory.paths import memory_dir
-from memd.memory.propose import proposer, take_back
+from memd.memory.propose import AgentFiles, take_back
 from memd.sources.gemini import ROOM
 from memd.sources.gemini.inbox import PATCH, file_name, hunks_of, merged
 from memd.state import SessionState
@@ -84,9 +84,9 @@ def test_proposals_only_when_asked_and_only_where_the_agent_has_an_inbox(
     env = {"HOME": str(tmp_path)}
     off = load_config(env=env)
     on = load_config(overrides={"agents.gemini.propose_memories": "true"}, env=env)
-    assert proposer(lambda s: ROOM, lambda: off)(state) is None
-    assert proposer(lambda s: ROOM, lambda: on)(state) is not None
-    assert proposer(lambda s: None, lambda: on)(state) is None
+    assert AgentFiles([ROOM], lambda s: ROOM, lambda: off).propose_for(state) is None
+    assert AgentFiles([ROOM], lambda s: ROOM, lambda: on).propose_for(state) is not None
+    assert AgentFiles([ROOM], lambda s: None, lambda: on).propose_for(state) is None
 
 
 # ---------------------------------------------------------------------------------------------

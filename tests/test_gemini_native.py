@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from memd.sources.gemini.memory_block import (
 from memd.sources.gemini.native import MAX_FILE, GeminiNative, memory_file
 from memd.sources.native import Served
 from memd.sources.registry import room_named
+from tests.daemon_harness import fake_home, read_log, start_memd, stop_memd, wait_for
 from tests.test_hook_context import Fixture
 
 BUDGET = 8192
@@ -231,3 +233,32 @@ async def test_a_served_memory_is_not_injected_and_off_takes_the_block_out(
     assert "Use make test-db." not in (await hook("BeforeAgent", off, "s4", **asked) or "")
     recalled = await hook("BeforeAgent", off, "s5", **asked)  # the next one: no block
     assert recalled is not None and "Use make test-db." in recalled
+
+
+def test_with_serving_off_every_block_is_taken_out(tmp_path: Path) -> None:
+    native, on, path, cwd = _gemini(tmp_path)
+    native.serve(on, cwd, MEMORIES)
+    other = path.parents[2] / "other" / "memory" / "MEMORY.md"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"theirs\n" + BLOCK)
+    (path.parents[2] / "stray").write_bytes(b"a file")
+    assert native.take_out(on) == 0 and path.exists()
+    _, off, _, _ = _gemini(tmp_path / "off", on=False)
+    off = replace(off, paths=on.paths)
+    assert native.take_out(off) == 2
+    assert not path.exists() and other.read_bytes() == b"theirs"
+
+
+@pytest.mark.timeout(60)
+def test_the_daemon_takes_the_blocks_out_at_its_start_when_serving_is_off(
+    tmp_path: Path,
+) -> None:
+    with fake_home(tmp_path) as home:
+        own = home.root / ".gemini" / "tmp" / "proj" / "memory" / "MEMORY.md"
+        own.parent.mkdir(parents=True)
+        own.write_bytes(b"# mine\n\n" + BLOCK)
+        proc = start_memd(home)
+        try:
+            wait_for(lambda: own.read_bytes() == b"# mine\n", timeout=20, what="the block out")
+        finally:
+            assert stop_memd(proc) == 0, read_log(home)

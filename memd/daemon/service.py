@@ -46,7 +46,7 @@ from memd.errors import ConfigError, NotFound, StartupError
 from memd.health import Health
 from memd.ipc.server import Server
 from memd.queues import CoalescingQueue
-from memd.sources.registry import room_named, sources_for
+from memd.sources.registry import ROOMS, room_named, sources_for
 from memd.state import SessionState, load_sessions, save_sessions
 from memd.tokens import load_soon
 from memd.transcript.conversation import Conversation
@@ -201,7 +201,7 @@ class Daemon:
         """Notes, memory, then compaction: each built with what it uses of the others."""
         from memd.compaction.service import CompactionService
         from memd.dream.exclusion import DirExclusion
-        from memd.memory.propose import proposer
+        from memd.memory.propose import AgentFiles
         from memd.memory.service import MemoryService
         from memd.session.scheduler import NotesScheduler
 
@@ -232,7 +232,7 @@ class Daemon:
             after_turn=self._after_turn,
             claude_dir=loaded.paths.claude_dir,
             own_memory_of=self.registry.own_memory_of,
-            propose_of=proposer(self.registry.room_of, lambda: self.loaded),
+            agent_files=AgentFiles(ROOMS, self.registry.room_of, lambda: self.loaded),
         )
         self.compaction = CompactionService(
             loaded.config,

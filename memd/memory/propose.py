@@ -30,20 +30,37 @@ MAX_MEMORY_BYTES = 64 * 1024  # of one proposed memory
 Propose = Callable[[str, Sequence[tuple[str, str]]], str]  # (cwd, memories) -> what happened
 
 
-def proposer(
-    room_of: Callable[[SessionState], Room | None], loaded: Callable[[], LoadedConfig]
-) -> Callable[[SessionState], Propose | None]:
-    """How a session's new memories are proposed, None when they are written (its agent has
-    no inbox, or the user did not ask for proposals)."""
+class AgentFiles:
+    """The agents' own files memd writes in, through their rooms: their review inbox
+    (:meth:`propose_for`) and their own memory file (:meth:`take_out`)."""
 
-    def propose_for(state: SessionState) -> Propose | None:
-        room = room_of(state)
-        config = loaded()
+    def __init__(
+        self,
+        rooms: Sequence[Room],
+        room_of: Callable[[SessionState], Room | None],
+        loaded: Callable[[], LoadedConfig],
+    ) -> None:
+        self._rooms = rooms
+        self._room_of = room_of
+        self._loaded = loaded
+
+    def propose_for(self, state: SessionState) -> Propose | None:
+        """How a session's new memories are proposed, None when they are written (its
+        agent has no inbox, or the user did not ask for proposals)."""
+        room = self._room_of(state)
+        config = self._loaded()
         if room is None or room.inbox is None or not room.inbox.enabled(config):
             return None
         return partial(room.inbox.propose, config)
 
-    return propose_for
+    def take_out(self) -> int:
+        """memd's blocks taken out of the agents' own memory files where serving is off
+        (blocking; at the daemon's start); how many files changed."""
+        config = self._loaded()
+        changed = sum(r.native.take_out(config) for r in self._rooms if r.native is not None)
+        if changed:
+            log.info("memd's memories taken out of %d agents' own memory files", changed)
+        return changed
 
 
 def take_back(

@@ -49,7 +49,7 @@ from memd.memory.freshness import RECALL_CAVEAT
 from memd.memory.jobs import DirHold, ExtractionJobs
 from memd.memory.location import Location, locate_moved, locate_project
 from memd.memory.pinned import linked_memories, pinned_memories
-from memd.memory.propose import Propose
+from memd.memory.propose import AgentFiles
 from memd.memory.rank_index import RecallCache
 from memd.memory.reads import ProjectIndex, loaded_index, manifest_rows, scan_headers
 from memd.memory.recall import recall
@@ -83,7 +83,7 @@ class MemoryService:
         after_turn: Callable[[Location, SessionState], None] | None = None,
         claude_dir: Path | None = None,
         own_memory_of: Callable[[SessionState], OwnMemory | None] = lambda state: None,
-        propose_of: Callable[[SessionState], Propose | None] | None = None,
+        agent_files: AgentFiles | None = None,
     ) -> None:
         self.projects_root = projects_root
         self.state_dir = state_dir
@@ -96,7 +96,7 @@ class MemoryService:
         self._session_of = session_of
         self._home = home
         self._workers = max(1, workers)
-        self._propose_of = propose_of
+        self.agent_files = agent_files
         self._claude_dir = str(claude_dir or projects_root.parent)
         self.beside = Beside(
             projects_root, self._claude_dir, home, lambda: self.config.memory, own_memory_of
@@ -156,7 +156,7 @@ class MemoryService:
         )
         jobs.form_for = self.beside.form_for
         jobs.cite_files = self.citations.record
-        jobs.propose_for = self._propose_of
+        jobs.propose_for = self.agent_files.propose_for if self.agent_files else None
         return jobs, turns
 
     def reconfigure(self, config: Config) -> None:
@@ -370,6 +370,8 @@ class MemoryService:
                 tg.start_soon(self.beside.waits.run, name="beside Claude Code's memory")
             tg.start_soon(self.semantic.run, name="semantic recall")
             tg.start_soon(self.usage.run, name="memory usage")
+            if self.agent_files is not None:  # blocks left where serving is now off
+                tg.start_soon(anyio.to_thread.run_sync, self.agent_files.take_out)
             for number in range(self._workers):
                 tg.start_soon(self._jobs.run_worker, name=f"memory extraction {number}")
             task_status.started()

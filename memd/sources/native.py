@@ -49,6 +49,11 @@ class NativeMemory(Protocol):
         block out); what happened, in a few words for the log."""
         ...
 
+    def take_out(self, loaded: LoadedConfig) -> int:
+        """With serving off, take memd's block out of every project's file (a hook of the
+        agent's may never come again: uninstalled); how many files changed."""
+        ...
+
 
 class Proposals(Protocol):
     """A room's review inbox: new memories from its sessions proposed for the user to take

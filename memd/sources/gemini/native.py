@@ -76,6 +76,29 @@ class GeminiNative:
             log.warning("memd cannot serve Gemini's memory file for %s: %s", cwd, exc)
             return f"not written: {exc}"
 
+    def take_out(self, loaded: LoadedConfig) -> int:
+        if self.enabled(loaded):
+            return 0
+        root, changed = loaded.paths.gemini_dir / "tmp", 0
+        try:
+            with os.scandir(root) as entries:
+                names = [e.name for e, _ in zip(entries, range(MAX_FOLDERS), strict=False)]
+        except OSError:
+            return 0
+        for name in names:
+            try:
+                said = update(root, f"{name}/{FILE}", _taken_out) if plain_name(name) else ""
+            except (OSError, ValueError):  # Tangled too: not a block of memd's
+                continue
+            changed += said not in ("", "unchanged")
+        return changed
+
+
+def _taken_out(data: bytes | None) -> bytes | None:
+    if data is None or made_by_memd(data):
+        return None
+    return without_block(data)
+
 
 def _changed(data: bytes | None, memories: Sequence[Served], budget: int) -> bytes | None:
     """What the file should hold (None: no file)."""
