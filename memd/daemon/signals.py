@@ -95,12 +95,22 @@ class Signals:
             return False
         self.stop_signal, self.stop_at = signum, time.monotonic()
         if self.installed:
-            import threading
-
-            self._backstop = threading.Timer(STOP_DEADLINE_S, self._give_up)
-            self._backstop.daemon = True
-            self._backstop.start()
+            self._arm_backstop()
         return True
+
+    def _arm_backstop(self) -> None:
+        """Start the backstop's timer, importing nothing: this runs in a signal handler, which
+        may interrupt the import of the very module it would import (a SIGTERM while ``copy``
+        loaded ``weakref`` and ``_weakrefset`` made ``import threading`` in here raise
+        ``ImportError``, a traceback instead of the one line). Before ``threading`` is loaded
+        memd is starting, and :class:`Stopped` unwinds the start at once, with no thread to
+        wait for."""
+        timer = getattr(sys.modules.get("threading"), "Timer", None)
+        if timer is None:
+            return
+        self._backstop = timer(STOP_DEADLINE_S, self._give_up)
+        self._backstop.daemon = True
+        self._backstop.start()
 
     @property
     def stop_name(self) -> str | None:
