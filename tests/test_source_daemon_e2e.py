@@ -75,11 +75,11 @@ def test_a_codex_rollout_is_followed_as_it_is_written(tmp_path: Path) -> None:
             assert "codex" in listed and CODEX_ID[:8] in listed
             detail = memdctl(home, "session", CODEX_ID)
             assert "codex" in detail and str(project) in detail
-            # No fork writer in Codex's room yet: refused with the reason, nothing written
-            # (a Claude Code file in Codex's day folder was tried, and failed confusingly).
+            # No model here, so no notes: a fork is refused with the reason, nothing written
+            # (the fork itself is tests/test_codex_fork.py's and test_agent_forks_cli.py's).
             refused = run_memdctl(home, "compact", CODEX_ID, "--fork")
             assert refused.returncode == 1, refused
-            assert "cannot write a Codex CLI session" in refused.stderr, refused.stderr
+            assert "no notes yet" in refused.stderr, refused.stderr
             assert sorted(p.name for p in day.iterdir()) == [ROLLOUT]
             status = call(home, "status", {})
             sources = {s["agent"]: s for s in status["ingest"]["sources"]}
@@ -201,7 +201,8 @@ def test_the_codex_home_is_configured_and_the_source_turned_off(tmp_path: Path) 
         proc = start_memd(home, "--set", "sources.codex=false", "--set", "sources.gemini=false")
         try:
             status = call(home, "status", {})
-            assert [s["agent"] for s in status["ingest"]["sources"]] == ["claude_code"]
+            agents = [s["agent"] for s in status["ingest"]["sources"]]
+            assert "claude_code" in agents and not {"codex", "gemini"} & set(agents), agents
             assert row(home, CODEX_ID) is None  # not listed, not read
         finally:
             stop_memd(proc)
