@@ -163,6 +163,9 @@ def test_compaction_from_the_notes_through_the_real_claude_code(
         assert no_runs in config.read_text()
         normal = config.read_text().replace(no_runs, no_runs + "  update_tokens: 100000000\n")
         normal += SMALL_KEEP
+        # No extraction either: a claude -p's end (SessionEnd) is a turn memd extracts beside
+        # Claude Code's memory by default, a model request that is not the takeover's.
+        normal = normal.replace("memory:\n", "memory:\n  extract_beside_claude_code: false\n")
         sid = a_session(cli, api, home, project, turns=6)
         before = main_requests(api, 0)[-1]
         spare = a_session(cli, api, home, project, turns=2)
