@@ -9,6 +9,7 @@ command, or ``None`` when npm is absent (the tests then skip, saying so).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -36,6 +37,16 @@ def npm_installed(
     if npm is None:
         return None
     prefix.mkdir(parents=True, exist_ok=True)
+    # The suite's workers (pytest-xdist) may ask for one CLI at once: one npm at a time per
+    # folder, and the others find its result.
+    with (prefix.parent / f"{prefix.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if found.exists():
+            return found
+        return npm_install(npm, package, version, prefix, found)
+
+
+def npm_install(npm: str, package: str, version: str, prefix: Path, found: Path) -> Path:
     done = subprocess.run(
         [
             npm,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import gc
 import inspect
@@ -316,9 +317,17 @@ def claude_cli_each(request: pytest.FixtureRequest) -> ClaudeCLI:
 
 
 @pytest.fixture
-def systemd_runtime() -> Iterator[Path]:
+def systemd_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The real ``/run/user/<uid>``, as systemd gives it to a user service (made for the test
-    when the machine has none, and removed after)."""
+    when the machine has none, and removed after). Every process of this user shares it: the
+    suite's workers (pytest-xdist) take turns, under a lock beside their common temp folder."""
+    turn = tmp_path_factory.getbasetemp().parent / "run-user.lock"
+    with turn.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield from real_run_user()
+
+
+def real_run_user() -> Iterator[Path]:
     base = Path(f"/run/user/{os.getuid()}")
     if (base / "memd" / "memd.sock").exists():
         pytest.skip(f"a memd already listens in {base}/memd")
