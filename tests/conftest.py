@@ -26,6 +26,7 @@ from memd.llm.backends import open_llm
 from memd.llm.client import LLM, Backend, Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI
 from memd_client import paths as client_paths
+from tests import daemon_harness
 from tests.claude_cli import (
     EACH_VERSION,
     NEWEST_VERSION,
@@ -216,6 +217,19 @@ def waiting_point(exc: BaseException, test_file: str) -> str:
             in_project = spot
         tb = tb.tb_next
     return " -> ".join(s for s in (in_test, in_project) if s) or "an unknown point"
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_outlives_its_test() -> Iterator[None]:
+    """A daemon a test started (``daemon_harness.start_memd``) and left running, because it
+    failed between the start and the stop, is killed when the test ends."""
+    before = len(daemon_harness.STARTED)
+    yield
+    for proc in daemon_harness.STARTED[before:]:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    del daemon_harness.STARTED[before:]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -65,6 +65,11 @@ def fake_home(tmp_path: Path, **extra_env: str) -> Iterator[Home]:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
+# Every daemon start_memd started: tests/conftest.py kills what a test left running (a test
+# that failed between a start and its stop left a daemon for the rest of the run, and after).
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
 def start_memd(
     home: Home, *args: str, log: Path | None = None, prefix: Sequence[str] = ()
 ) -> subprocess.Popen[bytes]:
@@ -78,6 +83,7 @@ def start_memd(
         stderr=stderr,
     )
     stderr.close()
+    STARTED.append(proc)
     return wait_answering(home, proc)
 
 
