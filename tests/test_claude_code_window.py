@@ -29,7 +29,7 @@ from memd_client import hook as hook_module
 from memd_client.agents.claude_code import TAKEOVER_HOOKS as CLAUDE_TAKEOVER
 from memd_client.hooks_install import hook_command, install_hooks
 from tests.claude_cli import ClaudeCLI
-from tests.daemon_harness import call, fake_home, read_log, stop_memd
+from tests.daemon_harness import call, fake_home, read_log, stop_memd, wait_for
 from tests.test_claude_code_cli import setup
 from tests.test_claude_code_compact import (
     BLOCKED,
@@ -184,10 +184,19 @@ def test_a_1m_session_is_given_its_window_in_status_and_the_takeover(
             claude(
                 cli, api, home, project, "-p", "--resume", sid, "--model", "claude-haiku-4-5", "hi"
             )
-            assert window_of(home, sid)["context_window"] == 200_000
+            # memd reads the resumed turn as the watcher sees it: wait for it, not for claude.
+            wait_for(
+                lambda: window_of(home, sid)["context_window"] == 200_000,
+                timeout=30,
+                what="the haiku turn's 200K window",
+            )
             long = "claude-sonnet-4-6[1m]"
             claude(cli, api, home, project, "-p", "--resume", sid, "--model", long, "hi")
-            row = window_of(home, sid)
-            assert (row["model"], row["context_window"]) == (long, 1_000_000)
+            row = wait_for(
+                lambda: (r := window_of(home, sid))["model"] == long and r,
+                timeout=30,
+                what="the [1m] turn's model",
+            )
+            assert row["context_window"] == 1_000_000
         finally:
             assert stop_memd(proc) == 0, read_log(home)

@@ -65,7 +65,8 @@ def test_a_thousand_idle_connections_lock_nobody_out(tmp_path: Path) -> None:
             status = memdctl(home, "status")
             took = time.monotonic() - began
             assert status.returncode == 0, status.stdout + status.stderr
-            assert "busy" not in status.stdout + status.stderr
+            # (its ipc line may count the holder's own connections turned away busy)
+            assert "busy" not in status.stderr, status.stderr
             clients = next(x for x in status.stdout.splitlines() if x.startswith("clients"))
             assert "of 256 connections" in clients and "closed to make room" in clients
             assert took < 10 * load_stretch()  # a guard against a hang, not a measurement
@@ -143,7 +144,8 @@ def test_slow_connections_hold_no_one_out(tmp_path: Path, pace: str) -> None:
             assert holder.stdout is not None and holder.stdout.readline() == "held\n"
             status = memdctl(home, "status")
             assert status.returncode == 0, status.stdout + status.stderr
-            assert "busy" not in status.stdout + status.stderr
+            # (its ipc line may count the holder's own connections turned away busy)
+            assert "busy" not in status.stderr, status.stderr
             codex = hook_command(sys.executable, hook_module.__file__, "codex")
             budget = int(DEFAULT_TIMEOUT_S * 1000 * load_stretch())
             home.env["MEMD_HOOK_TIMEOUT_MS"] = str(budget)
@@ -160,7 +162,11 @@ def test_slow_connections_hold_no_one_out(tmp_path: Path, pace: str) -> None:
                 assert "feedback_tests.md" in recalled
             assert not (home.socket.parent / "hook-failed-open").exists()
             report = json.loads(memdctl(home, "status", "--json").stdout)["ipc"]
-            assert report["busy"] == 0 and report["evicted"] >= 1
+            assert report["evicted"] >= 1
+            # The trickling holder opens a connection again each time memd closes one: on a
+            # busy machine one of those may find the slots full and be refused, which is memd
+            # holding the attacker out (memdctl and the hooks above were answered, not busy).
+            assert report["busy"] == 0 or pace == "trickle", report
         finally:
             holder.communicate("\n", timeout=30)
             assert stop_memd(proc) == 0, read_log(home)
