@@ -22,6 +22,7 @@ from memd.memory.citations import (
 )
 from memd.memory.frontmatter import Frontmatter, parse_document, render_document
 from memd.memory.hook_context import render_memory
+from tests.recall_support import recalled
 
 
 def test_paths_lines_and_ticked_symbols_are_read_from_a_memorys_words() -> None:
@@ -93,17 +94,17 @@ def test_any_text_infers_bounded_citations_inside_the_work_tree(text: str) -> No
 
 
 def test_mcp_recall_and_the_injected_text_carry_each_check() -> None:
-    memory = {
-        "relative": "project_retry.md",
-        "name": "retry",
-        "type": "project",
-        "path": "/m/project_retry.md",
-        "age": "today",
-        "content": "The backoff is in src/retry.py:1-2.",
-        "checks": ["backoff is no longer in src/retry.py", 7],
-    }
-    shown = render_recall({"memories": [memory], "reason": "lexical", "caveat": ""}, 5)
+    memory = recalled(
+        relative="project_retry.md",
+        name="retry",
+        type="project",
+        path="/m/project_retry.md",
+        age="today",
+        content="The backoff is in src/retry.py:1-2.",
+        checks=("backoff is no longer in src/retry.py",),
+    )
+    row = {**memory.as_dict(), "checks": [*memory.checks, 7]}  # the wire, as a client reads it
+    shown = render_recall({"memories": [row], "reason": "lexical", "caveat": ""}, 5)
     assert "checked against the code now: backoff is no longer in src/retry.py" in shown
     injected = render_memory(memory)
     assert "Checked against the code now: backoff is no longer in src/retry.py" in injected
-    assert "7" not in injected.replace("project_retry", "")

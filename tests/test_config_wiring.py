@@ -275,7 +275,7 @@ async def test_frontmatter_lines_is_how_far_memories_and_recall_read(
     }
     # Recall finds beta by its description only when the scan reads that far.
     found = await world.service.recall("zebra", str(world.cwd), "s1")  # the cached scan
-    assert [m["relative"] for m in found["memories"]] == (["beta.md"] if seen else []), found
+    assert [m.relative for m in found.memories] == (["beta.md"] if seen else []), found
     plain = await recall("zebra", memory_dir=world.memory, llm=None, cfg=config, clock=world.clock)
     assert [m.relative for m in plain.memories] == (["beta.md"] if seen else [])
 
@@ -313,7 +313,7 @@ async def test_recall_max_is_how_many_memories_a_recall_returns(tmp_path: Path, 
     world = World(tmp_path, Disabled("no API key"), config=config)
     _memories(world, ["m1.md", "m2.md", "m3.md"])
     found = await world.service.recall("postgres", str(world.cwd), "s1")
-    assert len(found["memories"]) == most, found
+    assert len(found.memories) == most, found
 
 
 # -- dream.snapshots_kept and llm.max_output_tokens ---------------------------------------------

@@ -35,6 +35,7 @@ from memd.sources.hooks import head_lines, utf8_len
 from memd.sources.registry import room_named
 from memd.state import SessionState
 from memd.transcript.conversation import Conversation
+from tests.recall_support import recalled
 
 DAY = 86_400.0
 BUDGET = 8_192
@@ -88,15 +89,15 @@ def test_fit_cuts_the_first_section_that_does_not_fit_and_counts_the_rest() -> N
 
 def test_render_memory_shows_age_warning_and_path() -> None:
     text = render_memory(
-        {
-            "name": "Real DB",
-            "type": "feedback",
-            "age": "3 days ago",
-            "path": "/m/feedback.md",
-            "warning": "This memory was last updated 3 days ago.",
-            "content": "Use make test-db.",
-            "content_truncated": True,
-        }
+        recalled(
+            name="Real DB",
+            type="feedback",
+            age="3 days ago",
+            path="/m/feedback.md",
+            warning="This memory was last updated 3 days ago.",
+            content="Use make test-db.",
+            content_truncated=True,
+        )
     )
     assert text.splitlines() == [
         "## Real DB (feedback memory, updated 3 days ago) — /m/feedback.md",
@@ -513,8 +514,8 @@ async def test_recall_follows_one_link_hop(tmp_path: Path) -> None:
     )
     pinned_file(world, "far-away", "Two hops away.", pinned=False, days=3)
     result = await world.service.recall("how do deploys go out", str(world.cwd))
-    by_file = {m["relative"]: m for m in result["memories"]}
-    assert "deploy-flow.md" in by_file and by_file["metrics-board.md"]["via"] == "deploy-flow.md"
+    by_file = {m.relative: m for m in result.memories}
+    assert "deploy-flow.md" in by_file and by_file["metrics-board.md"].via == "deploy-flow.md"
     assert "far-away.md" not in by_file  # one hop, not two
 
 
@@ -555,9 +556,9 @@ async def test_a_memory_copied_afresh_keeps_the_age_claude_code_stamped_in_it(
         )
         os.utime(world.memory / f"{name}.md", (world.clock.now() - 60,) * 2)
     result = await world.service.recall("how do deploys go", str(world.cwd))
-    by_file = {m["relative"]: m for m in result["memories"]}
-    assert by_file["copied-rule.md"]["age_days"] == 90 and by_file["copied-rule.md"]["warning"]
-    assert by_file["fresh-rule.md"]["age_days"] == 0 and not by_file["fresh-rule.md"]["warning"]
+    by_file = {m.relative: m for m in result.memories}
+    assert by_file["copied-rule.md"].age_days == 90 and by_file["copied-rule.md"].warning
+    assert by_file["fresh-rule.md"].age_days == 0 and not by_file["fresh-rule.md"].warning
 
 
 @pytest.mark.anyio

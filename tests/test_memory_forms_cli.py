@@ -17,7 +17,7 @@ from pathlib import Path
 
 from memd.memory.frontmatter import links, modified_ms, parse_document
 from memd.memory.index import load_index, parse_index
-from memd.memory.pinned import Picked, linked_headers, pinned_headers
+from memd.memory.pinned import linked_headers, pinned_headers
 from memd.memory.recall import load_memory
 from memd.memory.remember import Limits, MemoryDraft, write_memory
 from memd.memory.scan import opened_area, scan_memories
@@ -89,8 +89,7 @@ def test_memd_reads_the_memories_claude_code_writes(
     with opened_area(mdir) as area:
         assert area is not None
         picked = [load_memory(area, h, mtime_ms) for h in headers if h.relative == "deploy-flow.md"]
-    rows = [Picked.of(m.as_dict()) for m in picked if m is not None]
-    hop = linked_headers(rows, headers, ())
+    hop = linked_headers([m for m in picked if m is not None], headers, ())
     assert [(h.relative, via) for h, via in hop] == [("canary-dashboard.md", "deploy-flow.md")]
 
     index = (mdir / "MEMORY.md").read_text()

@@ -191,7 +191,7 @@ async def test_an_opted_out_project_gets_no_index_recall_or_extraction(
     index = await service.index(str(world.cwd))
     assert index.opted_out and index.text == ""
     recalled = await service.recall("hush", str(world.cwd), "s1")
-    assert recalled["memories"] == [] and "off" in recalled["reason"]
+    assert recalled.memories == () and "off" in recalled.result.reason
     assert (await service.memories(cwd=str(world.cwd)))["memories"] == []
     assert not await service.on_turn_end(world.state())
     assert service.statistics()["queued"] == 0 and api.requests == []
@@ -416,11 +416,11 @@ async def test_recall_leaves_out_what_the_session_was_shown(tmp_path: Path) -> N
     world.memory.mkdir(parents=True)
     (world.memory / "feedback_testing.md").write_text(TOPIC)
     first = await world.service.recall("mock postgres in integration tests?", str(world.cwd), "s1")
-    assert first["method"] == "lexical" and len(first["memories"]) == 1
-    world.service.mark_surfaced("s1", [first["memories"][0]["path"]])
+    assert first.result.method == "lexical" and len(first.memories) == 1
+    world.service.mark_surfaced("s1", [first.memories[0].path])
     again = await world.service.recall("mock postgres in integration tests?", str(world.cwd), "s1")
     other = await world.service.recall("mock postgres in integration tests?", str(world.cwd), "s2")
-    assert again["memories"] == [] and len(other["memories"]) == 1
+    assert again.memories == () and len(other.memories) == 1
     assert world.service.statistics()["recalls"] == {"lexical": 2, "none": 1}
 
 

@@ -26,6 +26,7 @@ from safetensors.numpy import load_file, save_file
 from memd.config import Config, MemoryConfig, SemanticConfig
 from memd.llm.backends import CLAUDE
 from memd.llm.client import LLM, Disabled
+from memd.memory.reads import RecallAnswer
 from memd.memory.scan import scan_memories
 from memd.memory.semantic import OFF, SemanticStage, fused, model_folder
 from memd.memory.semantic_model import ModelProblem, load_encoder
@@ -78,8 +79,8 @@ async def _off_reason(world: World, text: str) -> str:
             await anyio.sleep(0.01)
 
 
-def _recalled(answer: dict[str, Any]) -> list[str]:
-    return [m["relative"] for m in answer["memories"]]
+def _recalled(answer: RecallAnswer) -> list[str]:
+    return [m.relative for m in answer.memories]
 
 
 async def test_the_stage_is_off_by_default_and_recall_stays_lexical(tmp_path: Path) -> None:
@@ -111,7 +112,7 @@ async def test_on_a_memory_with_a_related_meaning_and_no_shared_word_is_recalled
         assert stats["dims"] == 16 and stats["embedded_dirs"] == 1
         answer = await world.service.recall(PET_QUERY, str(world.cwd))
         assert _recalled(answer) == ["guinea.md"]
-        assert answer["method"] == "lexical"  # no model: the fused ranking answered
+        assert answer.result.method == "lexical"  # no model: the fused ranking answered
         # What the session was shown is not offered again, by meaning either.
         world.service.mark_surfaced("s1", [str(world.memory / "guinea.md")])
         assert _recalled(await world.service.recall(PET_QUERY, str(world.cwd), "s1")) == []
@@ -223,7 +224,7 @@ async def test_a_broken_model_shows_in_status_and_recall_answers_lexically(
         why = await _off_reason(world, "not a readable safetensors file")
         assert str(tensors) in why
         answer = await world.service.recall("mock postgres", str(world.cwd))
-        assert _recalled(answer) == ["testing.md"] and answer["method"] == "lexical"
+        assert _recalled(answer) == ["testing.md"] and answer.result.method == "lexical"
         # Fixed in place (the user fetched it again): the stage comes on without a restart.
         build_model(folder)
         await _settled(world)

@@ -65,7 +65,7 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
         general caveat and which method answered. Never fails for model trouble."""
         query = req_str(params, "query", "what the agent is about to do")
         cwd = req_str(params, "cwd", "the session's absolute working directory")
-        return await _valid(
+        answer = await _valid(
             lambda: svc.recall(
                 query,
                 cwd,
@@ -74,6 +74,7 @@ def memory_methods(daemon: MemoryFace) -> dict[str, Handler]:
                 str_list(params, "already_surfaced"),
             )
         )()
+        return answer.as_dict()
 
     async def hook(params: dict[str, Any]) -> Any:
         """A hook event of Claude Code, Codex or Gemini: see :func:`_hook`."""

@@ -45,12 +45,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import assert_never
 
 from memd.config import Config
 from memd.memory.claude_code import FORWARDED_ENV
 from memd.memory.freshness import RECALL_CAVEAT
 from memd.memory.location import Location
+from memd.memory.recall import RecalledMemory
 from memd.memory.service import MemoryService
 from memd.memory.session_context import INDEX_MARK, NOTES_MARK, RECALL_MARK, SessionContext
 from memd.memory.shared import note_heading
@@ -128,31 +129,27 @@ def fit(sections: Sequence[str], budget_bytes: int) -> Fitted:
     return Fitted("".join(parts), tuple(included), False)
 
 
-def render_memory(memory: Mapping[str, Any]) -> str:
-    """One recalled memory (a row of the recall result) as injected text."""
-    kind = f"{memory.get('type')} memory" if memory.get("type") else "memory"
-    lines = [
-        f"## {memory.get('name')} ({kind}, updated {memory.get('age')}) — {memory.get('path')}"
-    ]
-    shared = note_heading(memory)
+def render_memory(memory: RecalledMemory) -> str:
+    """One recalled (pinned, linked) memory as injected text."""
+    kind = f"{memory.type} memory" if memory.type else "memory"
+    lines = [f"## {memory.name} ({kind}, updated {memory.age}) — {memory.path}"]
+    shared = note_heading(memory.team)
     if shared is not None:
         lines.append(shared)
-    if memory.get("warning"):
-        lines.append(f"Note: {memory['warning']}")
-    lines += checked_lines(memory.get("checks"))
-    content = str(memory.get("content") or memory.get("description") or "").strip()
+    if memory.warning:
+        lines.append(f"Note: {memory.warning}")
+    lines += checked_lines(memory.checks)
+    content = (memory.content or memory.description).strip()
     if content:
         lines.append(content)
-    if memory.get("content_truncated"):
+    if memory.content_truncated:
         lines.append("[… the rest is in the file]")
     return "\n".join(lines)
 
 
-def checked_lines(checks: object) -> list[str]:
+def checked_lines(checks: Sequence[str]) -> list[str]:
     """What the check of a memory's citations found (issue 26), one line each."""
-    if not isinstance(checks, list | tuple):
-        return []
-    return [f"Checked against the code now: {w}" for w in checks if isinstance(w, str)]
+    return [f"Checked against the code now: {w}" for w in checks]
 
 
 def hook_recall_timeout(config: Config) -> float:
@@ -295,7 +292,7 @@ async def _prompt_submit(
                 record.notes_delivered = True
     # Pinned memories (at most 4, once a session) go ahead of what recall picks. The memory
     # dir is located once for all three (each look reads Claude Code's settings files).
-    memories: list[Mapping[str, Any]] = []
+    memories: list[RecalledMemory] = []
     where = await service.locate(cwd) if cwd else None
     if where is not None:
         memories += await service.pinned(cwd, record.session_id, where)
@@ -303,16 +300,15 @@ async def _prompt_submit(
     if prompt.strip() and where is not None:
         tools = await service.recent_tools(record.session_id)
         timeout_s = hook_recall_timeout(service.config)
-        result = await service.recall(
+        answer = await service.recall(
             prompt, cwd, record.session_id, tools, timeout_s=timeout_s, where=where
         )
-        pinned = {m["path"] for m in memories}
-        recalled = result.get("memories") or []
-        if not recalled:  # e.g. nothing relevant enough (issue 36): said, at debug level
-            why = result.get("reason") or "no memories"
+        pinned = {m.path for m in memories}
+        if not answer.memories:  # e.g. nothing relevant enough (issue 36): said, at debug level
+            why = answer.result.reason or "no memories"
             log.debug("recall for session %s injects nothing: %s", record.session_id, why)
-        memories += [m for m in recalled if m["path"] not in pinned]
-        caveat = str(result.get("caveat") or "")
+        memories += [m for m in answer.memories if m.path not in pinned]
+        caveat = answer.result.caveat
     first = len(sections)
     if memories:
         sections.append(RECALL_HEAD + caveat)
@@ -326,7 +322,7 @@ async def _prompt_submit(
         else ""
     )
     last = len(sections)
-    shown_of = [str(m["path"]) for m in memories]
+    shown_of = [m.path for m in memories]
     if not index:
         return _fitted(sections, first, shown_of, record, service, budget_bytes)
     text = _fitted([*sections, index], first, shown_of, record, service, budget_bytes, last)

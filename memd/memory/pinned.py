@@ -14,11 +14,11 @@ loader, so a pinned or linked memory is scrubbed, cut and dated exactly as a rec
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import anyio.to_thread
 
@@ -39,20 +39,15 @@ def pinned_headers(headers: Sequence[MemoryHeader], exclude: Collection[str]) ->
     return [h for h in pinned if str(h.path) not in exclude]
 
 
-@dataclass(frozen=True)
-class Picked:
-    """What following links needs of one memory recall picked."""
+class Picked(Protocol):
+    """What following links needs of one memory recall picked (a :class:`RecalledMemory`)."""
 
-    path: str
-    relative: str
-    content: str
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> Picked:
-        """From a recall result row (any field missing or of the wrong kind reads as empty)."""
-        values = [row.get(key) for key in ("path", "relative", "content")]
-        path, relative, content = (v if isinstance(v, str) else "" for v in values)
-        return cls(path, relative, content)
+    @property
+    def path(self) -> str: ...
+    @property
+    def relative(self) -> str: ...
+    @property
+    def content(self) -> str: ...
 
 
 def linked_headers(
@@ -113,21 +108,20 @@ async def pinned_memories(
 async def linked_memories(
     memory_dir: Path,
     cfg: Config,
-    picked: Sequence[Mapping[str, Any]],
+    picked: Sequence[RecalledMemory],
     surfaced: Collection[str],
     now_ms: int,
     cache: HeaderCache | None = None,
-) -> list[dict[str, Any]]:
-    """The memories one ``[[name]]`` hop from recall's ``picked`` (its result rows), as rows
-    of the same shape with ``via`` naming the memory that links to them."""
-    rows = [Picked.of(row) for row in picked]
-    if not any(links(row.content) for row in rows):  # nothing to follow: no scan for it
-        return []
-    chosen = linked_headers(rows, await _headers(memory_dir, cfg, cache), surfaced)
+) -> tuple[RecalledMemory, ...]:
+    """The memories one ``[[name]]`` hop from recall's ``picked``, loaded as recall loads
+    them, each with ``via`` naming the memory that links to it."""
+    if not any(links(m.content) for m in picked):  # nothing to follow: no scan for it
+        return ()
+    chosen = linked_headers(picked, await _headers(memory_dir, cfg, cache), surfaced)
     if not chosen:
-        return []
+        return ()
     via = {str(header.path): source for header, source in chosen}
     headers = [header for header, _ in chosen]
     load = partial(load_memories, memory_dir, headers, now_ms, cfg.privacy.redact_secrets)
     loaded = await anyio.to_thread.run_sync(load)
-    return [{**m.as_dict(), "via": via.get(m.path, "")} for m in loaded]
+    return tuple(replace(m, via=via.get(m.path, "")) for m in loaded)

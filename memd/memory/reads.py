@@ -1,5 +1,5 @@
-"""What clients read of a project's memory dir: its index as it goes into context (R-M2) and
-its manifest rows (R-M5).
+"""What clients read of a project's memory dir: its index as it goes into context (R-M2),
+its manifest rows (R-M5) and a recall's answer (R-M6: :class:`RecallAnswer`).
 
 The index is the project's ``MEMORY.md``, or, for a memory dir with topic files and no
 ``MEMORY.md``, one assembled from each memory's name and description (newest first); either
@@ -21,6 +21,7 @@ from memd.config import Config
 from memd.memory.freshness import age_text, freshness_warning
 from memd.memory.frontmatter import written_ms
 from memd.memory.index import CutReason, assemble_index, load_index
+from memd.memory.recall import RecalledMemory, RecallResult
 from memd.memory.scan import MemoryHeader, iso_mtime, manifest_line, scan_memories
 from memd.memory.shared import quarantine_reason
 from memd.memory.store import MemoryStore
@@ -45,6 +46,24 @@ class ProjectIndex:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class RecallAnswer:
+    """What a recall for a project gives (the ``recall`` reply: :meth:`as_dict`): recall's
+    result, its picks followed by the memories they link to, and the memory dir it read;
+    the hook renders its ``result.memories``."""
+
+    memory_dir: str
+    opted_out: str | None
+    result: RecallResult
+
+    @property
+    def memories(self) -> tuple[RecalledMemory, ...]:
+        return self.result.memories
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"memory_dir": self.memory_dir, "opted_out": self.opted_out, **self.result.as_dict()}
 
 
 async def loaded_index(base: ProjectIndex, memory_dir: Path, config: Config) -> ProjectIndex:

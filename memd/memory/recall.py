@@ -101,10 +101,14 @@ class RecalledMemory:
     checks: tuple[str, ...] = ()
     verified: bool | None = None
     team: TeamNote | None = None  # issue 37: a teammate's note, with who wrote it
+    via: str | None = None  # a linked memory: the recalled one whose ``[[name]]`` named it
 
     def as_dict(self) -> dict[str, Any]:
+        """The row on the wire: no ``recorded_citations``; ``via`` only for a linked one."""
         row = asdict(self)
         del row["recorded_citations"]
+        if self.via is None:
+            del row["via"]
         return row
 
 

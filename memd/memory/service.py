@@ -1,13 +1,14 @@
 """The memory service: index, manifest and recall for clients; background extraction.
 
-What the daemon calls (every method returns plain msgpack-able data):
+What the daemon calls (the IPC methods turn the typed answers into their wire form):
 
 * :meth:`MemoryService.index` — a project's ``MEMORY.md`` cut to the configured lines and
   bytes, with the notice when cut (R-M2);
 * :meth:`MemoryService.memories` — the manifest rows of a project's memory dir (R-M5);
 * :meth:`MemoryService.recall` — :func:`memd.memory.recall.recall` with the session's
-  already-surfaced memories left out; :meth:`mark_surfaced` records what a hook injected
-  (:attr:`usage` too: each session's use of its memories, :mod:`.usage_service`);
+  already-surfaced memories left out, as a :class:`~memd.memory.reads.RecallAnswer`;
+  :meth:`mark_surfaced` records what a hook injected (:attr:`usage` too: each session's use
+  of its memories, :mod:`.usage_service`);
 * :attr:`MemoryService.beside` — what the session's context already holds and what its
   Claude Code does itself (:mod:`memd.memory.beside`);
 * :attr:`MemoryService.archive` — the archive of unused memories: its sweeps, restore,
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,8 +53,14 @@ from memd.memory.location import Location, locate_moved, locate_project
 from memd.memory.pinned import linked_memories, pinned_memories
 from memd.memory.propose import AgentFiles
 from memd.memory.rank_index import RecallCache
-from memd.memory.reads import ProjectIndex, loaded_index, manifest_rows, scan_headers
-from memd.memory.recall import recall
+from memd.memory.reads import (
+    ProjectIndex,
+    RecallAnswer,
+    loaded_index,
+    manifest_rows,
+    scan_headers,
+)
+from memd.memory.recall import RecalledMemory, RecallResult, recall
 from memd.memory.semantic import SemanticStage, recall_stages
 from memd.memory.session_context import opens_with_notes
 from memd.memory.trust import CitationChecks
@@ -245,16 +253,16 @@ class MemoryService:
         *,
         timeout_s: float | None = None,
         where: Location | None = None,
-    ) -> dict[str, Any]:
-        """Memories for ``query`` (R-M6, R-M7), leaving out what ``session`` was shown
-        (``where``: as for :meth:`index`)."""
+    ) -> RecallAnswer:
+        """Memories for ``query`` (R-M6, R-M7), leaving out what ``session`` was shown, then
+        those they link to (``where``: as for :meth:`index`)."""
         where = where if where is not None else await self.locate(cwd)
         off = where.opted_out or self.disabled_reason()
-        base = {"memory_dir": str(where.memory_dir), "opted_out": where.opted_out}
+        memory_dir = str(where.memory_dir)
         if off:
             self._recalls["none"] += 1
-            empty = {"memories": [], "method": "none", "reason": f"memory is off: {off}"}
-            return {**base, **empty, "caveat": RECALL_CAVEAT, "candidates": 0, "elapsed_ms": 0.0}
+            none = RecallResult((), "none", f"memory is off: {off}", RECALL_CAVEAT, 0, 0.0)
+            return RecallAnswer(memory_dir, where.opted_out, none)
         record = self.contexts.peek(session) if session else None
         surfaced = set(already_surfaced) | (record.surfaced if record else set())
         if session:  # a session's recall: memd sees what this dir's memories are used for
@@ -278,26 +286,26 @@ class MemoryService:
             usage=self.usage.counts(where.memory_dir),
         )
         self._recalls[result.method] += 1
-        answer, now_ms = {**base, **result.as_dict()}, int(self._clock.now() * 1000)
-        answer["memories"] += await linked_memories(
-            where.memory_dir, self.config, answer["memories"], surfaced, now_ms, self.headers
+        now_ms = int(self._clock.now() * 1000)
+        linked = await linked_memories(
+            where.memory_dir, self.config, result.memories, surfaced, now_ms, self.headers
         )
-        return answer
+        result = replace(result, memories=result.memories + linked)
+        return RecallAnswer(memory_dir, where.opted_out, result)
 
     async def pinned(
         self, cwd: str, session: str = "", where: Location | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[RecalledMemory, ...]:
         """The project's pinned memories (at most 4, newest first) that ``session`` has not
         been shown yet, as recall's rows; none when memory is off for ``cwd`` (``where``: as
         for :meth:`index`)."""
         where = where if where is not None else await self.locate(cwd)
         if where.opted_out or self.disabled_reason():
-            return []
+            return ()
         record = self.contexts.peek(session) if session else None
         surfaced = record.surfaced if record else set()
         now_ms = int(self._clock.now() * 1000)
-        found = await pinned_memories(where.memory_dir, self.config, surfaced, now_ms, self.headers)
-        return [{**m.as_dict(), "pinned": True} for m in found]
+        return await pinned_memories(where.memory_dir, self.config, surfaced, now_ms, self.headers)
 
     def mark_surfaced(self, session: str, paths: Collection[str]) -> None:
         """Remember that ``session`` was shown these memories (absolute paths)."""

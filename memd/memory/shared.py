@@ -15,9 +15,7 @@ team memory). Recall and the listing read it like any memory, with two differenc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from memd.memory.frontmatter import Frontmatter
 from memd.memory.paths import TEAM_DIRNAME
@@ -58,12 +56,10 @@ def note_of(relative: str, meta: Frontmatter) -> TeamNote | None:
     return TeamNote(said.author, said.agent)
 
 
-def note_heading(memory: Mapping[str, Any]) -> str | None:
+def note_heading(note: TeamNote | None) -> str | None:
     """The line that introduces a recalled team memory (``None`` for a personal one)."""
-    note = memory.get("team")
-    if not isinstance(note, Mapping):
+    if note is None:
         return None
-    who = str(note.get("author") or "a teammate")
-    agent = note.get("agent")
-    via = f" with {agent}" if agent else ""
+    who = note.author or "a teammate"
+    via = f" with {note.agent}" if note.agent else ""
     return f"Shared by {who}{via}. {FRAMING}"
