@@ -21,6 +21,7 @@ from memd.compaction.restore import (
     recently_read,
     visible_paths,
 )
+from memd.compaction.results import ContextFile
 from memd.compaction.service import CONTEXT_FILE_MAX_BYTES, plan_file, session_start_context
 from memd.config import CompactionConfig
 from tests.compaction_support import words_estimate
@@ -149,5 +150,5 @@ async def test_context_files_that_are_fifos_devices_or_huge_are_skipped_never_wa
     with anyio.fail_after(10):
         context = await anyio.to_thread.run_sync(session_start_context, project, home)
         plan = await anyio.to_thread.run_sync(plan_file, home / ".claude", "my-plan")
-    assert context == [{"path": str(project / "CLAUDE.md"), "content": "shared rules\n"}]
+    assert context == [ContextFile(str(project / "CLAUDE.md"), "shared rules\n")]
     assert plan is None

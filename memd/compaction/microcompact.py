@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from memd.compaction import prompts
-from memd.compaction.message import Block, Msg, TokenEstimator, block_type, total_tokens
+from memd.compaction.message import Block, Msg, TokenEstimator, block_type, to_api, total_tokens
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,16 @@ class Microcompacted:
     @property
     def tokens_saved(self) -> int:
         return max(0, self.tokens_before - self.tokens_after)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``microcompact`` reply (no API call, ever)."""
+        return {
+            "messages": to_api(self.messages),
+            "cleared_tool_use_ids": list(self.cleared_ids),
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "api_calls": 0,
+        }
 
 
 def microcompact(

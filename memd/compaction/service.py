@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,8 +20,21 @@ import anyio
 
 from memd.atomic import persist
 from memd.compaction.forked_session import ForkPlan, plan_fork, write_new_session
-from memd.compaction.message import Msg, to_api
-from memd.compaction.microcompact import microcompact
+from memd.compaction.message import Msg
+from memd.compaction.microcompact import Microcompacted, microcompact
+from memd.compaction.results import (
+    Compacted,
+    Compaction,
+    ContextFile,
+    CutPlan,
+    DryRun,
+    Forked,
+    ForkResult,
+    NotCompacted,
+    NotForked,
+    Restore,
+    ShouldCompact,
+)
 from memd.compaction.session_memory import FallThrough, compact_with_notes
 from memd.compaction.strategy import NotesInput, Outcome, compact, files_to_restore
 from memd.compaction.takeover import TakeoverRecord
@@ -101,16 +114,16 @@ def messages_from_client(raw: Sequence[Any]) -> list[Msg]:
     return out
 
 
-def plan_file(claude_dir: Path, slug: str | None) -> dict[str, str] | None:
+def plan_file(claude_dir: Path, slug: str | None) -> ContextFile | None:
     """The session's plan (``<claude_dir>/plans/<slug>.md``), read now, if it exists."""
     if not slug or "/" in slug or slug.startswith("."):
         return None
     path = claude_dir / "plans" / f"{slug}.md"
     content = read_text_target(path, CONTEXT_FILE_MAX_BYTES)
-    return None if content is None else {"path": str(path), "content": content}
+    return None if content is None else ContextFile(str(path), content)
 
 
-def session_start_context(cwd: Path | None, home: Path) -> list[dict[str, str]]:
+def session_start_context(cwd: Path | None, home: Path) -> list[ContextFile]:
     """CLAUDE.md files that start every session: the user's, then the project's, root first."""
     found: list[Path] = [home / ".claude" / "CLAUDE.md"]
     if cwd is not None:
@@ -121,7 +134,7 @@ def session_start_context(cwd: Path | None, home: Path) -> list[dict[str, str]]:
     for path in dict.fromkeys(found):
         content = read_text_target(path, CONTEXT_FILE_MAX_BYTES)
         if content is not None:
-            out.append({"path": str(path), "content": content})
+            out.append(ContextFile(str(path), content))
     return out
 
 
@@ -178,24 +191,24 @@ class CompactionService:
             window.context_window, window.max_output_tokens, self.config.compaction
         )
 
-    def should_compact(self, session_id: str, tokens: int, window: Window) -> dict[str, Any]:
+    def should_compact(self, session_id: str, tokens: int, window: Window) -> ShouldCompact:
         decision = should_compact(
             tokens, window.context_window, window.max_output_tokens, self.config.compaction
         )
         breaker = self._breakers.get(session_id, BreakerState())
         allowed = breaker.allows("auto", self.config.compaction)
-        return {
-            "compact": decision.compact and allowed,
-            "tokens": tokens,
-            "threshold": decision.threshold,
-            "context_window": window.context_window,
-            "window_source": window.source,
-            "effective_window": decision.effective_window,
-            "tokens_left": decision.tokens_left,
-            "percent_of_threshold": round(decision.percent_of_threshold, 1),
-            "circuit_open": not allowed,
-            "consecutive_failures": breaker.consecutive_failures,
-        }
+        return ShouldCompact(
+            compact=decision.compact and allowed,
+            tokens=tokens,
+            threshold=decision.threshold,
+            context_window=window.context_window,
+            window_source=window.source,
+            effective_window=decision.effective_window,
+            tokens_left=decision.tokens_left,
+            percent_of_threshold=round(decision.percent_of_threshold, 1),
+            circuit_open=not allowed,
+            consecutive_failures=breaker.consecutive_failures,
+        )
 
     async def notes_input(self, session_id: str | None) -> NotesInput | None:
         if session_id is None or self.notes_for is None:
@@ -212,11 +225,13 @@ class CompactionService:
         *,
         trigger: Trigger,
         transcript_path: str | None,
-    ) -> dict[str, Any]:
-        """Which level would serve, and where level 1 would cut; never calls a model."""
+        context_tokens: int | None = None,
+    ) -> DryRun:
+        """Which level would serve, and where level 1 would cut; never calls a model.
+        ``context_tokens``: the session's live figure, carried in the plan."""
         notes = await self.notes_input(session_id)
         before = sum(m.tokens for m in msgs)
-        base = {"dry_run": True, "tokens_before": before, "threshold": self.threshold(window)}
+        base = DryRun(before, self.threshold(window), None, context_tokens=context_tokens)
         if notes is None:
             return self._level2_plan(base, "the session has no notes")
         level1 = compact_with_notes(
@@ -233,23 +248,22 @@ class CompactionService:
         )
         if isinstance(level1, FallThrough):
             return self._level2_plan(base, level1.detail)
-        return {
-            **base,
-            "level": 1,
-            "tokens_after": level1.tokens_after,
-            "cut_index": level1.cut_index,
-            "kept_messages": level1.kept_count,
-            "dropped_messages": level1.cut_index,
-            "truncated_sections": list(level1.truncated_sections),
-        }
+        cut = CutPlan(
+            level1.tokens_after,
+            level1.cut_index,
+            level1.kept_count,
+            level1.cut_index,
+            tuple(level1.truncated_sections),
+        )
+        return replace(base, level=1, cut=cut)
 
-    def _level2_plan(self, base: dict[str, Any], reason: str) -> dict[str, Any]:
+    def _level2_plan(self, base: DryRun, reason: str) -> DryRun:
         """Level 2 needs a model: with none, a real compaction would be refused, and the dry
         run says so (``level: None``, ``disabled``) instead of promising a summary call."""
         llm = job_route(self.get_llm(), "compact")
         if isinstance(llm, Disabled):
-            return {**base, "level": None, "reason": reason, "disabled": llm.reason}
-        return {**base, "level": 2, "reason": reason}
+            return replace(base, level=None, reason=reason, disabled=llm.reason)
+        return replace(base, level=2, reason=reason)
 
     async def compact(
         self,
@@ -263,15 +277,14 @@ class CompactionService:
         cwd: Path | None,
         transcript_path: str | None,
         slug: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Compacted:
         key = session_id or ""
         breaker = self._breakers.get(key, BreakerState())
         if key and not breaker.allows(trigger, self.config.compaction):
-            return {
-                "compacted": False,
-                "reason": f"auto-compaction stopped after {breaker.consecutive_failures} "
-                "failures in a row; a manual compaction still runs and resets it",
-            }
+            return NotCompacted(
+                f"auto-compaction stopped after {breaker.consecutive_failures} "
+                "failures in a row; a manual compaction still runs and resets it"
+            )
         route = job_route(self.get_llm(), "compact")
         began = time.monotonic()
         try:
@@ -302,30 +315,14 @@ class CompactionService:
 
     async def _result(
         self, before: list[Msg], outcome: Outcome, cwd: Path | None, slug: str | None
-    ) -> dict[str, Any]:
+    ) -> Compaction:
         restored = await files_to_restore(
             before, outcome, estimate=estimate_content, cfg=self.config.compaction, cwd=cwd
         )
         index = await self.memory_index_for(str(cwd)) if self.memory_index_for and cwd else None
         context = await anyio.to_thread.run_sync(session_start_context, cwd, self.home)
         plan = await anyio.to_thread.run_sync(plan_file, self.claude_dir, slug)
-        return {
-            "compacted": True,
-            "level": outcome.level,
-            "messages": to_api(outcome.messages),
-            "boundary": outcome.boundary.as_dict(),
-            "tokens_before": outcome.tokens_before,
-            "tokens_after": outcome.tokens_after,
-            "api_calls": outcome.spent.api_calls,
-            "spent": asdict(outcome.spent),
-            "level1_skipped": outcome.skipped_level1.detail if outcome.skipped_level1 else None,
-            "restore": {
-                "files": [asdict(f) for f in restored],
-                "claude_md": context,
-                "plan": plan,
-                "memory_index": index,
-            },
-        }
+        return Compaction(outcome, Restore(tuple(restored), tuple(context), plan, index))
 
     async def fork(
         self,
@@ -338,7 +335,7 @@ class CompactionService:
         wait: bool = True,
         fork_id: str | None = None,
         fresh_only: bool = False,
-    ) -> dict[str, Any]:
+    ) -> ForkResult:
         """Write a level-1 compaction of ``state`` as a new session of its agent, ``room``, in
         the agent's own format and place (no model call; see :mod:`memd.compaction.
         forked_session`), below ``root``, its sessions folder (the source's). ``read`` runs a
@@ -350,13 +347,13 @@ class CompactionService:
         ``forked: False`` and why."""
         writer = room.fork
         if writer is None:
-            return {"forked": False, "reason": f"memd cannot write a {room.title} session yet"}
+            return NotForked(f"memd cannot write a {room.title} session yet")
         if wait:
             notes = await self.notes_input(state.session_id)
         else:
             notes = await self.notes_for(state.session_id) if self.notes_for else None
         if notes is None:
-            return {"forked": False, "reason": "the session has no notes yet"}
+            return NotForked("the session has no notes yet")
         threshold = self.threshold(window)
 
         def plan(conv: Conversation) -> ForkPlan | FallThrough:
@@ -374,15 +371,15 @@ class CompactionService:
 
         planned = await read(state, plan)
         if isinstance(planned, FallThrough):
-            return {"forked": False, "reason": planned.detail, "fall_through": planned.reason}
+            return NotForked(planned.detail, planned.reason)
         behind = planned.uncovered_tokens - self.config.compaction.keep_max_tokens
         if fresh_only and behind > 0:
-            return {"forked": False, "reason": f"the notes are {behind} tokens behind"}
+            return NotForked(f"the notes are {behind} tokens behind")
         return await self._write_fork(state, room, root, planned, notes.notes or "")
 
     async def _write_fork(
         self, state: SessionState, room: Room, root: Path, planned: ForkPlan, notes: str
-    ) -> dict[str, Any]:
+    ) -> ForkResult:
         """Write the planned fork where the agent finds it, with the notes it was made from
         given to it first (:mod:`memd.session.forked`); :meth:`fork`'s result."""
         fork = planned.fork
@@ -401,10 +398,7 @@ class CompactionService:
             log.warning("fork of %s not written: %s", state.session_id, exc)
             if seeded and self.fork_notes is not None:
                 await anyio.to_thread.run_sync(self.fork_notes.unseed, state, fork.session_id)
-            return {
-                "forked": False,
-                "reason": f"writing the new session in {path.parent} failed: {exc}",
-            }
+            return NotForked(f"writing the new session in {path.parent} failed: {exc}")
         log.info(
             "forked %s into %s: %d -> %d tokens, %d messages kept, no API call",
             state.session_id,
@@ -413,31 +407,22 @@ class CompactionService:
             planned.tokens_after,
             fork.kept_messages,
         )
-        return {
-            "forked": True,
-            "session": fork.session_id,
-            "from_session": state.session_id,
-            "path": str(path),
-            "resume": room.resume(fork.session_id),
-            "tokens_before": planned.tokens_before,
-            "tokens_after": planned.tokens_after,
-            "kept_messages": fork.kept_messages,
-            "dropped_messages": planned.dropped_messages,
-            "api_calls": 0,
-        }
+        return Forked(
+            session=fork.session_id,
+            from_session=state.session_id,
+            path=str(path),
+            resume=room.resume(fork.session_id),
+            tokens_before=planned.tokens_before,
+            tokens_after=planned.tokens_after,
+            kept_messages=fork.kept_messages,
+            dropped_messages=planned.dropped_messages,
+        )
 
-    def microcompact(self, msgs: list[Msg], keep_recent: int | None) -> dict[str, Any]:
+    def microcompact(self, msgs: list[Msg], keep_recent: int | None) -> Microcompacted:
         keep = (
             self.config.compaction.microcompact_keep_recent if keep_recent is None else keep_recent
         )
-        result = microcompact(msgs, keep_recent=keep, estimate=estimate_content)
-        return {
-            "messages": to_api(result.messages),
-            "cleared_tool_use_ids": list(result.cleared_ids),
-            "tokens_before": result.tokens_before,
-            "tokens_after": result.tokens_after,
-            "api_calls": 0,
-        }
+        return microcompact(msgs, keep_recent=keep, estimate=estimate_content)
 
     def breaker_of(self, session_id: str) -> BreakerState:
         return self._breakers.get(session_id, BreakerState())

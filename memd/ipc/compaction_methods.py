@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from memd.compaction.message import Msg
+from memd.compaction.results import Compacted, DryRun, ForkResult, NotForked
 from memd.compaction.service import messages_from_client
 from memd.compaction.takeover import Pass, asked, block_reason, decide
 from memd.errors import NotFound
@@ -45,7 +46,7 @@ def compaction_methods(daemon: CompactionFace) -> dict[str, Handler]:
         state = find_session(daemon, opt_str(params, "session"))
         tokens = opt_int(params, "tokens")
         figure = state.context_tokens if tokens is None else tokens
-        return svc.should_compact(state.session_id, figure, svc.window(params, state))
+        return svc.should_compact(state.session_id, figure, svc.window(params, state)).as_dict()
 
     async def compact(params: dict[str, Any]) -> Any:
         """Params: ``session`` and/or ``messages`` (API format), ``context_window``,
@@ -61,32 +62,32 @@ def compaction_methods(daemon: CompactionFace) -> dict[str, Handler]:
         (the model failed)."""
         started = time.perf_counter()
         if params.get("fork"):
-            return await _fork(daemon, params)
+            return (await _fork(daemon, params)).as_dict()
         state, msgs = await _input(daemon, params)
         input_ms = _ms_since(started)
         result = await _run_compact(daemon, params, state, msgs)
-        result["server_ms"] = {"total": _ms_since(started), "input": input_ms}
+        total_ms = _ms_since(started)
         log.debug(
             "compact %s: level %s in %.1f ms (messages %.1f ms)",
             state.session_id if state else "(client messages)",
-            result.get("level"),
-            result["server_ms"]["total"],
+            result.level,
+            total_ms,
             input_ms,
         )
-        return result
+        return result.as_dict() | {"server_ms": {"total": total_ms, "input": input_ms}}
 
     async def microcompact(params: dict[str, Any]) -> Any:
         """Params: ``session`` or ``messages``, optional ``keep_recent``. Clears old tool
         results to a placeholder, pairs kept valid; zero API calls."""
         _, msgs = await _input(daemon, params)
-        return svc.microcompact(msgs, opt_int(params, "keep_recent"))
+        return svc.microcompact(msgs, opt_int(params, "keep_recent")).as_dict()
 
     return {"should_compact": should_compact, "compact": compact, "microcompact": microcompact}
 
 
 async def _run_compact(
     daemon: CompactionFace, params: dict[str, Any], state: SessionState | None, msgs: list[Msg]
-) -> dict[str, Any]:
+) -> DryRun | Compacted:
     """``compact`` without ``fork``: the dry run's plan or the compaction's result."""
     svc = daemon.compaction
     trigger = params.get("trigger", "manual")
@@ -95,9 +96,10 @@ async def _run_compact(
     window = svc.window(params, state)
     sid = state.session_id if state else None
     if params.get("dry_run"):
-        path = state.path if state else None
-        plan = await svc.dry_run(msgs, sid, window, trigger=trigger, transcript_path=path)
-        return {**plan, "context_tokens": state.context_tokens if state else None}
+        path, tokens = (state.path, state.context_tokens) if state else (None, None)
+        return await svc.dry_run(
+            msgs, sid, window, trigger=trigger, transcript_path=path, context_tokens=tokens
+        )
     cwd = opt_str(params, "cwd") or (state.cwd if state else None)
     return await svc.compact(
         msgs,
@@ -112,7 +114,7 @@ async def _run_compact(
     )
 
 
-async def _fork(daemon: CompactionFace, params: dict[str, Any]) -> dict[str, Any]:
+async def _fork(daemon: CompactionFace, params: dict[str, Any]) -> ForkResult:
     """``compact`` with ``fork`` (:meth:`memd.compaction.service.CompactionService.fork`)."""
     svc = daemon.compaction
     if params.get("messages") is not None or params.get("dry_run"):
@@ -120,7 +122,7 @@ async def _fork(daemon: CompactionFace, params: dict[str, Any]) -> dict[str, Any
     state = find_session(daemon, opt_str(params, "session"))
     room, source = daemon.registry.room_of(state), daemon.registry.source_of(state)
     if room is None or source is None:
-        return {"forked": False, "reason": f"memd no longer follows {state.agent} sessions"}
+        return NotForked(f"memd no longer follows {state.agent} sessions")
     window = svc.window(params, state)
     return await svc.fork(state, room, daemon.registry.read, window, root=source.root)
 
@@ -198,11 +200,11 @@ async def precompact(daemon: TakeoverFace, hook_input: Mapping[str, Any]) -> str
             )
         except (NotFound, TranscriptChanged) as exc:  # the transcript went or keeps changing
             return await _pass(daemon, state.session_id, str(exc))
-        if not result.get("forked"):
-            return await _pass(daemon, state.session_id, str(result.get("reason")))
+        if isinstance(result, NotForked):
+            return await _pass(daemon, state.session_id, result.reason)
         await anyio.to_thread.run_sync(record.count_taken)
         log.info("/compact of %s taken over by the fork %s", state.session_id, fork_id)
-        return block_reason(str(result["resume"]))
+        return block_reason(result.resume)
     return await _pass(daemon, state.session_id, "the fork took longer than the hook waits")
 
 
