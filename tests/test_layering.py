@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from memd_client.errors import MemdClientError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,15 +308,19 @@ def test_the_cycle_check_sees_a_cycle() -> None:
 # What the root may still set on a part it built: what a reload changes (Daemon._apply) and the
 # registry's dirty flag once its state is saved (Daemon.save_state).
 ROOT_SETS_AFTER = {"_apply", "save_state"}
+# The modules that build services from their parts, and where each may set a part's attribute.
+BUILDERS = {
+    "memd/daemon/service.py": ROOT_SETS_AFTER,
+    "memd/memory/service.py": set(),
+}
 
 
-def test_the_root_wires_nothing_into_a_service_after_building_it() -> None:
-    """Each service gets its collaborators at construction (issue 35): the composition root
-    set five of compaction's and two of the guard's afterwards, so either could be used half
-    wired and its constructor did not say what it depends on."""
-    tree = ast.parse((ROOT / "memd" / "daemon" / "service.py").read_text())
+def parts_set(source: str) -> list[str]:
+    """Where ``source`` sets an attribute of something other than ``self`` (a part of it:
+    ``self.part.attr = …``, or one it holds in a name: ``part.attr = …``), as
+    ``"function: target"``."""
     wired = []
-    for func in ast.walk(tree):
+    for func in ast.walk(ast.parse(source)):
         if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         for node in ast.walk(func):
@@ -327,8 +333,22 @@ def test_the_root_wires_nothing_into_a_service_after_building_it() -> None:
             wired += [
                 f"{func.name}: {ast.unparse(t)}"
                 for t in targets
-                if isinstance(t, ast.Attribute)
-                and isinstance(t.value, ast.Attribute)
-                and ast.unparse(t.value.value) == "self"
+                if isinstance(t, ast.Attribute) and ast.unparse(t.value) != "self"
             ]
-    assert [w for w in wired if w.split(":")[0] not in ROOT_SETS_AFTER] == []
+    return wired
+
+
+def test_parts_set_finds_a_part_wired_after_construction() -> None:
+    source = "def build(self):\n    jobs = Jobs()\n    jobs.form_for = f\n    self.a.b = 1\n"
+    assert parts_set(source) == ["build: jobs.form_for", "build: self.a.b"]
+    assert parts_set("def f(self):\n    self.config = c\n    x = Y(a=1)\n") == []
+
+
+@pytest.mark.parametrize("module", sorted(BUILDERS))
+def test_the_root_wires_nothing_into_a_service_after_building_it(module: str) -> None:
+    """Each service gets its collaborators at construction (issue 35): the composition root
+    set five of compaction's and two of the guard's afterwards, the memory service three of
+    its extraction jobs' and the beside waits, so any could be used half wired and its
+    constructor did not say what it depends on."""
+    wired = parts_set((ROOT / module).read_text())
+    assert [w for w in wired if w.split(":")[0] not in BUILDERS[module]] == []

@@ -357,8 +357,7 @@ async def test_beside_claude_codes_own_auto_memory_a_turn_waits_for_it(tmp_path:
     the memory dir: tests/test_beside_wait.py) instead of being queued; its auto memory off:
     queued at once; ``extract_beside_claude_code: false``: left to Claude Code."""
     world = World(tmp_path / "on", Disabled("no API key"), config=Config())
-    waits = world.service.beside.waits
-    assert waits is not None
+    waits = world.service.waits
     feedback_turn(world.session())
     assert await world.service.on_turn_end(world.state())
     assert waits.waiting == 1 and world.cursor() == (None, True)  # a restart takes it up

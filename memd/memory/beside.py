@@ -19,7 +19,6 @@ import anyio
 import anyio.to_thread
 
 from memd.config import MemoryConfig
-from memd.memory.beside_wait import BesideWaits
 from memd.memory.claude_code import (
     FORWARDED_ENV,
     MOVING_ENV,
@@ -57,7 +56,6 @@ class Beside:
         self._config = config
         self._own_memory_of = own_memory_of
         self.contexts = SessionContexts()
-        self.waits: BesideWaits | None = None  # set by the memory service (it has the jobs)
         self._project_versions: OrderedDict[str, str] = OrderedDict()
         # cwd → the variables that move the memory dir, as the newest hook there forwarded
         self._moving_env: OrderedDict[str, dict[str, str]] = OrderedDict()
@@ -141,13 +139,14 @@ class Beside:
             "notes_owed": record.notes_owed,
         }
 
-    def statistics(self) -> dict[str, Any]:
-        """For ``memdctl status``: sessions seen through hooks, by Claude Code's auto memory."""
+    def statistics(self, waiting: int) -> dict[str, Any]:
+        """For ``memdctl status``: sessions seen through hooks, by Claude Code's auto memory;
+        ``waiting``: extractions waiting for it (:class:`~memd.memory.beside_wait.BesideWaits`)."""
         return {
             "sessions": self.contexts.decided,
             "claude_auto_memory_on": self.contexts.auto_memory_on,
             "extract_beside_claude_code": self._config().extract_beside_claude_code,
-            "waiting_for_claude_code": self.waits.waiting if self.waits is not None else 0,
+            "waiting_for_claude_code": waiting,
         }
 
     async def form_for(self, state: SessionState) -> FrontmatterForm:

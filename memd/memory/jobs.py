@@ -98,7 +98,15 @@ class ExtractionJobs:
         conversation_of: Callable[[SessionState], Awaitable[ConversationReader]],
         *,
         hold_dir: DirHold | None = None,
+        form_for: Callable[[SessionState], Awaitable[FrontmatterForm]] | None = None,
+        cite_files: Callable[[str, Path, Sequence[str]], tuple[str, ...]] | None = None,
+        propose_for: Callable[[SessionState], Propose | None] | None = None,
     ) -> None:
+        """``form_for``: where the type goes in the files of a session's run (its Claude
+        Code's form; none: ``metadata``). ``cite_files``: records what the files a kept run
+        wrote cite (issue 26): (cwd, memory dir, files). ``propose_for``: where a session's
+        new memories go as a proposal instead of being written (its agent's review inbox,
+        when the user asked: :mod:`memd.memory.propose`); none: written."""
         self.state_dir = state_dir
         self._hold_dir = hold_dir
         self._config = config  # read per run: a running extraction finishes with the old one
@@ -113,18 +121,14 @@ class ExtractionJobs:
         self._store_lock = anyio.Lock()
         self._last_error: dict[str, Any] | None = None
         self._runs: Counter[str] = Counter()
-        # Where the type goes in the files of a session's run (its Claude Code's form).
-        self.form_for: Callable[[SessionState], Awaitable[FrontmatterForm]] | None = None
-        # Records what the files a kept run wrote cite (issue 26): (cwd, memory dir, files).
-        self.cite_files: Callable[[str, Path, Sequence[str]], tuple[str, ...]] | None = None
+        self._form_for = form_for
+        self._cite_files = cite_files
+        self._propose_for = propose_for
         # After a prompt-too-long, per (memory dir, session): the most tokens of new
         # conversation one run may send (R-B1); kept while the daemon runs.
         self._input_caps: dict[tuple[str, str], int] = {}
         self._taken: dict[str, str] = {}  # session id -> why its next run skips
         self._ours: dict[str, dict[str, int]] = {}  # memory dir -> file -> mtime memd left
-        # Where a session's new memories go as a proposal instead of being written (its
-        # agent's review inbox, when the user asked: memd.memory.propose), None: written.
-        self.propose_for: Callable[[SessionState], Propose | None] | None = None
 
     async def enqueue(
         self, where: Location, state: SessionState, cwd: str, taken: str | None = None
@@ -270,10 +274,10 @@ class ExtractionJobs:
             index_max_bytes=config.memory.index_max_bytes,
             scan_max_files=config.memory.scan_max_files,
             redact_secrets=config.privacy.redact_secrets,
-            frontmatter_form=await self.form_for(state) if self.form_for else "metadata",
+            frontmatter_form=await self._form_for(state) if self._form_for else "metadata",
         )
         where = project.where.memory_dir
-        propose = self.propose_for(state) if self.propose_for is not None else None
+        propose = self._propose_for(state) if self._propose_for is not None else None
         before = await anyio.to_thread.run_sync(take_snapshot, where) if propose else None
         result = await extract_memories(
             route.llm,
@@ -329,10 +333,10 @@ class ExtractionJobs:
     async def _cite(self, memory_dir: Path, cwd: str, touched: Sequence[str]) -> None:
         """Record the citations of the memories a kept run wrote (never raises)."""
         relatives = [r for r in (in_memory_dir(memory_dir, p) for p in touched) if r]
-        if self.cite_files is None or not relatives:
+        if self._cite_files is None or not relatives:
             return
         try:
-            await anyio.to_thread.run_sync(self.cite_files, cwd, memory_dir, relatives)
+            await anyio.to_thread.run_sync(self._cite_files, cwd, memory_dir, relatives)
         except Exception:  # a citation is a hint: the run's memories are kept without one
             log.exception("recording the citations of %s crashed", memory_dir)
 

@@ -125,15 +125,7 @@ class MemoryService:
             self.citations.log.verified_in,
             hold_dir,
         )
-        self._jobs, self._turns = self._extraction(hold_dir, after_turn)
-
-    def _extraction(
-        self,
-        hold_dir: DirHold | None,
-        after_turn: Callable[[Location, SessionState], None] | None,
-    ) -> tuple[ExtractionJobs, TurnEnds]:
-        """The extraction jobs and the turn ends that start them, wired to this service."""
-        jobs = ExtractionJobs(
+        self._jobs = ExtractionJobs(
             self.state_dir,
             lambda: self.config,
             self._clock,
@@ -142,8 +134,28 @@ class MemoryService:
             self._get_llm,
             self._conversation_of,
             hold_dir=hold_dir,
+            form_for=self.beside.form_for,
+            cite_files=self.citations.record,
+            propose_for=agent_files.propose_for if agent_files else None,
         )
-        turns = TurnEnds(
+        # Extractions beside Claude Code's own memory wait for it first.
+        self.waits = BesideWaits(
+            self._clock,
+            lambda: self.config.memory.beside_wait_s,
+            self._jobs.enqueue,
+            self._jobs.ours,
+            self._jobs.mark_pending,
+        )
+        self._turns = self._turn_ends(self._jobs, self.waits, after_turn)
+
+    def _turn_ends(
+        self,
+        jobs: ExtractionJobs,
+        waits: BesideWaits,
+        after_turn: Callable[[Location, SessionState], None] | None,
+    ) -> TurnEnds:
+        """The turn ends that start the extraction ``jobs`` (or their ``waits``)."""
+        return TurnEnds(
             lambda: self.config,
             self._clock,
             jobs,
@@ -154,18 +166,8 @@ class MemoryService:
             after_turn=self.usage.chained(after_turn),
             extraction_off=self.beside.extraction_off,
             beside=self.beside,
+            waits=waits,
         )
-        self.beside.waits = BesideWaits(
-            self._clock,
-            lambda: self.config.memory.beside_wait_s,
-            jobs.enqueue,
-            jobs.ours,
-            jobs.mark_pending,
-        )
-        jobs.form_for = self.beside.form_for
-        jobs.cite_files = self.citations.record
-        jobs.propose_for = self.agent_files.propose_for if self.agent_files else None
-        return jobs, turns
 
     def reconfigure(self, config: Config) -> None:
         """New settings (config reload); a running extraction finishes with the old ones."""
@@ -353,8 +355,8 @@ class MemoryService:
     ) -> bool:
         """A Stop (``answer``: its last assistant message) or SessionEnd (``ended``) hook: a
         turn end, queued once the transcript holds it (never blocks)."""
-        if ended and self.beside.waits is not None:
-            self.beside.waits.ended(session_id)
+        if ended:
+            self.waits.ended(session_id)
         return self._turns.on_stop(session_id, transcript_path, cwd, answer)
 
     async def on_turn_end(self, state: SessionState) -> bool:
@@ -374,8 +376,7 @@ class MemoryService:
         await self._turns.resume_pending()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._turns.run_timers, name="memory quiet timers")
-            if self.beside.waits is not None:
-                tg.start_soon(self.beside.waits.run, name="beside Claude Code's memory")
+            tg.start_soon(self.waits.run, name="beside Claude Code's memory")
             tg.start_soon(self.semantic.run, name="semantic recall")
             tg.start_soon(self.usage.run, name="memory usage")
             if self.agent_files is not None:  # blocks left where serving is now off
@@ -423,5 +424,5 @@ class MemoryService:
             "archive": self.archive.statistics(),
             "last_error": jobs.last_error,
             "projects": jobs.projects,
-            "claude_code": self.beside.statistics(),
+            "claude_code": self.beside.statistics(self.waits.waiting),
         }

@@ -37,6 +37,7 @@ from memd.transcript.view import ConversationReader
 
 if TYPE_CHECKING:
     from memd.memory.beside import Beside
+    from memd.memory.beside_wait import BesideWaits
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,12 @@ class TurnEnds:
         after_turn: Callable[[Location, SessionState], None] | None = None,
         extraction_off: Callable[[SessionState], Awaitable[str | None]] | None = None,
         beside: Beside | None = None,
+        waits: BesideWaits | None = None,
     ) -> None:
+        """``waits``: where a session whose extraction waits for its Claude Code's own memory
+        (``beside.waits_for``) waits."""
         self._beside = beside
+        self._waits = waits
         self._config = config
         self._after_turn = after_turn  # the dream's gate check listens to the same signal
         self._extraction_off = extraction_off
@@ -169,7 +174,7 @@ class TurnEnds:
             log.debug("memory: no extraction for session %s: %s", state.session_id, off)
         else:
             self._last_trigger[state.session_id] = state.last_uuid
-            waits = self._beside.waits if self._beside is not None else None
+            waits = self._waits
             if waits is not None and self._beside and await self._beside.waits_for(state):
                 await waits.begin(where, state, cwd)  # Claude Code's own memory first
             else:
