@@ -25,7 +25,17 @@ shape Codex sends an MCP tool in): a request answers the next one whose output i
 not carry yet, and the text once all have one. As a real model can, it calls an MCP server's
 tool only once the request offers that server's tools: Codex 0.171 starts its MCP servers in
 the background and offers their tools from the first request after a server answered, so
-until then the model waits in a shell (``sleep``, at most :data:`MAX_WAITS` times). Nothing else is
+until then the model waits in a shell (``sleep``, at most :data:`MAX_WAITS` times).
+
+Codex's memory consolidation (its sub-agent ``memory_consolidation``, a model run at Codex's
+start when its memories folder changed, with one tool: ``exec``, JavaScript that calls
+Codex's tools) is answered with the text, as any request; after
+:meth:`LoopbackAgentAPI.expect_consolidation` the next one runs a shell command in the
+memories folder through ``tools.exec_command`` first. As a real model's consolidation takes
+seconds, it calls the tool only once the session's own first request came (its start, hooks
+included, is over), and the session's turn is answered only once the consolidation is done
+or :data:`CONSOLIDATION_WAIT_S` passed (``codex exec`` stops the consolidation when its turn
+ends). Nothing else is
 simulated (no limits, no faults): that is :mod:`.loopback`'s job for the Messages API, which
 memd itself speaks.
 """
@@ -44,6 +54,8 @@ from memd.testing.loopback_replies import ApiError, Message, Reply
 Wire = Literal["responses", "gemini"]
 MAX_WAITS = 60  # shell waits for an MCP server's tools to be offered (0.5 s each)
 WAIT_S = 0.5
+CONSOLIDATION_WAIT_S = 20.0
+CONSOLIDATION_CALL = "call_memd_consolidation"
 
 
 @dataclass(frozen=True)
@@ -82,11 +94,22 @@ class LoopbackAgentAPI(Served):
         self._lock = threading.Lock()
         self._records: list[AgentRequest] = []
         self._count = 0
+        self._consolidation: str | None = None  # the next consolidation's shell command
+        self._turn_came = threading.Event()  # a request of the session itself arrived
+        self._consolidated = threading.Event()  # the consolidation's tool ran and it answered
 
     @property
     def requests(self) -> list[AgentRequest]:
         with self._lock:
             return list(self._records)
+
+    def expect_consolidation(self, command: str) -> None:
+        """The next Codex memory consolidation runs ``command`` in the memories folder (see
+        the module doc), and the session's turns wait for it."""
+        with self._lock:
+            self._consolidation = command
+            self._turn_came.clear()
+            self._consolidated.clear()
 
     def texts(self, since: int = 0) -> str:
         """Every model request's body from ``since`` on, as one JSON text (what the model saw)."""
@@ -108,6 +131,13 @@ class LoopbackAgentAPI(Served):
             number = self._count
         if method != "POST" or not _is_model_call(self.wire, path):
             return ApiError(404, "not_found", f"no such endpoint: {method} {path}"), None
+        with self._lock:
+            command = self._consolidation
+        if self.wire == "responses" and command is not None:
+            if _is_consolidation(body):
+                return self._consolidate(number, body, command)
+            self._turn_came.set()
+            self._consolidated.wait(CONSOLIDATION_WAIT_S)
         if self.wire == "responses":
             pending = next_call(self.calls, body)
             if pending is not None:
@@ -120,6 +150,42 @@ class LoopbackAgentAPI(Served):
         if path.endswith(":streamGenerateContent"):
             return Message(()), Events(((None, answer),))
         return json_reply(answer)
+
+    def _consolidate(self, number: int, body: Any, command: str) -> tuple[Reply, Any]:
+        """Codex's memory consolidation: ``command`` through its ``exec`` tool, then the
+        text."""
+        if any(
+            i.get("call_id") == CONSOLIDATION_CALL for i in _items(body, "custom_tool_call_output")
+        ):
+            with self._lock:
+                self._consolidation = None
+            self._consolidated.set()
+            return Message(()), Events(responses_events(f"resp_loop{number}", self.text))
+        self._turn_came.wait(CONSOLIDATION_WAIT_S)
+        args = json.dumps({"cmd": command})
+        code = f"const r = await tools.exec_command({args});\ntext(JSON.stringify(r));\n"
+        item = {
+            "type": "custom_tool_call",
+            "id": f"ctc_resp_loop{number}",
+            "status": "completed",
+            "call_id": CONSOLIDATION_CALL,
+            "name": "exec",
+            "input": code,
+        }
+        return Message(()), Events(_stream(f"resp_loop{number}", item, 10))
+
+
+def _is_consolidation(body: Any) -> bool:
+    """Whether a Responses request is Codex's memory consolidation sub-agent's."""
+    meta = body.get("client_metadata") if isinstance(body, dict) else None
+    return isinstance(meta, dict) and meta.get("x-openai-subagent") == "memory_consolidation"
+
+
+def _items(body: Any, kind: str) -> list[dict[str, Any]]:
+    items = body.get("input") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        return []
+    return [i for i in items if isinstance(i, dict) and i.get("type") == kind]
 
 
 def _is_model_call(wire: Wire, path: str) -> bool:
@@ -134,10 +200,7 @@ def _is_model_call(wire: Wire, path: str) -> bool:
 
 def call_outputs(body: Any) -> list[Any]:
     """The ``function_call_output`` items of a Responses request's input, in order."""
-    items = body.get("input") if isinstance(body, dict) else None
-    if not isinstance(items, list):
-        return []
-    return [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    return _items(body, "function_call_output")
 
 
 def next_call(calls: tuple[ToolCall, ...], body: Any) -> tuple[str, ToolCall] | None:
