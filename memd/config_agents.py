@@ -10,13 +10,22 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class NativeMemoryConfig:
+class ServedMemoryConfig:
     """One agent's own memory, as memd serves it (``agents.<agent>.*``)."""
 
-    # Serve memd's verified memories in the agent's own memory file, as a block memd owns
-    # (Gemini CLI: ~/.gemini/tmp/<project>/memory/MEMORY.md); off takes the block out again.
+    # Serve memd's verified memories in the agent's own memory files, in files or a block
+    # memd owns (Gemini CLI: ~/.gemini/tmp/<project>/memory/MEMORY.md; Codex CLI: a memory
+    # extension, ~/.codex/memories/extensions/memd/); off takes them out again.
     native_memory: bool = False
-    native_max_bytes: int = 8_192  # the block's size (the agent sends it with every request)
+    # What memd serves there for one project, in bytes (Gemini sends its block with every
+    # request; Codex folds its extension into the summary it sends).
+    native_max_bytes: int = 8_192
+
+
+@dataclass(frozen=True)
+class NativeMemoryConfig(ServedMemoryConfig):
+    """An agent whose own memory also has a review inbox (Gemini CLI)."""
+
     # New memories from the agent's sessions go to its review inbox as a proposal instead
     # of being written (Gemini CLI: `/memory inbox`).
     propose_memories: bool = False
@@ -25,3 +34,4 @@ class NativeMemoryConfig:
 @dataclass(frozen=True)
 class AgentsConfig:
     gemini: NativeMemoryConfig = field(default_factory=NativeMemoryConfig)
+    codex: ServedMemoryConfig = field(default_factory=ServedMemoryConfig)

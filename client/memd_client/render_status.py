@@ -233,6 +233,8 @@ def source_lines(sources: Any, st: Style) -> list[str]:
         own = row.get("own_memory")
         extract = f"; no extraction, {own}" if own else ""
         lines.append(f"source    {where} ({text}){extract}")
+        if row.get("native_memory"):
+            lines.append(st.warn(f"          memd's memories not served: {row['native_memory']}"))
         unread = row.get("unread")
         if isinstance(unread, dict):
             lines += [f"          {n} {why}" for why, n in unread.items()]

@@ -26,6 +26,7 @@ from memd.changes import CHANGES
 from memd.foreign_reads import PROBLEMS
 from memd.health import pipeline_report
 from memd.ipc.status_rows import StatusRows, packer, unreadable
+from memd.sources.registry import room_named
 from memd.window import auto_compact_threshold
 from memd.window import session_window as session_window_of
 from memd.writes import WRITES
@@ -222,8 +223,9 @@ def _ingest_status(daemon: DaemonFace, reg: IngestFigures, queue: QueueStats) ->
 
 
 def sources_report(daemon: DaemonFace) -> list[dict[str, Any]]:
-    """Each agent memd follows: its root, how it is watched, and whether memd leaves the
-    extraction of its sessions to the agent's own memory."""
+    """Each agent memd follows: its root, how it is watched, whether memd leaves the
+    extraction of its sessions to the agent's own memory, and why memd's memories are not
+    in the agent's own files when serving there failed."""
     return [
         {
             "agent": source.agent,
@@ -232,9 +234,15 @@ def sources_report(daemon: DaemonFace) -> list[dict[str, Any]]:
             "reason": watched.status.reason,
             "own_memory": daemon.own_memory.get(source.agent),
             "unread": source.unread(),
+            "native_memory": _native_trouble(source.agent),
         }
         for source, watched in zip(daemon.registry.sources, daemon.watched, strict=True)
     ]
+
+
+def _native_trouble(agent: str) -> str | None:
+    room = room_named(agent)
+    return room.native.trouble() if room is not None and room.native is not None else None
 
 
 REFUSED_ROWS = 50  # the newest refused entries ``status`` lists; ``count`` says how many more

@@ -54,6 +54,12 @@ class NativeMemory(Protocol):
         agent's may never come again: uninstalled); how many files changed."""
         ...
 
+    def trouble(self) -> str | None:
+        """Why the last :meth:`serve` wrote nothing (a write that failed, a file left alone
+        as not memd's), for ``status``; None once one went through. The next turn's end
+        tries again."""
+        ...
+
 
 class Proposals(Protocol):
     """A room's review inbox: new memories from its sessions proposed for the user to take

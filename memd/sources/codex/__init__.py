@@ -9,7 +9,8 @@ line only (``ignored``). Whether Codex keeps memories of its own is read from it
 ``config.toml`` (:func:`own_memory`): then memd leaves extraction to it. The day folders hold
 every project's rollouts: the dream counts and searches those of a project that memd saw end
 a turn (:meth:`Codex.dream_scope`). Its hooks: :mod:`.hooks`; ``codex resume <id>`` resumes a
-session; a compacted session it resumes: :mod:`.fork`.
+session; a compacted session it resumes: :mod:`.fork`; memd's memories in Codex's own
+(``agents.codex.native_memory``): :mod:`.native`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from memd.memory.paths import project_slug
 from memd.sources.base import DreamScope, Layout, OneFile, SessionKey, plain_name, under
 from memd.sources.codex.fork import CodexFork
 from memd.sources.codex.hooks import CodexHooks
+from memd.sources.codex.native import CodexNative
 from memd.sources.codex.reader import CodexReader
 from memd.sources.codex.usage import RULES as USAGE_RULES
 from memd.sources.room import Room
@@ -153,4 +155,5 @@ ROOM = Room(
     resume=_resume,
     fork=CodexFork(),
     usage=USAGE_RULES,
+    native=CodexNative(own_memory),
 )

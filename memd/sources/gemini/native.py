@@ -47,6 +47,12 @@ Change = Callable[[bytes | None], bytes | None]
 class GeminiNative:
     """Gemini CLI's own memory file (:class:`memd.sources.native.NativeMemory`)."""
 
+    def __init__(self) -> None:
+        self._trouble: str | None = None
+
+    def trouble(self) -> str | None:
+        return self._trouble
+
     def enabled(self, loaded: LoadedConfig) -> bool:
         return loaded.config.agents.gemini.native_memory
 
@@ -68,13 +74,15 @@ class GeminiNative:
         if where is None:
             return "no Gemini project folder for this working dir"
         budget = self.budget(loaded)
+        self._trouble = None
         try:
             return update(*where, lambda data: _changed(data, memories, budget))
         except Tangled as exc:
-            return f"left alone: {exc}"
+            self._trouble = f"left alone: {exc}"
         except (OSError, ValueError) as exc:
             log.warning("memd cannot serve Gemini's memory file for %s: %s", cwd, exc)
-            return f"not written: {exc}"
+            self._trouble = f"not written: {exc}"
+        return self._trouble
 
     def take_out(self, loaded: LoadedConfig) -> int:
         if self.enabled(loaded):
