@@ -40,9 +40,8 @@ from memd.sources.native import Served
 log = logging.getLogger(__name__)
 
 MAX_SUMMARY: Final = 1024 * 1024  # read of memory_summary.md (Codex sends ~10 KB of it)
-MAX_FILE: Final = 256 * 1024  # a resource of memd's is a few KB: a bigger one is not memd's
 MAX_LISTED: Final = 4_096  # entries of resources/ looked at
-_HEAD: Final = 64
+_HEAD: Final = 64  # bytes read to tell a file of memd's (its marker) from anyone else's
 OFF_IN_CODEX: Final = (
     "Codex's own memories are off, so it reads no extension (turn them on: [features]"
     " memories = true in its config.toml)"
@@ -117,7 +116,7 @@ class CodexNative:
 
 def _write(area: Area, key: str, files: dict[str, bytes]) -> str:
     """memd's instructions and the project's resources as ``files`` say; what happened."""
-    instructions = _memds(area, f"{FOLDER}/instructions.md")
+    instructions = _memds(area, f"{FOLDER}/instructions.md", len(INSTRUCTIONS) + 1)
     if instructions is False:
         return f"left alone: {FOLDER}/instructions.md is not memd's"
     if instructions != INSTRUCTIONS:
@@ -129,7 +128,7 @@ def _write(area: Area, key: str, files: dict[str, bytes]) -> str:
             changed += removed
             foreign += not removed
     for name, data in files.items():
-        old = _memds(area, f"{RESOURCES}/{name}")
+        old = _memds(area, f"{RESOURCES}/{name}", len(data) + 1)
         if old is False:
             foreign += 1
         elif old != data:
@@ -140,16 +139,16 @@ def _write(area: Area, key: str, files: dict[str, bytes]) -> str:
     return f"{len(files)} memories served, {changed} files changed"
 
 
-def _memds(area: Area, relative: str) -> bytes | bool | None:
-    """The file's bytes when it is memd's, None when there is none, False when it is not
-    memd's (someone else's file, a link, a folder, too big)."""
+def _memds(area: Area, relative: str, max_bytes: int = _HEAD) -> bytes | bool | None:
+    """The file's first ``max_bytes`` when it is memd's, None when there is none, False when
+    it is not memd's (someone else's file, a link, a folder)."""
     info = area.lstat(relative)
     if info is None:
         return None
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE:
+    if not stat.S_ISREG(info.st_mode):
         return False
     try:
-        data, _ = area.read(relative, max_bytes=MAX_FILE)
+        data, _ = area.read(relative, max_bytes=max(max_bytes, _HEAD))
     except FileNotFoundError:
         return None
     except (Refused, ValueError):
