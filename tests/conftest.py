@@ -41,6 +41,7 @@ from tests.other_cli import (
     installed_codex,
     installed_gemini,
 )
+from tests.qwen_cli import QWEN_PACKAGE, QwenCLI, installed_qwen
 
 # One Hypothesis profile for every @given, loaded before any test module is imported so each
 # @settings(...) in the suite inherits it: no deadline and no "too slow" or "too large" health
@@ -295,6 +296,16 @@ def gemini_cli() -> AgentCLI:
     if command is None:
         pytest.skip(f"npm is not installed: cannot install {GEMINI_PACKAGE} for the real-CLI tests")
     return AgentCLI("gemini", command)
+
+
+@pytest.fixture(scope="session")
+def qwen_cli() -> QwenCLI:
+    """The real Qwen Code CLI (pinned; npm into the test cache on first use); skips when npm is
+    absent. See ``tests/qwen_cli.py``."""
+    command = installed_qwen()
+    if command is None:
+        pytest.skip(f"npm is not installed: cannot install {QWEN_PACKAGE} for the real-CLI tests")
+    return QwenCLI(command)
 
 
 @pytest.fixture
