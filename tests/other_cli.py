@@ -111,7 +111,12 @@ class AgentCLI:
         return ["-m", GEMINI_MODEL, "-p", prompt, "--output-format", "json"]
 
     def run(
-        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str]
+        self,
+        args: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float = RUN_TIMEOUT_S,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.command), *args],
@@ -120,5 +125,5 @@ class AgentCLI:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=RUN_TIMEOUT_S,
+            timeout=timeout,
         )

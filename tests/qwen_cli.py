@@ -60,7 +60,12 @@ class QwenCLI:
         }
 
     def run(
-        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str]
+        self,
+        args: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float = RUN_TIMEOUT_S,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.command), *args, "--output-format", "json"],
@@ -69,7 +74,7 @@ class QwenCLI:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=RUN_TIMEOUT_S,
+            timeout=timeout,
         )
 
 

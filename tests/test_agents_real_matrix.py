@@ -46,7 +46,7 @@ from tests.test_agents_real_memory import claude_hooks, claude_texts, repository
 from tests.test_memory_links_e2e import MEMORY_DIR_RE, MEMORY_SYSTEM
 from tests.test_source_memory_e2e import NOTES_EDIT, NOTES_RE
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 # The fact each agent says: (its topic, the command only that agent's prompt names).
 FACTS = {
@@ -56,6 +56,15 @@ FACTS = {
     "claude_code": ("release", "make cut"),
 }
 ASK = "What are the team rules for this repository (deploy, lint, test, release)?"
+# The quiet period at ten minutes: only an agent's turn end starts an extraction. Four hooks
+# run at once, and the CI runs beside busy loops: the hook and its recall get 9 s (the agents
+# give memd's hooks 10 s) rather than the defaults of 1.5 s, which a loaded machine misses (a
+# hook that misses it fails open and recalls nothing), and each CLI run two minutes.
+HOOK_MS = 9_000
+CONFIG = (
+    f"memory:\n  extraction_quiet_s: 600\n  recall_timeout_s: 8\nhook:\n  timeout_ms: {HOOK_MS}\n"
+)
+RUN_S = 120.0
 
 # One run of an agent's real CLI: the prompt in; what it sent its model and what it printed.
 Run = Callable[[str], tuple[str, str]]
@@ -103,7 +112,7 @@ def other_cli(home: Home, repo: Path, cli: AgentCLI, api: LoopbackAgentAPI) -> R
 
     def run(prompt: str) -> tuple[str, str]:
         since = len(api.requests)
-        done = cli.run(cli.prompt_args(prompt), cwd=repo, env=env)
+        done = cli.run(cli.prompt_args(prompt), cwd=repo, env=env, timeout=RUN_S)
         assert done.returncode == 0, (cli.agent, done.stdout[-2000:], done.stderr[-2000:])
         return api.texts(since), done.stdout
 
@@ -117,7 +126,7 @@ def qwen(home: Home, repo: Path, cli: QwenCLI, api: LoopbackAPI) -> Run:
 
     def run(prompt: str) -> tuple[str, str]:
         since = len(api.requests)
-        done = cli.run([prompt], cwd=repo, env=env)
+        done = cli.run([prompt], cwd=repo, env=env, timeout=RUN_S)
         assert done.returncode == 0, ("qwen", done.stdout[-2000:], done.stderr[-2000:])
         sent = [r.body for r in api.requests[since:] if r.path.endswith("/chat/completions")]
         return json.dumps(sent, ensure_ascii=False), done.stdout
@@ -131,7 +140,7 @@ def claude(home: Home, repo: Path, cli: ClaudeCLI, api: LoopbackAPI) -> Run:
 
     def run(prompt: str) -> tuple[str, str]:
         since = len(api.requests)
-        done = cli.run(["-p", prompt], cwd=repo, env=env, timeout=60)
+        done = cli.run(["-p", prompt], cwd=repo, env=env, timeout=RUN_S)
         assert done.returncode == 0, ("claude", done.stdout, done.stderr, read_log(home))
         return claude_texts(api, since), done.stdout
 
@@ -167,9 +176,12 @@ def test_a_fact_said_in_any_real_cli_is_recalled_into_each_other_one(
     ):
         memd_api.add_script(extraction_script())
         config = home.root / "memd.yaml"
-        config.write_text("memory:\n  extraction_quiet_s: 600\n")  # turn ends only
+        config.write_text(CONFIG)
         home.env.update(
-            MEMD_CONFIG=str(config), ANTHROPIC_BASE_URL=memd_api.url, ANTHROPIC_API_KEY="test"
+            MEMD_CONFIG=str(config),
+            MEMD_HOOK_TIMEOUT_MS=str(HOOK_MS),
+            ANTHROPIC_BASE_URL=memd_api.url,
+            ANTHROPIC_API_KEY="test",
         )
         repo = repository(home)
         mdir = memory_dir(home.projects, repo)
@@ -190,7 +202,8 @@ def test_a_fact_said_in_any_real_cli_is_recalled_into_each_other_one(
             sent = each(runs, lambda _: ASK)
             for agent in runs:
                 others = [a for a in runs if a != agent]
-                assert recalled(sent[agent][0], others) == others, (agent, sent[agent][0][-3000:])
+                got = recalled(sent[agent][0], others)
+                assert got == others, (agent, sent[agent][0][-3000:], read_log(home)[-5000:])
             # The Qwen session: known by the id Qwen printed, and given its notes.
             sid = session_id(printed["qwen"][1])
             detail = call(home, "session", {"session": sid[:8]})
