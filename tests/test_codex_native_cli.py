@@ -5,8 +5,9 @@ model (tests/other_cli.py), memd's hooks installed and ``agents.codex.native_mem
 
 1. a memory of the repository reaches the first session through memd's prompt hook; that
    session's turn end writes memd's extension (``memories/extensions/memd/``);
-2. the next Codex start finds its memories folder changed and runs its consolidation, which
-   the loopback model answers as the extension's instructions ask (the memory's line and
+2. the next Codex start finds its memories folder changed (its workspace diff for the
+   consolidation shows memd's extension) and runs its consolidation, which the loopback
+   model answers as the extension's instructions ask (the memory's line and
    marker into ``memory_summary.md``, through Codex's own tool); the session itself still
    has the summary of its start, so memd's hook brings the memory, once;
 3. the session after sends the summary, which carries the memory; memd's hook leaves it out:
@@ -76,17 +77,20 @@ def test_real_codex_gets_a_served_memory_once(codex_cli: AgentCLI, tmp_path: Pat
             api.expect_consolidation(CONSOLIDATE)
             second = asked()  # the summary of its start holds nothing of memd's yet
             assert second.count("make ship") == 1, second[-3000:]
+            marker = f"<!-- memd:memory {memory} -->"
+            diff = codex / "memories" / "phase2_workspace_diff.md"  # Codex's, for its model
+            assert marker in diff.read_text()
             summary = codex / "memories" / "memory_summary.md"
             assert carried(summary.read_bytes()) == {str(memory)}, summary.read_text()
 
             third = asked()  # Codex sends the summary; memd's hook leaves the memory out
             assert third.count("make ship") == 1, third[-3000:]
-            assert third.count(f"<!-- memd:memory {memory} -->") == 1
+            assert third.count(marker) == 1
         finally:
             assert stop_memd(proc) == 0, read_log(home)
 
 
 def _own_turn(body: object) -> bool:
-    """A request of the session itself (not of Codex's memory consolidation)."""
+    """A model request of the session itself (not of Codex's memory consolidation)."""
     meta = body.get("client_metadata") if isinstance(body, dict) else None
     return isinstance(meta, dict) and "x-openai-subagent" not in meta
