@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -24,9 +24,11 @@ from memd.llm.models import models_of
 from memd.session.runs import SessionSource
 from memd.session.scheduler import NotesScheduler, run_notes_scheduler
 from memd.session.store import ExtractionRecord, ExtractionStore
+from memd.state import SessionState
 from memd.testing import loopback_replies as replies
 from memd.testing.loopback import LoopbackAPI
 from memd.testing.loopback_replies import Reply
+from memd.transcript.conversation import Conversation
 from tests.session_support import (
     FakeSessions,
     TranscriptBuilder,
@@ -35,6 +37,8 @@ from tests.session_support import (
     settings_for,
     work_session,
 )
+
+T = TypeVar("T")
 
 
 class NoJitter(random.Random):
@@ -386,6 +390,59 @@ async def test_a_manual_extraction_ignores_the_thresholds(
     assert status.extractions == 1 and status.phase == "idle" and status.last_error is None
     view = await scheduler.read_notes(builder.session_id)
     assert view.text is not None and "Working on the parser." in view.text and not view.empty
+
+
+class GatedSessions(FakeSessions):
+    """Sessions whose next read, once armed, waits for the gate (a slow or locked read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: anyio.Event | None = None
+        self.waiting = anyio.Event()
+
+    async def read(self, state: SessionState, fn: Callable[[Conversation], T]) -> T:
+        if (gate := self.gate) is not None:
+            self.gate = None
+            self.waiting.set()
+            await gate.wait()
+        return await super().read(state, fn)
+
+
+@pytest.mark.anyio
+async def test_a_manual_extraction_asked_while_the_worker_checks_a_trigger_runs(
+    env: Env, llm: LLM, api: LoopbackAPI
+) -> None:
+    """``extract`` landed while the session's worker was deciding whether its follow-up was
+    due (reading the figures): the worker said "not due" and ended, the forced run with it,
+    and ``extract`` returned at once with no run. On a busy machine that is the test's
+    reload-then-extract (tests/test_cli_backends_e2e.py, the hang fault): no call, no
+    failure to see."""
+    sessions = GatedSessions()
+    scheduler = env.scheduler(llm, source=sessions)
+    builder = TranscriptBuilder()
+    work_session(builder, turns=2, context=12_000)
+    api.hold()
+    async with running(scheduler):
+        scheduler.notify_growth(sessions.publish(builder))
+        await anyio.to_thread.run_sync(api.wait_held, 1)
+        grow(builder, to=12_500)  # a follow-up, below the update threshold
+        scheduler.notify_growth(sessions.publish(builder))
+        gate = sessions.gate = anyio.Event()
+        api.release()
+        await sessions.waiting.wait()  # the worker reads the figures for its follow-up
+        asked: list[int] = []
+
+        async def forced() -> None:
+            asked.append((await scheduler.extract(builder.session_id, wait_s=30.0)).extractions)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forced)
+            await anyio.wait_all_tasks_blocked()
+            gate.set()
+        await scheduler.wait_idle()
+    assert asked == [2]  # the forced run ran, and extract waited for it
+    record = env.store.get(builder.session_id)
+    assert record is not None and record.tokens_at_extraction == 12_550
 
 
 @pytest.mark.anyio

@@ -384,7 +384,8 @@ class NotesScheduler:
                 if state is None or self._llm() is None or self.unkept(state) is not None:
                     break
                 if not await self._due(state, manual):
-                    break
+                    again = slot.manual  # a forced run asked for while the figures were read
+                    continue
                 retry = await self._runner.attempt(slot, state, self.settings, self._llm)
                 again = retry or slot.follow_up or slot.manual
         except Exception as exc:  # the isolation boundary: one session's trouble stops only it
