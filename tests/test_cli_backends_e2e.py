@@ -91,29 +91,43 @@ def model_calls(home: Home) -> list[int]:
 
 def extract(home: Home, grown: int) -> dict[str, Any]:
     """The faulty session grown by one turn (so there is something to note), its notes run
-    now; what the run left in ``status``."""
+    now; the session's notes status once that run has ended (the CLI's own deadline bounds
+    the wait)."""
     path = home.projects / "-work-project" / f"{FAULTY}.jsonl"
     builder = TranscriptBuilder(FAULTY, count=100 * grown)
     work_session(builder, turns=1, context=20_000 + 1_000 * grown)
     with path.open("ab") as out:
         out.write(builder.jsonl())
-    with home.client(timeout=90) as client:
-        done: dict[str, Any] = client.call("extract", {"session": FAULTY, "wait": 60})
+    with home.client(timeout=3 * TIMEOUT_S) as client:
+        done: dict[str, Any] = client.call("extract", {"session": FAULTY, "wait": 2 * TIMEOUT_S})
     return done
 
 
-def last_failure(home: Home, words: str) -> dict[str, Any]:
-    """The notes job's failures as ``status`` shows them, once the last one says ``words``."""
-    row: dict[str, Any] = wait_for(
-        lambda: (
-            (k := guard(home)["kinds"].get("session_notes") or {})
-            and words in str(k.get("last_error"))
-            and k
-        ),
-        timeout=90,
-        what=f"status showing the notes' failure: {words}",
-    )
+def fails_saying(home: Home, grown: int, words: str) -> dict[str, Any]:
+    """The faulty session's notes run now (:func:`extract`) fails saying ``words``, in the
+    session's own status and in the notes job's row of ``status``; that row. Checked once
+    the run has ended: whatever else it says, it says it at once."""
+    done = extract(home, grown)
+    assert done["phase"] != "running" and words in str(done["last_error"]), done
+    row: dict[str, Any] = guard(home)["kinds"].get("session_notes") or {}
+    assert words in str(row.get("last_error")), row
     return row
+
+
+def first_notes_ended(home: Home) -> None:
+    """The faulty session's first notes run has ended (its notes file is made as it starts:
+    a fault queued before it ends could be its answer)."""
+    wait_for(
+        partial(notes_saying, home, FAULTY, "Step "), timeout=90, what="the faulty session's notes"
+    )
+    wait_for(
+        lambda: (
+            (s := call(home, "notes", {"session": FAULTY})["status"])["extractions"] >= 1
+            and s["phase"] == "idle"
+        ),
+        timeout=30,
+        what="the faulty session's first notes run to end",
+    )
 
 
 def guard(home: Home) -> dict[str, Any]:
@@ -178,21 +192,22 @@ def ends_each_fault_in_a_state_status_shows(
         what="the answer that writes outside the memory dir, refused",
     )
     assert not outside.exists() and not (folder / "memory" / "outside.md").exists()
+    first_notes_ended(home)
     notes = folder / FAULTY / "session-memory" / "summary.md"
-    wait_for(notes.exists, timeout=90, what="the faulty session's own notes")
     before = notes.read_text()
 
     script.notes.append(replies.server_error(500))
-    extract(home, 1)
-    failed = last_failure(home, f"{cli.agent}")  # in the CLI's words (Codex hides the 500)
-    assert failed["total_failures"] >= 1, failed
+    failed = fails_saying(home, 1, cli.agent)  # in the CLI's words (Codex hides the 500)
+    assert failed["total_failures"] >= 1 and not script.notes, failed
 
     config.write_text(config.read_text().replace(f"timeout_s: {TIMEOUT_S}", f"timeout_s: {HANG_S}"))
     assert "reloaded" in json.dumps(call(home, "reload"))
     script.notes.append(replies.Message(({"type": "text", "text": "late"},), delay_s=HANG_S + 30))
-    extract(home, 2)
-    last_failure(home, f"within {HANG_S:g} s")
-    assert model_calls(home) == [], "the hung CLI is killed with its process group"
+    fails_saying(home, 2, f"within {HANG_S:g} s")
+    assert not script.notes, "the CLI asked the hung server before the deadline"
+    wait_for(
+        lambda: model_calls(home) == [], timeout=10, what="the hung CLI's process group killed"
+    )
 
     wrapper = tmp_path / f"{cli.agent}-cut"
     wrapper.write_text(f'#!/bin/sh\n"{cli.command}" "$@" | head -c 80\n')
@@ -203,8 +218,7 @@ def ends_each_fault_in_a_state_status_shows(
         .replace(f"timeout_s: {HANG_S}", f"timeout_s: {TIMEOUT_S}")
     )
     assert "reloaded" in json.dumps(call(home, "reload"))
-    extract(home, 3)
-    last_failure(home, "MalformedAnswer")
+    fails_saying(home, 3, "MalformedAnswer")
     assert guard(home)["malformed_answers"].get("session_notes", 0) >= 1
     after = notes.read_text()  # no fault took anything from the notes, nor put its text in
     assert set(before.splitlines()) <= set(after.splitlines()) and "late" not in after
@@ -236,5 +250,8 @@ def test_an_agents_own_cli_as_memds_model_keeps_every_agents_notes_and_memories(
             try:
                 keeps_notes_and_memories(cli, home, api, repo)
                 ends_each_fault_in_a_state_status_shows(cli, home, script, config, tmp_path)
+            except AssertionError as failed:
+                failed.add_note(f"memd's log, its end:\n{read_log(home)}")
+                raise
             finally:
                 assert stop_memd(proc) == 0, read_log(home)
