@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from memd.atomic import persist
+from memd.records import load_record
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+# One session's figures take about a kilobyte; a state file past this holds no one's sessions.
+MAX_STATE_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -120,26 +123,16 @@ def _plausible(kind: object, value: Any) -> bool:
 
 
 def load_sessions(path: Path) -> dict[str, SessionState]:
-    """Read the state file; a missing file is an empty state, a broken one is logged and ignored."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    try:
-        doc = json.loads(raw)
-        if doc.get("version") != STATE_VERSION:
-            raise ValueError(f"unknown state version {doc.get('version')!r}")
-        return _each_state(doc["sessions"].items())
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        backup = path.with_suffix(".corrupt")
-        path.replace(backup)
-        log.warning(
-            "state file %s was unreadable (%s); moved it to %s and will re-read transcripts",
-            path,
-            exc,
-            backup,
-        )
-        return {}
+    """Read the state file; a missing file is an empty state, a broken one is moved aside,
+    logged, and the transcripts are read again (:func:`memd.records.load_record`)."""
+    return load_record(path, MAX_STATE_BYTES, "the sessions' state file", _decode_sessions) or {}
+
+
+def _decode_sessions(raw: bytes) -> dict[str, SessionState]:
+    doc = json.loads(raw)
+    if doc.get("version") != STATE_VERSION:
+        raise ValueError(f"unknown state version {doc.get('version')!r}")
+    return _each_state(doc["sessions"].items())
 
 
 def _each_state(items: Iterable[tuple[str, Any]]) -> dict[str, SessionState]:

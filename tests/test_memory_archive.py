@@ -280,7 +280,11 @@ def test_a_record_the_disk_refuses_moves_nothing(tmp_path: Path) -> None:
     memory = world(tmp_path)
     state = tmp_path / "state"
     state.mkdir()
-    (state / ARCHIVE_FILE).mkdir()  # the record's name taken by a folder: every write fails
+    # The record's name taken by a folder, and the name it would be set aside under too
+    # (a folder with a file in it, which no rename replaces): every write of it fails.
+    (state / ARCHIVE_FILE).mkdir()
+    (state / (ARCHIVE_FILE + ".corrupt")).mkdir()
+    (state / (ARCHIVE_FILE + ".corrupt") / "keep").write_bytes(b"")
     archive = Archive(state, Wall())
     with pytest.raises(WriteFailed if os.geteuid() else OSError):
         archive.archive(memory, "old.md")

@@ -36,6 +36,7 @@ def carry_over(renamed: Sequence[Renamed], state_dir: Path, projects_root: Path)
     if not renamed:
         return
     from memd.memory.cursors import CURSOR_FILE  # the features' modules: loaded in this thread
+    from memd.records import UNREADABLE
     from memd.session.notes import notes_path
     from memd.session.store import RECORDS_DIR, ExtractionStore
 
@@ -47,11 +48,11 @@ def carry_over(renamed: Sequence[Renamed], state_dir: Path, projects_root: Path)
                 old = notes_path(projects_root, one.project, one.old).parent.parent
                 new = notes_path(projects_root, one.project, one.new).parent.parent
                 _move_folder(old, new)
-        except (OSError, ValueError) as exc:
+        except (OSError, *UNREADABLE) as exc:
             log.warning("what memd kept of session %s stays under that id: %s", one.old, exc)
     try:
         _rename_cursors(state_dir / CURSOR_FILE, renamed)
-    except (OSError, ValueError) as exc:
+    except (OSError, *UNREADABLE) as exc:
         log.warning("memory cursors stay under the sessions' old ids: %s", exc)
     log.info("%d session(s) now known by their agent's own id", len(renamed))
 
@@ -59,10 +60,12 @@ def carry_over(renamed: Sequence[Renamed], state_dir: Path, projects_root: Path)
 def _move_record(old: Path, new: Path, session_id: str) -> None:
     """The notes record, rewritten under the new id (the record names its session)."""
     from memd.atomic import persist
+    from memd.records import read_capped
+    from memd.session.store import MAX_RECORD_BYTES
 
     if not old.is_file() or os.path.lexists(new):
         return
-    data = json.loads(old.read_bytes())
+    data = json.loads(read_capped(old, MAX_RECORD_BYTES))
     if not isinstance(data, dict):
         raise ValueError(f"{old} holds no record")
     data["session_id"] = session_id
@@ -84,9 +87,11 @@ def _move_folder(old: Path, new: Path) -> None:
 def _rename_cursors(path: Path, renamed: Sequence[Renamed]) -> None:
     """The sessions' entries of the cursor file, under their new ids."""
     from memd.atomic import persist
+    from memd.memory.cursors import MAX_CURSOR_BYTES
+    from memd.records import read_capped
 
     try:
-        doc = json.loads(path.read_bytes())
+        doc = json.loads(read_capped(path, MAX_CURSOR_BYTES))
     except FileNotFoundError:
         return
     sessions = doc.get("sessions") if isinstance(doc, dict) else None

@@ -28,11 +28,13 @@ from pathlib import Path
 from memd.atomic import write_atomic
 from memd.confined import Area, ChangeGuard, Refused, shown
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME
+from memd.records import read_capped
 from memd.writes import reporting
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024  # a name and a hash per file of a memory dir
 FILES = "files"
 SNAPSHOT_MAX_BYTES = 64 * 1024 * 1024
 EXCLUDED_NAMES = frozenset({LOCK_NAME, FLOCK_NAME})
@@ -205,7 +207,7 @@ def _write_copy(target: Path, data: bytes) -> None:
 def load(into: Path) -> Tree | None:
     """A snapshot's manifest; ``None`` when missing or unreadable."""
     try:
-        raw = json.loads((into / MANIFEST).read_bytes())
+        raw = json.loads(read_capped(into / MANIFEST, MAX_MANIFEST_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
     files = raw.get("files") if isinstance(raw, dict) else None

@@ -54,6 +54,7 @@ from memd.llm.windows import (
     window_spent,
     windows_valid_until,
 )
+from memd.records import load_record
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ JOB_KINDS: tuple[JobKind, ...] = typing.get_args(JobKind)
 
 RAW_KEEP_S = 2 * HOUR_S
 MAX_RAW_RECORDS = 5_000
+# The records, a week of hourly buckets and the totals come to a few MB; more is not a ledger.
+MAX_LEDGER_BYTES = 64 * 1024 * 1024
 RETENTION_S = 8 * DAY_S
 LEDGER_FILE = "usage-ledger.json"
 FORMAT_VERSION = 2  # 2: time per call and totals per backend (format 1 is read too)
@@ -302,6 +305,10 @@ def _record_from(row: Any) -> UsageRecord:
     )
 
 
+def _decode_ledger(raw: bytes) -> LedgerState:
+    return decode(json.loads(raw))
+
+
 def decode(data: Any) -> LedgerState:
     """Parse :func:`encode`'s output; raise ValueError (or Key/TypeError) on anything else."""
     if not isinstance(data, dict) or data.get("version") not in (1, FORMAT_VERSION):
@@ -342,14 +349,8 @@ class Ledger:
         empty: losing usage history must not keep the daemon from starting.
         """
         path = state_dir / LEDGER_FILE
-        try:
-            state = decode(json.loads(path.read_bytes()))
-        except FileNotFoundError:
-            return cls(path, clock)
-        except (ValueError, KeyError, TypeError) as exc:
-            aside = path.with_name(path.name + ".corrupt")
-            log.warning("usage ledger %s is unreadable (%s); moved to %s", path, exc, aside)
-            path.replace(aside)
+        state = load_record(path, MAX_LEDGER_BYTES, "the usage ledger", _decode_ledger)
+        if state is None:
             return cls(path, clock)
         return cls(path, clock, state)
 

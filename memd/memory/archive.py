@@ -44,6 +44,7 @@ from memd.confined.move import move
 from memd.memory.frontmatter import parse_document
 from memd.memory.index import IndexEntry, parse_entry, render_entry, upsert_entry
 from memd.memory.paths import INDEX_FILENAME, TEAM_DIRNAME
+from memd.records import load_record
 
 log = logging.getLogger(__name__)
 
@@ -341,29 +342,14 @@ class Archive:
 def _load(path: Path) -> ArchiveState:
     """The record on disk; empty when there is none, and when it cannot be read (moved aside
     as ``archive.json.corrupt``: the archived files stay where they are, and are listed)."""
-    try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        return ArchiveState()
-    except OSError as exc:
-        log.warning("the archive record %s cannot be read (%s)", path, exc)
-        return ArchiveState()
-    try:
-        if len(raw) > MAX_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
-        state = msgspec.json.decode(raw, type=ArchiveState)
-        if state.version != 1:
-            raise ValueError(f"unknown version {state.version}")
-        return state
-    except (ValueError, msgspec.DecodeError, RecursionError) as exc:
-        aside = path.with_name(path.name + ".corrupt")
-        log.warning("the archive record %s is unreadable (%s); moved to %s", path, exc, aside)
-        try:
-            path.replace(aside)
-        except OSError:
-            pass
-        return ArchiveState()
+    return load_record(path, MAX_FILE_BYTES, "the archive record", _decode) or ArchiveState()
+
+
+def _decode(raw: bytes) -> ArchiveState:
+    data = msgspec.json.decode(raw, type=ArchiveState)
+    if data.version != 1:
+        raise ValueError(f"unknown version {data.version}")
+    return data
 
 
 # ---------------------------------------------------------------------------------------------

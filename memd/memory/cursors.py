@@ -17,10 +17,13 @@ import anyio
 import anyio.to_thread
 
 from memd.atomic import persist
+from memd.records import load_record
 
 log = logging.getLogger(__name__)
 
 CURSOR_FILE = "memory-extraction.json"
+# A session's cursor is a few hundred bytes; past this the file is no cursor file of memd's.
+MAX_CURSOR_BYTES = 64 * 1024 * 1024
 FORMAT_VERSION = 1
 
 
@@ -50,17 +53,8 @@ class CursorStore:
     def load(cls, state_dir: Path) -> CursorStore:
         """Read the file (blocking); an unreadable one is moved aside and starts empty."""
         path = state_dir / CURSOR_FILE
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return cls(path)
-        try:
-            return cls(path, decode_cursors(json.loads(raw)))
-        except (ValueError, TypeError, KeyError) as exc:
-            aside = path.with_name(path.name + ".corrupt")
-            log.warning("memory cursors %s are unreadable (%s); moved to %s", path, exc, aside)
-            path.replace(aside)
-            return cls(path)
+        found = load_record(path, MAX_CURSOR_BYTES, "the memory cursors", _decode)
+        return cls(path, found)
 
     def get(self, session_id: str) -> SessionCursor | None:
         return self._records.get(session_id)
@@ -105,3 +99,7 @@ def decode_cursors(doc: Any) -> dict[str, SessionCursor]:
             raise ValueError(f"record {key!r} lacks its ids")
         out[record.session_id] = record
     return out
+
+
+def _decode(raw: bytes) -> dict[str, SessionCursor]:
+    return decode_cursors(json.loads(raw))

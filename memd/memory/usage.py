@@ -34,6 +34,7 @@ import msgspec
 
 from memd.atomic import persist
 from memd.config import MAX_NUMBER
+from memd.records import load_record
 
 log = logging.getLogger(__name__)
 
@@ -318,29 +319,14 @@ def _copy(value: Any) -> Any:
 def _load(path: Path) -> UsageFile:
     """The record on disk; empty when there is none, and when it cannot be read (moved
     aside as ``usage.json.corrupt``)."""
-    try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        return UsageFile()
-    except OSError as exc:
-        log.warning("the usage record %s cannot be read (%s); starting empty", path, exc)
-        return UsageFile()
-    try:
-        if len(raw) > MAX_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
-        data = msgspec.json.decode(raw, type=UsageFile)
-        if data.version != 1:
-            raise ValueError(f"unknown version {data.version}")
-        return _bounded(data)
-    except (ValueError, msgspec.DecodeError, RecursionError) as exc:
-        aside = path.with_name(path.name + ".corrupt")
-        log.warning("the usage record %s is unreadable (%s); moved to %s", path, exc, aside)
-        try:
-            path.replace(aside)
-        except OSError:
-            pass
-        return UsageFile()
+    return load_record(path, MAX_FILE_BYTES, "the usage record", _decode) or UsageFile()
+
+
+def _decode(raw: bytes) -> UsageFile:
+    data = msgspec.json.decode(raw, type=UsageFile)
+    if data.version != 1:
+        raise ValueError(f"unknown version {data.version}")
+    return _bounded(data)
 
 
 def _bounded(data: UsageFile) -> UsageFile:

@@ -29,10 +29,13 @@ from memd.atomic import persist
 from memd.changes import CHANGES
 from memd.config import MAX_NUMBER
 from memd.errors import StateError
+from memd.records import load_record
 
 log = logging.getLogger(__name__)
 
 RECORDS_DIR = "session-notes"
+# A record names its session and its last runs: a few KB. Past this it is not one of memd's.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 FORMAT_VERSION = 1
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
@@ -171,14 +174,9 @@ class ExtractionStore:
         directory = state_dir / RECORDS_DIR
         records: dict[str, ExtractionRecord] = {}
         for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
-            try:
-                record = ExtractionRecord.from_json(json.loads(path.read_bytes()))
-            except (ValueError, TypeError, StateError) as exc:
-                aside = path.with_name(path.name + ".corrupt")
-                log.warning("notes record %s is unreadable (%s); moved to %s", path, exc, aside)
-                path.replace(aside)
-                continue
-            records[record.session_id] = record
+            record = load_record(path, MAX_RECORD_BYTES, "the notes record", _decode)
+            if record is not None:
+                records[record.session_id] = record
         return cls(directory, records)
 
     def get(self, session_id: str) -> ExtractionRecord | None:
@@ -224,3 +222,7 @@ class ExtractionStore:
     async def put(self, record: ExtractionRecord) -> None:
         """Replace the record; the file is written in a worker thread."""
         await anyio.to_thread.run_sync(self.put_sync, record)
+
+
+def _decode(raw: bytes) -> ExtractionRecord:
+    return ExtractionRecord.from_json(json.loads(raw))

@@ -22,11 +22,13 @@ from memd.atomic import write_atomic
 from memd.confined import Area
 from memd.git import blob_id
 from memd.memory.paths import INDEX_FILENAME, TEAM_DIRNAME
+from memd.records import UNREADABLE, read_capped
 from memd.team import gates
 from memd.team.entries import Limits, name_problem
 from memd.team.local import read, write
 
 MOVES = "moves.json"
+MAX_MARK_BYTES = 64 * 1024  # two names and a blob id
 
 
 class ShareProblem(Exception):
@@ -111,9 +113,9 @@ def _finish(area: Area, mark: dict[str, str], data: bytes) -> None:
 def finish_moves(memory_dir: Path, state: Path, limits: Limits) -> None:
     """Finish a move a kill interrupted (see the module docstring); nothing when none is."""
     try:
-        mark = json.loads((state / MOVES).read_bytes())
+        mark = json.loads(read_capped(state / MOVES, MAX_MARK_BYTES))
         source, target, oid = str(mark["source"]), str(mark["target"]), str(mark["oid"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, *UNREADABLE):
         return
     with Area.open(memory_dir) as area:
         copied = read(area, target, limits.max_file_bytes)
