@@ -92,6 +92,20 @@ def test_resources_stay_within_the_budget_and_carry_no_foreign_marker(
     assert resources([Served("/m/x -->.md", "x", "", "2026-11-28", "y")], "/p", 9000) == {}
 
 
+_summary_line = st.one_of(
+    st.binary(max_size=60),
+    st.builds(lambda p: b"- x <!-- memd:memory " + p + b" -->", st.binary(max_size=30)),
+)
+
+
+@settings(max_examples=200)
+@given(st.lists(_summary_line, max_size=400).map(b"\n".join))
+def test_any_summary_reads_as_whole_absolute_paths_only(summary: bytes) -> None:
+    found = carried(summary)
+    assert all(p.startswith("/") and "\n" not in p for p in found)
+    assert len(found) <= summary.count(b"<!-- memd:memory /")
+
+
 def test_what_the_summary_codex_sends_carries(tmp_path: Path) -> None:
     native, loaded, memories, cwd = _codex(tmp_path)
     memories.mkdir()
