@@ -13,24 +13,19 @@ at the turn's end is due a few seconds later. Then one more prompt. It prints wh
     python3 scripts/idle_compaction_probe.py [--skip-switch] [--keep DIR]
 
 (``--skip-switch``: with CLAUDE_CODE_DISABLE_PRECOMPACT_SKIP=1.) It needs the pinned CLI
-(tests/agent_cli.py's cache) and ``apt-get install faketime``; a probe for people, not a
-test (CI has no faketime; a run takes about two minutes).
+(tests/agent_cli.py's cache) and ``apt-get install faketime``; a probe for people (it prints
+what it saw, about a minute), where tests/test_claude_code_idle.py asserts what memd must
+keep across an idle compaction.
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
-import os
 import re
-import select
-import struct
 import subprocess
 import sys
 import tempfile
-import termios
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +38,8 @@ from memd.testing.loopback_replies import Message, When  # noqa: E402
 from memd_client import hook as hook_module  # noqa: E402
 from memd_client.agents.claude_code import TAKEOVER_HOOKS  # noqa: E402
 from memd_client.hooks_install import hook_command, install_hooks  # noqa: E402
-from tests.claude_cli import API_KEY, ClaudeCLI, installed_claude  # noqa: E402
+from tests.claude_cli import ClaudeCLI, installed_claude  # noqa: E402
+from tests.claude_tui import Terminal, libfaketime, moved_clock_env, trust  # noqa: E402
 from tests.daemon_harness import Home, call, fake_home, read_log, stop_memd  # noqa: E402
 from tests.test_claude_code_cli import setup  # noqa: E402
 from tests.test_claude_code_compact import (  # noqa: E402
@@ -53,7 +49,6 @@ from tests.test_claude_code_compact import (  # noqa: E402
     transcript,
 )
 
-FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 VERSION = "2.1.332"
 IDLE_FIRES_S = 0.9 * 3600  # the timer: 90% of a one-hour cache's life after the last request
 SUMMARY = (
@@ -65,57 +60,6 @@ SUMMARY_LINE = "go through the parts of the rollout plan"
 SUMMARY_REPLY = ({"type": "text", "text": SUMMARY},)
 OK_REPLY = ({"type": "text", "text": "ok"},)
 BIG_PROMPT_CHARS = 520_000  # ~130K tokens: past the 100K floor of an idle compaction
-
-
-class Terminal:
-    """``claude`` in a pty; what it prints is kept (for the report)."""
-
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
-        self.master, slave = os.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        self.proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
-        )
-        os.close(slave)
-        self.out = bytearray()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            ready, _, _ = select.select([self.master], [], [], 0.5)
-            if not ready:
-                if self.proc.poll() is not None:
-                    return
-                continue
-            try:
-                chunk = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.out += chunk
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        os.close(self.master)
-
-
-def trust(home: Path, project: Path) -> None:
-    """The folder trusted, as answering the CLI's first question does."""
-    state = home / ".claude.json"
-    data = json.loads(state.read_text())
-    data.setdefault("projects", {}).setdefault(str(project), {})["hasTrustDialogAccepted"] = True
-    data["customApiKeyResponses"] = {"approved": [API_KEY[-20:]], "rejected": []}
-    state.write_text(json.dumps(data))
 
 
 def wait(what: str, check: Any, timeout: float) -> Any:
@@ -170,17 +114,13 @@ def a_big_session(command: Path, home: Home, project: Path, env: dict[str, str])
 
 def faked(env: dict[str, str], clock: Path, skip_switch: bool) -> dict[str, str]:
     """The CLI's environment: a one-hour cache, the 100K floor, the wall clock from ``clock``."""
-    clock.write_text("+0\n")
+    library = libfaketime()
+    assert library is not None
     fake = {
-        **env,
-        "LD_PRELOAD": str(FAKETIME),
-        "FAKETIME_TIMESTAMP_FILE": str(clock),
-        "FAKETIME_NO_CACHE": "1",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # Bun hangs on a faked monotonic clock
+        **moved_clock_env(env, library, clock),
         "ENABLE_PROMPT_CACHING_1H": "1",
         "CLAUDE_CODE_PROMPT_CACHE_TTL": "1h",
         "CLAUDE_CODE_IDLE_COMPACT_MIN_TOKENS": "100000",
-        "TERM": "xterm-256color",
     }
     if skip_switch:
         fake["CLAUDE_CODE_DISABLE_PRECOMPACT_SKIP"] = "1"
@@ -253,7 +193,7 @@ def debug_lines(home: Home) -> list[str]:
 
 def probe(skip_switch: bool, keep: Path | None) -> dict[str, Any]:
     command = installed_claude(version=VERSION)
-    if command is None or not FAKETIME.exists():
+    if command is None or libfaketime() is None:
         raise SystemExit("needs the pinned claude (npm) and faketime (apt-get install faketime)")
     cli, tmp = ClaudeCLI(command, VERSION), Path(keep or tempfile.mkdtemp(prefix="idle-probe-"))
     report: dict[str, Any] = {"claude_code": VERSION, "skip_switch": skip_switch}

@@ -85,12 +85,21 @@ class ClaudeCLI:
         return claude_env(base, api_url)
 
     def run(
-        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float = 120.0
+        self,
+        args: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float = 120.0,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """``claude args`` to its end, ``stdin`` its input (a prompt past an argument's
+        limit)."""
         return subprocess.run(
             [str(self.command), *args],
             cwd=cwd,
             env=dict(env),
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -74,14 +74,14 @@ def a_session(cli: ClaudeCLI, api: LoopbackAPI, home: Home, project: Path, turns
 
 
 def plant_notes(home: Home, sid: str, covered_turns: int) -> int:
-    """Notes covering the first ``covered_turns`` turns, as an extraction leaves them; the
-    session's context in tokens, as memd counts it."""
+    """Notes covering the first ``covered_turns`` turns (every turn when it has no more), as
+    an extraction leaves them; the session's context in tokens, as memd counts it."""
     path = transcript(home, sid)
     conv = Conversation()
     conv.add_lines(path.read_bytes().splitlines())
     msgs = messages_of(conv)
     prompts = [i for i, m in enumerate(msgs) if m.role == "user" and "tool_result" not in str(m)]
-    anchor = msgs[prompts[covered_turns] - 1].uuid
+    anchor = msgs[prompts[covered_turns] - 1 if covered_turns < len(prompts) else -1].uuid
     notes = path.parent / sid / "session-memory" / "summary.md"
     notes.parent.mkdir(parents=True)
     notes.write_text(f"# Current State\n{NOTES_LINE}\n")
