@@ -43,7 +43,8 @@ import anyio  # noqa: E402
 
 from bench.extraction_cost import CORPUS, Point, _agent, transcripts, trigger_points  # noqa: E402
 from memd.clock import FakeClock  # noqa: E402
-from memd.config import BackendConfig, LLMConfig, SessionNotesConfig  # noqa: E402
+from memd.config import SessionNotesConfig  # noqa: E402
+from memd.config_llm import BackendConfig, LLMConfig  # noqa: E402
 from memd.errors import MalformedAnswer  # noqa: E402
 from memd.llm.backends import open_llm  # noqa: E402
 from memd.llm.client import Backend  # noqa: E402

@@ -27,7 +27,8 @@ from memd.compaction.full import compact_full
 from memd.compaction.service import messages_of
 from memd.compaction.session_memory import Compacted, compact_with_notes
 from memd.compaction.tokencache import TokenCache
-from memd.config import CompactionConfig, LLMConfig
+from memd.config import CompactionConfig
+from memd.config_llm import LLMConfig
 from memd.llm.backends import open_llm
 from memd.llm.client import Disabled, close_llm
 from memd.session.template import DEFAULT_TEMPLATE

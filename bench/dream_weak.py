@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
 from memd.clock import SystemClock  # noqa: E402
-from memd.config import BackendConfig, Config, LLMConfig  # noqa: E402
+from memd.config import Config  # noqa: E402
+from memd.config_llm import BackendConfig, LLMConfig  # noqa: E402
 from memd.dream import wipe  # noqa: E402
 from memd.dream.exclusion import DirExclusion  # noqa: E402
 from memd.dream.lock import FLOCK_NAME, LOCK_NAME  # noqa: E402

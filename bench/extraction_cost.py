@@ -43,7 +43,8 @@ sys.path[:0] = [str(REPO)]
 import anyio  # noqa: E402
 
 from memd.clock import FakeClock  # noqa: E402
-from memd.config import LLMConfig, SessionNotesConfig  # noqa: E402
+from memd.config import SessionNotesConfig  # noqa: E402
+from memd.config_llm import LLMConfig  # noqa: E402
 from memd.llm.backends import CLAUDE, open_llm  # noqa: E402
 from memd.llm.client import LLM, Disabled, Usage, close_llm  # noqa: E402
 from memd.llm.ledger import Ledger, billed_tokens  # noqa: E402

@@ -21,7 +21,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, settings
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.llm.backends import open_llm
 from memd.llm.client import LLM, Backend, Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import anyio
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.llm.backends import Protocol, open_llm
 from memd.llm.client import Disabled, close_llm
 from memd.testing.loopback import LoopbackAPI

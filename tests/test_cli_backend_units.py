@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memd.config import LLMConfig, parse_config_text
+from memd.config import parse_config_text
+from memd.config_llm import LLMConfig
 from memd.errors import (
     AuthenticationFailed,
     LLMError,

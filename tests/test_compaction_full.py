@@ -18,7 +18,8 @@ from memd.compaction.full import (
 )
 from memd.compaction.message import Msg, to_api
 from memd.compaction.retry import GiveUp, Retry, plan_retry, rounds_to_drop
-from memd.config import CompactionConfig, LLMConfig
+from memd.config import CompactionConfig
+from memd.config_llm import LLMConfig
 from memd.errors import CompactionFailed, PromptTooLong, RateLimited
 from memd.llm.backends import open_llm
 from memd.llm.client import Disabled, close_llm

@@ -23,7 +23,7 @@ import pytest
 
 from memd.agent.runner import AgentSpec, Completed, Failed, run_agent
 from memd.clock import FakeClock
-from memd.config import BudgetConfig, LLMConfig
+from memd.config_llm import BudgetConfig, LLMConfig
 from memd.errors import AgentError
 from memd.llm.backends import open_llm
 from memd.llm.client import LLM, Disabled, close_llm

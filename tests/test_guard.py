@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memd.clock import FakeClock
-from memd.config import BudgetConfig
+from memd.config_llm import BudgetConfig
 from memd.errors import (
     AuthenticationFailed,
     BadRequest,

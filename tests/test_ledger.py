@@ -211,7 +211,7 @@ def test_remembered_windows_are_the_windows_computed_afresh(
     """``status`` and every guard decision read the budget and usage figures from a memo kept
     until the ledger changes or a point leaves a window: at every look it must equal what a
     fresh computation over every point says, to the token and the second."""
-    from memd.config import BudgetConfig
+    from memd.config_llm import BudgetConfig
     from memd.llm.ledger import spend_points, statistics_of
     from memd.llm.windows import budget_status
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from memd.config import BackendConfig, LLMConfig
+from memd.config_llm import BackendConfig, LLMConfig
 from memd.errors import (
     AuthenticationFailed,
     LLMError,

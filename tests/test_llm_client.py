@@ -21,7 +21,7 @@ import anyio
 import httpx2
 import pytest
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -113,7 +113,7 @@ class Uninstalled(PathFinder):
         return super().find_spec(name, path, target)
 
 sys.meta_path[:] = [Uninstalled if f is PathFinder else f for f in sys.meta_path]
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.llm.backends import open_llm
 
 opened = open_llm(LLMConfig(provider="vertex"), {"CLOUD_ML_REGION": "us-east5"})

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memd.config import BackendConfig, LLMConfig, ModelsConfig, load_config
+from memd.config import load_config
+from memd.config_llm import BackendConfig, LLMConfig, ModelsConfig
 from memd.llm.client import Disabled
 from memd.llm.local_probe import LocalServer, model_ids, probe, probe_all
 from memd.llm.models import Found, Route, discover, open_models, plan, split_job_model

@@ -13,7 +13,7 @@ import anyio
 import httpx2
 import pytest
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.llm.backends import open_llm
 from memd.llm.client import LLM, Disabled, close_llm
 from memd.testing import loopback_replies as replies

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from memd.clock import FakeClock
-from memd.config import BudgetConfig
+from memd.config_llm import BudgetConfig
 from memd.errors import LLMDisabled, NotFound
 from memd.llm.client import LLM, Disabled, Usage
 from memd.llm.guard import CostGuard

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.errors import AuthenticationFailed, LLMError, Unavailable, Unreachable
 from memd.llm.client import BackendFacts, Calls, Disabled, LLMReply, Usage
 from memd.llm.errors_map import classify_status, parse_retry_after

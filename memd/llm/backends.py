@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from memd.config import BackendConfig, LLMConfig
+from memd.config_llm import BackendConfig, LLMConfig
 from memd.llm.client import Backend, Disabled
 from memd.llm.ledger import JobKind
 

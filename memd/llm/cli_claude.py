@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from memd import foreign_reads
-from memd.config import CLIConfig, LLMConfig
+from memd.config_llm import CLIConfig, LLMConfig
 from memd.errors import (
     AuthenticationFailed,
     LLMError,

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memd.config import CLIConfig, LLMConfig
+from memd.config_llm import CLIConfig, LLMConfig
 from memd.errors import (
     AuthenticationFailed,
     LLMError,

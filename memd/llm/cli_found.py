@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memd.config import CLIConfig, LLMConfig
+from memd.config_llm import CLIConfig, LLMConfig
 from memd.llm.backends import BACKENDS, CLI_BACKENDS
 from memd.llm.cli_input import find_command
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from memd import foreign_reads
-from memd.config import CLIConfig, LLMConfig
+from memd.config_llm import CLIConfig, LLMConfig
 from memd.errors import AuthenticationFailed, LLMError, MalformedAnswer, RateLimited, Unavailable
 from memd.llm.cli_input import file_present, printable
 from memd.llm.cli_run import (

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from memd.config import CLIConfig
+from memd.config_llm import CLIConfig
 from memd.errors import BadRequest, LLMError, MalformedAnswer, Unavailable, Unreachable
 from memd.llm.cli_input import cli_env, find_command, printable, prompt_of
 from memd.llm.client import BackendFacts, Calls, Disabled, LLMReply

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar, assert_never
 
-from memd.config import BudgetConfig
+from memd.config_llm import BudgetConfig
 from memd.errors import (
     AuthenticationFailed,
     BadRequest,

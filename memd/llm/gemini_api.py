@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.errors import LLMError, Unavailable, Unreachable
 from memd.llm.backends import settings_for
 from memd.llm.client import BackendFacts, Calls, Disabled, LLMReply

@@ -52,7 +52,7 @@ import anyio
 
 from memd.changes import CHANGES
 from memd.clock import Clock
-from memd.config import BudgetConfig
+from memd.config_llm import BudgetConfig
 from memd.errors import MalformedAnswer
 from memd.llm.failures import (
     JITTER_FRACTION,

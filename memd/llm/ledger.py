@@ -42,7 +42,7 @@ import anyio.to_thread
 from memd.atomic import persist
 from memd.changes import CHANGES
 from memd.clock import Clock
-from memd.config import BudgetConfig
+from memd.config_llm import BudgetConfig
 from memd.llm.client import LLMReply, TokenCounts
 from memd.llm.windows import (
     DAY_S,

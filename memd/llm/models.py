@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.llm.backends import AUTO_ORDER, BACKENDS, Protocol, is_loopback, open_backend
 from memd.llm.backends import settings_for as settings_for
 from memd.llm.cli_found import CLIFound, find_clis

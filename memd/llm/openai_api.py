@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memd.config import LLMConfig
+from memd.config_llm import LLMConfig
 from memd.errors import AuthenticationFailed, LLMError, Unavailable, Unreachable
 from memd.llm.backends import is_loopback, settings_for
 from memd.llm.client import BackendFacts, Calls, Disabled, LLMReply

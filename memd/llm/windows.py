@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memd.config import BudgetConfig
+from memd.config_llm import BudgetConfig
 
 HOUR_S = 3_600.0
 DAY_S = 86_400.0
