@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from memd_client import hook, hooks_install, service
 from memd_client.agents import AGENTS, UNNAMED, choices, named
@@ -23,6 +24,10 @@ from memd_client.hooks_install import install_hooks, uninstall_hooks
 
 FOLLOW_POLL_S = 0.5
 LOG_TAIL_LINES = 200
+# How much of the log's end is read for those lines (a log of many GB is never read whole),
+# and how much one look of ``--follow`` reads at most before writing it out.
+LOG_TAIL_BYTES = 512 * 1024
+LOG_CHUNK_BYTES = 64 * 1024
 
 
 def version_text() -> str:
@@ -264,14 +269,25 @@ def cmd_logs(ctx: Ctx) -> int:
     )
 
 
+def _last_lines(f: BinaryIO) -> bytes:
+    """The last :data:`LOG_TAIL_LINES` lines of ``f``, from at most its last
+    :data:`LOG_TAIL_BYTES` (a partial first line dropped); ``f`` left at its end."""
+    size = f.seek(0, os.SEEK_END)
+    start = max(0, size - LOG_TAIL_BYTES)
+    f.seek(start)
+    lines = f.read(size - start).splitlines(keepends=True)
+    if start > 0 and lines:
+        lines = lines[1:]
+    return b"".join(lines[-LOG_TAIL_LINES:])
+
+
 def _show_file(ctx: Ctx, path: Path) -> int:
     try:
         with path.open("rb") as f:
-            tail = f.readlines()[-LOG_TAIL_LINES:]
-            ctx.out.write(b"".join(tail).decode("utf-8", errors="replace"))
+            ctx.out.write(_last_lines(f).decode("utf-8", errors="replace"))
             ctx.out.flush()
             while ctx.args.follow:
-                chunk = f.read()
+                chunk = f.read(LOG_CHUNK_BYTES)
                 if chunk:
                     ctx.out.write(chunk.decode("utf-8", errors="replace"))
                     ctx.out.flush()
@@ -279,6 +295,8 @@ def _show_file(ctx: Ctx, path: Path) -> int:
                     time.sleep(FOLLOW_POLL_S)
     except FileNotFoundError:
         raise CliFailure(f"no log file at {path} yet (memd has not run as a service)") from None
+    except OSError as exc:
+        raise CliFailure(f"cannot read memd's log {path}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:
         pass
     return EXIT_OK
