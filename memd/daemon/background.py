@@ -59,7 +59,6 @@ class Background(Protocol):
     state_changed: anyio.Event
     history_read: anyio.Event
     background_done: anyio.Event
-    model_work: anyio.CancelScope
     compaction: CompactionService
     notes: NotesScheduler
     memory: MemoryService
@@ -73,15 +72,19 @@ class Background(Protocol):
     def save_state(self) -> bool: ...
 
 
-async def run_background(daemon: Background, scope: anyio.CancelScope) -> None:
+async def run_background(
+    daemon: Background, scope: anyio.CancelScope, model_work: anyio.CancelScope
+) -> None:
+    """The background work under ``scope``; ``model_work``: the scope of the part of it that
+    calls the model (a stop cancels that first)."""
     try:
         with scope:
-            await _background(daemon)
+            await _background(daemon, model_work)
     finally:
         daemon.background_done.set()
 
 
-async def _background(daemon: Background) -> None:
+async def _background(daemon: Background, model_work: anyio.CancelScope) -> None:
     """Load the features, then run every background task until cancelled."""
     _load_tokenizer_soon(daemon)
     try:
@@ -108,7 +111,7 @@ async def _background(daemon: Background) -> None:
         tg.start_soon(_run_startup_scan, daemon)
         tg.start_soon(_run_maintenance, daemon)
         tg.start_soon(_open_model, daemon)  # the SDK import: after the daemon serves
-        tg.start_soon(_run_model_jobs, daemon)
+        tg.start_soon(_run_model_jobs, daemon, model_work)
         await tg.start(daemon.team.run)  # syncs over git: no model, not model work
         await tg.start(
             run_ledger_flusher,
@@ -125,14 +128,14 @@ async def _open_model(daemon: Background) -> None:
     freeze_loaded("model client opened")  # the SDK's objects, loaded once for good
 
 
-async def _run_model_jobs(daemon: Background) -> None:
+async def _run_model_jobs(daemon: Background, model_work: anyio.CancelScope) -> None:
     """The background work that calls the model (session notes, memory extraction, dream),
-    under :attr:`memd.daemon.service.Daemon.model_work`: a stop cancels it first, at once
+    under ``model_work`` (:func:`memd.daemon.run.run_daemon`'s): a stop cancels it first, at once
     (each job's own rules then apply: a notes run stays pending, an extraction or a dream is
     undone)."""
     from memd.session.scheduler import run_notes_scheduler  # imported by build_features
 
-    with daemon.model_work:
+    with model_work:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_notes_scheduler, daemon.notes)
             await tg.start(daemon.memory.run)

@@ -19,6 +19,7 @@ from memd.daemon.shutdown import run_signals, shutdown
 from memd.daemon.watch import run_watcher
 from memd.ipc.limits import ServeLimits
 from memd.ipc.server import run_server
+from memd.ipc.serving import run_serving
 from memd.writes import run_write_retries
 
 log = logging.getLogger("memd.daemon.service")  # its lines read as before the move
@@ -31,7 +32,7 @@ async def run_daemon(
 
     paths = daemon.loaded.paths
     cfg = daemon.loaded.config
-    daemon.model_work = anyio.CancelScope()
+    model_work = anyio.CancelScope()  # what calls the model: cancelled first at a stop
     async with anyio.create_task_group() as tg:
         await tg.start(run_signals, daemon)
         await tg.start(run_write_retries, retry_kept)
@@ -45,28 +46,27 @@ async def run_daemon(
             )
         )
         work = anyio.CancelScope()
-        daemon.server = await tg.start(
-            partial(
-                run_server,
-                paths.socket_path,
-                method_table(daemon),
-                max_frame_bytes=cfg.ipc.max_frame_bytes,
-                request_timeout=cfg.ipc.request_timeout_s,
-                method_timeouts=method_timeouts(daemon),
-                inline=INLINE_METHODS,
-                limits=ServeLimits(
-                    max_buffered_bytes=cfg.ipc.max_buffered_bytes,
-                    frame_timeout_s=cfg.ipc.frame_timeout_s,
-                    max_connections=cfg.ipc.max_connections,
-                    idle_timeout_s=cfg.ipc.idle_timeout_s,
-                ),
-            )
+        serve = partial(
+            run_server,
+            paths.socket_path,
+            method_table(daemon),
+            max_frame_bytes=cfg.ipc.max_frame_bytes,
+            request_timeout=cfg.ipc.request_timeout_s,
+            method_timeouts=method_timeouts(daemon),
+            inline=INLINE_METHODS,
+            limits=ServeLimits(
+                max_buffered_bytes=cfg.ipc.max_buffered_bytes,
+                frame_timeout_s=cfg.ipc.frame_timeout_s,
+                max_connections=cfg.ipc.max_connections,
+                idle_timeout_s=cfg.ipc.idle_timeout_s,
+            ),
         )
+        await tg.start(run_serving, daemon.serving, serve)
         daemon.notifier.ready(f"serving on {paths.socket_path}")
         log.info("memd %s ready on %s (pid %d)", __version__, paths.socket_path, os.getpid())
-        tg.start_soon(run_background, daemon, work)
+        tg.start_soon(run_background, daemon, work, model_work)
         task_status.started()
         await daemon.stopping.wait()
-        await shutdown(daemon, tg, work)
+        await shutdown(daemon, tg, work, model_work)
     # After every flusher's last write: what the disk refused until now gets one more try.
     await anyio.to_thread.run_sync(retry_kept, True)

@@ -44,7 +44,7 @@ from memd.daemon.watch import WatchedRoot
 from memd.envfile import EnvFile, env_file_path, merged, read_env_file
 from memd.errors import ConfigError, NotFound, StartupError
 from memd.health import Health
-from memd.ipc.server import Server
+from memd.ipc.serving import Serving
 from memd.queues import CoalescingQueue
 from memd.sources.registry import ROOMS, room_named, sources_for
 from memd.state import SessionState, load_sessions, save_sessions
@@ -90,9 +90,6 @@ class Daemon:
     team: TeamService
     ledger: Ledger
     guard: CostGuard
-    model_work: (
-        anyio.CancelScope
-    )  # what calls the model (memd.daemon.run): cancelled first at a stop
 
     @classmethod
     def load(
@@ -108,6 +105,7 @@ class Daemon:
             sessions=load_sessions(loaded.paths.state_dir / SESSIONS_FILE),
             env_file=_read_env_file(env),
             signals=signals,
+            serving=Serving(),
         )
 
     def __init__(
@@ -119,8 +117,10 @@ class Daemon:
         sessions: dict[str, SessionState],
         env_file: EnvFile | None = None,
         signals: Signals | None = None,
+        serving: Serving,
     ) -> None:
         self.loaded = loaded
+        self.serving = serving  # the IPC server, once it listens: memd.ipc.serving
         self.signals = signals or Signals()  # installed by main(); inert in a test's process
         self.env = env  # the process environment; the env file's values are not in it
         self.env_file = env_file or EnvFile(env_file_path(env))
@@ -152,7 +152,6 @@ class Daemon:
         self.stop_watching = anyio.Event()
         self.background_done = anyio.Event()  # the background work has ended (shutdown waits)
         self.reloads = 0
-        self.server: Server | None = None
         # Opened in the background after start-up: importing the SDK costs ~1.5 s.
         self.llm: Models | None = None
         self.optouts = OptOuts(loaded.config.privacy.ignore_projects, env.get("HOME"))
@@ -181,8 +180,8 @@ class Daemon:
 
         from memd.llm.guard import CostGuard  # loaded by the thread: the loop never imports
 
-        if self.server is not None:
-            self.server.use_packer(msgspec.msgpack.Encoder().encode)
+        if self.serving.server is not None:
+            self.serving.server.use_packer(msgspec.msgpack.Encoder().encode)
         self.ledger = ledger
         self.guard = CostGuard(
             self.loaded.config.budget,
@@ -448,10 +447,10 @@ class Daemon:
         self.env_file = env_file
         self.registry.config = fresh.config.transcripts
         self.optouts.reconfigure(fresh.config.privacy.ignore_projects)
-        if self.server is not None:  # the limits of compact, recall, …: from the model's timeout
+        if self.serving.server is not None:  # the limits of compact, recall, …: the model's
             from memd.ipc.handlers import method_timeouts
 
-            self.server.method_timeouts = method_timeouts(self)
+            self.serving.server.method_timeouts = method_timeouts(self)
         if self.features_ready.is_set():  # otherwise they are built from ``self.loaded``
             self.guard.reconfigure(fresh.config.budget)
             self.compaction.config = fresh.config

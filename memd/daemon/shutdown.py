@@ -5,7 +5,7 @@
 ``memdctl reload`` takes), the first SIGTERM or SIGINT starts :func:`shutdown`:
 
 1. Intake stops (the watcher, new connections) and the work that calls the model is cancelled
-   at once: the background jobs (:attr:`Daemon.model_work`: a notes run stays pending for the
+   at once: the background jobs (``model_work``: a notes run stays pending for the
    next start, a memory extraction or a dream is undone under its own rules) and every call in
    flight, from requests too (a compaction summary, a recall answers ``unavailable``). A slow
    or silent API holds nothing up.
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from memd.config import LoadedConfig
     from memd.daemon.notify import Notifier
     from memd.daemon.signals import Signals
-    from memd.ipc.server import Server
+    from memd.ipc.serving import Serving
     from memd.llm.models import Models
     from memd.queues import CoalescingQueue
 
@@ -58,11 +58,9 @@ class Stoppable(Protocol):
     @property
     def notifier(self) -> Notifier: ...
     @property
-    def server(self) -> Server | None: ...
+    def serving(self) -> Serving: ...
     @property
     def llm(self) -> Models | None: ...
-    @property
-    def model_work(self) -> anyio.CancelScope: ...
     @property
     def features_ready(self) -> anyio.Event: ...
     @property
@@ -79,22 +77,26 @@ class Stoppable(Protocol):
     async def reload(self) -> str: ...
 
 
-async def shutdown(daemon: Stoppable, tg: TaskGroup, work: anyio.CancelScope) -> None:
-    """Stop ``daemon`` (see the module docstring); cancel ``tg`` at the end."""
+async def shutdown(
+    daemon: Stoppable, tg: TaskGroup, work: anyio.CancelScope, model_work: anyio.CancelScope
+) -> None:
+    """Stop ``daemon`` (see the module docstring); cancel ``tg`` at the end. ``work``: the
+    background work; ``model_work``: the part of it that calls the model."""
     began = daemon.signals.stop_at or time.monotonic()  # None: stopped by other means (tests)
     grace = min(daemon.loaded.config.daemon.shutdown_grace_s, MAX_GRACE_S)
     daemon.notifier.stopping()
     daemon.stop_watching.set()
-    if daemon.server is not None:
-        daemon.server.stop_accepting()
-    daemon.model_work.cancel()
+    server = daemon.serving.server
+    if server is not None:
+        server.stop_accepting()
+    model_work.cancel()
     if daemon.llm is not None:  # else the client module may not even be imported
         from memd.llm.client import stop_llm
 
         stop_llm(daemon.llm, STOPPING)
     with anyio.move_on_after(grace) as drained:
-        if daemon.server is not None:
-            await daemon.server.wait_idle()
+        if server is not None:
+            await server.wait_idle()
         if daemon.features_ready.is_set():  # else no worker drains the queue: re-read at start
             await daemon.ingest_queue.wait_idle()
     work.cancel()

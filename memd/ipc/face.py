@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from memd.envfile import EnvFile
     from memd.health import Health
     from memd.ipc.parts import OptOutCheck, Reloaded, Sessions, Watched, WatchShown
-    from memd.ipc.server import Server
+    from memd.ipc.serving import Serving
     from memd.llm.guard import CostGuard
     from memd.llm.ledger import Ledger
     from memd.llm.models import Models
@@ -162,7 +162,7 @@ class DaemonFace(FeaturesFace, ReloadFace, SessionRowFace, Protocol):
     @property
     def own_memory(self) -> dict[str, str | None]: ...
     @property
-    def server(self) -> Server | None: ...
+    def serving(self) -> Serving: ...
     @property
     def started_at(self) -> float: ...
     @property

@@ -276,10 +276,10 @@ def foreign_report() -> dict[str, Any]:
 
 def ipc_status(daemon: DaemonFace) -> dict[str, Any] | None:
     """The socket's connections: open of the limit, and those turned away or closed."""
-    if daemon.server is None:
+    server = daemon.serving.server
+    if server is None:
         return None
-    stats = daemon.server.statistics()
-    limits = daemon.server.limits
+    stats, limits = server.statistics(), server.limits
     return {
         "connections_open": stats.connections_open,
         "max_connections": limits.max_connections,
