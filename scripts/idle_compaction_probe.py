@@ -48,6 +48,7 @@ from tests.test_claude_code_compact import (  # noqa: E402
     started,
     transcript,
 )
+from tests.test_claude_code_idle import lines_of  # noqa: E402
 
 VERSION = "2.1.332"
 IDLE_FIRES_S = 0.9 * 3600  # the timer: 90% of a one-hour cache's life after the last request
@@ -69,16 +70,6 @@ def wait(what: str, check: Any, timeout: float) -> Any:
             return found
         time.sleep(0.2)
     raise TimeoutError(what)
-
-
-def lines_of(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for raw in path.read_bytes().splitlines():
-        try:
-            out.append(json.loads(raw))
-        except ValueError:
-            continue
-    return out
 
 
 def brief(entry: dict[str, Any]) -> dict[str, Any]:
