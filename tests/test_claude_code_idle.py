@@ -74,6 +74,7 @@ SUMMARY = (
     f"1. Primary Request and Intent: {SUMMARY_LINE}.\n2. Current Work: step 2 was answered.\n"
     "</summary>"
 )
+IDLE_NOTICE = "Compacted while idle, before the prompt cache expired"
 # Claude Code's compaction prompt (its last message: "CRITICAL: Respond with TEXT ONLY ...")
 SUMMARY_ASKED = When(match=r"(?i)summary of the conversation")
 
@@ -162,8 +163,8 @@ def context_of(entry: dict[str, Any]) -> int:
 
 
 def idle_compacted(api: LoopbackAPI, path: Path, since: int) -> tuple[int, dict[str, Any]]:
-    """The turn answered, then Claude Code's summary request and its compact boundary: the
-    boundary's line number and the boundary."""
+    """The turn answered, then Claude Code's summary request, its compact boundary and its
+    notice: the boundary's line number and the boundary."""
     answered = wait_for(lambda: after(path, since, "assistant"), timeout=60, what="the turn")
     assert answered is not None
     wait_for(
@@ -174,6 +175,11 @@ def idle_compacted(api: LoopbackAPI, path: Path, since: int) -> tuple[int, dict[
     boundary = wait_for(
         lambda: after(path, since, "system", "compact_boundary"), timeout=20, what="boundary"
     )
+    # Its last line: the SessionStart hooks' context is written by then.
+    said = wait_for(
+        lambda: after(path, since, "system", "informational"), timeout=20, what="its notice"
+    )
+    assert said is not None and str(said["content"]).startswith(IDLE_NOTICE), said
     entries = lines_of(path)
     return entries.index(boundary), boundary
 
