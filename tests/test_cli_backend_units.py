@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,9 +28,11 @@ from memd.errors import (
     Unavailable,
     Unreachable,
 )
+from memd.ipc.handlers import PROBE_REQUEST_S
 from memd.llm import cli_claude, cli_codex, cli_gemini
 from memd.llm.cli_input import KEPT_ENV, cli_env, prompt_of
 from memd.llm.cli_run import Call, Ran
+from memd.llm.client import PROBE_MAX_S, Disabled
 from memd.llm.models import Found, plan
 from memd_client import hook
 from memd_client.cli_doctor import _served
@@ -405,3 +408,21 @@ def test_output_nested_past_what_python_reads_is_a_failure_of_the_seam() -> None
         for printed in (deep, b'{"response": ' + deep + b"}"):
             with pytest.raises(LLMError):
                 room.answer(Ran(0, printed, printed, 0.1), CALL)
+
+
+def test_a_cli_s_probe_waits_for_its_start_not_a_network_probe_s_limit(tmp_path: Path) -> None:
+    """``memdctl doctor`` gives a network probe 10 s; an agent CLI's ``--version`` is its
+    whole start, which took Gemini CLI 26-35 s on a machine loaded 8 per core, and the doctor
+    said the CLI did not answer. Here the limit asked for is 0.2 s, the start 1 s."""
+    slow = tmp_path / "codex"
+    slow.write_text("#!/bin/sh\nsleep 1\necho codex-cli 0.171.0\n")
+    slow.chmod(0o700)
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex" / "auth.json").write_text('{"OPENAI_API_KEY": "k"}')
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": str(tmp_path)}
+    config = parse_config_text(f"llm:\n  provider: codex_cli\n  codex_cli:\n    command: {slow}\n")
+    backend = cli_codex.open_codex_cli(config.llm, env)
+    assert not isinstance(backend, Disabled), backend
+    said = anyio.run(lambda: backend.probe(model="m", timeout=0.2))
+    assert "codex-cli 0.171.0" in said and "logged in" in said, said
+    assert PROBE_REQUEST_S >= PROBE_MAX_S + 5  # and the doctor's request waits for it

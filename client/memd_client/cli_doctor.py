@@ -29,7 +29,7 @@ from memd_client.status_form import expanded
 from memd_client.textfmt import Style
 
 Verdict = Literal["ok", "warn", "fail"]
-PROBE_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_S = 75.0  # the daemon probes each backend at once; an agent CLI's start: 60 s
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from memd.errors import LLMError
 from memd.ipc.server import Handler
 from memd.llm.client import Backend
@@ -14,7 +16,7 @@ from memd.llm.models import Route
 if TYPE_CHECKING:
     from memd.ipc.face import DoctorFace
 
-PROBE_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 10.0  # a network probe; an agent CLI's is its start (PROBE_MAX_S)
 
 
 def doctor_methods(daemon: DoctorFace) -> dict[str, Handler]:
@@ -32,20 +34,10 @@ def doctor_methods(daemon: DoctorFace) -> dict[str, Handler]:
         for route in models.routes.values():
             if isinstance(route, Route):
                 served.setdefault(route.backend, []).append(route)
-        rows: dict[str, Any] = {}
-        for name, routes in served.items():
-            llm = routes[0].llm
-            jobs = [r.kind for r in routes]
-            if not isinstance(llm, Backend):
-                rows[name] = {"ok": True, "detail": "a test model client is in use", "jobs": jobs}
-                continue
-            try:
-                said = await llm.probe(model=routes[0].model, timeout=PROBE_TIMEOUT_S)
-            except LLMError as exc:
-                rows[name] = {"ok": False, "detail": str(exc), "jobs": jobs}
-            else:
-                rows[name] = {"ok": True, "detail": said, "jobs": jobs}
-            rows[name]["base_url"] = llm.facts().where
+        rows: dict[str, Any] = dict.fromkeys(served)
+        async with anyio.create_task_group() as tg:  # at once: an agent CLI's start is slow
+            for name, routes in served.items():
+                tg.start_soon(_probe, rows, name, routes)
         bad = [f"{n}: {r['detail']}" for n, r in rows.items() if not r["ok"]]
         good = [f"{n}: {r['detail']}" for n, r in rows.items() if r["ok"]]
         first: dict[str, Any] = next(iter(rows.values()), {})
@@ -55,6 +47,20 @@ def doctor_methods(daemon: DoctorFace) -> dict[str, Handler]:
             "base_url": first.get("base_url"),
             "backends": rows,
         }
+
+    async def _probe(rows: dict[str, Any], name: str, routes: list[Route]) -> None:
+        llm = routes[0].llm
+        jobs = [r.kind for r in routes]
+        if not isinstance(llm, Backend):
+            rows[name] = {"ok": True, "detail": "a test model client is in use", "jobs": jobs}
+            return
+        try:
+            said = await llm.probe(model=routes[0].model, timeout=PROBE_TIMEOUT_S)
+        except LLMError as exc:
+            rows[name] = {"ok": False, "detail": str(exc), "jobs": jobs}
+        else:
+            rows[name] = {"ok": True, "detail": said, "jobs": jobs}
+        rows[name]["base_url"] = llm.facts().where
 
     async def doctor_facts(params: dict[str, Any]) -> Any:
         """What only the daemon knows for the doctor's checks: its directories and their

@@ -82,6 +82,11 @@ READ_ONLY_METHODS = frozenset(
 )
 
 
+# probe_api: memd.llm.client.PROBE_MAX_S (an agent CLI's start) and room to answer, the
+# backends probed at once; a number here, as no model module is imported before READY
+PROBE_REQUEST_S = 70.0
+
+
 def method_timeouts(daemon: HasConfig) -> dict[str, float]:
     """Limits for the methods that may run longer than ``ipc.request_timeout_s``."""
     cfg = daemon.loaded.config
@@ -90,6 +95,7 @@ def method_timeouts(daemon: HasConfig) -> dict[str, float]:
     return {
         "compact": summary + notes_wait + 30.0,
         "extract": MAX_EXTRACT_WAIT_S + 10.0,
+        "probe_api": PROBE_REQUEST_S,
         "wait_extraction": notes_wait + 10.0,
         "recall": cfg.memory.recall_timeout_s + 10.0,
         "dream": DREAM_REQUEST_S,

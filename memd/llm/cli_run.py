@@ -47,7 +47,7 @@ from anyio.abc import ByteReceiveStream, Process
 from memd.config_llm import CLIConfig
 from memd.errors import BadRequest, LLMError, MalformedAnswer, Unavailable, Unreachable
 from memd.llm.cli_input import cli_env, find_command, printable, prompt_of
-from memd.llm.client import BackendFacts, Calls, Disabled, LLMReply
+from memd.llm.client import PROBE_MAX_S, BackendFacts, Calls, Disabled, LLMReply
 from memd_client.paths import model_calls_dir
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,6 @@ WORK = "memd-model-call"  # the folder a CLI runs in (its name shows in the agen
 MAX_STDOUT_BYTES = 8 * 1024 * 1024
 MAX_STDERR_BYTES = 16 * 1024  # the last ones are kept: they say how it ended
 TERM_GRACE_S = 1.5
-PROBE_LIMIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -230,9 +229,12 @@ class CLIBackend:
                 await anyio.to_thread.run_sync(self._finish, ran, call)
 
     async def probe(self, *, model: str, timeout: float) -> str:  # noqa: ASYNC109
-        """``<cli> --version`` and its login, found on disk: no call, nothing of the plan."""
+        """``<cli> --version`` and its login, found on disk: no call, nothing of the plan.
+        That is the CLI's whole start, slow on a busy machine: it is given up to
+        :data:`~memd.llm.client.PROBE_MAX_S` (within ``timeout_s``) whatever ``timeout``,
+        a network probe's limit, says."""
         call = Call(model, self.workdir / "none", "", 1, self.workdir)
-        with self._calls.call(min(timeout, PROBE_LIMIT_S)):
+        with self._calls.call(min(self.timeout_s, max(timeout, PROBE_MAX_S))):
             ran = await self._run([str(self.command), "--version"], call, stdin=False)
         if ran.returncode != 0:
             raise exited_badly(ran, self.room.program)

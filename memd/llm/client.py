@@ -129,6 +129,12 @@ class LLM(Protocol):
         ...
 
 
+# The longest one backend's probe (``memdctl doctor``) takes: an agent CLI's ``--version`` is
+# its whole start, 1-3 s on an idle machine but 26-35 s for Gemini CLI 0.61 at a load of 8 per
+# core; a network probe is given far less (the doctor's own limit).
+PROBE_MAX_S = 60.0
+
+
 @dataclass(frozen=True)
 class BackendFacts:
     """What ``status`` and ``doctor`` say about one opened backend."""
