@@ -9,7 +9,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 
 from memd.compaction.boundaries import CompactBoundary
@@ -27,10 +26,9 @@ from memd.compaction.results import (
     Restore,
 )
 from memd.compaction.strategy import Outcome
-from memd.config import load_config
-from memd.daemon.service import Daemon
 from memd.ipc.handlers import method_table
 from memd.ipc.server import Handler
+from tests.wire_support import built_daemon, packs_back
 
 pytestmark = pytest.mark.anyio
 
@@ -53,10 +51,7 @@ DRY_RUN_KEYS = ["dry_run", "tokens_before", "threshold", "level", "reason"]
 
 @pytest.fixture
 async def table(tmp_path: Path) -> AsyncIterator[dict[str, Handler]]:
-    env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}
-    daemon = Daemon.load(load_config(env=env), env=env)
-    await daemon.build_features()
-    yield method_table(daemon)
+    yield method_table(await built_daemon(tmp_path))
 
 
 async def test_the_microcompact_reply_keeps_its_wire_form(table: dict[str, Handler]) -> None:
@@ -71,7 +66,7 @@ async def test_the_microcompact_reply_keeps_its_wire_form(table: dict[str, Handl
     assert isinstance(reply["cleared_tool_use_ids"], list) and reply["api_calls"] == 0
     assert [m["role"] for m in reply["messages"]] == [m["role"] for m in MESSAGES]
     assert reply["tokens_after"] <= reply["tokens_before"]
-    _packs(reply)
+    assert packs_back(reply)
 
 
 async def test_the_dry_run_reply_keeps_its_wire_form(table: dict[str, Handler]) -> None:
@@ -82,20 +77,7 @@ async def test_the_dry_run_reply_keeps_its_wire_form(table: dict[str, Handler]) 
     assert reply["dry_run"] is True and reply["reason"] == "the session has no notes"
     assert reply["level"] == (2 if list(reply) == level2 else None)
     assert reply["context_tokens"] is None and list(reply["server_ms"]) == ["total", "input"]
-    _packs(reply)
-
-
-def _packs(reply: dict[str, Any]) -> None:
-    """The reply goes out as msgpack and comes back the same (tuples as lists)."""
-    assert msgpack.unpackb(msgpack.packb(reply, use_bin_type=True), raw=False) == _plain(reply)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    assert packs_back(reply)
 
 
 def test_a_compaction_and_a_fork_keep_their_wire_form() -> None:

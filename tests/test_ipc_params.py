@@ -17,6 +17,7 @@ from memd.ipc.params import METHOD_PARAMS, Kind, check_params
 from memd.ipc.server import Handler, InvalidParams
 from memd_client import protocol as p
 from tests.ipc_support import RawConnection, serving, short_dir
+from tests.wire_support import built_daemon
 
 pytestmark = pytest.mark.anyio
 
@@ -41,10 +42,7 @@ OUT_OF_RANGE: dict[Kind, list[Any]] = {
 
 @pytest.fixture
 async def table(tmp_path: Path) -> AsyncIterator[dict[str, Handler]]:
-    env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}
-    daemon = Daemon.load(load_config(env=env), env=env)
-    await daemon.build_features()
-    yield method_table(daemon)
+    yield method_table(await built_daemon(tmp_path))
 
 
 def cases(table: dict[str, Handler]) -> list[tuple[str, dict[str, Any]]]:

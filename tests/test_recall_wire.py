@@ -11,15 +11,12 @@ import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import msgpack
 import pytest
 
-from memd.config import load_config
-from memd.daemon.service import Daemon
 from memd.ipc.handlers import method_table
 from memd.ipc.server import Handler
+from tests.wire_support import built_daemon, packs_back
 
 pytestmark = pytest.mark.anyio
 
@@ -68,9 +65,7 @@ TEAM = (
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[tuple[dict[str, Handler], Path, Path]]:
-    env = {"HOME": str(tmp_path), "MEMD_RUNTIME_DIR": str(tmp_path / "run")}
-    daemon = Daemon.load(load_config(env=env), env=env)
-    await daemon.build_features()
+    daemon = await built_daemon(tmp_path)
     cwd = tmp_path / "repo"
     cwd.mkdir()
     mdir = (await daemon.memory.locate(str(cwd))).memory_dir
@@ -106,8 +101,7 @@ async def test_the_recall_reply_keeps_its_wire_form(
     owners = rows["team/owners.md"]
     assert (owners["age"], owners["age_days"]) == ("3 days ago", 3) and owners["warning"]
     assert (rows["deploy.md"]["age"], rows["deploy.md"]["warning"]) == ("today", "")
-    packed = msgpack.packb(reply, use_bin_type=True)
-    assert msgpack.unpackb(packed, raw=False) == _plain(reply)
+    assert packs_back(reply)
 
 
 async def test_an_opted_out_recall_keeps_its_wire_form(
@@ -124,12 +118,3 @@ async def test_an_opted_out_recall_keeps_its_wire_form(
 
 def _ms(path: Path) -> int:
     return path.stat().st_mtime_ns // 1_000_000
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as msgpack gives it back (tuples become lists)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value

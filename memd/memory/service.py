@@ -125,7 +125,15 @@ class MemoryService:
             self.citations.log.verified_in,
             hold_dir,
         )
-        self._jobs = ExtractionJobs(
+        self._jobs = self._extraction_jobs(hold_dir, agent_files)
+        self.waits = self._beside_waits(self._jobs)
+        self._turns = self._turn_ends(self._jobs, self.waits, after_turn)
+
+    def _extraction_jobs(
+        self, hold_dir: DirHold | None, agent_files: AgentFiles | None
+    ) -> ExtractionJobs:
+        """The extraction jobs, with what they use of this service."""
+        return ExtractionJobs(
             self.state_dir,
             lambda: self.config,
             self._clock,
@@ -138,15 +146,16 @@ class MemoryService:
             cite_files=self.citations.record,
             propose_for=agent_files.propose_for if agent_files else None,
         )
-        # Extractions beside Claude Code's own memory wait for it first.
-        self.waits = BesideWaits(
+
+    def _beside_waits(self, jobs: ExtractionJobs) -> BesideWaits:
+        """Where an extraction beside Claude Code's own memory waits for it first."""
+        return BesideWaits(
             self._clock,
             lambda: self.config.memory.beside_wait_s,
-            self._jobs.enqueue,
-            self._jobs.ours,
-            self._jobs.mark_pending,
+            jobs.enqueue,
+            jobs.ours,
+            jobs.mark_pending,
         )
-        self._turns = self._turn_ends(self._jobs, self.waits, after_turn)
 
     def _turn_ends(
         self,
