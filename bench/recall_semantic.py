@@ -21,7 +21,9 @@ memory embedded first), p50 and p95 in ms, and the vectors' bytes per memory as 
 
 Run: ``python3 bench/recall_semantic.py PATH/locomo10.json MODEL_DIR [--split dev|held-out|
 all|both|none] [--min-similarity X [X ...]] [--latency COUNT]``; several floors are compared
-over the same memories, one method each (``memd+semantic@X``).
+over the same memories, one method each (``memd+semantic@X``). ``--beam`` reads DATA as a
+BEAM tier's folder instead (``chats/100K``, as ``bench/recall_beam.py`` builds its memories
+and questions), and adds BM25 with stopwords, the baseline issue 36 names.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
 from bench import recall as rb  # noqa: E402
+from bench import recall_beam  # noqa: E402
 from bench import recall_quality as rq  # noqa: E402
 from memd.clock import SystemClock  # noqa: E402
 from memd.config import Config, SemanticConfig  # noqa: E402
@@ -63,10 +66,15 @@ def semantic_ranker(memory_dir: Path, cfg: Config, state_dir: Path) -> rq.Ranker
 
 
 def evaluate(
-    conversations: Sequence[rq.Conversation], cfg: Config, semantic: Mapping[str, Config]
+    conversations: Sequence[rq.Conversation],
+    cfg: Config,
+    semantic: Mapping[str, Config],
+    *,
+    bm25: bool = False,
 ) -> dict[str, dict[str, rq.Score]]:
     """method -> category name (and "all", "ceiling") -> score; ``semantic``: method name ->
-    the config with the stage on (one per ``min_similarity`` tried)."""
+    the config with the stage on (one per ``min_similarity`` tried); ``bm25``: BM25 with
+    stopwords too."""
     table: dict[str, dict[str, rq.Score]] = defaultdict(lambda: defaultdict(rq.Score))
     with tempfile.TemporaryDirectory(prefix="memd-recall-semantic-") as tmp:
         for number, conv in enumerate(conversations):
@@ -75,6 +83,8 @@ def evaluate(
             methods = {"memd": rq.memd_ranker(memory_dir, cfg)}
             for name, on in semantic.items():
                 methods[name] = semantic_ranker(memory_dir, on, Path(tmp))
+            if bm25:
+                methods["bm25+stop"] = rq.bm25_ranker(conv.memories, stopwords=True)
             rq._score_conversation(conv, methods, table)
     return table
 
@@ -131,12 +141,14 @@ def _p50_p95(values: Sequence[float]) -> tuple[float, float]:
 
 def report(table: dict[str, dict[str, rq.Score]], title: str) -> str:
     semantic = [m for m in table if m.startswith("memd+semantic")]
-    return rq.report(table, title, ("memd", *semantic, "random", "ceiling"))
+    bm25 = ("bm25+stop",) if "bm25+stop" in table else ()
+    return rq.report(table, title, ("memd", *semantic, *bm25, "random", "ceiling"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("data", type=Path, help="a LoCoMo-format JSON file (locomo10.json)")
+    parser.add_argument("--beam", action="store_true", help="DATA is a BEAM tier's folder")
     parser.add_argument("model", type=Path, help="a model2vec folder (memdctl fetch-model)")
     parser.add_argument(
         "--split", choices=("dev", "held-out", "all", "both", "none"), default="both"
@@ -150,10 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="one value, or several to compare (each a method of its own, same memories)",
     )
     args = parser.parse_args(argv)
+    kind = "a BEAM tier's folder" if args.beam else "a LoCoMo-format file"
     try:
-        conversations = rq.load(args.data)
+        conversations = (recall_beam.load if args.beam else rq.load)(args.data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"recall_semantic: {args.data} is not a LoCoMo-format file: {exc}", file=sys.stderr)
+        print(f"recall_semantic: {args.data} is not {kind}: {exc}", file=sys.stderr)
         return 2
     cfg = Config()
     semantic = {
@@ -163,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     splits = {"dev": conversations[0::2], "held-out": conversations[1::2], "all": conversations}
     chosen = {"both": ("dev", "held-out"), "none": ()}.get(args.split, (args.split,))
     for name in chosen:
-        table = evaluate(splits[name], cfg, semantic)
+        table = evaluate(splits[name], cfg, semantic, bm25=args.beam)
         print(report(table, f"{name} ({len(splits[name])} conversations)"))
         print()
     if args.latency > 0:

@@ -4,6 +4,7 @@ files and reports both; a model it cannot use stops it with the stage's reason."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,45 @@ def test_latency_times_recall_with_the_stage_off_and_on_and_weighs_the_vectors(
     assert "  lexical + semantic " in out and "  lexical " in out
     per_memory = int(out.split("vectors: ")[1].split(" bytes")[0])
     assert 16 * 4 <= per_memory < 4096  # 16 dims of float32, and what keeps them
+
+
+def _beam_tier(folder: Path) -> Path:
+    """Two BEAM chats (the layout bench/recall_beam.py reads), one question each."""
+    facts = [
+        ("My weather app retries failed requests with exponential backoff.", "How do I retry?"),
+        ("The budget tracker stores expenses in a SQLite table.", "Where are expenses kept?"),
+    ]
+    for number, (fact, question) in enumerate(facts, 1):
+        chat = folder / str(number)
+        (chat / "probing_questions").mkdir(parents=True)
+        turns = [
+            [{"role": "user", "id": 1, "content": fact}, {"role": "assistant", "id": 2}],
+            [{"role": "user", "id": 3, "content": "Thanks, that settles it for today."}],
+        ]
+        batches = [{"time_anchor": "March-01-2024", "turns": turns}]
+        (chat / "chat.json").write_text(json.dumps(batches), encoding="utf-8")
+        probing = {"information_extraction": [{"question": question, "source_chat_ids": [2]}]}
+        (chat / "probing_questions" / "probing_questions.json").write_text(
+            json.dumps(probing), encoding="utf-8"
+        )
+    return folder
+
+
+def test_a_beam_tier_is_read_with_bm25_and_stopwords_beside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = build_model(tmp_path / "model")
+    tier = _beam_tier(tmp_path / "100K")
+    assert recall_semantic.main([str(tier), str(model), "--beam", "--split", "all"]) == 0
+    out = capsys.readouterr().out
+    for method in ("memd", "memd+semantic", "bm25+stop", "ceiling"):
+        assert f"| {method} | all | 2 |" in out
+    assert "| ceiling | all | 2 | 1.000 |" in out
+
+
+def test_a_folder_that_is_no_beam_tier_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = build_model(tmp_path / "model")
+    assert recall_semantic.main([str(FIXTURE), str(model), "--beam"]) == 2
+    assert "is not a BEAM tier's folder" in capsys.readouterr().err
