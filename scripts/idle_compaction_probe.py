@@ -38,9 +38,17 @@ from memd.testing.loopback_replies import Message  # noqa: E402
 from tests import test_claude_code_idle as idle  # noqa: E402
 from tests.claude_cli import ClaudeCLI, installed_claude  # noqa: E402
 from tests.claude_tui import Terminal, libfaketime, moved_clock_env  # noqa: E402
-from tests.daemon_harness import Home, call, fake_home, read_log, stop_memd, wait_for  # noqa: E402
+from tests.daemon_harness import (  # noqa: E402
+    Home,
+    call,
+    fake_home,
+    read_log,
+    start_memd,
+    stop_memd,
+    wait_for,
+)
 from tests.test_claude_code_cli import main_requests  # noqa: E402
-from tests.test_claude_code_compact import NOTES_LINE, started, transcript  # noqa: E402
+from tests.test_claude_code_compact import NOTES_LINE, transcript  # noqa: E402
 from tests.test_claude_code_idle import lines_of  # noqa: E402
 
 VERSION = "2.1.332"
@@ -134,7 +142,8 @@ def probe(skip_switch: bool, keep: Path | None) -> dict[str, Any]:
     ):
         project, sid = idle.prepared(cli, home, memd_api, api.url)
         path, clock = transcript(home, sid), tmp / "faketime.rc"
-        proc = started(home, sid)
+        proc = start_memd(home)
+        idle.session(home, sid, path)
         api.add_rule(idle.SUMMARY_ASKED, Message(({"type": "text", "text": idle.SUMMARY},)))
         api.set_handler(idle.moves_the_clock(clock))
         env = faked(cli.env(home.env, api.url), clock, skip_switch)
