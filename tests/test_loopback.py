@@ -404,13 +404,15 @@ def test_standalone_process_serves_a_script(tmp_path: Path) -> None:
     assert json.dumps(seen)  # plain JSON all the way down
 
 
-def _post(url: str, body: dict[str, Any]) -> tuple[int, str, bytes]:
+def _post(url: str, body: dict[str, Any], beta: str = "") -> tuple[int, str, bytes]:
     import http.client
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
     headers = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+    if beta:
+        headers["anthropic-beta"] = beta
     conn.request("POST", "/v1/messages?beta=true", json.dumps(body), headers)
     answer = conn.getresponse()
     data = answer.read()
@@ -440,6 +442,32 @@ def test_the_real_client_profile_streams_and_accepts_system_messages() -> None:
         assert real.requests[0].response["content"] == [{"type": "text", "text": "OK from stub"}]
         status, _, data = _post(real.url, {**body, "messages": [{"role": "system", "content": ""}]})
         assert status == 400
+
+
+def test_the_real_client_profile_takes_tool_changes_under_their_beta() -> None:
+    """Claude Code 2.1.332 adds a tool mid-conversation (a system message of
+    ``tool_addition`` blocks) under the ``mid-conversation-tool-changes`` beta; refused with
+    a 400 it retried four times before dropping the beta, seconds of every resumed turn."""
+    added = {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "AskUser"}}
+    removed = {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Bash"}}
+    defined = {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": {}}}
+    beta = "claude-code-20250219,mid-conversation-tool-changes-2026-07-01"
+    with LoopbackAPI(profile="real_client", default_text="OK") as real:
+
+        def sent(blocks: list[dict[str, Any]], beta: str) -> tuple[int, bytes]:
+            system = {"role": "system", "content": blocks}
+            body = {"model": "m", "max_tokens": 50, "stream": True}
+            messages = [{"role": "user", "content": "hi"}, system]
+            status, _, data = _post(real.url, {**body, "messages": messages}, beta)
+            return status, data
+
+        assert sent([added, removed], beta)[0] == 200
+        status, data = sent([added], "claude-code-20250219")
+        assert status == 400 and b"messages.1.0: only text blocks" in data
+        status, data = sent([defined], beta)
+        assert status == 400 and b"messages.1.0.tool.definition" in data
+        status, data = sent([{"type": "tool_removal", "tool": {}}], beta)
+        assert status == 400 and b"messages.1.0.tool" in data
 
 
 def test_the_real_client_profile_takes_a_settings_change_with_no_text() -> None:

@@ -24,16 +24,24 @@ _USER_ONLY = frozenset({"tool_result", "image", "document"})
 _ASSISTANT_ONLY = frozenset({"tool_use", "thinking", "redacted_thinking"})
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_CACHE_BREAKPOINTS = 4
+# Claude Code 2.1.332 adds and removes tools mid-conversation under this beta (dated
+# ``-2026-07-01``): ``tool_addition``/``tool_removal`` blocks in a system message.
+TOOL_CHANGES_BETA = "mid-conversation-tool-changes"
 
 
 def request_problems(
-    body: object, *, strict_alternation: bool = False, system_messages: bool = False
+    body: object,
+    *,
+    strict_alternation: bool = False,
+    system_messages: bool = False,
+    betas: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Everything the API would reject in ``body`` (the decoded JSON of a request).
 
     ``system_messages`` accepts ``{"role": "system", …}`` entries inside ``messages``, as
     Claude Code 2.1 sends hook context (the "real client" profile of the loopback server);
-    memd's own requests never may.
+    memd's own requests never may. ``betas`` are the request's ``anthropic-beta`` names:
+    with :data:`TOOL_CHANGES_BETA` a system message may also add or remove tools.
     """
     if not isinstance(body, dict):
         return ["(body): the request body must be a JSON object"]
@@ -42,7 +50,8 @@ def request_problems(
     if not isinstance(messages, list) or not messages:
         problems.append("messages: at least one message is required")
     else:
-        problems += _messages(messages, strict_alternation, system_messages)
+        tool_changes = any(b.startswith(TOOL_CHANGES_BETA) for b in betas)
+        problems += _messages(messages, strict_alternation, system_messages, tool_changes)
     breakpoints = count_cache_breakpoints(body)
     if breakpoints > MAX_CACHE_BREAKPOINTS:
         problems.append(
@@ -121,7 +130,9 @@ def _tools(tools: object) -> list[str]:
     return problems
 
 
-def _messages(messages: list[Any], strict_alternation: bool, system_messages: bool) -> list[str]:
+def _messages(
+    messages: list[Any], strict_alternation: bool, system_messages: bool, tool_changes: bool
+) -> list[str]:
     problems: list[str] = []
     previous_role: str | None = None
     for i, message in enumerate(messages):
@@ -135,7 +146,7 @@ def _messages(messages: list[Any], strict_alternation: bool, system_messages: bo
             # a system message with no content, also after its own compaction.
             if not message.get("content") and isinstance(message.get("output_config"), dict):
                 continue
-            problems += _system_message(path, message.get("content"))
+            problems += _system_message(path, message.get("content"), tool_changes)
             continue
         if role not in ("user", "assistant"):
             problems.append(f"{path}.role: must be 'user' or 'assistant', got {role!r}")
@@ -151,14 +162,36 @@ def _messages(messages: list[Any], strict_alternation: bool, system_messages: bo
     return problems
 
 
-def _system_message(path: str, content: object) -> list[str]:
+def _system_message(path: str, content: object, tool_changes: bool) -> list[str]:
     if isinstance(content, str):
         return [] if content.strip() else [f"{path}.content: must not be empty"]
-    return (
-        [f"{path}.{p.removeprefix('system.')}" for p in _system(content)]
-        if content
-        else [f"{path}.content: must not be empty"]
-    )
+    if not content:
+        return [f"{path}.content: must not be empty"]
+    if tool_changes and isinstance(content, list):
+        changes = [(i, b) for i, b in enumerate(content) if _is_tool_change(b)]
+        problems = [f"{path}.{i}.{p}" for i, b in changes for p in _tool_change(b)]
+        text = [b for b in content if not _is_tool_change(b)]
+        return problems + [f"{path}.{p.removeprefix('system.')}" for p in _system(text)]
+    return [f"{path}.{p.removeprefix('system.')}" for p in _system(content)]
+
+
+def _is_tool_change(block: object) -> bool:
+    return isinstance(block, dict) and block.get("type") in ("tool_addition", "tool_removal")
+
+
+def _tool_change(block: dict[str, Any]) -> list[str]:
+    """A tool added by reference or definition, or removed by reference."""
+    tool = block.get("tool")
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if kind == "tool_reference" and isinstance(tool, dict):
+        name = tool.get("name")
+        ok = isinstance(name, str) and TOOL_NAME.match(name) is not None
+        return [] if ok else ["tool.name: a tool name is required"]
+    if kind == "tool_definition" and block.get("type") == "tool_addition":
+        definition = tool.get("definition") if isinstance(tool, dict) else None
+        ok = isinstance(definition, dict) and isinstance(definition.get("name"), str)
+        return [] if ok else ["tool.definition: a tool definition with a name is required"]
+    return ["tool: a tool_reference (or, to add, a tool_definition) is required"]
 
 
 def _content(path: str, role: str, content: object, final: bool) -> list[str]:

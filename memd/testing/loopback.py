@@ -319,8 +319,9 @@ class LoopbackAPI(Served):
         counting = path.endswith("/count_tokens")
         checked = {"max_tokens": 1, **body} if counting else body
         real = self.profile == "real_client"
+        betas = frozenset(b.strip() for b in headers.get("anthropic-beta", "").split(","))
         problems = request_problems(
-            checked, strict_alternation=self.strict_alternation, system_messages=real
+            checked, strict_alternation=self.strict_alternation, system_messages=real, betas=betas
         )
         if problems:
             return replies.api_error(400, "; ".join(problems)), None
