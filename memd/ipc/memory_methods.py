@@ -93,9 +93,10 @@ async def _restore(daemon: MemoryFace, params: dict[str, Any]) -> Any:
     cwd, project = _project(params)
     wanted = req_str(params, "memory", "the archived memory's file or name")
     try:
-        return await daemon.memory.restore(wanted, cwd=cwd, project=project)
+        restored = await daemon.memory.restore(wanted, cwd=cwd, project=project)
     except LookupError as exc:
         raise NotFound(str(exc).strip("'\"")) from None
+    return restored.as_dict()
 
 
 def _project(params: dict[str, Any]) -> tuple[str | None, str | None]:

@@ -62,6 +62,27 @@ class SweepStatus:
     count: int = 0  # sweeps since the start
 
 
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """An archived memory put back: the memory dir, its file there now, its name in the
+    archive, whether its index lines came back."""
+
+    memory_dir: Path
+    restored: str
+    archived: str
+    index: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``restore_memory`` reply."""
+        return {
+            "memory_dir": str(self.memory_dir),
+            "restored": self.restored,
+            "path": str(self.memory_dir / self.restored),
+            "archived": self.archived,
+            "index": self.index,
+        }
+
+
 class ArchiveService:
     """See the module docstring. ``verified(memory_dir)`` gives when each memory's citations
     last verified (by relative path; 0: never)."""
@@ -182,7 +203,7 @@ class ArchiveService:
 
     # -- what users ask ---------------------------------------------------------------------------
 
-    async def restore(self, memory_dir: Path, wanted: str) -> dict[str, Any]:
+    async def restore(self, memory_dir: Path, wanted: str) -> Restored:
         """Put ``wanted`` back into ``memory_dir`` (see :meth:`Archive.restore`):
         ``LookupError`` when the archive holds no such memory."""
         async with self._held(memory_dir):
@@ -191,13 +212,7 @@ class ArchiveService:
         if done is None:
             raise LookupError(f"{wanted!r} could not be put back: see memd's log")
         log.info("archive: %s restored to %s/%s", done.archived, memory_dir, done.file)
-        return {
-            "memory_dir": str(memory_dir),
-            "restored": done.file,
-            "path": str(memory_dir / done.file),
-            "archived": done.archived,
-            "index": done.index,
-        }
+        return Restored(memory_dir, done.file, done.archived, done.index)
 
     async def listing(self, memory_dir: Path) -> dict[str, Any]:
         """The archived memories of ``memory_dir`` (newest archived first)."""

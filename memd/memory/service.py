@@ -44,7 +44,7 @@ from memd.llm.client import Disabled
 from memd.llm.guard import CostGuard
 from memd.llm.ledger import Ledger
 from memd.llm.models import Models, Route, job_route
-from memd.memory.archive_service import ArchiveService
+from memd.memory.archive_service import ArchiveService, Restored
 from memd.memory.beside import Beside, OwnMemory
 from memd.memory.beside_wait import BesideWaits
 from memd.memory.freshness import RECALL_CAVEAT
@@ -239,7 +239,7 @@ class MemoryService:
 
     async def restore(
         self, wanted: str, *, cwd: str | None = None, project: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Restored:
         """Put the archived memory ``wanted`` back into the project's memory dir (named as
         for :meth:`memories`): :meth:`ArchiveService.restore`."""
         where = await self._where(cwd, project)
